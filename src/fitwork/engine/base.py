@@ -1,0 +1,88 @@
+"""The engine contract: options in, a `RunResult` out that streams outputs and holds the record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fitwork.errors import UnitDefinitionError
+
+if TYPE_CHECKING:
+    from fitwork.telemetry.record import Progress, RunRecord
+    from fitwork.workload.pipeline import Pipeline
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run behaves, whatever engine runs it."""
+
+    ordered: bool = False
+    dead_letter: Path | None = None
+    max_failures: int | None = None
+    max_attempts: int = 3
+    channel_capacity: int = 8
+    progress: Callable[[Progress], None] | None = None
+    progress_interval: float = 0.1
+    sample_interval: float = 0.1
+
+
+class RunResult:
+    """A run in progress: iterate it for outputs; ``record`` is the run record once it ends.
+
+    Use it as a context manager (or iterate it to the end) so that the engine's processes
+    and shared memory are released even when the caller stops early.
+    """
+
+    def __init__(self, outputs: Iterator[Any], finish: Callable[[], RunRecord],
+                 close: Callable[[], None]) -> None:
+        self._outputs = outputs
+        self._finish = finish
+        self._close = close
+        self._record: RunRecord | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._outputs
+
+    def __enter__(self) -> RunResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def outputs(self) -> list[Any]:
+        """Every remaining output, as a list (drains the run)."""
+        return list(self._outputs)
+
+    @property
+    def record(self) -> RunRecord:
+        """The run record; drains any outputs not yet read (they are dropped)."""
+        if self._record is None:
+            for _ in self._outputs:
+                pass
+            self._record = self._finish()
+        return self._record
+
+    def close(self) -> None:
+        """Stop the run if it is still going and release everything it holds."""
+        self._close()
+
+
+class Engine(Protocol):
+    """Anything that can run a pipeline over a source."""
+
+    name: str
+
+    def run(self, pipeline: Pipeline, source: Iterable[Any], options: RunOptions) -> RunResult:
+        """Start running and return at once; outputs stream from the result."""
+        ...
+
+
+def get_engine(name: str) -> Engine:
+    """The engine registered as ``name`` (``local``; ``ray`` once its extra is installed)."""
+    if name == "local":
+        from fitwork.engine.local import LocalEngine
+
+        return LocalEngine()
+    raise UnitDefinitionError(f"engine {name!r} is unknown; the engines are: local")

@@ -1,0 +1,124 @@
+"""Frames on the wire: small ones inline in a datagram, large ones through a shared-memory file.
+
+Pickle protocol 5 hands over every buffer of 1 MiB or more (numpy arrays) out of band.  When
+a frame is large, the sender writes the pickle stream and those buffers, 64-byte aligned, into
+one file under ``/dev/shm`` and sends only its name.  The receiver maps the file privately,
+unlinks it at once, and rebuilds the arrays as views of the mapping: one copy in total,
+against the three or four of pickling through a pipe::
+
+    sender                       /dev/shm/fitwork-<run>-<pid>-<n>            receiver
+    pickle5 ──inline bytes──▶ [header | pickle stream | buf 0 | buf 1 …] ──mmap──▶ views
+
+Every file name starts with the run's prefix, so the driver can sweep whatever a killed
+process left behind.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import pickle
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any
+
+INLINE_LIMIT = 64 * 1024
+OUT_OF_BAND_MIN = 1 << 20
+_ALIGN = 64
+_INLINE, _SPILLED = b"I", b"S"
+_HEADER = struct.Struct("<QQ")
+
+
+def shm_dir() -> Path:
+    """Where shared-memory files live: ``/dev/shm`` on Linux, the temp dir elsewhere."""
+    path = Path("/dev/shm")
+    return path if path.is_dir() and os.access(path, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def _aligned(offset: int) -> int:
+    return (offset + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class Wire:
+    """Encodes and decodes frames for one run; ``prefix`` names its shared-memory files."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.directory = shm_dir()
+        self._counter = itertools.count()
+
+    def dumps(self, obj: Any) -> tuple[bytes, int]:
+        """The datagram for ``obj`` and the number of bytes it moves in all."""
+        buffers: list[pickle.PickleBuffer] = []
+
+        def keep_inline(buffer: pickle.PickleBuffer) -> bool:
+            if buffer.raw().nbytes >= OUT_OF_BAND_MIN:
+                buffers.append(buffer)
+                return False
+            return True
+
+        stream = pickle.dumps(obj, protocol=5, buffer_callback=keep_inline)
+        if not buffers and len(stream) < INLINE_LIMIT:
+            return _INLINE + stream, len(stream) + 1
+        return self._spill(stream, [b.raw() for b in buffers])
+
+    def _spill(self, stream: bytes, raws: list[memoryview]) -> tuple[bytes, int]:
+        name = f"{self.prefix}-{os.getpid()}-{next(self._counter)}"
+        sizes = [raw.nbytes for raw in raws]
+        header = _HEADER.pack(len(stream), len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
+        offset = _aligned(len(header) + len(stream))
+        fd = os.open(self.directory / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            _write_all(fd, header + stream)
+            for raw in raws:
+                os.lseek(fd, offset, os.SEEK_SET)
+                _write_all(fd, raw)
+                offset = _aligned(offset + raw.nbytes)
+            os.ftruncate(fd, max(offset, 1))
+        finally:
+            os.close(fd)
+        return _SPILLED + name.encode(), offset
+
+    def loads(self, data: bytes) -> Any:
+        """The object a datagram from `dumps` carries; a spilled file is unlinked here."""
+        if data[:1] == _INLINE:
+            return pickle.loads(memoryview(data)[1:])
+        path = self.directory / data[1:].decode()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            view = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        memory = memoryview(view)
+        stream_len, count = _HEADER.unpack_from(memory, 0)
+        sizes = struct.unpack_from(f"<{count}Q", memory, _HEADER.size)
+        start = _HEADER.size + 8 * count
+        stream = memory[start:start + stream_len]
+        offset, buffers = _aligned(start + stream_len), []
+        for size_i in sizes:
+            buffers.append(memory[offset:offset + size_i])
+            offset = _aligned(offset + size_i)
+        return pickle.loads(stream, buffers=buffers)
+
+    def sweep(self) -> int:
+        """Remove every file of this run still present; returns how many there were."""
+        removed = 0
+        for path in self.directory.glob(f"{self.prefix}-*"):
+            try:
+                path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

@@ -1,0 +1,512 @@
+"""Read run inputs (JSON Lines, CSV, a directory, Parquet) and write run outputs."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import datetime
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path, PurePath
+from types import ModuleType, TracebackType
+from typing import IO, Any
+
+import numpy as np
+
+from fitwork.errors import InputError
+
+__all__ = ["OutputWriter", "count_items", "open_writer", "read_items"]
+
+PARQUET_EXTRA = "install the parquet extra: pip install 'fitwork[parquet]'"
+PARQUET_BATCH_ROWS = 10_000
+FLUSH_EVERY = 100
+_READ_BATCH_ROWS = 1_024
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _one_line(text: object) -> str:
+    """Any message squeezed onto one line, so an error stays a single line."""
+    return _WHITESPACE.sub(" ", str(text)).strip()
+
+
+def _os_reason(exc: OSError) -> str:
+    """The readable part of an OS error ("permission denied"), without the path."""
+    reason = exc.strerror or type(exc).__name__
+    return _one_line(reason).lower()
+
+
+def _import_pyarrow(place: str) -> tuple[ModuleType, ModuleType]:
+    """`pyarrow` and `pyarrow.parquet`, or an InputError naming the place and the extra."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise InputError(
+            f"{place}: Parquet needs pyarrow, which is missing; {PARQUET_EXTRA}"
+        ) from exc
+    return pyarrow, pyarrow.parquet
+
+
+def _format(path: Path) -> str:
+    """Which reader or writer a file path gets, from its suffix: "csv", "parquet" or "jsonl"."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "csv"
+    if suffix == ".parquet":
+        return "parquet"
+    return "jsonl"
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _stat_input(path: Path, place: str) -> os.stat_result:
+    """The input's stat, or an InputError that says why it cannot be used."""
+    try:
+        return path.stat()
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise InputError(f"{place}: no such file or directory; check the --input path") from exc
+    except PermissionError as exc:
+        raise InputError(
+            f"{place}: permission denied; make it readable (chmod) or point --input elsewhere"
+        ) from exc
+    except OSError as exc:
+        raise InputError(
+            f"{place}: cannot access ({_os_reason(exc)}); check the --input path"
+        ) from exc
+
+
+def read_items(path: str | Path) -> Iterator[Any]:
+    """Stream the items of a run input, one at a time.
+
+    JSON Lines (any file that is not ``.csv``/``.parquet``) yields each non-blank line's value;
+    CSV yields each row as a dict of strings; a directory yields the path of each visible regular
+    file in it, sorted; Parquet yields each row as a dict. The path is checked now; bad content
+    raises `InputError` when iteration reaches it, after the items before it were yielded.
+    """
+    path = Path(path)
+    place = f"input {path}"
+    info = _stat_input(path, place)
+    if stat.S_ISDIR(info.st_mode):
+        return _read_directory(path, place)
+    fmt = _format(path)
+    if fmt == "csv":
+        return _read_csv(path, place)
+    if fmt == "parquet":
+        pyarrow, parquet = _import_pyarrow(place)
+        return _read_parquet(path, place, pyarrow, parquet)
+    return _read_jsonl(path, place)
+
+
+def _open_input(path: Path, place: str, **kwargs: Any) -> IO[Any]:
+    """Open an input file, turning OS errors into one-line InputErrors."""
+    mode = kwargs.pop("mode", "rb")
+    try:
+        return open(path, mode, **kwargs)
+    except FileNotFoundError as exc:
+        raise InputError(f"{place}: no such file or directory; check the --input path") from exc
+    except PermissionError as exc:
+        raise InputError(
+            f"{place}: permission denied; make it readable (chmod) or point --input elsewhere"
+        ) from exc
+    except IsADirectoryError as exc:
+        raise InputError(
+            f"{place}: is a directory, expected a file; check the --input path"
+        ) from exc
+    except OSError as exc:
+        raise InputError(
+            f"{place}: cannot open ({_os_reason(exc)}); check the --input path"
+        ) from exc
+
+
+def _read_error(place: str, exc: OSError) -> InputError:
+    """An InputError for an OS error hit part way through reading a file."""
+    return InputError(f"{place}: read failed ({_os_reason(exc)}); check the file and the disk")
+
+
+def _read_jsonl(path: Path, place: str) -> Iterator[Any]:
+    """Each non-blank line's JSON value; the error for a bad line names its 1-based number."""
+    with _open_input(path, place) as handle:
+        number = 0
+        while True:
+            try:
+                raw = handle.readline()
+            except OSError as exc:
+                raise _read_error(place, exc) from exc
+            if not raw:
+                return
+            number += 1
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{place}:{number}: not valid UTF-8 (byte {exc.start + 1}); "
+                    "save the file as UTF-8 or fix that line"
+                ) from exc
+            if not text.strip():
+                continue
+            try:
+                item = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    f"{place}:{number}: invalid JSON ({_one_line(exc.msg)} at column {exc.colno}); "
+                    "fix or remove that line"
+                ) from exc
+            yield item
+
+
+def _read_csv(path: Path, place: str) -> Iterator[dict[str, str]]:
+    """Each CSV row as a dict keyed by the header row; values stay strings."""
+    with _open_input(path, place, mode="r", encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise InputError(
+                    f"{place}: empty CSV, no header row; put the column names on the first line"
+                )
+            _check_header(header, place)
+            width = len(header)
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) != width:
+                    raise InputError(
+                        f"{place}:{reader.line_num}: row has {len(row)} fields but the header has "
+                        f"{width}; make every row match the header (quote fields that hold commas)"
+                    )
+                yield dict(zip(header, row, strict=True))
+        except csv.Error as exc:
+            raise InputError(
+                f"{place}:{reader.line_num}: malformed CSV ({_one_line(exc)}); fix that row"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"{place}: not valid UTF-8 near line {reader.line_num + 1}; save the file as UTF-8"
+            ) from exc
+        except OSError as exc:
+            raise _read_error(place, exc) from exc
+
+
+def _check_header(header: list[str], place: str) -> None:
+    """Reject a header row with no names or with a name used twice."""
+    if not any(name.strip() for name in header):
+        raise InputError(
+            f"{place}:1: header row has no column names; put the column names on the first line"
+        )
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise InputError(
+                f"{place}:1: column {name!r} appears twice in the header; give each column a "
+                "unique name"
+            )
+        seen.add(name)
+
+
+def _read_directory(path: Path, place: str) -> Iterator[str]:
+    """The path of each regular, non-hidden file directly inside a directory, sorted by name."""
+    try:
+        with os.scandir(path) as entries:
+            names = sorted(
+                entry.name
+                for entry in entries
+                if not entry.name.startswith(".") and entry.is_file()
+            )
+    except PermissionError as exc:
+        raise InputError(
+            f"{place}: permission denied listing the directory; make it readable or point "
+            "--input elsewhere"
+        ) from exc
+    except OSError as exc:
+        raise InputError(
+            f"{place}: cannot list the directory ({_os_reason(exc)}); check the --input path"
+        ) from exc
+    for name in names:
+        yield str(path / name)
+
+
+def _read_parquet(
+    path: Path, place: str, pyarrow: ModuleType, parquet: ModuleType
+) -> Iterator[dict[str, Any]]:
+    """Each Parquet row as a dict, read a record batch at a time."""
+    with _open_input(path, place) as handle:
+        try:
+            reader = parquet.ParquetFile(handle)
+        except (pyarrow.ArrowException, OSError, ValueError) as exc:
+            raise InputError(
+                f"{place}: not a readable Parquet file ({_one_line(exc)}); check the file, or "
+                "rename it if it is not Parquet"
+            ) from exc
+        batches = reader.iter_batches(batch_size=_READ_BATCH_ROWS)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pyarrow.ArrowException, OSError, ValueError) as exc:
+                raise InputError(
+                    f"{place}: Parquet data is corrupt ({_one_line(exc)}); rewrite the file"
+                ) from exc
+            if batch is None:
+                return
+            yield from batch.to_pylist()
+
+
+def count_items(path: str | Path) -> int | None:
+    """How many items `read_items` will yield, where that is cheap to know; `None` if unknown.
+
+    Never raises for a bad input: `read_items` reports that, with the place and the fix.
+    """
+    path = Path(path)
+    try:
+        if path.is_dir():
+            with os.scandir(path) as entries:
+                return sum(
+                    1 for entry in entries if not entry.name.startswith(".") and entry.is_file()
+                )
+        fmt = _format(path)
+        if fmt == "parquet":
+            try:
+                import pyarrow.parquet
+            except ImportError:
+                return None
+            return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows)
+        if fmt == "csv":
+            with open(path, encoding="utf-8-sig", newline="") as handle:
+                rows = sum(1 for row in csv.reader(handle) if row)
+            return max(rows - 1, 0)
+        with open(path, "rb") as handle:
+            return sum(1 for line in handle if line.strip().lstrip(b"\xef\xbb\xbf"))
+    except Exception:
+        return None
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class OutputWriter:
+    """Where a run's outputs go; use `open_writer` to get one, and as a context manager."""
+
+    path: Path
+    count: int
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.count = 0
+        self.closed = False
+        self._place = f"output {self.path}"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                f"{self._place}: cannot create the parent directory ({_os_reason(exc)}); "
+                "check the --output path"
+            ) from exc
+
+    def _open_output(self) -> IO[Any]:
+        """Open the output file for writing, turning OS errors into one-line InputErrors."""
+        try:
+            return open(self.path, "wb")
+        except IsADirectoryError as exc:
+            raise InputError(
+                f"{self._place}: is a directory; give --output a file path"
+            ) from exc
+        except OSError as exc:
+            raise InputError(
+                f"{self._place}: cannot open for writing ({_os_reason(exc)}); "
+                "check the --output path"
+            ) from exc
+
+    def _check_open(self) -> None:
+        """Refuse a write after `close`, as a closed file does."""
+        if self.closed:
+            raise ValueError(f"{self._place}: write after close")
+
+    def write(self, item: Any) -> None:
+        """Write one output item."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Write whatever is buffered and close the file; closing twice is harmless."""
+        raise NotImplementedError
+
+    def __enter__(self) -> OutputWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class JsonLinesWriter(OutputWriter):
+    """One JSON value per line, flushed every `FLUSH_EVERY` lines so partial output survives."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self._handle = self._open_output()
+        self._unflushed = 0
+
+    def _default(self, value: Any) -> Any:
+        """Encode what `json` cannot by itself, or raise an InputError naming the type."""
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, bytes | bytearray | memoryview):
+            return base64.b64encode(bytes(value)).decode("ascii")
+        if isinstance(value, PurePath):
+            return str(value)
+        if isinstance(value, set | frozenset):
+            try:
+                return sorted(value)
+            except TypeError:
+                return list(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.asdict(value)
+        if isinstance(value, datetime.date | datetime.time):
+            return value.isoformat()
+        raise self._unencodable(f"a value of type {_type_name(value)}")
+
+    def _unencodable(self, what: str) -> InputError:
+        """The error for an output item that JSON cannot hold."""
+        return InputError(
+            f"{self._place}: item {self.count + 1}: cannot encode {what} as JSON; return "
+            "JSON-serialisable values (dict, list, str, int, float, bool, None) or write "
+            "Parquet (--output PATH.parquet)"
+        )
+
+    def write(self, item: Any) -> None:
+        """Encode one item and write it as one line."""
+        self._check_open()
+        try:
+            line = json.dumps(item, default=self._default, ensure_ascii=False)
+        except InputError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise self._unencodable(f"it ({_one_line(exc)})") from exc
+        self._handle.write(line.encode("utf-8") + b"\n")
+        self.count += 1
+        self._unflushed += 1
+        if self._unflushed >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Push written lines to the operating system now."""
+        self._handle.flush()
+        self._unflushed = 0
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._handle.flush()
+        finally:
+            self._handle.close()
+
+
+class ParquetOutputWriter(OutputWriter):
+    """Rows buffered and written as record batches of up to `PARQUET_BATCH_ROWS` rows."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self._pyarrow, self._parquet = _import_pyarrow(self._place)
+        self._handle = self._open_output()
+        self._rows: list[dict[str, Any]] = []
+        self._writer: Any = None
+        self._schema: Any = None
+        self._written = 0
+
+    def write(self, item: Any) -> None:
+        """Buffer one row (a non-dict item becomes ``{"value": item}``); write a full batch."""
+        self._check_open()
+        row = item if isinstance(item, dict) else {"value": item}
+        self._rows.append(row)
+        self.count += 1
+        if len(self._rows) >= PARQUET_BATCH_ROWS:
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        """Turn the buffered rows into one record batch and write it."""
+        rows, self._rows = self._rows, []
+        if not rows:
+            return
+        first, last = self._written + 1, self._written + len(rows)
+        span = f"rows {first}-{last}"
+        pyarrow = self._pyarrow
+        try:
+            if self._schema is None:
+                batch = pyarrow.RecordBatch.from_pylist(rows)
+            else:
+                self._check_columns(rows, span)
+                batch = pyarrow.RecordBatch.from_pylist(rows, schema=self._schema)
+        except InputError:
+            raise
+        except (pyarrow.ArrowException, TypeError, ValueError) as exc:
+            raise InputError(
+                f"{self._place}: {span}: cannot convert to Parquet ({_one_line(exc)}); give "
+                "every item the same fields with one type each, or write JSON Lines"
+            ) from exc
+        if self._writer is None:
+            self._schema = batch.schema
+            self._writer = self._parquet.ParquetWriter(self._handle, self._schema)
+        try:
+            self._writer.write_batch(batch)
+        except (pyarrow.ArrowException, OSError) as exc:
+            raise InputError(
+                f"{self._place}: {span}: write failed ({_one_line(exc)}); check the disk"
+            ) from exc
+        self._written = last
+
+    def _check_columns(self, rows: list[dict[str, Any]], span: str) -> None:
+        """Refuse fields the first batch did not have, rather than drop them silently."""
+        known = set(self._schema.names)
+        for row in rows:
+            extra = [key for key in row if key not in known]
+            if extra:
+                raise InputError(
+                    f"{self._place}: {span}: field {extra[0]!r} was not in the first "
+                    f"{PARQUET_BATCH_ROWS} rows, so the Parquet schema lacks it; give every "
+                    "item the same fields or write JSON Lines"
+                )
+
+    def close(self) -> None:
+        """Write the last batch, finish the Parquet footer and close the file."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._write_batch()
+        finally:
+            try:
+                if self._writer is None:
+                    empty = self._pyarrow.schema([])
+                    self._writer = self._parquet.ParquetWriter(self._handle, empty)
+                self._writer.close()
+            finally:
+                self._handle.close()
+
+
+def _type_name(value: object) -> str:
+    """A value's type as ``module.Name`` (just ``Name`` for builtins)."""
+    kind = type(value)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def open_writer(path: str | Path) -> OutputWriter:
+    """A writer for a run's outputs: Parquet for ``*.parquet``, JSON Lines for anything else."""
+    if _format(Path(path)) == "parquet":
+        return ParquetOutputWriter(path)
+    return JsonLinesWriter(path)

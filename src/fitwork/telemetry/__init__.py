@@ -1,0 +1,1 @@
+"""What happened in a run: worker events, the run record, and the arithmetic over them."""

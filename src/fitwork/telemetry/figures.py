@@ -1,0 +1,73 @@
+"""Pure arithmetic over telemetry: intervals, percentiles, busy fractions, utilization."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+Interval = tuple[float, float]
+
+
+def merge_intervals(intervals: Iterable[Interval], gap: float = 0.0) -> list[Interval]:
+    """Sorted, non-overlapping intervals covering the input; ones closer than ``gap`` join."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if end < start:
+            raise ValueError(f"interval ({start}, {end}) ends before it starts")
+        if merged and start - merged[-1][1] <= gap:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def covered_seconds(intervals: Iterable[Interval], window: Interval | None = None) -> float:
+    """Length of the union of ``intervals``, clipped to ``window`` when one is given."""
+    total = 0.0
+    for start, end in merge_intervals(intervals):
+        if window is not None:
+            start, end = max(start, window[0]), min(end, window[1])
+        total += max(0.0, end - start)
+    return total
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) by linear interpolation; ``None`` for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q={q} is outside 0..100")
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, and 0.0 when nothing was in the denominator."""
+    return numerator / denominator if denominator > 0 else 0.0
+
+
+def busy_fraction(busy_seconds: float, replicas: int, wall_seconds: float) -> float:
+    """Share of the replicas' time spent working: busy s / (replicas x wall s)."""
+    return ratio(busy_seconds, replicas * wall_seconds)
+
+
+def utilization(used: float, allocated: float) -> float:
+    """Fleet utilization of one resource: busy resource-seconds / allocated resource-seconds."""
+    return ratio(used, allocated)
+
+
+def bucket_series(
+    samples: Sequence[tuple[float, float]], start: float, end: float, width: float
+) -> list[tuple[float, float]]:
+    """Mean of ``(time, value)`` samples per ``width``-second bucket from ``start`` to ``end``."""
+    if width <= 0:
+        raise ValueError(f"bucket width {width} must be > 0")
+    count = max(1, math.ceil((end - start) / width))
+    sums, counts = [0.0] * count, [0] * count
+    for t, value in samples:
+        index = min(count - 1, max(0, int((t - start) / width)))
+        sums[index] += value
+        counts[index] += 1
+    return [(start + i * width, sums[i] / counts[i]) for i in range(count) if counts[i]]

@@ -1,0 +1,192 @@
+"""The run record: a JSON-serialisable account of one run, assembled from worker reports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from fitwork.telemetry.figures import busy_fraction, percentile, ratio, utilization
+
+
+class WorkerRecord(BaseModel):
+    """One worker process: what it did and when it was busy (seconds from the run's start)."""
+
+    worker_id: int
+    unit: str
+    pid: int
+    started_s: float
+    ended_s: float | None = None
+    exit_code: int | None = None
+    items_in: int = 0
+    items_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    busy_s: float = 0.0
+    cpu_s: float = 0.0
+    busy_intervals: list[tuple[float, float]] = Field(default_factory=list)
+
+
+class UnitRecord(BaseModel):
+    """One unit, summed over its replicas."""
+
+    name: str
+    kind: str
+    replicas: int
+    resources: dict[str, float]
+    batch_size: int | None = None
+    items_in: int = 0
+    items_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    busy_s: float = 0.0
+    busy_fraction: float = 0.0
+    cpu_s: float = 0.0
+    failures: int = 0
+
+
+class ResourceRecord(BaseModel):
+    """Fleet utilization of one resource: used resource-seconds over allocated ones."""
+
+    resource: str
+    allocated: float
+    allocated_s: float
+    used_s: float
+    utilization: float
+    basis: str
+
+
+class FailureRecord(BaseModel):
+    """One item that went to the dead letters."""
+
+    item: int
+    unit: str
+    error: str
+    kind: Literal["error", "poison"]
+
+
+class QueueSeries(BaseModel):
+    """Items waiting in front of each unit, sampled over time (seconds from the start)."""
+
+    times_s: list[float] = Field(default_factory=list)
+    depths: dict[str, list[int]] = Field(default_factory=dict)
+
+
+class RunRecord(BaseModel):
+    """What happened in one run, in the form every report and figure reads."""
+
+    fitwork_version: str
+    run_id: str
+    pipeline: str
+    engine: str
+    started_at: float
+    wall_s: float
+    items_in: int
+    items_completed: int
+    outputs: int
+    failures: int
+    poisoned: int
+    retries: int
+    worker_restarts: int
+    throughput: float
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    units: list[UnitRecord]
+    resources: list[ResourceRecord]
+    workers: list[WorkerRecord]
+    queue: QueueSeries
+    failed_items: list[FailureRecord] = Field(default_factory=list)
+    dead_letter: str | None = None
+
+    def unit(self, name: str) -> UnitRecord:
+        """The record of the unit called ``name``."""
+        for record in self.units:
+            if record.name == name:
+                return record
+        raise KeyError(f"run record has no unit {name!r}")
+
+    def resource(self, name: str) -> ResourceRecord:
+        """The utilization record of resource ``name`` (``cpu``, ``gpu``)."""
+        for record in self.resources:
+            if record.resource == name:
+                return record
+        raise KeyError(f"run record has no resource {name!r}")
+
+    def save(self, path: str | Path) -> None:
+        """Write the record as JSON."""
+        Path(path).write_text(self.model_dump_json(indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunRecord:
+        """Read and validate a record written by `save`."""
+        return cls.model_validate_json(Path(path).read_text())
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of a run in progress, handed to progress callbacks."""
+
+    elapsed_s: float
+    fed: int
+    completed: int
+    outputs: int
+    failures: int
+    depths: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Source items completed per second so far."""
+        return ratio(self.completed, self.elapsed_s)
+
+
+def summarize_units(
+    units: Sequence[UnitRecord], workers: Sequence[WorkerRecord], wall_s: float
+) -> list[UnitRecord]:
+    """Units with their replicas' counters summed and their busy fraction computed."""
+    summed = []
+    for base in units:
+        mine = [w for w in workers if w.unit == base.name]
+        busy = sum(w.busy_s for w in mine)
+        summed.append(base.model_copy(update={
+            "items_in": sum(w.items_in for w in mine),
+            "items_out": sum(w.items_out for w in mine),
+            "bytes_in": sum(w.bytes_in for w in mine),
+            "bytes_out": sum(w.bytes_out for w in mine),
+            "busy_s": busy,
+            "cpu_s": sum(w.cpu_s for w in mine),
+            "busy_fraction": busy_fraction(busy, base.replicas, wall_s),
+        }))
+    return summed
+
+
+def resource_utilization(units: Sequence[UnitRecord], wall_s: float) -> list[ResourceRecord]:
+    """Per resource: allocated = replicas x demand x wall; used = measured busy seconds.
+
+    CPU use is the workers' measured process CPU time (user + system), so a unit waiting
+    on I/O counts as idle cores.  GPU use, without device samples, is the busy time of the
+    units that hold a GPU share, times that share.
+    """
+    records = []
+    cpu_allocated = sum(u.replicas * u.resources.get("cpu", 0.0) for u in units)
+    if cpu_allocated:
+        used = sum(u.cpu_s for u in units)
+        records.append(ResourceRecord(
+            resource="cpu", allocated=cpu_allocated, allocated_s=cpu_allocated * wall_s,
+            used_s=used, utilization=utilization(used, cpu_allocated * wall_s),
+            basis="process CPU seconds / (cores allocated x wall seconds)"))
+    gpu_allocated = sum(u.replicas * u.resources.get("gpu", 0.0) for u in units)
+    if gpu_allocated:
+        used = sum(u.busy_s * u.resources.get("gpu", 0.0) for u in units)
+        records.append(ResourceRecord(
+            resource="gpu", allocated=gpu_allocated, allocated_s=gpu_allocated * wall_s,
+            used_s=used, utilization=utilization(used, gpu_allocated * wall_s),
+            basis="busy seconds x GPU share / (GPUs allocated x wall seconds)"))
+    return records
+
+
+def latency_figures(latencies: Sequence[float]) -> tuple[float | None, float | None]:
+    """(p50, p95) of per-item latencies in seconds."""
+    return percentile(latencies, 50), percentile(latencies, 95)

@@ -1,0 +1,136 @@
+"""`Pipeline`: units joined by channels; a chain today, stored as stages with edges for a DAG."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fitwork.errors import UnitDefinitionError
+from fitwork.workload.unit import Kind, Unit, unit
+
+if TYPE_CHECKING:
+    from fitwork.engine.base import RunResult
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class Pipeline:
+    """Units in order; each item flows from the first unit to the last.
+
+    ``context`` is an optional zero-argument callable returning a context manager that the
+    driver enters around a run, before any worker starts (start a test server, set an
+    environment variable the workers inherit).
+    """
+
+    def __init__(
+        self,
+        *units: Unit | Callable[..., Any] | Iterable[Unit | Callable[..., Any]],
+        name: str = "pipeline",
+        context: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> None:
+        flat: list[Unit | Callable[..., Any]] = []
+        for entry in units:
+            if isinstance(entry, Unit) or callable(entry):
+                flat.append(entry)
+            else:
+                flat.extend(entry)
+        if not flat:
+            raise UnitDefinitionError(f"pipeline {name!r}: needs at least one unit")
+        self.units: tuple[Unit, ...] = tuple(unit(u) for u in flat)
+        names = [u.name for u in self.units]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise UnitDefinitionError(
+                f"pipeline {name!r}: unit names must be unique, {duplicated} repeat; "
+                "pass unit(fn, name=...) to tell them apart"
+            )
+        self.name = name
+        self.context = context
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        """(upstream, downstream) stage indices; a chain links each stage to the next."""
+        return [(i, i + 1) for i in range(len(self.units) - 1)]
+
+    def unit_named(self, name: str) -> Unit:
+        """The unit called ``name``, or an error listing the names there are."""
+        for u in self.units:
+            if u.name == name:
+                return u
+        raise UnitDefinitionError(
+            f"pipeline {self.name!r} has no unit {name!r}; its units are "
+            f"{', '.join(u.name for u in self.units)}"
+        )
+
+    def with_workers(self, workers: Mapping[str, int]) -> Pipeline:
+        """A copy whose units run the given replica counts (``{unit name: replicas}``)."""
+        for name, count in workers.items():
+            self.unit_named(name)
+            if count < 1:
+                raise UnitDefinitionError(f"workers: {name}={count}: replicas must be >= 1")
+        units = [replace(u, replicas=workers.get(u.name, u.replicas)) for u in self.units]
+        return Pipeline(units, name=self.name, context=self.context)
+
+    def run_context(self) -> AbstractContextManager[Any]:
+        """The driver-side context to enter around a run (a no-op if none was given)."""
+        return self.context() if self.context else contextlib.nullcontext()
+
+    def serial(self, source: Iterable[Any]) -> Iterator[Any]:
+        """Run every unit in this process, one item at a time: the reference semantics."""
+        callables = [u.instantiate() for u in self.units]
+
+        def apply(index: int, item: Any) -> Iterator[Any]:
+            if index == len(self.units):
+                yield item
+                return
+            u, fn = self.units[index], callables[index]
+            result = fn([item])[0] if u.batch_size else fn(item)
+            if inspect.isawaitable(result):
+                result = asyncio.run(_awaited(result))
+            if u.kind is Kind.MAP:
+                yield from apply(index + 1, result)
+            elif u.kind is Kind.FILTER:
+                if result:
+                    yield from apply(index + 1, item)
+            else:
+                for child in result:
+                    yield from apply(index + 1, child)
+
+        for item in source:
+            yield from apply(0, item)
+
+    def run(
+        self,
+        source: Iterable[Any],
+        *,
+        engine: str = "local",
+        workers: Mapping[str, int] | None = None,
+        ordered: bool = False,
+        dead_letter: str | Path | None = None,
+        max_failures: int | None = None,
+        max_attempts: int = 3,
+        **options: Any,
+    ) -> RunResult:
+        """Run the pipeline over ``source``; iterate the result for outputs, read ``.record``."""
+        from fitwork.engine import RunOptions, get_engine
+
+        pipeline = self.with_workers(workers) if workers else self
+        run_options = RunOptions(
+            ordered=ordered,
+            dead_letter=Path(dead_letter) if dead_letter else None,
+            max_failures=max_failures,
+            max_attempts=max_attempts,
+            **options,
+        )
+        return get_engine(engine).run(pipeline, source, run_options)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({' -> '.join(u.name for u in self.units)}, name={self.name!r})"
