@@ -307,7 +307,7 @@ class _LocalRun:
             except BlockingIOError:
                 return
             self.last_activity = time.monotonic()
-            message = self.wire.loads(data)
+            message, _ = self.wire.loads(data)
             handle = self.handles.get(message[1])
             if handle is None:
                 continue
@@ -354,7 +354,7 @@ class _LocalRun:
             if data is None:
                 return
             self.last_activity = time.monotonic()
-            _, records = self.wire.loads(data)
+            (_, records), _ = self.wire.loads(data)
             for src, gen, path, weight, _, value in records:
                 pending = self.pending.get(src)
                 if pending is None:

@@ -81,10 +81,13 @@ class Wire:
             os.close(fd)
         return _SPILLED + name.encode(), offset
 
-    def loads(self, data: bytes) -> Any:
-        """The object a datagram from `dumps` carries; a spilled file is unlinked here."""
+    def loads(self, data: bytes) -> tuple[Any, int]:
+        """The object a datagram from `dumps` carries, and the bytes it moved.
+
+        A spilled file is mapped and unlinked here; arrays in it are views of the mapping.
+        """
         if data[:1] == _INLINE:
-            return pickle.loads(memoryview(data)[1:])
+            return pickle.loads(memoryview(data)[1:]), len(data)
         path = self.directory / data[1:].decode()
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -103,7 +106,7 @@ class Wire:
         for size_i in sizes:
             buffers.append(memory[offset:offset + size_i])
             offset = _aligned(offset + size_i)
-        return pickle.loads(stream, buffers=buffers)
+        return pickle.loads(stream, buffers=buffers), size
 
     def sweep(self) -> int:
         """Remove every file of this run still present; returns how many there were."""

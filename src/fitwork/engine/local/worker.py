@@ -41,6 +41,7 @@ from fitwork.workload.unit import Kind, Unit
 
 Record = tuple[int, int, tuple[int, ...], int, int, Any]
 _MERGE_GAP = 0.001
+FRAME_BYTES = 4 << 20
 _INPUT_LIMIT = 16 * 1024
 _TRACE_LIMIT = 8 * 1024
 
@@ -145,16 +146,19 @@ class Worker:
             return None
         if data == STOP:
             return STOP
-        frame_id, records = self.wire.loads(data)
+        (frame_id, records), size = self.wire.loads(data)
         self.send(("took", self.spec.worker_id, frame_id, [(r[0], r[1]) for r in records]))
         self.items_in += len(records)
-        self.bytes_in += len(data)
+        self.bytes_in += size
         return frame_id, records
 
     def emit(self, record: Record) -> None:
         """Queue one output; send a frame once the downstream's frame size is reached."""
         self.out.append(record)
-        if len(self.out) >= max(1, self.spec.hints[self.spec.stage + 1]):
+        limit = self.spec.hints[self.spec.stage + 1]
+        if self.items_out:  # keep frames near FRAME_BYTES whatever the items weigh
+            limit = min(limit, int(FRAME_BYTES * self.items_out / max(1, self.bytes_out)))
+        if len(self.out) >= max(1, limit):
             self.flush()
 
     def flush(self) -> None:
@@ -173,7 +177,7 @@ class Worker:
 
     def settle(self, record: Record, result: Any) -> None:
         """Turn one call's result into outputs and returned weight, by the unit's kind."""
-        src, gen, path, weight, attempt, value = record
+        src, gen, path, weight, attempt, _ = record
         kind = self.unit.kind
         if kind is Kind.MAP:
             self.emit((src, gen, path, weight, attempt, result))

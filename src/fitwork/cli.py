@@ -1,0 +1,96 @@
+"""The `fitwork` command: parses arguments, calls the library, renders; nothing more."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from fitwork import __version__
+from fitwork.errors import FitworkError
+
+
+def _parse_workers(values: tuple[str, ...]) -> dict[str, int]:
+    workers: dict[str, int] = {}
+    for value in values:
+        name, sep, count = value.partition("=")
+        if not sep or not name or not count.isdigit() or int(count) < 1:
+            raise click.BadParameter(f"{value!r}: write UNIT=N with N >= 1, e.g. decode=2",
+                                     param_hint="--workers")
+        workers[name] = int(count)
+    return workers
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fitwork")
+def main() -> None:
+    """fitwork: break a workload into units, fit them to the hardware, run, and measure."""
+
+
+@main.command()
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE")
+@click.option("--input", "input_path", required=True, type=click.Path(path_type=Path),
+              help="JSON Lines, CSV, Parquet, or a directory (one item per file).")
+@click.option("--output", "output_path", required=True, type=click.Path(path_type=Path),
+              help="Where outputs go: JSON Lines, or Parquet by the .parquet suffix.")
+@click.option("--workers", "-w", multiple=True, metavar="UNIT=N",
+              help="Replicas of a unit; repeat for several units.")
+@click.option("--ordered", is_flag=True, help="Write outputs in input order.")
+@click.option("--dead-letter", type=click.Path(path_type=Path),
+              help="JSONL file for failed items [default: OUTPUT.dead-letters.jsonl].")
+@click.option("--record", "record_path", type=click.Path(path_type=Path),
+              help="Write the run record (JSON) here.")
+@click.option("--max-failures", type=int, default=None,
+              help="Stop the run once more items than this have failed.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[str, ...],
+        ordered: bool, dead_letter: Path | None, record_path: Path | None,
+        max_failures: int | None, quiet: bool) -> None:
+    """Run a pipeline over an input file on this host."""
+    from fitwork.io import count_items, open_writer, read_items
+    from fitwork.report.terminal import ProgressView, summary
+    from fitwork.workload.loader import load_pipeline
+
+    console = Console(stderr=True)
+    replicas = _parse_workers(workers)
+    try:
+        pipeline = load_pipeline(pipeline_ref)
+        if replicas:
+            pipeline = pipeline.with_workers(replicas)
+        items = read_items(input_path)
+        dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
+        view = ProgressView(console, None if quiet else count_items(input_path), pipeline.name)
+        with open_writer(output_path) as writer, view if not quiet else _Null() as live:
+            result = pipeline.run(items, ordered=ordered, dead_letter=dead_letter,
+                                  max_failures=max_failures,
+                                  progress=live if not quiet else None)
+            with result:
+                for output in result:
+                    writer.write(output)
+        record = result.record
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]: workers stopped; outputs so far are in "
+                      f"{output_path}")
+        sys.exit(130)
+    except FitworkError as exc:
+        console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
+        sys.exit(1)
+    if record_path:
+        record.save(record_path)
+    console.print(summary(record))
+    console.print(f"wrote {writer.count:,} outputs to {output_path}"
+                  + (f", run record to {record_path}" if record_path else ""))
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()

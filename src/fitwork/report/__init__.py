@@ -1,0 +1,1 @@
+"""Renderings of run records: terminal tables now; HTML and Prometheus later."""

@@ -1,0 +1,78 @@
+"""Rich renderings for the terminal: a live progress bar and the end-of-run summary."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from fitwork.telemetry.record import Progress as RunProgress
+from fitwork.telemetry.record import RunRecord
+
+
+class ProgressView:
+    """A progress bar with items/s and the queue in front of each unit; feed it snapshots."""
+
+    def __init__(self, console: Console, total: int | None, label: str) -> None:
+        self.bar = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+            MofNCompleteColumn(), TextColumn("{task.fields[rate]:>9.1f} items/s"),
+            TimeElapsedColumn(), TextColumn("[dim]{task.fields[queues]}"),
+            console=console, transient=False,
+        )
+        self.task = self.bar.add_task(label, total=total, rate=0.0, queues="")
+
+    def __enter__(self) -> ProgressView:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def __call__(self, snapshot: RunProgress) -> None:
+        queues = " ".join(f"{name}:{depth}" for name, depth in snapshot.depths.items())
+        self.bar.update(self.task, completed=snapshot.completed, rate=snapshot.rate,
+                        queues=f"queued {queues}" if queues else "")
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:5.1f}%"
+
+
+def summary(record: RunRecord) -> Group:
+    """The end-of-run summary: headline figures, one row per unit, one per resource."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    latency = (f"p50 {record.latency_p50_s * 1000:.1f} ms, p95 {record.latency_p95_s * 1000:.1f} ms"
+               if record.latency_p50_s is not None and record.latency_p95_s is not None else "-")
+    head.add_row("throughput", f"{record.throughput:,.1f} items/s "
+                 f"({record.items_completed:,} items in {record.wall_s:.2f} s, "
+                 f"{record.outputs:,} outputs)")
+    head.add_row("latency", latency)
+    head.add_row("failures", f"{record.failures} ({record.poisoned} poison), "
+                 f"{record.retries} retried, {record.worker_restarts} workers replaced"
+                 + (f"; dead letters: {record.dead_letter}"
+                    if record.failures and record.dead_letter else ""))
+
+    units = Table(title="units", title_justify="left")
+    for column in ("unit", "kind", "replicas", "items in", "items out", "busy", "cpu s"):
+        units.add_column(column, justify="left" if column in ("unit", "kind") else "right")
+    for u in record.units:
+        units.add_row(u.name, u.kind, str(u.replicas), f"{u.items_in:,}", f"{u.items_out:,}",
+                      _pct(u.busy_fraction), f"{u.cpu_s:.2f}")
+
+    resources = Table(title="resources (fleet utilization)", title_justify="left")
+    for column in ("resource", "allocated", "used s", "allocated s", "utilization"):
+        resources.add_column(column, justify="left" if column == "resource" else "right")
+    for r in record.resources:
+        resources.add_row(r.resource, f"{r.allocated:g}", f"{r.used_s:.2f}",
+                          f"{r.allocated_s:.2f}", _pct(r.utilization))
+    return Group(head, units, resources)

@@ -1,0 +1,163 @@
+"""The engine contract: every engine must pass these, item for item."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter as Multiset
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fitwork import Pipeline, TooManyFailures
+from tests.engine import units as u
+
+
+def run_all(pipeline: Pipeline, items: list, engine: str, **options) -> tuple[list, object]:
+    with pipeline.run(items, engine=engine, **options) as result:
+        outputs = list(result)
+    return outputs, result.record
+
+
+def test_outputs_equal_a_serial_run(engine: str) -> None:
+    pipeline = Pipeline(u.double, u.multiple_of_three, u.explode, u.tag_batch)
+    items = list(range(500))
+    outputs, record = run_all(pipeline, items, engine, workers={"double": 2, "explode": 2})
+    expected = list(pipeline.serial(items))
+    assert Multiset(outputs) == Multiset(expected)
+    assert record.items_completed == 500
+    assert record.outputs == len(expected)
+
+
+def test_ordered_restores_input_order(engine: str) -> None:
+    pipeline = Pipeline(u.jitter, u.explode)
+    items = list(range(200))
+    outputs, _ = run_all(pipeline, items, engine, workers={"jitter": 3}, ordered=True)
+    assert outputs == list(pipeline.serial(items))
+
+
+def test_unordered_is_the_default_and_loses_nothing(engine: str) -> None:
+    pipeline = Pipeline(u.jitter)
+    outputs, _ = run_all(pipeline, list(range(200)), engine, workers={"jitter": 3})
+    assert sorted(outputs) == list(range(200))
+
+
+def test_batches_fill_to_the_batch_size(engine: str) -> None:
+    outputs, _ = run_all(Pipeline(u.batch_sizes), list(range(64)), engine)
+    assert sorted(x for x, _ in outputs) == list(range(64))
+    assert {size for _, size in outputs} == {8}
+
+
+def test_batches_close_at_the_wait_limit(engine: str) -> None:
+    def trickle():
+        for i in range(12):
+            time.sleep(0.03)
+            yield i
+
+    with Pipeline(u.quick_batches).run(trickle(), engine=engine) as result:
+        outputs = list(result)
+    assert sorted(x for x, _ in outputs) == list(range(12))
+    assert max(size for _, size in outputs) < 8
+
+
+def test_flat_map_and_filter(engine: str) -> None:
+    pipeline = Pipeline(u.multiple_of_three, u.explode)
+    items = list(range(300))
+    outputs, record = run_all(pipeline, items, engine)
+    assert Multiset(outputs) == Multiset(pipeline.serial(items))
+    assert record.unit("multiple_of_three").items_out == 100
+    assert record.items_completed == 300
+
+
+def test_failures_go_to_dead_letters_and_the_run_continues(engine: str, tmp_path: Path) -> None:
+    dead = tmp_path / "dead.jsonl"
+    outputs, record = run_all(Pipeline(u.fail_on_sevens), list(range(100)), engine,
+                              dead_letter=dead)
+    assert sorted(outputs) == [x for x in range(100) if x % 7]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert sorted(letter["input"] for letter in letters) == list(range(0, 100, 7))
+    first = letters[0]
+    assert first["unit"] == "fail_on_sevens"
+    assert first["error"].startswith("ValueError: seven divides")
+    assert "Traceback" in first["traceback"]
+    assert {"item", "unit", "error", "traceback", "input"} <= set(first)
+    assert record.failures == 15
+
+
+def test_max_failures_stops_the_run(engine: str, tmp_path: Path) -> None:
+    with (pytest.raises(TooManyFailures, match="max_failures=3"),
+          Pipeline(u.fail_on_sevens).run(range(1000), engine=engine, max_failures=3,
+                                          dead_letter=tmp_path / "dead.jsonl") as result):
+        list(result)
+
+
+def test_kill_9_of_a_random_worker_loses_and_duplicates_nothing(engine: str) -> None:
+    pipeline = Pipeline(u.slow_identity, u.slow_square, u.explode)
+    items = list(range(600))
+    outputs = []
+    rng = random.Random(7)
+    killed = []
+    with pipeline.run(items, engine=engine,
+                      workers={"slow_identity": 2, "slow_square": 2}) as result:
+        for output in result:
+            outputs.append(output)
+            if len(outputs) in (60, 200):
+                victim = rng.choice(psutil.Process().children())
+                killed.append(victim.pid)
+                victim.kill()
+    assert len(killed) == 2
+    assert Multiset(outputs) == Multiset(pipeline.serial(items))
+    assert result.record.worker_restarts >= 2
+
+
+def test_a_poison_item_is_dead_lettered_after_max_attempts(engine: str, tmp_path: Path) -> None:
+    dead = tmp_path / "dead.jsonl"
+    outputs, record = run_all(Pipeline(u.die_on_13), list(range(60)), engine,
+                              dead_letter=dead, max_attempts=3)
+    assert sorted(outputs) == [x for x in range(60) if x != 13]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [(d["input"], d["kind"]) for d in letters] == [(13, "poison")]
+    assert "SIGKILL" in letters[0]["error"]
+    assert record.poisoned == 1
+    assert record.worker_restarts == 3
+
+
+def test_large_arrays_cross_intact(engine: str) -> None:
+    outputs, record = run_all(Pipeline(u.make_array, u.array_sum), list(range(20)), engine)
+    assert sorted(outputs) == [300_000.0 * x for x in range(20)]
+    assert record.unit("array_sum").bytes_in >= 20 * 300_000 * 8
+
+
+def test_io_units_run_calls_concurrently(engine: str) -> None:
+    outputs, _ = run_all(Pipeline(u.concurrent_sleep), list(range(32)), engine)
+    assert sorted(x for x, _ in outputs) == list(range(32))
+    assert max(peak for _, peak in outputs) >= 4
+
+
+def test_async_units(engine: str) -> None:
+    outputs, _ = run_all(Pipeline(u.async_double), list(range(50)), engine)
+    assert sorted(outputs) == [2 * x for x in range(50)]
+
+
+def test_class_units_are_built_once_per_replica(engine: str) -> None:
+    outputs, _ = run_all(Pipeline(u.Counter), list(range(200)), engine)
+    assert sorted(x for x, _ in outputs) == list(range(200))
+    assert len({token for _, token in outputs}) == 2
+
+
+def test_the_record_accounts_for_the_run(engine: str) -> None:
+    pipeline = Pipeline(u.slow_identity, u.double)
+    _, record = run_all(pipeline, list(range(200)), engine)
+    assert record.items_in == record.items_completed == record.outputs == 200
+    identity = record.unit("slow_identity")
+    assert identity.items_in == identity.items_out == 200
+    assert 0.0 < identity.busy_fraction <= 1.0
+    assert identity.busy_s >= 200 * 0.002 * 0.9
+    cpu = record.resource("cpu")
+    assert cpu.allocated == 2 and 0.0 < cpu.utilization <= 1.0
+    assert record.latency_p50_s is not None and record.latency_p50_s <= record.latency_p95_s
+    assert len(record.queue.times_s) == len(record.queue.depths["double"])
+    assert all(w.busy_intervals for w in record.workers if w.unit == "slow_identity")
+    json.loads(record.model_dump_json())

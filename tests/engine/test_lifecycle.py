@@ -1,0 +1,93 @@
+"""Contract tests about what a run leaves behind: processes, shared memory, bounded memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+from fitwork import Pipeline
+from fitwork.engine.local.wire import shm_dir
+from tests.engine import units as u
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fitwork_segments() -> set[str]:
+    return {p.name for p in shm_dir().glob("fitwork-*")}
+
+
+def segment_size(name: str) -> int:
+    try:
+        return (shm_dir() / name).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str) -> None:
+    before = fitwork_segments()
+    script = textwrap.dedent(f"""
+        import psutil, sys
+        from fitwork import Pipeline
+        from tests.engine import units as u
+        pipeline = Pipeline(u.make_array, u.pass_array, u.slow_array)
+        with pipeline.run(range(10_000), engine={engine!r},
+                          workers={{"pass_array": 2}}) as result:
+            for i, _ in enumerate(result):
+                if i == 3:
+                    pids = [p.pid for p in psutil.Process().children(recursive=True)]
+                    print(" ".join(map(str, pids)), flush=True)
+    """)
+    driver = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert driver.stdout is not None
+    line = driver.stdout.readline()
+    pids = [int(pid) for pid in line.split()]
+    assert len(pids) >= 3, driver.stderr.read() if driver.stderr else line
+    time.sleep(0.3)  # let frames pile up in shared memory
+    assert fitwork_segments() - before, "the run should have had arrays in shared memory"
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=30)
+    assert driver.returncode != 0
+    assert "KeyboardInterrupt" in err
+    time.sleep(0.2)
+    alive = [pid for pid in pids if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    assert fitwork_segments() - before == set()
+
+
+def test_memory_stays_bounded_with_a_slow_sink(engine: str) -> None:
+    pulled = [0]
+
+    def source():
+        for i in range(100_000):
+            pulled[0] += 1
+            yield i
+
+    before = fitwork_segments()
+    peak_shm = 0
+    peak_ahead = 0
+    consumed = 0
+    with Pipeline(u.make_array, u.pass_array).run(source(), engine=engine) as result:
+        for array in result:
+            assert array.shape == (300_000,)
+            consumed += 1
+            time.sleep(0.01)
+            shm = sum(segment_size(name) for name in fitwork_segments() - before)
+            peak_shm = max(peak_shm, shm)
+            peak_ahead = max(peak_ahead, pulled[0] - consumed)
+            if consumed == 150:
+                break
+    print(f"source ahead of the sink by at most {peak_ahead} items, {peak_shm >> 20} MiB")
+    # Unbounded, the source would run far ahead (100k items, 240 GB of arrays).
+    assert peak_ahead < 1_000, peak_ahead
+    assert peak_shm < 200 << 20, peak_shm
+    assert fitwork_segments() - before == set()

@@ -1,0 +1,132 @@
+"""Module-level units for the engine contract suite (importable by every engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from fitwork import unit
+
+
+@unit
+def double(x: int) -> int:
+    return x * 2
+
+
+@unit(kind="filter")
+def multiple_of_three(x: int) -> bool:
+    return x % 3 == 0
+
+
+@unit
+def explode(x: int) -> Any:
+    for i in range(x % 4):
+        yield (x, i)
+
+
+@unit(batch_size=8, batch_wait=0.02)
+def tag_batch(batch: list[Any]) -> list[Any]:
+    return [("tagged", item) for item in batch]
+
+
+@unit
+def jitter(x: int) -> int:
+    time.sleep((x * 7919 % 13) / 4000)
+    return x
+
+
+@unit(batch_size=8, batch_wait=5.0)
+def batch_sizes(batch: list[int]) -> list[tuple[int, int]]:
+    return [(x, len(batch)) for x in batch]
+
+
+@unit(batch_size=8, batch_wait=0.01)
+def quick_batches(batch: list[int]) -> list[tuple[int, int]]:
+    return [(x, len(batch)) for x in batch]
+
+
+@unit
+def fail_on_sevens(x: int) -> int:
+    if x % 7 == 0:
+        raise ValueError(f"seven divides {x}")
+    return x
+
+
+@unit
+def slow_identity(x: int) -> int:
+    time.sleep(0.002)
+    return x
+
+
+@unit
+def slow_square(x: int) -> int:
+    time.sleep(0.002)
+    return x * x
+
+
+@unit
+def die_on_13(x: int) -> int:
+    if x == 13:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+@unit
+def make_array(x: int) -> np.ndarray:
+    return np.full(300_000, x, dtype=np.float64)  # 2.4 MB: travels through shared memory
+
+
+@unit
+def array_sum(a: np.ndarray) -> float:
+    return float(a.sum())
+
+
+_lock = threading.Lock()
+_active = [0, 0]
+
+
+@unit(io=8)
+def concurrent_sleep(x: int) -> tuple[int, int]:
+    with _lock:
+        _active[0] += 1
+        _active[1] = max(_active[1], _active[0])
+    time.sleep(0.05)
+    with _lock:
+        _active[0] -= 1
+        peak = _active[1]
+    return x, peak
+
+
+@unit
+async def async_double(x: int) -> int:
+    await asyncio.sleep(0.01)
+    return x * 2
+
+
+@unit(replicas=2)
+class Counter:
+    """A class unit: instantiated once per replica."""
+
+    def __init__(self) -> None:
+        self.token = f"{os.getpid()}-{id(self)}"
+
+    def __call__(self, x: int) -> tuple[int, str]:
+        time.sleep(0.001)
+        return x, self.token
+
+
+@unit
+def pass_array(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+@unit
+def slow_array(a: np.ndarray) -> float:
+    time.sleep(0.05)
+    return float(a[0])
