@@ -1,0 +1,174 @@
+"""The `fitwork` command, run for real in a subprocess on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fitwork import RunRecord
+
+PIPELINE = textwrap.dedent("""
+    from fitwork import Pipeline, unit
+
+    @unit
+    def parse(row):
+        return int(row["n"]) if isinstance(row, dict) else int(row)
+
+    @unit(kind="filter")
+    def odd(n):
+        return n % 2 == 1
+
+    @unit(batch_size=4)
+    def square(batch):
+        return [{"n": n, "square": n * n} for n in batch]
+
+    pipeline = Pipeline(parse, odd, square, name="squares")
+
+    @unit
+    def size(path):
+        return len(open(path, "rb").read())
+
+    sizes = Pipeline(size, name="sizes")
+
+    @unit
+    def slow(n):
+        import time
+        time.sleep(0.05)
+        return n
+
+    sleepy = Pipeline(slow, name="sleepy")
+""")
+
+
+def fitwork(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fitwork.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "squares.py").write_text(PIPELINE)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(50)))
+    return tmp_path
+
+
+def read_jsonl(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_version_and_help() -> None:
+    version = subprocess.run([sys.executable, "-m", "fitwork.cli", "--version"],
+                             capture_output=True, text=True, check=True)
+    assert "fitwork, version" in version.stdout
+    helped = subprocess.run([sys.executable, "-m", "fitwork.cli", "run", "--help"],
+                            capture_output=True, text=True, check=True)
+    assert "--workers" in helped.stdout and "--dead-letter" in helped.stdout
+
+
+def test_import_pulls_in_no_optional_dependency() -> None:
+    code = ("import sys, fitwork, fitwork.cli\n"
+            "heavy = {'ray', 'torch', 'pyarrow', 'pynvml', 'onnxruntime'} & set(sys.modules)\n"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_run_jsonl_to_jsonl_with_record(project: Path) -> None:
+    done = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "out.jsonl",
+                   "--workers", "parse=2", "--ordered", "--record", "run.json", "-q",
+                   cwd=project)
+    assert done.returncode == 0, done.stderr
+    outputs = read_jsonl(project / "out.jsonl")
+    assert outputs == [{"n": n, "square": n * n} for n in range(1, 50, 2)]
+    record = RunRecord.load(project / "run.json")
+    assert record.items_completed == 50 and record.outputs == 25
+    assert record.unit("parse").replicas == 2
+    assert "throughput" in done.stderr and "utilization" in done.stderr
+
+
+def test_csv_input_and_parquet_output(project: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    (project / "in.csv").write_text("n\n" + "".join(f"{i}\n" for i in range(20)))
+    done = fitwork("run", "squares.py:pipeline", "--input", "in.csv", "--output", "out.parquet",
+                   "-q", cwd=project)
+    assert done.returncode == 0, done.stderr
+    table = pq.read_table(project / "out.parquet").to_pylist()
+    assert sorted(row["n"] for row in table) == list(range(1, 20, 2))
+
+
+def test_directory_input(project: Path) -> None:
+    folder = project / "files"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"{i}.bin").write_bytes(b"x" * i)
+    done = fitwork("run", "squares.py:sizes", "--input", "files", "--output", "sizes.jsonl",
+                   "-q", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert sorted(read_jsonl(project / "sizes.jsonl")) == [0, 1, 2, 3, 4]
+
+
+def test_missing_input_file(project: Path) -> None:
+    done = fitwork("run", "squares.py:pipeline", "--input", "nope.jsonl", "--output", "o.jsonl",
+                   cwd=project)
+    assert done.returncode == 1
+    assert "nope.jsonl" in done.stderr and "--input" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_malformed_json_line_names_file_and_line_and_keeps_earlier_outputs(
+        project: Path) -> None:
+    lines = [json.dumps({"n": i}) for i in range(10)] + ["{not json"]
+    (project / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    done = fitwork("run", "squares.py:pipeline", "--input", "bad.jsonl", "--output", "o.jsonl",
+                   "-q", cwd=project)
+    assert done.returncode == 1
+    error = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert len(error) == 1 and "bad.jsonl:11" in error[0], done.stderr
+    assert sorted(row["n"] for row in read_jsonl(project / "o.jsonl")) == [1, 3, 5, 7, 9]
+
+
+def test_unknown_unit_in_workers(project: Path) -> None:
+    done = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "--workers", "nosuch=2", cwd=project)
+    assert done.returncode == 1
+    assert "nosuch" in done.stderr and "parse, odd, square" in done.stderr
+
+
+def test_malformed_workers_option(project: Path) -> None:
+    done = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "--workers", "parse", cwd=project)
+    assert done.returncode == 2 and "UNIT=N" in done.stderr
+
+
+@pytest.mark.parametrize("reference, message", [
+    ("no_such_module:pipeline", "cannot import module 'no_such_module'"),
+    ("squares.py:missing", "has no attribute 'missing'"),
+    ("absent.py:pipeline", "no such file"),
+])
+def test_pipeline_reference_that_does_not_resolve(project: Path, reference: str,
+                                                  message: str) -> None:
+    done = fitwork("run", reference, "--input", "in.jsonl", "--output", "o.jsonl", cwd=project)
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ctrl_c_stops_the_cli_and_keeps_outputs(project: Path) -> None:
+    (project / "many.jsonl").write_text("".join(f"{i}\n" for i in range(2000)))
+    command = [sys.executable, "-m", "fitwork.cli", "run", "squares.py:sleepy", "--input",
+               "many.jsonl", "--output", "o.jsonl", "-q"]
+    process = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    time.sleep(2.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert "interrupted" in err
+    written = read_jsonl(project / "o.jsonl")
+    assert 0 < len(written) < 2000
