@@ -83,17 +83,17 @@ class LocalEngine:
         return _LocalRun(pipeline, source, options).start()
 
 
-@dataclass
 class _Pending:
-    """A source item fed and not yet finished."""
+    """A source item fed and not yet finished (paths and buffer appear only when needed)."""
 
-    item: Any
-    fed_at: float
-    gen: int = 0
-    attempts: int = 0
-    weight: Fraction | int = 0
-    paths: set[tuple[int, ...]] = field(default_factory=set)
-    buffered: list[tuple[tuple[int, ...], Any]] = field(default_factory=list)
+    __slots__ = ("attempts", "buffered", "fed_at", "gen", "item", "paths", "weight")
+
+    def __init__(self, item: Any, fed_at: float) -> None:
+        self.item, self.fed_at = item, fed_at
+        self.gen = self.attempts = 0
+        self.weight: Fraction | int = 0
+        self.paths: set[tuple[int, ...]] | None = None
+        self.buffered: list[tuple[tuple[int, ...], Any]] | None = None
 
 
 @dataclass
@@ -235,8 +235,9 @@ class _LocalRun:
                 self.tick()
                 if self.abort:
                     raise self.abort
-                while self.out:
-                    yield self.out.popleft()
+                if self.out:
+                    while self.out:
+                        yield self.out.popleft()
                     self.last_activity = time.monotonic()
             self.stop_workers()
             self.ended = time.monotonic()
@@ -348,7 +349,7 @@ class _LocalRun:
 
     def drain_sink(self) -> None:
         """Read every finished frame waiting in the last channel."""
-        sink = self.channels[-1]
+        sink, pending_of, ordered = self.channels[-1], self.pending, self.options.ordered
         while True:
             data = sink.get(timeout=0)
             if data is None:
@@ -356,13 +357,25 @@ class _LocalRun:
             self.last_activity = time.monotonic()
             (_, records), _ = self.wire.loads(data)
             for src, gen, path, weight, _, value in records:
-                pending = self.pending.get(src)
+                pending = pending_of.get(src)
                 if pending is None:
                     continue
-                if path not in pending.paths:
-                    pending.paths.add(path)
+                if not weight and not path and not pending.paths and gen == pending.gen:
+                    self.outputs += 1  # the common case: a 1:1 item, first delivery
+                    if ordered:
+                        pending.buffered = [(path, value)]
+                    else:
+                        self.out.append(value)
+                    self.finish_item(src)
+                    continue
+                paths = pending.paths if pending.paths is not None else set()
+                pending.paths = paths
+                if path not in paths:
+                    paths.add(path)
                     self.outputs += 1
-                    if self.options.ordered:
+                    if ordered:
+                        if pending.buffered is None:
+                            pending.buffered = []
                         pending.buffered.append((path, value))
                     else:
                         self.out.append(value)
@@ -387,7 +400,7 @@ class _LocalRun:
         self.deaths_since_progress = 0
         self.latencies.append(time.monotonic() - pending.fed_at)
         if self.options.ordered:
-            self.ready[src] = [value for _, value in sorted(pending.buffered,
+            self.ready[src] = [value for _, value in sorted(pending.buffered or (),
                                                             key=lambda pv: pv[0])]
             while self.next_emit in self.ready:
                 self.out.extend(self.ready.pop(self.next_emit))

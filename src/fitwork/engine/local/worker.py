@@ -108,6 +108,7 @@ class Worker:
         self.intervals: list[list[float]] = []
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
         self.busy_s = 0.0
+        self.limit = 1
 
     # -- talking to the driver -------------------------------------------------------------
 
@@ -152,13 +153,17 @@ class Worker:
         self.bytes_in += size
         return frame_id, records
 
-    def emit(self, record: Record) -> None:
-        """Queue one output; send a frame once the downstream's frame size is reached."""
-        self.out.append(record)
+    def frame_limit(self) -> int:
+        """Outputs per frame: the downstream's hint, kept near FRAME_BYTES per frame."""
         limit = self.spec.hints[self.spec.stage + 1]
-        if self.items_out:  # keep frames near FRAME_BYTES whatever the items weigh
+        if self.items_out:
             limit = min(limit, int(FRAME_BYTES * self.items_out / max(1, self.bytes_out)))
-        if len(self.out) >= max(1, limit):
+        return max(1, limit)
+
+    def emit(self, record: Record) -> None:
+        """Queue one output; send a frame once the frame limit is reached."""
+        self.out.append(record)
+        if len(self.out) >= self.limit:
             self.flush()
 
     def flush(self) -> None:
@@ -172,6 +177,7 @@ class Worker:
         self.items_out += len(self.out)
         self.bytes_out += size
         self.out = []
+        self.limit = self.frame_limit()
 
     # -- applying the unit -----------------------------------------------------------------
 
@@ -209,17 +215,6 @@ class Worker:
         })
         self.returns.append((src, gen, weight))
 
-    def call_one(self, fn: Callable[[Any], Any], record: Record) -> None:
-        """Run the unit on one record and settle the outcome."""
-        start = time.monotonic()
-        try:
-            result = fn(record[5])
-        except Exception as exc:
-            self.fail(record, exc, record[3])
-        else:
-            self.settle(record, result)
-        self.mark_busy(start, time.monotonic())
-
     def call_batch(self, fn: Callable[[list[Any]], Any], batch: list[Record]) -> None:
         """Run the unit on a batch; if the batch raises, retry item by item to isolate it."""
         start = time.monotonic()
@@ -254,7 +249,8 @@ class Worker:
         self.send(("final", self.spec.worker_id, self.counters(), self.intervals))
 
     def serve_plain(self, fn: Callable[[Any], Any]) -> None:
-        """One item at a time, frame by frame."""
+        """One item at a time, frame by frame; one busy interval per frame."""
+        kind = self.unit.kind
         while True:
             message = self.receive(timeout=1.0)
             if message is None:
@@ -262,8 +258,28 @@ class Worker:
             if message == STOP:
                 return
             frame_id, records = message
+            self.limit = self.frame_limit()
+            out, returns = self.out, self.returns
+            start = time.monotonic()
             for record in records:
-                self.call_one(fn, record)
+                try:
+                    result = fn(record[5])
+                except Exception as exc:
+                    self.fail(record, exc, record[3])
+                    continue
+                if kind is Kind.MAP:
+                    out.append((record[0], record[1], record[2], record[3], record[4], result))
+                elif kind is Kind.FILTER:
+                    if result:
+                        out.append(record)
+                    else:
+                        returns.append((record[0], record[1], record[3]))
+                else:
+                    self.settle(record, result)
+                if len(out) >= self.limit:
+                    self.flush()
+                    out = self.out
+            self.mark_busy(start, time.monotonic())
             self.flush()
             self.report([frame_id])
 
