@@ -112,16 +112,30 @@ def test_kill_9_of_a_random_worker_loses_and_duplicates_nothing(engine: str) -> 
     assert result.record.worker_restarts >= 2
 
 
-def test_a_poison_item_is_dead_lettered_after_max_attempts(engine: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("killer, signal_name", [(u.die_on_13, "SIGKILL"),
+                                                  (u.segfault_on_13, "SIGSEGV")])
+def test_a_poison_item_is_dead_lettered_after_max_attempts(
+        engine: str, tmp_path: Path, killer, signal_name: str) -> None:
     dead = tmp_path / "dead.jsonl"
-    outputs, record = run_all(Pipeline(u.die_on_13), list(range(60)), engine,
+    outputs, record = run_all(Pipeline(killer), list(range(60)), engine,
                               dead_letter=dead, max_attempts=3)
     assert sorted(outputs) == [x for x in range(60) if x != 13]
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
     assert [(d["input"], d["kind"]) for d in letters] == [(13, "poison")]
-    assert "SIGKILL" in letters[0]["error"]
+    assert signal_name in letters[0]["error"]
     assert record.poisoned == 1
     assert record.worker_restarts == 3
+
+
+def test_an_output_that_cannot_cross_processes_is_dead_lettered(engine: str,
+                                                               tmp_path: Path) -> None:
+    dead = tmp_path / "dead.jsonl"
+    outputs, record = run_all(Pipeline(u.unpicklable_on_5, u.double), list(range(20)), engine,
+                              dead_letter=dead)
+    assert sorted(outputs) == [2 * x for x in range(20) if x != 5]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [d["item"] for d in letters] == [5] and "cannot cross processes" in letters[0]["error"]
+    assert record.worker_restarts == 0
 
 
 def test_large_arrays_cross_intact(engine: str) -> None:

@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from fitwork import Pipeline
+from fitwork import Pipeline, TooManyFailures
 from fitwork.engine.local.wire import shm_dir
 from tests.engine import units as u
 
@@ -34,7 +35,7 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str) -> None:
     before = fitwork_segments()
     script = textwrap.dedent(f"""
         import psutil, sys
-        from fitwork import Pipeline
+        from fitwork import Pipeline, TooManyFailures
         from tests.engine import units as u
         pipeline = Pipeline(u.make_array, u.pass_array, u.slow_array)
         with pipeline.run(range(10_000), engine={engine!r},
@@ -61,6 +62,18 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str) -> None:
     alive = [pid for pid in pids if psutil.pid_exists(pid)
              and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+    assert fitwork_segments() - before == set()
+
+
+def test_an_aborted_run_leaves_no_process_and_no_shared_memory(engine: str) -> None:
+    before = fitwork_segments()
+    children_before = {p.pid for p in psutil.Process().children()}
+    with (pytest.raises(TooManyFailures),
+          Pipeline(u.fail_with_arrays, u.slow_array).run(range(200), engine=engine,
+                                                          max_failures=5) as result):
+        list(result)
+    time.sleep(0.2)
+    assert {p.pid for p in psutil.Process().children()} - children_before == set()
     assert fitwork_segments() - before == set()
 
 

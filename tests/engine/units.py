@@ -130,3 +130,24 @@ def pass_array(a: np.ndarray) -> np.ndarray:
 def slow_array(a: np.ndarray) -> float:
     time.sleep(0.05)
     return float(a[0])
+
+
+@unit
+def segfault_on_13(x: int) -> int:
+    if x == 13:
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return x
+
+
+@unit
+def unpicklable_on_5(x: int) -> object:
+    return threading.Lock() if x == 5 else x
+
+
+@unit
+def fail_with_arrays(x: int) -> np.ndarray:
+    if x >= 40:
+        raise RuntimeError("broken")
+    return np.full(300_000, x, dtype=np.float64)

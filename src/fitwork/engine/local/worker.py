@@ -22,6 +22,7 @@ import inspect
 import itertools
 import json
 import os
+import pickle
 import selectors
 import signal
 import socket
@@ -170,7 +171,13 @@ class Worker:
         """Send queued outputs downstream as one frame, waiting for a credit if need be."""
         if not self.out:
             return
-        data, size = self.wire.dumps((next(self.frame_ids), self.out))
+        try:
+            data, size = self.wire.dumps((next(self.frame_ids), self.out))
+        except Exception:
+            self.out = self.drop_unpicklable(self.out)
+            if not self.out:
+                return
+            data, size = self.wire.dumps((next(self.frame_ids), self.out))
         while not self.spec.outbox.put(data, timeout=1.0):
             if os.getppid() != self.spec.parent_pid:
                 os._exit(4)
@@ -178,6 +185,20 @@ class Worker:
         self.bytes_out += size
         self.out = []
         self.limit = self.frame_limit()
+
+    def drop_unpicklable(self, records: list[Record]) -> list[Record]:
+        """Dead-letter the outputs that cannot be pickled; keep the rest."""
+        kept = []
+        for record in records:
+            try:
+                pickle.dumps(record[5], protocol=5)
+            except Exception as exc:
+                error = TypeError(f"unit {self.unit.name!r} returned a value that cannot cross "
+                                  f"processes ({_describe(exc)}); return plain data")
+                self.fail(record, error, record[3])
+            else:
+                kept.append(record)
+        return kept
 
     # -- applying the unit -----------------------------------------------------------------
 
