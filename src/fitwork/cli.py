@@ -75,13 +75,46 @@ def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[s
                       f"{output_path}")
         sys.exit(130)
     except FitworkError as exc:
-        console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
-        sys.exit(1)
+        _fail(console, exc)
     if record_path:
         record.save(record_path)
     console.print(summary(record))
     console.print(f"wrote {writer.count:,} outputs to {output_path}"
                   + (f", run record to {record_path}" if record_path else ""))
+
+
+@main.command()
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE")
+@click.option("--input", "input_path", required=True, type=click.Path(path_type=Path),
+              help="Sample items, in any format `run` reads.")
+@click.option("--samples", default=32, show_default=True, type=click.IntRange(min=1),
+              help="How many items to measure each unit on.")
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              default=Path("profile.json"), show_default=True, help="Where the profile goes.")
+def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path) -> None:
+    """Measure each unit alone on sample items and save a profile."""
+    from fitwork.io import read_items
+    from fitwork.profiling import profile_pipeline
+    from fitwork.report.terminal import profile_table
+    from fitwork.workload.loader import load_pipeline
+
+    console = Console(stderr=True)
+    try:
+        pipeline = load_pipeline(pipeline_ref)
+        with console.status("profiling") as status:
+            result = profile_pipeline(
+                pipeline, read_items(input_path), samples=samples,
+                progress=lambda name: status.update(f"profiling unit [bold]{name}[/bold]"))
+    except FitworkError as exc:
+        _fail(console, exc)
+    result.save(output_path)
+    console.print(profile_table(result))
+    console.print(f"wrote profile to {output_path}")
+
+
+def _fail(console: Console, exc: Exception) -> None:
+    console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
+    sys.exit(1)
 
 
 class _Null:

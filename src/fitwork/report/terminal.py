@@ -13,6 +13,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from fitwork.profiling.record import PipelineProfile
 from fitwork.telemetry.record import Progress as RunProgress
 from fitwork.telemetry.record import RunRecord
 
@@ -76,3 +77,35 @@ def summary(record: RunRecord) -> Group:
         resources.add_row(r.resource, f"{r.allocated:g}", f"{r.used_s:.2f}",
                           f"{r.allocated_s:.2f}", _pct(r.utilization))
     return Group(head, units, resources)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.3f}"
+
+
+def _bytes(count: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count:.0f} B"
+
+
+def profile_table(profile: PipelineProfile) -> Table:
+    """One row per unit: per-item cost, what bounds it, data in and out, memory, FLOPs."""
+    table = Table(title=f"profile of {profile.pipeline} on {profile.host_class} "
+                  "(per input item)", title_justify="left")
+    accel = any(u.accel_s for u in profile.units)
+    flops = any(u.flops for u in profile.units)
+    columns = ["unit", "bound", "wall ms", "cpu ms", *(["accel ms"] if accel else []),
+               "in", "out", "ratio", "peak RSS", *(["FLOPs"] if flops else [])]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("unit", "bound") else "right",
+                         no_wrap=True)
+    for u in profile.units:
+        row = [u.name, u.bound, _ms(u.wall_s), _ms(u.cpu_s)]
+        row += [_ms(u.accel_s)] if accel else []
+        row += [_bytes(u.bytes_in), _bytes(u.bytes_out), f"{u.output_ratio:.2f}",
+                _bytes(u.peak_rss)]
+        row += [f"{u.flops:.3g}" if u.flops else "-"] if flops else []
+        table.add_row(*row)
+    return table

@@ -80,6 +80,7 @@ class Unit:
     batch_size: int | None = None
     batch_wait: float = 0.05
     replicas: int = 1
+    flops: float | Callable[[Any], float] | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -92,6 +93,10 @@ class Unit:
             raise UnitDefinitionError(f"unit {self.name!r}: replicas must be >= 1")
         if self.resources.io < 0:
             raise UnitDefinitionError(f"unit {self.name!r}: io must be >= 0 concurrent calls")
+        if self.resources.io and self.batch_size:
+            raise UnitDefinitionError(
+                f"unit {self.name!r}: an I/O unit (io={self.resources.io}) calls one item at a "
+                "time; drop batch_size, or drop io to batch in one process")
         if self.is_async and not self.resources.io:
             object.__setattr__(self, "resources", replace(self.resources, io=16))
 
@@ -148,11 +153,14 @@ def unit(
     batch_size: int | None = None,
     batch_wait: float = 0.05,
     replicas: int = 1,
+    flops: float | Callable[[Any], float] | None = None,
 ) -> Unit | Callable[[Callable[..., Any]], Unit]:
     """Declare a callable as a unit, as ``@unit`` or ``@unit(cpu=2, batch_size=32)``.
 
     ``kind`` defaults to ``flat_map`` for generator functions and ``map`` otherwise; pass
     ``kind="filter"`` for a predicate.  ``io=N`` runs N calls at once in one replica.
+    ``flops`` declares the floating-point operations one item needs (a number, or a function
+    of the item) for model-FLOPs utilization; torch code can be counted by the profiler.
     """
 
     def wrap(target: Callable[..., Any]) -> Unit:
@@ -175,6 +183,7 @@ def unit(
             batch_size=batch_size,
             batch_wait=batch_wait,
             replicas=replicas,
+            flops=flops,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,108 @@
+"""What the solver returns: replicas per (unit, device class, node type) and the plan's figures."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Objective = Literal["max_throughput", "min_cost"]
+Status = Literal["optimal", "time_limit"]
+
+
+class Placement(BaseModel):
+    """Replicas of one unit on one device class of one node type, and the load they carry."""
+
+    model_config = ConfigDict(frozen=True)
+
+    unit: str
+    device_class: str
+    node_type: str
+    replicas: int
+    items_per_s: float
+
+
+class ClassUtilization(BaseModel):
+    """Fleet utilization of one device class: busy device-seconds over allocated ones.
+
+    For a ``cpu-`` class the devices are cores. ``allocated`` counts the devices (or cores)
+    of the nodes the plan uses; ``busy`` is device-seconds per second the plan keeps busy.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    device_class: str
+    busy: float
+    allocated: float
+    utilization: float
+
+
+class NodeUsage(BaseModel):
+    """One node type: what the plan holds against what all ``count`` nodes offer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_type: str
+    count: int
+    nodes_used: int
+    cores_used: float
+    cores_capacity: float
+    memory_used: float
+    memory_capacity: float
+    devices_used: dict[str, float]
+    devices_capacity: dict[str, float]
+    network_out: float
+    network_in: float
+    network_capacity: float | None
+
+
+class FitResult(BaseModel):
+    """A fitted plan and its figures.
+
+    ``objective_value`` is T (items/s at the source) for ``max_throughput`` and the price per
+    hour of the nodes used for ``min_cost``; ``bound`` is the best proven bound on it (upper
+    for throughput, lower for cost: the tighter of the LP relaxation, ``lp_bound``, and the
+    MILP's dual bound) and ``gap`` is ``|bound - value| / max(bound, value)``, i.e.
+    ``(bound - T) / bound`` or ``(cost - bound) / cost``.
+    ``status`` is ``optimal`` when HiGHS proved the plan within the requested gap,
+    ``time_limit`` when it stopped on the time limit with this plan as its best.
+    ``solve_seconds`` and ``lp_seconds`` are wall seconds in HiGHS (MILP and relaxation).
+    ``nodes_used`` per type is the fewest nodes whose capacity covers the plan's usage.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    objective: Objective
+    status: Status
+    throughput: float
+    target: float | None
+    objective_value: float
+    bound: float
+    lp_bound: float
+    gap: float
+    solve_seconds: float
+    lp_seconds: float
+    replicas: list[Placement]
+    utilization: list[ClassUtilization]
+    nodes: list[NodeUsage]
+    bottleneck: str | None
+    bottleneck_reason: str
+    cost_per_hour: float
+    cost_per_million: float | None
+
+    def replica_counts(self) -> dict[tuple[str, str, str], int]:
+        """Replicas keyed by ``(unit, device_class, node_type)``."""
+        return {(p.unit, p.device_class, p.node_type): p.replicas for p in self.replicas}
+
+    def utilization_of(self, device_class: str) -> float:
+        """Predicted utilization of ``device_class`` (0.0 when the plan allocates none)."""
+        for entry in self.utilization:
+            if entry.device_class == device_class:
+                return entry.utilization
+        return 0.0
+
+    def accelerator_utilization(self) -> float:
+        """Busy over allocated device-seconds, summed over every non-CPU device class."""
+        rows = [u for u in self.utilization if not u.device_class.startswith("cpu-")]
+        allocated = sum(u.allocated for u in rows)
+        return sum(u.busy for u in rows) / allocated if allocated else 0.0
