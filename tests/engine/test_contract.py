@@ -175,3 +175,18 @@ def test_the_record_accounts_for_the_run(engine: str) -> None:
     assert len(record.queue.times_s) == len(record.queue.depths["double"])
     assert all(w.busy_intervals for w in record.workers if w.unit == "slow_identity")
     json.loads(record.model_dump_json())
+
+
+def test_gpu_replicas_take_the_given_gpus_in_turn(engine: str) -> None:
+    outputs, _ = run_all(Pipeline(u.which_gpu), list(range(40)), engine,
+                         workers={"which_gpu": 3}, gpus=("0", "1"))
+    assert sorted(x for x, _ in outputs) == list(range(40))
+    assert {gpu for _, gpu in outputs} <= {"0", "1"}
+
+
+def test_visible_gpus_reads_cuda_visible_devices() -> None:
+    from fitwork.engine.local.driver import visible_gpus
+
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ("2", "3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == ()

@@ -151,3 +151,8 @@ def fail_with_arrays(x: int) -> np.ndarray:
     if x >= 40:
         raise RuntimeError("broken")
     return np.full(300_000, x, dtype=np.float64)
+
+
+@unit(gpu=0.5, cpu=1)
+def which_gpu(x: int) -> tuple[int, str]:
+    return x, os.environ.get("CUDA_VISIBLE_DEVICES", "")

@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a run behaves, whatever engine runs it."""
+    """How a run behaves, whatever engine runs it.
+
+    ``gpus`` lists the GPU ids replicas of GPU units are spread over (each replica sees one
+    through ``CUDA_VISIBLE_DEVICES``); ``None`` takes what this process may see.
+    """
 
     ordered: bool = False
     dead_letter: Path | None = None
@@ -26,6 +30,7 @@ class RunOptions:
     progress: Callable[[Progress], None] | None = None
     progress_interval: float = 0.1
     sample_interval: float = 0.1
+    gpus: tuple[str, ...] | None = None
 
 
 class RunResult:

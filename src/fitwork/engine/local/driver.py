@@ -154,6 +154,8 @@ class _LocalRun:
         self.stopping = False
         self.shut = False
         self.context: Any = None
+        self.gpus = options.gpus if options.gpus is not None else visible_gpus()
+        self.gpu_turns: dict[int, int] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -187,7 +189,7 @@ class _LocalRun:
             worker_id=worker_id, stage=stage, unit=self.units[stage],
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
-            parent_pid=os.getpid(),
+            parent_pid=os.getpid(), env=self.worker_env(stage),
         )
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
                                    name=f"fitwork-{self.units[stage].name}-{worker_id}")
@@ -195,6 +197,14 @@ class _LocalRun:
         handle = _Handle(worker_id, stage, process, time.monotonic(), pid=process.pid or 0)
         self.handles[worker_id] = handle
         return handle
+
+    def worker_env(self, stage: int) -> dict[str, str]:
+        """Environment for a new replica: a GPU unit's replicas take visible GPUs in turn."""
+        if not self.units[stage].resources.gpu or not self.gpus:
+            return {}
+        turn = self.gpu_turns.get(stage, 0)
+        self.gpu_turns[stage] = turn + 1
+        return {"CUDA_VISIBLE_DEVICES": self.gpus[turn % len(self.gpus)]}
 
     def shutdown(self) -> None:
         """Kill what still runs, remove shared memory, close channels; safe to call twice."""
@@ -596,6 +606,26 @@ class _LocalRun:
             units=units, resources=resource_utilization(units, wall), workers=workers,
             queue=queue, failed_items=self.failed_items,
             dead_letter=str(self.options.dead_letter) if self.options.dead_letter else None)
+
+
+def visible_gpus(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """GPU ids this process may use: ``CUDA_VISIBLE_DEVICES`` if set, else every NVML GPU."""
+    env = os.environ if environ is None else environ
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return tuple(g.strip() for g in listed.split(",") if g.strip() and g.strip() != "-1")
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return ()
+    try:
+        pynvml.nvmlInit()
+        try:
+            return tuple(str(i) for i in range(pynvml.nvmlDeviceGetCount()))
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return ()
 
 
 def _portable(value: Any) -> Any:

@@ -32,7 +32,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any
 
@@ -60,6 +60,7 @@ class WorkerSpec:
     wire_prefix: str
     hints: Any
     parent_pid: int
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -67,6 +68,7 @@ def worker_main(spec: WorkerSpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
+    os.environ.update(spec.env)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - a fresh lock after fork
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     worker = Worker(spec)
