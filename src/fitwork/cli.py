@@ -112,6 +112,30 @@ def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path
     console.print(f"wrote profile to {output_path}")
 
 
+@main.group()
+def fleet() -> None:
+    """Describe the hardware to fit to."""
+
+
+@fleet.command("local")
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              help="Also write the fleet as YAML here (for `fitwork plan --fleet`).")
+def fleet_local(output_path: Path | None) -> None:
+    """This host as the orchestrator granted it: cores, memory, GPUs."""
+    from fitwork.hardware.discover import discover_local
+    from fitwork.hardware.render import render_fleet
+
+    console = Console()
+    try:
+        found = discover_local()
+    except FitworkError as exc:
+        _fail(console, exc)
+    console.print(render_fleet(found))
+    if output_path:
+        output_path.write_text(found.to_yaml())
+        console.print(f"wrote {output_path}")
+
+
 def _fail(console: Console, exc: Exception) -> None:
     console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
     sys.exit(1)

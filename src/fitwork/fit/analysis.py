@@ -163,10 +163,13 @@ def placements(problem: Problem, replicas: np.ndarray, flows: np.ndarray) -> lis
     return out
 
 
-def _shortfall(problem: Problem, c: int, used: Usage) -> str | None:
+def _shortfall(problem: Problem, c: int, placed: float, used: Usage) -> str | None:
     """The first resource on the candidate's node type too full for one more replica."""
     cand = problem.candidates[c]
     node = problem.node_types[cand.node]
+    if placed + 1 > cand.per_node * node.count:
+        return (f"{node.name}: {cand.per_node} replicas per node on {node.count} nodes "
+                "already")
     checks = [
         ("cores", used.cores, cand.cores, node.cores * node.count, lambda v: f"{v:.4g}"),
         ("memory", used.memory, cand.memory, node.memory * node.count, format_bytes),
@@ -198,7 +201,7 @@ def bottleneck(problem: Problem, replicas: np.ndarray, used: list[Usage], t: flo
     for c, cand in enumerate(problem.candidates):
         if cand.unit != u:
             continue
-        why = _shortfall(problem, c, used[cand.node])
+        why = _shortfall(problem, c, replicas[c], used[cand.node])
         if why is None:
             room.append(cand.node)
         else:

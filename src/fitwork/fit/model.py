@@ -1,9 +1,12 @@
 """The MILP as arrays (objective, bounds, sparse rows) built from a `Problem`; no solving here.
 
-Variables, in this order: ``x[c]`` integer replicas per candidate; ``f[c]`` items/s routed to
-candidate ``c`` (only when a network row exists); ``T`` items/s at the source; ``y[n]``
-integer nodes in use per node type (``min_cost`` only). Every capacity row is divided by
-one node's capacity, so its coefficients are "fractions of a node" whatever the units.
+Variables, in this order: ``x[c]`` integer replicas per candidate; ``b[c]`` busy replicas of
+candidate ``c``, i.e. items/s routed to it over its rate (only when a network row exists);
+``T / t_scale`` with T items/s at the source; ``y[n]`` integer nodes in use per node type
+(``min_cost`` only). Rows and columns are scaled for HiGHS: every capacity row is divided by
+one node's capacity (coefficients are fractions of a node), and T by ``t_scale``, the
+geometric mean of ``rate / m_u`` over the candidates, so throughput rows have coefficients
+near 1 whatever the rates.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class Layout:
         return c
 
     def f(self, c: int) -> int:
-        """Column of ``f[c]`` (only with flows)."""
+        """Column of ``b[c]``, busy replicas (only with flows)."""
         return self.n_cand + c
 
     @property
@@ -61,6 +64,7 @@ class MilpModel:
     row_lb: np.ndarray
     row_ub: np.ndarray
     row_names: tuple[str, ...]
+    t_scale: float
 
 
 def network_active(problem: Problem) -> bool:
@@ -113,20 +117,22 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
         ub[lay.x(i)] = cand.per_node * nodes[cand.node].count
         integrality[lay.x(i)] = 1
         if lay.flows:
-            ub[lay.f(i)] = cand.rate * ub[lay.x(i)]
+            ub[lay.f(i)] = ub[lay.x(i)]
     t_max = min(
         sum(cand.rate * ub[lay.x(i)] for i, cand in enumerate(cands) if cand.unit == u) / m
         for u, m in enumerate(problem.multiplicity)
     )
+    t_scale = float(np.exp(np.mean([np.log(k.rate / problem.multiplicity[k.unit])
+                                    for k in cands])))
     if min_cost:
         assert target is not None
-        lb[lay.t] = ub[lay.t] = target
+        lb[lay.t] = ub[lay.t] = target / t_scale
         for n, node in enumerate(nodes):
             ub[lay.y(n)] = node.count
             integrality[lay.y(n)] = 1
             c[lay.y(n)] = node.price_per_hour
     else:
-        ub[lay.t] = t_max
+        ub[lay.t] = t_max / t_scale
         c[lay.t] = -1.0
 
     rows = _Rows()
@@ -135,13 +141,12 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
         terms = {lay.t: 1.0}
         for i, cand in enumerate(cands):
             if cand.unit == u:
-                _add(terms, lay.f(i) if lay.flows else lay.x(i),
-                     -(1.0 if lay.flows else cand.rate) / m)
+                _add(terms, lay.f(i) if lay.flows else lay.x(i), -cand.rate / (m * t_scale))
         rows.add(f"throughput[{problem.unit_names[u]}]", terms, -inf, 0.0)
-    # Flow: a candidate carries at most what its replicas process.
+    # Busy replicas: a candidate is busy at most with all its replicas.
     if lay.flows:
-        for i, cand in enumerate(cands):
-            rows.add(f"flow[{i}]", {lay.f(i): 1.0 / cand.rate, lay.x(i): -1.0}, -inf, 0.0)
+        for i in range(len(cands)):
+            rows.add(f"busy[{i}]", {lay.f(i): 1.0, lay.x(i): -1.0}, -inf, 0.0)
     # Capacity per node type and resource, in nodes: sum demand/node_capacity · x <= nodes.
     for n, node in enumerate(nodes):
         here = [(i, cand) for i, cand in enumerate(cands) if cand.node == n]
@@ -154,8 +159,9 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
                                                  if k.device_class == dev]))
         if lay.flows and node.network is not None:
             resources.append(("net_out", node.network,
-                              [(lay.f(i), k.bytes_out) for i, k in here]))
-            resources.append(("net_in", node.network, [(lay.f(i), k.bytes_in) for i, k in here]))
+                              [(lay.f(i), k.bytes_out * k.rate) for i, k in here]))
+            resources.append(("net_in", node.network,
+                              [(lay.f(i), k.bytes_in * k.rate) for i, k in here]))
         for resource, capacity, demand in resources:
             if not any(v > 0 for _, v in demand) or capacity <= 0:
                 continue
@@ -174,5 +180,5 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
 
     a = sp.csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), lay.size))
     return MilpModel(lay, c, integrality, lb, ub, a, np.array(rows.lo), np.array(rows.hi),
-                     tuple(rows.names))
+                     tuple(rows.names), t_scale)
 

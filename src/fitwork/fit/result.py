@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 Objective = Literal["max_throughput", "min_cost"]
 Status = Literal["optimal", "time_limit"]
+Method = Literal["milp", "lp_round"]
 
 
 class Placement(BaseModel):
@@ -64,9 +65,11 @@ class FitResult(BaseModel):
     for throughput, lower for cost: the tighter of the LP relaxation, ``lp_bound``, and the
     MILP's dual bound) and ``gap`` is ``|bound - value| / max(bound, value)``, i.e.
     ``(bound - T) / bound`` or ``(cost - bound) / cost``.
-    ``status`` is ``optimal`` when HiGHS proved the plan within the requested gap,
-    ``time_limit`` when it stopped on the time limit with this plan as its best.
-    ``solve_seconds`` and ``lp_seconds`` are wall seconds in HiGHS (MILP and relaxation).
+    ``status`` is ``optimal`` when the plan is proved within the requested gap, ``time_limit``
+    when HiGHS stopped on the time limit with this plan as its best. ``method`` says where the
+    plan came from: ``milp`` (HiGHS branch-and-bound) or ``lp_round`` (the LP relaxation rounded
+    down and filled greedily, kept when it is already within the gap or beats the MILP).
+    ``solve_seconds`` is wall seconds in HiGHS in all, ``lp_seconds`` the relaxation's part.
     ``nodes_used`` per type is the fewest nodes whose capacity covers the plan's usage.
     """
 
@@ -74,6 +77,7 @@ class FitResult(BaseModel):
 
     objective: Objective
     status: Status
+    method: Method
     throughput: float
     target: float | None
     objective_value: float

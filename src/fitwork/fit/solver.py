@@ -51,6 +51,8 @@ Bounds: the LP relaxation (same model, integrality dropped) bounds the optimum; 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
@@ -59,7 +61,8 @@ from fitwork.fit.candidates import Problem, build_problem
 from fitwork.fit.errors import FitInputError, SolverError, TargetUnreachable
 from fitwork.fit.highs import Outcome, run_highs
 from fitwork.fit.model import MilpModel, build_model
-from fitwork.fit.result import FitResult, Objective
+from fitwork.fit.result import FitResult, Method, Objective, Status
+from fitwork.fit.rounding import round_and_fill
 from fitwork.fit.spec import NodeType, UnitDemand
 
 OBJECTIVES = ("max_throughput", "min_cost")
@@ -77,6 +80,19 @@ def solve(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
                          time_limit=time_limit, mip_gap=mip_gap)
 
 
+@dataclass(frozen=True)
+class Solved:
+    """A solution vector and how it was reached; bounds are on the objective, unscaled."""
+
+    v: np.ndarray
+    status: Status
+    method: Method
+    bound: float
+    lp_bound: float
+    seconds: float
+    lp_seconds: float
+
+
 def solve_problem(problem: Problem, *, objective: Objective, target: float | None,
                   time_limit: float, mip_gap: float) -> FitResult:
     """Solve a built `Problem` (the units' candidates), for `solve` and the monolithic baseline."""
@@ -86,16 +102,49 @@ def solve_problem(problem: Problem, *, objective: Objective, target: float | Non
     lp = run_highs(model, relax=True, time_limit=time_limit, mip_gap=mip_gap)
     if min_cost and lp.status == 2:
         _unreachable(problem, target, time_limit, mip_gap)
-    if lp.status != 0 or lp.objective is None:
+    if lp.status != 0 or lp.objective is None or lp.x is None:
         raise SolverError(f"the LP relaxation did not solve: {lp.message}; raise time_limit "
                           f"(now {time_limit}s)")
+    if min_cost:
+        solved = _min_cost(problem, model, lp, target, time_limit, mip_gap)
+    else:
+        solved = _max_throughput(problem, model, lp, time_limit, mip_gap)
+    return _result(problem, model, solved, objective, target)
+
+
+def _max_throughput(problem: Problem, model: MilpModel, lp: Outcome, time_limit: float,
+                    mip_gap: float) -> Solved:
+    """Round the LP; branch and bound only when rounding is not within ``mip_gap``."""
+    assert lp.x is not None and lp.objective is not None
+    t_col, scale = model.layout.t, model.t_scale
+    lp_bound = -lp.objective * scale
+    rounded = round_and_fill(problem, model, lp.x)
+    if lp_bound - rounded[t_col] * scale <= mip_gap * lp_bound:
+        return Solved(rounded, "optimal", "lp_round", lp_bound, lp_bound, lp.seconds, lp.seconds)
     mip = run_highs(model, relax=False, time_limit=time_limit, mip_gap=mip_gap)
-    if min_cost and mip.status == 2:
+    bound = lp_bound if mip.dual_bound is None else min(lp_bound, -mip.dual_bound * scale)
+    seconds = lp.seconds + mip.seconds
+    if mip.x is not None and mip.status in (0, 1) and mip.x[t_col] >= rounded[t_col]:
+        status: Status = "optimal" if mip.status == 0 else "time_limit"
+        return Solved(mip.x, status, "milp", bound, lp_bound, seconds, lp.seconds)
+    status = "optimal" if mip.status == 0 else "time_limit"
+    return Solved(rounded, status, "lp_round", bound, lp_bound, seconds, lp.seconds)
+
+
+def _min_cost(problem: Problem, model: MilpModel, lp: Outcome, target: float | None,
+              time_limit: float, mip_gap: float) -> Solved:
+    """Branch and bound on the node counts; the LP gives the lower bound on cost."""
+    assert lp.objective is not None
+    mip = run_highs(model, relax=False, time_limit=time_limit, mip_gap=mip_gap)
+    if mip.status == 2:
         _unreachable(problem, target, time_limit, mip_gap)
     if mip.x is None or mip.status not in (0, 1):
         raise SolverError(f"HiGHS found no plan: {mip.message}; raise time_limit "
                           f"(now {time_limit}s) or mip_gap (now {mip_gap})")
-    return _result(problem, model, lp, mip, objective, target)
+    lp_bound = lp.objective
+    bound = lp_bound if mip.dual_bound is None else max(lp_bound, mip.dual_bound)
+    status: Status = "optimal" if mip.status == 0 else "time_limit"
+    return Solved(mip.x, status, "milp", bound, lp_bound, lp.seconds + mip.seconds, lp.seconds)
 
 
 def _check_options(objective: str, target: float | None, time_limit: float,
@@ -113,20 +162,21 @@ def _check_options(objective: str, target: float | None, time_limit: float,
 
 
 def _unreachable(problem: Problem, target: float | None, time_limit: float,
-                 mip_gap: float) -> None:
+                 mip_gap: float) -> NoReturn:
     best = solve_problem(problem, objective="max_throughput", target=None,
                          time_limit=time_limit, mip_gap=mip_gap)
     raise TargetUnreachable(float(target or 0.0), best.throughput, best.bound)
 
 
-def _result(problem: Problem, model: MilpModel, lp: Outcome, mip: Outcome,
-            objective: Objective, target: float | None) -> FitResult:
-    assert mip.x is not None and lp.objective is not None
+def _result(problem: Problem, model: MilpModel, solved: Solved, objective: Objective,
+            target: float | None) -> FitResult:
     lay = model.layout
-    v = mip.x
+    v = solved.v
     replicas = np.rint(v[: lay.n_cand])
-    t = float(target) if lay.min_cost and target is not None else max(0.0, float(v[lay.t]))
-    solver_flows = v[lay.n_cand: 2 * lay.n_cand] if lay.flows else None
+    t = (float(target) if lay.min_cost and target is not None
+         else max(0.0, float(v[lay.t]) * model.t_scale))
+    rates = np.array([cand.rate for cand in problem.candidates])
+    solver_flows = v[lay.n_cand: 2 * lay.n_cand] * rates if lay.flows else None
     nodes = (np.rint(v[lay.t + 1:]) if lay.min_cost
              else np.array([n.count for n in problem.node_types], dtype=float))
     flows = analysis.route(problem, replicas, solver_flows, t, nodes)
@@ -140,28 +190,27 @@ def _result(problem: Problem, model: MilpModel, lp: Outcome, mip: Outcome,
     in_use = [analysis.nodes_needed(node, used[n]) for n, node in enumerate(problem.node_types)]
     cost = sum(node.price_per_hour * in_use[n] for n, node in enumerate(problem.node_types))
     if lay.min_cost:
-        value, lp_bound = cost, float(lp.objective)
-        bound = max(lp_bound, mip.dual_bound if mip.dual_bound is not None else lp_bound)
-        bound = min(bound, value)
+        value = cost
+        bound = min(solved.bound, value)
         gap = (value - bound) / value if value > 0 else 0.0
     else:
-        value, lp_bound = t, -float(lp.objective)
-        bound = min(lp_bound, -mip.dual_bound if mip.dual_bound is not None else lp_bound)
-        bound = max(bound, value)
+        value = t
+        bound = max(solved.bound, value)
         gap = (bound - value) / bound if bound > 0 else 0.0
     name, reason = analysis.bottleneck(problem, replicas, used, t,
                                        target if lay.min_cost else None)
     return FitResult(
         objective=objective,
-        status="optimal" if mip.status == 0 else "time_limit",
+        status=solved.status,
+        method=solved.method,
         throughput=t,
         target=target,
         objective_value=value,
         bound=bound,
-        lp_bound=lp_bound,
+        lp_bound=solved.lp_bound,
         gap=max(0.0, gap),
-        solve_seconds=mip.seconds,
-        lp_seconds=lp.seconds,
+        solve_seconds=solved.seconds,
+        lp_seconds=solved.lp_seconds,
         replicas=analysis.placements(problem, replicas, flows),
         utilization=analysis.utilization(problem, flows, in_use),
         nodes=analysis.node_usage(problem, used, in_use),

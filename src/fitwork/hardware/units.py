@@ -111,8 +111,14 @@ def format_bytes(count: int) -> str | int:
 
     ``parse_bytes(format_bytes(n)) == n`` for every ``n >= 0``.
     """
-    for unit, size in (("TiB", 2**40), ("TB", 10**12), ("GiB", 2**30), ("GB", 10**9),
-                       ("MiB", 2**20), ("MB", 10**6)):
+    for unit, size in (
+        ("TiB", 2**40),
+        ("TB", 10**12),
+        ("GiB", 2**30),
+        ("GB", 10**9),
+        ("MiB", 2**20),
+        ("MB", 10**6),
+    ):
         if count >= size and count % size == 0:
             return f"{count // size}{unit}"
     return count

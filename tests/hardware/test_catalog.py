@@ -1,0 +1,208 @@
+"""The device catalog: complete, sourced, dense figures; lookups by name, alias and NVML name."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fitwork.errors import FitworkError
+from fitwork.hardware.catalog import (
+    FIGURES,
+    CatalogError,
+    UnknownDeviceClass,
+    catalog,
+    load_catalog,
+    parse_catalog,
+)
+
+REQUIRED = [
+    "cpu-x86", "cpu-arm", "K80", "P100", "V100", "T4", "A10G", "L4", "L40S", "A100-40GB",
+    "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "GB300", "MI250X", "MI300X",
+]  # fmt: skip
+
+GPU_SPECS = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu-specs"
+FROM_GPU_SPECS = {
+    "A100-80GB": "a100_sxm",
+    "H100-SXM": "h100_sxm",
+    "H100-PCIe": "h100_pcie",
+    "H200": "h200_sxm",
+    "B200": "b200_sxm",
+    "GB200": "gb200",
+    "GB300": "gb300",
+    "L4": "l4",
+    "L40S": "l40s",
+}
+
+
+def test_the_catalog_holds_every_required_class() -> None:
+    assert set(REQUIRED) <= set(catalog().names)
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_every_figure_is_stated_and_sourced(name: str) -> None:
+    device = catalog().get(name)
+    for figure in FIGURES:
+        assert device.sources[figure].strip(), f"{name}.{figure} has no source"
+        if figure != "price_per_hour":
+            assert getattr(device, figure) > 0
+    if device.price_per_hour is None:
+        assert "no public" in device.sources["price_per_hour"].lower()
+
+
+def test_prices_are_known_for_all_but_the_unlisted_parts() -> None:
+    unpriced = {d.name for d in catalog().classes if d.price_per_hour is None}
+    assert unpriced == {"GB300", "MI250X"}
+
+
+@pytest.mark.parametrize(
+    ("name", "dense"),
+    [("V100", 125e12), ("H100-SXM", 989e12), ("B200", 2.25e15), ("GB300", 2.5e15)],
+)
+def test_fp16_figures_are_the_dense_datasheet_ones(name: str, dense: float) -> None:
+    assert catalog().get(name).fp16_flops == dense
+
+
+def test_no_class_states_a_sparse_figure() -> None:
+    # The sparse figures of H100 SXM, A100 and L4 are 1979, 624 and 242 TFLOP/s.
+    assert catalog().get("H100-SXM").fp16_flops < 1.0e15
+    assert catalog().get("A100-80GB").fp16_flops == 312e12
+    assert catalog().get("L4").fp16_flops == 121e12
+
+
+def test_half_precision_is_never_slower_than_fp32() -> None:
+    for device in catalog().classes:
+        assert device.fp16_flops >= device.fp32_flops, device.name
+
+
+@pytest.mark.parametrize("name", sorted(FROM_GPU_SPECS))
+def test_gpu_specs_classes_cite_it(name: str) -> None:
+    sources = catalog().get(name).sources
+    assert f"gpu-specs {FROM_GPU_SPECS[name]}.yaml" in sources["fp16_flops"]
+    assert "gpu-specs" in sources["memory_bytes"]
+
+
+@pytest.mark.skipif(not GPU_SPECS.is_dir(), reason="../shared/data/gpu-specs is not present")
+@pytest.mark.parametrize("name", sorted(FROM_GPU_SPECS))
+def test_gpu_specs_figures_are_copied_exactly(name: str) -> None:
+    spec = yaml.safe_load((GPU_SPECS / f"{FROM_GPU_SPECS[name]}.yaml").read_text())["gpu"]
+    device = catalog().get(name)
+    assert device.fp16_flops == spec["bfloat16_tc_flops"]
+    assert device.memory_bytes == spec["mem_capacity"]
+    assert device.memory_bandwidth == spec["mem_bw"]
+    assert device.power_watts == spec["power"]
+
+
+def test_lookup_ignores_case_and_separators_and_accepts_aliases() -> None:
+    known = catalog()
+    assert known.get("h100-sxm").name == "H100-SXM"
+    assert known.get("H100 SXM").name == "H100-SXM"
+    assert known.get("nvidia h100 80gb hbm3").name == "H100-SXM"
+    assert known.get("x86_64").name == "cpu-x86"
+    assert known.get("aarch64").name == "cpu-arm"
+    assert "a100_80gb" in known
+    assert "A100" not in known
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "expected"),
+    [
+        ("Tesla K80", "K80"),
+        ("Tesla P100-PCIE-16GB", "P100"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA GB300", "GB300"),
+    ],
+)
+def test_nvml_names_map_to_classes(nvml_name: str, expected: str) -> None:
+    found = catalog().match(nvml_name)
+    assert found is not None and found.name == expected
+
+
+def test_an_unknown_nvml_name_matches_nothing() -> None:
+    assert catalog().match("NVIDIA GeForce RTX 4090") is None
+    assert catalog().match("Tesla V100-SXM2-32GB") is None  # other memory size, other class
+
+
+def test_an_unknown_class_suggests_the_closest_names() -> None:
+    with pytest.raises(UnknownDeviceClass) as caught:
+        catalog().get("H10")
+    assert str(caught.value) == (
+        "unknown device class 'H10'; did you mean H100-SXM, H100-PCIe, H200?"
+    )
+    assert isinstance(caught.value, KeyError)
+    assert isinstance(caught.value, FitworkError)
+    assert caught.value.suggestions == ["H100-SXM", "H100-PCIe", "H200"]
+
+
+def test_a_name_like_nothing_lists_the_known_classes() -> None:
+    with pytest.raises(UnknownDeviceClass, match="known classes: cpu-x86, cpu-arm, K80"):
+        catalog().get("zzzz")
+
+
+def test_the_default_catalog_is_loaded_once() -> None:
+    assert catalog() is catalog()
+
+
+def test_the_catalog_and_its_license_ship_as_package_data() -> None:
+    package = resources.files("fitwork.hardware")
+    assert "classes:" in package.joinpath("catalog.yaml").read_text()
+    license_text = package.joinpath("LICENSE.gpu-specs").read_text()
+    assert license_text.startswith("Attribution: ")
+    assert "095f58a" in license_text.splitlines()[0]
+    assert "Apache License" in license_text
+
+
+def _one_class(**changes: object) -> dict[str, object]:
+    """A valid catalog entry (a copy of T4), with ``changes`` applied."""
+    entry = catalog().get("T4").model_dump()
+    entry.update(changes)
+    return entry
+
+
+def test_a_figure_without_a_source_is_rejected() -> None:
+    entry = _one_class()
+    del entry["sources"]["power_watts"]  # type: ignore[attr-defined]
+    with pytest.raises(CatalogError, match=r"classes\[0\]: class T4: no source for power_watts"):
+        parse_catalog({"classes": [entry]})
+
+
+def test_two_classes_sharing_an_alias_are_rejected() -> None:
+    first = _one_class()
+    second = _one_class(name="T4-copy", aliases=["tesla t4"])
+    with pytest.raises(CatalogError, match="'tesla t4' names both T4 and T4-copy"):
+        parse_catalog({"classes": [first, second]})
+
+
+def test_a_negative_figure_is_rejected_with_its_path() -> None:
+    with pytest.raises(CatalogError, match=r"classes\[0\]\.fp32_flops: Input should be greater"):
+        parse_catalog({"classes": [_one_class(fp32_flops=-1.0)]})
+
+
+def test_catalog_files_that_cannot_be_read_say_so(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="cannot read"):
+        load_catalog(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("classes: [unclosed\n")
+    with pytest.raises(CatalogError, match="not valid YAML"):
+        load_catalog(broken)
+
+
+def test_a_catalog_file_loads_like_the_default(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump({"as_of": "test", "classes": [_one_class()]}))
+    loaded = load_catalog(path)
+    assert loaded.names == ["T4"]
+    assert loaded.get("tesla t4") == catalog().get("T4")
