@@ -141,7 +141,8 @@ def main() -> None:
         print(f"{'baseline: HiGHS MILP alone':<30} highs={milp.seconds:6.3f}s"
               f"  T={milp.objective:10.1f} gap to LP bound={(bound - milp.objective) / bound:6.2%}"
               f"  ({milp.message})")
-    print(f"{'baseline: LP relaxation alone':<30} highs={lp.seconds:6.3f}s  bound={lp.objective:10.1f}")
+    print(f"{'baseline: LP relaxation alone':<30} highs={lp.seconds:6.3f}s"
+          f"  bound={lp.objective:10.1f}")
     main_run = best["fit"]
     print(f"bottleneck: {main_run.result.bottleneck_reason}")
     met = main_run.wall < 2.0 and main_run.result.gap <= 0.02

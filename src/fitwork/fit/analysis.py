@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fitwork.fit.candidates import Problem, format_bytes
+from fitwork.fit.candidates import Problem, format_bytes, format_number
 from fitwork.fit.result import ClassUtilization, NodeUsage, Placement
 from fitwork.fit.spec import NodeType
 
@@ -171,12 +171,12 @@ def _shortfall(problem: Problem, c: int, placed: float, used: Usage) -> str | No
         return (f"{node.name}: {cand.per_node} replicas per node on {node.count} nodes "
                 "already")
     checks = [
-        ("cores", used.cores, cand.cores, node.cores * node.count, lambda v: f"{v:.4g}"),
+        ("cores", used.cores, cand.cores, node.cores * node.count, format_number),
         ("memory", used.memory, cand.memory, node.memory * node.count, format_bytes),
     ]
     if cand.devices > 0:
         checks.append((cand.device_class, used.devices.get(cand.device_class, 0.0), cand.devices,
-                       node.devices.get(cand.device_class, 0) * node.count, lambda v: f"{v:.4g}"))
+                       node.devices.get(cand.device_class, 0) * node.count, format_number))
     for resource, now, need, capacity, fmt in checks:
         if need > 0 and now + need > capacity * (1 + _TOL) + _TOL:
             return f"{node.name}: {resource} {fmt(now)}/{fmt(capacity)}"
@@ -193,9 +193,10 @@ def bottleneck(problem: Problem, replicas: np.ndarray, used: list[Usage], t: flo
     u = int(np.argmin(headroom))
     name = problem.unit_names[u]
     count = int(sum(replicas[i] for i, k in enumerate(problem.candidates) if k.unit == u))
-    held = f"its {count} replicas sustain {headroom[u]:.4g} source items/s"
+    held = f"its {count} replicas sustain {format_number(headroom[u])} source items/s"
+    rate = format_number(t)
     if target is not None:
-        return name, f"unit {name!r} has the least headroom: {held} for the target {t:.4g}"
+        return name, f"unit {name!r} has the least headroom: {held} for the target {rate}"
     blocked: dict[str, str] = {}
     room: list[int] = []
     for c, cand in enumerate(problem.candidates):
@@ -207,16 +208,17 @@ def bottleneck(problem: Problem, replicas: np.ndarray, used: list[Usage], t: flo
         else:
             blocked.setdefault(problem.node_types[cand.node].name, why)
     if not room:
-        full = "; ".join(blocked.values())
-        return name, (f"unit {name!r} limits throughput to {t:.4g} items/s ({held}): no node "
+        shown = list(blocked.values())
+        full = "; ".join(shown[:3]) + (f"; {len(shown) - 3} more" if len(shown) > 3 else "")
+        return name, (f"unit {name!r} limits throughput to {rate} items/s ({held}): no node "
                       f"type it runs on has room for another replica ({full})")
     saturated = sorted({problem.node_types[n].name for n in room
                         if _network_full(problem.node_types[n], used[n])})
     if saturated:
-        return name, (f"unit {name!r} limits throughput to {t:.4g} items/s ({held}): the network "
+        return name, (f"unit {name!r} limits throughput to {rate} items/s ({held}): the network "
                       f"of {', '.join(saturated)} is saturated")
     spare = sorted({problem.node_types[n].name for n in room})
-    return name, (f"unit {name!r} has the least headroom at {t:.4g} items/s ({held}); another "
+    return name, (f"unit {name!r} has the least headroom at {rate} items/s ({held}); another "
                   f"replica would fit on {', '.join(spare)}, so T is held by the units sharing "
                   "its resources or by the solver's gap")
 

@@ -148,11 +148,16 @@ def _bytes_in(units: Sequence[UnitDemand], u: int) -> float:
     return sent * up.multiplicity / units[u].multiplicity
 
 
+def format_number(value: float) -> str:
+    """A figure for a message: ``18,432`` from a thousand up, else 4 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def format_bytes(value: float) -> str:
     """A byte count in GiB (or MiB below one GiB), e.g. ``100 GiB``."""
     if value >= 2**30 or value == 0:
-        return f"{value / 2**30:.4g} GiB"
-    return f"{value / 2**20:.4g} MiB"
+        return f"{format_number(value / 2**30)} GiB"
+    return f"{format_number(value / 2**20)} MiB"
 
 
 def _format_demand(device_class: str, demand: ClassDemand) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from fitwork.hardware.catalog import Catalog
 from fitwork.hardware.fleet import Fleet, NodeType
@@ -32,13 +34,13 @@ def _sources(node: NodeType) -> str:
     return "\n".join(f"{field}: {where}" for field, where in found.items())
 
 
-def render_fleet(fleet: Fleet, known: Catalog | None = None) -> Table:
+def render_fleet(fleet: Fleet, known: Catalog | None = None) -> Group:
     """A rich table of ``fleet``: count, cores, memory, devices, network and price per node type.
 
-    The caption totals nodes, cores, memory, devices and the fleet's hourly price. A column of
-    sources is added when any node type was discovered rather than declared.
+    The caption totals nodes, cores, memory, devices and the fleet's hourly price.  Below the
+    table, for node types that were discovered rather than declared, where each figure came
+    from.
     """
-    discovered = any(node.discovered_from for node in fleet.node_types)
     table = Table(title=f"fleet {fleet.name}", title_justify="left")
     table.add_column("node type")
     table.add_column("count", justify="right")
@@ -48,8 +50,6 @@ def render_fleet(fleet: Fleet, known: Catalog | None = None) -> Table:
     table.add_column("network", justify="right")
     table.add_column("cpu class")
     table.add_column("$/h per node", justify="right")
-    if discovered:
-        table.add_column("discovered from", overflow="fold")
     for node in fleet.node_types:
         row = [
             node.name,
@@ -61,8 +61,6 @@ def render_fleet(fleet: Fleet, known: Catalog | None = None) -> Table:
             node.cpu_class,
             _money(node.hourly_price(known)),
         ]
-        if discovered:
-            row.append(_sources(node))
         table.add_row(*row)
     capacity = fleet.capacity()
     devices = ", ".join(f"{n} x {name}" for name, n in fleet.device_counts().items()) or "none"
@@ -73,4 +71,6 @@ def render_fleet(fleet: Fleet, known: Catalog | None = None) -> Table:
         f"{_money(fleet.hourly_price(known))}/h"
     )
     table.caption_justify = "left"
-    return table
+    notes = [Text(f"{node.name}, {_sources(node)}".replace("\n", f"\n{node.name}, "),
+                  style="dim") for node in fleet.node_types if node.discovered_from]
+    return Group(table, *notes)
