@@ -190,3 +190,11 @@ def test_visible_gpus_reads_cuda_visible_devices() -> None:
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ("2", "3")
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == ()
+
+
+def test_the_fused_baseline_gives_the_same_outputs(engine: str) -> None:
+    pipeline = Pipeline(u.double, u.multiple_of_three, u.explode, u.tag_batch)
+    items = list(range(120))
+    outputs, record = run_all(pipeline.fused(), items, engine, workers={"pipeline_fused": 2})
+    assert Multiset(outputs) == Multiset(pipeline.serial(items))
+    assert record.units[0].replicas == 2

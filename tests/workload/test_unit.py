@@ -79,3 +79,15 @@ def test_serial_is_the_reference() -> None:
                         unit(lambda x: range(x), name="fan", kind="flat_map"),
                         unit(lambda x: x % 2 == 0, name="even", kind="filter"))
     assert list(pipeline.serial([1, 3])) == [0, 0, 2]
+
+
+def test_fused_pipeline_is_one_unit_with_the_union_of_demands() -> None:
+    pipeline = Pipeline(unit(lambda x: x + 1, name="inc", cpu=1, memory="1GiB"),
+                        unit(lambda x: range(x), name="fan", kind="flat_map", gpu=0.5),
+                        unit(lambda x: x % 2 == 0, name="even", kind="filter", cpu=0.5))
+    fused = pipeline.fused()
+    (only,) = fused.units
+    assert only.kind is Kind.FLAT_MAP and only.name == "pipeline_fused"
+    assert only.resources.cpu == 2.5 and only.resources.gpu == 0.5
+    assert only.resources.memory == 2**30
+    assert list(fused.serial([1, 3])) == list(pipeline.serial([1, 3])) == [0, 0, 2]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fitwork.errors import UnitDefinitionError
-from fitwork.workload.unit import Kind, Unit, unit
+from fitwork.workload.unit import Kind, Resources, Unit, unit
 
 if TYPE_CHECKING:
     from fitwork.engine.base import RunResult
@@ -86,26 +86,50 @@ class Pipeline:
     def serial(self, source: Iterable[Any]) -> Iterator[Any]:
         """Run every unit in this process, one item at a time: the reference semantics."""
         callables = [u.instantiate() for u in self.units]
-
-        def apply(index: int, item: Any) -> Iterator[Any]:
-            if index == len(self.units):
-                yield item
-                return
-            u, fn = self.units[index], callables[index]
-            result = fn([item])[0] if u.batch_size else fn(item)
-            if inspect.isawaitable(result):
-                result = asyncio.run(_awaited(result))
-            if u.kind is Kind.MAP:
-                yield from apply(index + 1, result)
-            elif u.kind is Kind.FILTER:
-                if result:
-                    yield from apply(index + 1, item)
-            else:
-                for child in result:
-                    yield from apply(index + 1, child)
-
         for item in source:
-            yield from apply(0, item)
+            yield from self._apply(callables, 0, item)
+
+    def fused(self, name: str | None = None) -> Pipeline:
+        """The monolithic baseline: one unit that runs every stage in turn for each item.
+
+        It demands what a container bundling the stages would request: the sum of their
+        cores and memory and the largest GPU share; it is a flat-map, since a filter or a
+        flat-map inside may give zero or many outputs per item.
+        """
+        stages = self
+
+        class Fused:
+            def __init__(self) -> None:
+                self.callables = [u.instantiate() for u in stages.units]
+
+            def __call__(self, item: Any) -> list[Any]:
+                return list(stages._apply(self.callables, 0, item))
+
+        resources = Resources(
+            cpu=sum(u.resources.cpu for u in self.units),
+            gpu=max(u.resources.gpu for u in self.units),
+            memory=sum(u.resources.memory for u in self.units))
+        fused = Unit(fn=Fused, name=name or f"{self.name}_fused", kind=Kind.FLAT_MAP,
+                     resources=resources)
+        return Pipeline(fused, name=fused.name, context=self.context)
+
+    def _apply(self, callables: list[Callable[..., Any]], index: int, item: Any
+               ) -> Iterator[Any]:
+        if index == len(self.units):
+            yield item
+            return
+        u, fn = self.units[index], callables[index]
+        result = fn([item])[0] if u.batch_size else fn(item)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        if u.kind is Kind.MAP:
+            yield from self._apply(callables, index + 1, result)
+        elif u.kind is Kind.FILTER:
+            if result:
+                yield from self._apply(callables, index + 1, item)
+        else:
+            for child in result:
+                yield from self._apply(callables, index + 1, child)
 
     def run(
         self,
