@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -40,6 +41,7 @@ _IMAGE_PATH = re.compile(r"^/img/(\d{1,6})\.png$")
 # --- the stand-in for remote object storage -------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def render_image(number: int) -> bytes:
     """The PNG for image ``number``: a seeded gradient, and for most numbers a texture on top.
 
@@ -166,7 +168,7 @@ def serve_images() -> Iterator[ImageServer]:
 # --- the units ------------------------------------------------------------------------------
 
 
-@unit(io=8, cpu=0.25)
+@unit(io=8, cpu=0.1)
 def fetch(item: dict[str, Any]) -> dict[str, Any]:
     """Download ``THUMBS_BASE_URL/img/<name>``."""
     base_url = os.environ.get(BASE_URL_ENV)
@@ -193,7 +195,7 @@ def _luminance(pixels: np.ndarray) -> np.ndarray:
     return pixels.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
 
 
-@unit(cpu=1, batch_size=16)
+@unit(cpu=0.5, batch_size=16)
 def features(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean colour, a luminance histogram and edge energy for each thumbnail in the batch."""
     stack = np.stack([item["pixels"] for item in batch]).astype(np.float64)  # N,H,W,3
@@ -218,7 +220,7 @@ def features(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-@unit(kind="filter", cpu=0.25)
+@unit(kind="filter", cpu=0.1)
 def keep_textured(item: dict[str, Any]) -> bool:
     """Keep thumbnails with at least ``EDGE_THRESHOLD`` of edge energy."""
     return bool(item["edge_energy"] >= EDGE_THRESHOLD)

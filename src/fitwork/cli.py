@@ -44,10 +44,16 @@ def main() -> None:
               help="Write the run record (JSON) here.")
 @click.option("--max-failures", type=int, default=None,
               help="Stop the run once more items than this have failed.")
+@click.option("--plan", "plan_path", type=click.Path(path_type=Path),
+              help="Run with the replicas a `fitwork plan` gave (--workers still override).")
+@click.option("--node-type", help="Which of the plan's node types this host is.")
+@click.option("--monolithic", is_flag=True,
+              help="Run the pipeline fused into one unit: the baseline to compare with.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[str, ...],
         ordered: bool, dead_letter: Path | None, record_path: Path | None,
-        max_failures: int | None, quiet: bool) -> None:
+        max_failures: int | None, plan_path: Path | None, node_type: str | None,
+        monolithic: bool, quiet: bool) -> None:
     """Run a pipeline over an input file on this host."""
     from fitwork.io import count_items, open_writer, read_items
     from fitwork.report.terminal import ProgressView, summary
@@ -55,8 +61,16 @@ def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[s
 
     console = Console(stderr=True)
     replicas = _parse_workers(workers)
+    planned = None
     try:
         pipeline = load_pipeline(pipeline_ref)
+        if plan_path:
+            from fitwork.fit.plan import Plan
+
+            planned = Plan.load(plan_path)
+            pipeline = pipeline.with_workers(planned.workers_for(node_type))
+        if monolithic:
+            pipeline = pipeline.fused()
         if replicas:
             pipeline = pipeline.with_workers(replicas)
         items = read_items(input_path)
@@ -79,6 +93,10 @@ def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[s
     if record_path:
         record.save(record_path)
     console.print(summary(record))
+    if planned is not None:
+        predicted = planned.fitted.throughput
+        console.print(f"plan predicted {predicted:,.1f} items/s; realized "
+                      f"{record.throughput:,.1f} ({record.throughput / predicted:.2f}x)")
     console.print(f"wrote {writer.count:,} outputs to {output_path}"
                   + (f", run record to {record_path}" if record_path else ""))
 
@@ -110,6 +128,44 @@ def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path
     result.save(output_path)
     console.print(profile_table(result))
     console.print(f"wrote profile to {output_path}")
+
+
+@main.command()
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE")
+@click.option("--profile", "profile_path", required=True, type=click.Path(path_type=Path),
+              help="A profile from `fitwork profile` of this pipeline.")
+@click.option("--fleet", "fleet_ref", default="local", show_default=True,
+              help="A fleet YAML file, or 'local' for this host as discovered.")
+@click.option("--objective", type=click.Choice(["max_throughput", "min_cost"]),
+              default="max_throughput", show_default=True)
+@click.option("--target", type=float, help="Items/s to reach at least cost (min_cost).")
+@click.option("--time-limit", type=float, default=10.0, show_default=True,
+              help="Seconds the solver may take.")
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              default=Path("plan.json"), show_default=True)
+def plan(pipeline_ref: str, profile_path: Path, fleet_ref: str, objective: str,
+         target: float | None, time_limit: float, output_path: Path) -> None:
+    """Fit the pipeline's units to a fleet; print it beside the monolithic baseline."""
+    from fitwork.fit.plan import fit
+    from fitwork.hardware.discover import discover_local
+    from fitwork.hardware.fleet import Fleet
+    from fitwork.profiling import PipelineProfile
+    from fitwork.report.terminal import plan_table
+    from fitwork.workload.loader import load_pipeline
+
+    console = Console()
+    try:
+        pipeline = load_pipeline(pipeline_ref)
+        profiled = PipelineProfile.load(profile_path)
+        profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
+        fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
+        result = fit(profiled, fleet_, objective=objective,  # type: ignore[arg-type]
+                     target=target, time_limit=time_limit)
+    except FitworkError as exc:
+        _fail(console, exc)
+    result.save(output_path)
+    console.print(plan_table(result))
+    console.print(f"wrote plan to {output_path}")
 
 
 @main.group()

@@ -88,6 +88,6 @@ def test_fused_pipeline_is_one_unit_with_the_union_of_demands() -> None:
     fused = pipeline.fused()
     (only,) = fused.units
     assert only.kind is Kind.FLAT_MAP and only.name == "pipeline_fused"
-    assert only.resources.cpu == 2.5 and only.resources.gpu == 0.5
+    assert only.resources.cpu == 1 and only.resources.gpu == 0.5
     assert only.resources.memory == 2**30
     assert list(fused.serial([1, 3])) == list(pipeline.serial([1, 3])) == [0, 0, 2]

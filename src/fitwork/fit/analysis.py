@@ -183,12 +183,18 @@ def _shortfall(problem: Problem, c: int, placed: float, used: Usage) -> str | No
     return None
 
 
-def bottleneck(problem: Problem, replicas: np.ndarray, used: list[Usage], t: float,
-               target: float | None) -> tuple[str | None, str]:
-    """The unit with the least headroom over its load, and one line on why it cannot grow."""
+def bottleneck(problem: Problem, replicas: np.ndarray, flows: np.ndarray, used: list[Usage],
+               t: float, target: float | None) -> tuple[str | None, str]:
+    """The unit that limits T, and one line on why it cannot grow.
+
+    When every unit's replicas could carry more than T, the network holds T: the unit moving
+    the most bytes through a saturated NIC is named. Otherwise it is the unit with the least
+    capacity per source item, and the reason lists what stops one more replica of it.
+    """
     caps = unit_capacity(problem, replicas)
     if t <= 0:
-        return None, "the plan carries no load"
+        return None, ("the plan carries no load: the fleet cannot hold one replica of every "
+                      "unit at once; add nodes or lower the units' demands")
     headroom = [caps[u] / problem.multiplicity[u] for u in range(len(caps))]
     u = int(np.argmin(headroom))
     name = problem.unit_names[u]
@@ -197,16 +203,19 @@ def bottleneck(problem: Problem, replicas: np.ndarray, used: list[Usage], t: flo
     rate = format_number(t)
     if target is not None:
         return name, f"unit {name!r} has the least headroom: {held} for the target {rate}"
+    if headroom[u] > t * (1 + 1e-4):
+        named, why = _network_bottleneck(problem, flows, used, t, min(headroom))
+        return named or name, why
     blocked: dict[str, str] = {}
     room: list[int] = []
     for c, cand in enumerate(problem.candidates):
         if cand.unit != u:
             continue
-        why = _shortfall(problem, c, replicas[c], used[cand.node])
-        if why is None:
+        short = _shortfall(problem, c, replicas[c], used[cand.node])
+        if short is None:
             room.append(cand.node)
         else:
-            blocked.setdefault(problem.node_types[cand.node].name, why)
+            blocked.setdefault(problem.node_types[cand.node].name, short)
     if not room:
         shown = list(blocked.values())
         full = "; ".join(shown[:3]) + (f"; {len(shown) - 3} more" if len(shown) > 3 else "")
@@ -221,6 +230,36 @@ def bottleneck(problem: Problem, replicas: np.ndarray, used: list[Usage], t: flo
     return name, (f"unit {name!r} has the least headroom at {rate} items/s ({held}); another "
                   f"replica would fit on {', '.join(spare)}, so T is held by the units sharing "
                   "its resources or by the solver's gap")
+
+
+def _network_bottleneck(problem: Problem, flows: np.ndarray, used: list[Usage], t: float,
+                        least: float) -> tuple[str | None, str]:
+    """Name the unit moving the most bytes through the NICs that are full."""
+    full = [n for n, node in enumerate(problem.node_types) if _network_full(node, used[n])]
+    moved: dict[int, float] = {}
+    for i, cand in enumerate(problem.candidates):
+        if cand.node in full:
+            moved[cand.unit] = moved.get(cand.unit, 0.0) + flows[i] * (
+                cand.bytes_out + cand.bytes_in)
+    if not moved:
+        return None, (f"throughput {format_number(t)} items/s is below what every unit's "
+                      f"replicas carry (at least {format_number(least)}): the solver's gap")
+    u = max(moved, key=lambda k: moved[k])
+    name = problem.unit_names[u]
+    nics = ", ".join(
+        f"{problem.node_types[n].name} {_bandwidth(max(used[n].net_out, used[n].net_in))} "
+        f"of {_bandwidth((problem.node_types[n].network or 0.0) * problem.node_types[n].count)}"
+        for n in full)
+    return name, (f"the network holds throughput at {format_number(t)} items/s (every unit's "
+                  f"replicas could carry {format_number(least)}): NICs full on {nics}; unit "
+                  f"{name!r} moves the most bytes through them")
+
+
+def _bandwidth(value: float) -> str:
+    for scale, unit in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+        if value >= scale:
+            return f"{format_number(value / scale)} {unit}"
+    return f"{format_number(value)} B/s"
 
 
 def _network_full(node: NodeType, used: Usage) -> bool:

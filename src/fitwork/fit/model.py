@@ -138,7 +138,7 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
     rows = _Rows()
     # Throughput: the replicas of unit u carry m_u items per source item.
     for u, m in enumerate(problem.multiplicity):
-        terms = {lay.t: 1.0}
+        terms: dict[int, float] = {lay.t: 1.0}
         for i, cand in enumerate(cands):
             if cand.unit == u:
                 _add(terms, lay.f(i) if lay.flows else lay.x(i), -cand.rate / (m * t_scale))
@@ -165,7 +165,7 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
         for resource, capacity, demand in resources:
             if not any(v > 0 for _, v in demand) or capacity <= 0:
                 continue
-            terms: dict[int, float] = {}
+            terms = {}
             for col, v in demand:
                 _add(terms, col, v / capacity)
             if min_cost:

@@ -63,7 +63,7 @@ def _fused(stages: list[Stage],
     share = max((d.device_share for d, _ in on_accel), default=0.0)
     demand = ClassDemand(
         rate=1.0 / seconds,
-        cores=sum(d.cores for _, d, _ in stages),
+        cores=max(d.cores for _, d, _ in stages),  # the stages run in turn, not at once
         memory=sum(d.memory for _, d, _ in stages),
         device_share=share,
     )
@@ -118,8 +118,8 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType]) -
 def _wanted(units: Sequence[UnitDemand]) -> dict[str, ClassDemand]:
     """What the fused replica would need on each class, for the error message."""
     classes = {c for u in units for c, d in u.classes.items() if d.rate > 0}
-    cpus = sorted(c for c in classes if is_cpu_class(c)) or [None]
-    accels = sorted(c for c in classes if not is_cpu_class(c)) or [None]
+    cpus: list[str | None] = [*sorted(c for c in classes if is_cpu_class(c))] or [None]
+    accels: list[str | None] = [*sorted(c for c in classes if not is_cpu_class(c))] or [None]
     wanted: dict[str, ClassDemand] = {}
     for cpu in cpus:
         for accel in accels:

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from fitwork.fit.spec import is_cpu_class
+
 Objective = Literal["max_throughput", "min_cost"]
 Status = Literal["optimal", "time_limit"]
 Method = Literal["milp", "lp_round"]
@@ -107,6 +109,6 @@ class FitResult(BaseModel):
 
     def accelerator_utilization(self) -> float:
         """Busy over allocated device-seconds, summed over every non-CPU device class."""
-        rows = [u for u in self.utilization if not u.device_class.startswith("cpu-")]
+        rows = [u for u in self.utilization if not is_cpu_class(u.device_class)]
         allocated = sum(u.allocated for u in rows)
         return sum(u.busy for u in rows) / allocated if allocated else 0.0

@@ -44,14 +44,28 @@ replace ``count_n`` on every capacity and network row, ``x_c <= P_c·y_n``, and 
 routed load does not need are then dropped, and the reported nodes in use are the fewest whose
 capacity covers what is left.
 
-Bounds: the LP relaxation (same model, integrality dropped) bounds the optimum; the reported
-``bound`` is the tighter of it and HiGHS's MILP dual bound, and ``gap`` is measured against it.
+How it is solved (``max_throughput``)::
+
+    LP relaxation (HiGHS) ──▶ bound ──┐
+          │                           ├─ within mip_gap? ──yes──▶ plan (method "lp_round")
+          └──▶ round down + greedy fill (rounding.py) ──┘   │no
+                                   HiGHS branch-and-bound ──┴──▶ the better plan
+
+The LP relaxation (same model, integrality dropped) bounds the optimum. Rounding its replica
+counts down and refilling greedily usually lands within a fraction of a percent of it, which
+proves the plan within ``mip_gap`` without branch-and-bound; otherwise HiGHS's MILP runs
+(``time_limit`` and ``mip_rel_gap`` always passed) and the better plan is kept. ``min_cost``
+always runs the MILP. The reported ``bound`` is the tighter of the LP bound and HiGHS's dual
+bound, and ``gap`` is measured against it. After solving, load is routed to each unit's
+replicas in proportion to their rates where the network allows (else as the solver routed
+it), and utilization, usage, nodes in use, cost and the bottleneck follow (analysis.py).
+The only clock is around the HiGHS calls (highs.py), to report solve seconds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 import numpy as np
@@ -118,17 +132,41 @@ def _max_throughput(problem: Problem, model: MilpModel, lp: Outcome, time_limit:
     assert lp.x is not None and lp.objective is not None
     t_col, scale = model.layout.t, model.t_scale
     lp_bound = -lp.objective * scale
-    rounded = round_and_fill(problem, model, lp.x)
+    rounded, seconds = _settle(problem, model, round_and_fill(problem, model, lp.x), time_limit)
+    seconds += lp.seconds
     if lp_bound - rounded[t_col] * scale <= mip_gap * lp_bound:
-        return Solved(rounded, "optimal", "lp_round", lp_bound, lp_bound, lp.seconds, lp.seconds)
+        return Solved(rounded, "optimal", "lp_round", lp_bound, lp_bound, seconds, lp.seconds)
     mip = run_highs(model, relax=False, time_limit=time_limit, mip_gap=mip_gap)
     bound = lp_bound if mip.dual_bound is None else min(lp_bound, -mip.dual_bound * scale)
-    seconds = lp.seconds + mip.seconds
-    if mip.x is not None and mip.status in (0, 1) and mip.x[t_col] >= rounded[t_col]:
-        status: Status = "optimal" if mip.status == 0 else "time_limit"
-        return Solved(mip.x, status, "milp", bound, lp_bound, seconds, lp.seconds)
-    status = "optimal" if mip.status == 0 else "time_limit"
+    seconds += mip.seconds
+    status: Status = "optimal" if mip.status == 0 else "time_limit"
+    if mip.x is not None and mip.status in (0, 1):
+        settled, more = _settle(problem, model, mip.x, time_limit)
+        seconds += more
+        if settled[t_col] >= rounded[t_col]:
+            return Solved(settled, status, "milp", bound, lp_bound, seconds, lp.seconds)
     return Solved(rounded, status, "lp_round", bound, lp_bound, seconds, lp.seconds)
+
+
+def _settle(problem: Problem, model: MilpModel, v: np.ndarray,
+            time_limit: float) -> tuple[np.ndarray, float]:
+    """The most T the solution's integer replicas carry (a solver within its gap may stop
+    short of it): the least unit capacity, or with network rows an LP with replicas fixed."""
+    lay = model.layout
+    v = v.copy()
+    v[: lay.n_cand] = np.rint(v[: lay.n_cand])
+    if not lay.flows:
+        caps = analysis.unit_capacity(problem, v[: lay.n_cand])
+        t = min(c / m for c, m in zip(caps, problem.multiplicity, strict=True))
+        v[lay.t] = min(t / model.t_scale, float(model.ub[lay.t]))
+        return v, 0.0
+    lb, ub = model.lb.copy(), model.ub.copy()
+    lb[: lay.n_cand] = ub[: lay.n_cand] = v[: lay.n_cand]
+    fixed = replace(model, lb=lb, ub=ub)
+    out = run_highs(fixed, relax=True, time_limit=time_limit, mip_gap=0.0)
+    if out.status != 0 or out.x is None or out.x[lay.t] < v[lay.t]:
+        return v, out.seconds
+    return out.x, out.seconds
 
 
 def _min_cost(problem: Problem, model: MilpModel, lp: Outcome, target: float | None,
@@ -173,10 +211,17 @@ def _result(problem: Problem, model: MilpModel, solved: Solved, objective: Objec
     lay = model.layout
     v = solved.v
     replicas = np.rint(v[: lay.n_cand])
-    t = (float(target) if lay.min_cost and target is not None
-         else max(0.0, float(v[lay.t]) * model.t_scale))
     rates = np.array([cand.rate for cand in problem.candidates])
     solver_flows = v[lay.n_cand: 2 * lay.n_cand] * rates if lay.flows else None
+    if lay.min_cost and target is not None:
+        t = float(target)
+    else:  # never more than the rounded replicas, or the solver's routing, carry
+        carried = np.array(analysis.unit_capacity(problem, replicas))
+        if solver_flows is not None:
+            routed = np.array(analysis.unit_capacity(problem, solver_flows / rates))
+            carried = np.minimum(carried, routed)
+        ratios = carried / np.asarray(problem.multiplicity)
+        t = max(0.0, min(float(v[lay.t]) * model.t_scale, float(ratios.min())))
     nodes = (np.rint(v[lay.t + 1:]) if lay.min_cost
              else np.array([n.count for n in problem.node_types], dtype=float))
     flows = analysis.route(problem, replicas, solver_flows, t, nodes)
@@ -197,7 +242,7 @@ def _result(problem: Problem, model: MilpModel, solved: Solved, objective: Objec
         value = t
         bound = max(solved.bound, value)
         gap = (bound - value) / bound if bound > 0 else 0.0
-    name, reason = analysis.bottleneck(problem, replicas, used, t,
+    name, reason = analysis.bottleneck(problem, replicas, flows, used, t,
                                        target if lay.min_cost else None)
     return FitResult(
         objective=objective,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console, Group
 from rich.progress import (
     BarColumn,
@@ -12,10 +14,14 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from fitwork.profiling.record import PipelineProfile
 from fitwork.telemetry.record import Progress as RunProgress
 from fitwork.telemetry.record import RunRecord
+
+if TYPE_CHECKING:
+    from fitwork.fit.plan import Plan
 
 
 class ProgressView:
@@ -109,3 +115,48 @@ def profile_table(profile: PipelineProfile) -> Table:
         row += [f"{u.flops:.3g}" if u.flops else "-"] if flops else []
         table.add_row(*row)
     return table
+
+
+def _money_per_million(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.4f}"
+
+
+def plan_table(plan: Plan) -> Group:
+    """Monolithic and fitted side by side (throughput, utilization, cost), then replicas."""
+    from fitwork.fit.plan import capacity_line
+
+    sides = (plan.monolithic, plan.fitted)
+    table = Table(title=f"plan for {plan.pipeline} on fleet {plan.fleet.name} "
+                  f"({plan.objective.replace('_', ' ')})", title_justify="left")
+    table.add_column("")
+    for side in sides:
+        table.add_column(side.label, justify="right")
+    table.add_row("throughput (items/s)", *(f"{s.throughput:,.1f}" for s in sides))
+    classes = sorted({u.device_class for s in sides for u in s.result.utilization})
+    for name in classes:
+        table.add_row(f"{name} utilization", *(_pct(s.result.utilization_of(name)) for s in sides))
+    for name in sorted({c for s in sides for c in s.mfu}):
+        table.add_row(f"{name} MFU", *(_pct(s.mfu[name]) if name in s.mfu else "-"
+                                        for s in sides))
+    table.add_row("server-capacity utilization", *(_pct(s.capacity_utilization) for s in sides))
+    table.add_row("cost per million items", *(_money_per_million(s.result.cost_per_million)
+                                             for s in sides))
+    table.add_row("cost per hour (nodes used)", *(f"${s.result.cost_per_hour:,.2f}"
+                                                 for s in sides))
+    table.add_row("bound, gap", *(f"{s.result.bound:,.1f}, {s.result.gap:.1%}" for s in sides))
+
+    replicas = Table(title="fitted replicas", title_justify="left")
+    for column in ("unit", "device class", "node type", "replicas", "items/s", "rate source"):
+        replicas.add_column(column, justify="right" if column in ("replicas", "items/s")
+                            else "left")
+    source = {(r.unit, r.device_class): r.method + (f" from {r.source_class}"
+                                                    if r.source_class else "")
+              for r in plan.rates}
+    for p in plan.fitted.result.replicas:
+        if p.replicas:
+            replicas.add_row(p.unit, p.device_class, p.node_type, str(p.replicas),
+                             f"{p.items_per_s:,.1f}", source.get((p.unit, p.device_class), ""))
+    lines = [Text(f"bottleneck: {plan.fitted.result.bottleneck} "
+                  f"({plan.fitted.result.bottleneck_reason})"),
+             Text(capacity_line(plan))]
+    return Group(table, replicas, *lines)

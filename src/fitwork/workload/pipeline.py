@@ -92,9 +92,10 @@ class Pipeline:
     def fused(self, name: str | None = None) -> Pipeline:
         """The monolithic baseline: one unit that runs every stage in turn for each item.
 
-        It demands what a container bundling the stages would request: the sum of their
-        cores and memory and the largest GPU share; it is a flat-map, since a filter or a
-        flat-map inside may give zero or many outputs per item.
+        It demands what a container bundling the stages holds: the largest core and GPU
+        demand among them (the stages run in turn, not at once) and the sum of their memory;
+        it is a flat-map, since a filter or a flat-map inside may give zero or many outputs
+        per item.
         """
         stages = self
 
@@ -106,7 +107,7 @@ class Pipeline:
                 return list(stages._apply(self.callables, 0, item))
 
         resources = Resources(
-            cpu=sum(u.resources.cpu for u in self.units),
+            cpu=max(u.resources.cpu for u in self.units),
             gpu=max(u.resources.gpu for u in self.units),
             memory=sum(u.resources.memory for u in self.units))
         fused = Unit(fn=Fused, name=name or f"{self.name}_fused", kind=Kind.FLAT_MAP,
