@@ -33,6 +33,8 @@ EDGE_THRESHOLD = 6.0
 BASE_URL_ENV = "THUMBS_BASE_URL"
 LATENCY_ENV = "THUMBS_LATENCY_MS"
 DEFAULT_LATENCY_MS = 20.0
+IMAGES_ENV = "THUMBS_IMAGES"
+DEFAULT_IMAGES = 200
 INPUT = Path(__file__).with_suffix(".jsonl")
 
 _IMAGE_PATH = re.compile(r"^/img/(\d{1,6})\.png$")
@@ -152,6 +154,8 @@ class ImageServer:
 @contextmanager
 def serve_images() -> Iterator[ImageServer]:
     """Run the image server and point ``THUMBS_BASE_URL`` at it for the run (and its workers)."""
+    for number in range(int(os.environ.get(IMAGES_ENV, DEFAULT_IMAGES))):
+        render_image(number)  # render up front, as a store that already holds them would
     server = ImageServer().start()
     previous = os.environ.get(BASE_URL_ENV)
     os.environ[BASE_URL_ENV] = server.base_url

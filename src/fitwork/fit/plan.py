@@ -137,11 +137,17 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
 
 
 def sequential(units: list[UnitDemand], rates: list[RateEstimate]) -> list[UnitDemand]:
-    """The units as a fused process runs them: one call at a time, no I/O overlap."""
+    """The units as one container runs them today: a call at a time, whole devices.
+
+    A fused process calls each stage in turn, so an I/O stage overlaps nothing; and a
+    container that asks the orchestrator for a GPU is given a whole one (fractional shares
+    need MPS, MIG or time-slicing set up for them, which is what fitwork brings).
+    """
     seconds = {(r.unit, r.device_class): r.seconds_per_item for r in rates}
     return [u.model_copy(update={"classes": {
-        name: d.model_copy(update={"rate": 1 / seconds[u.name, name]
-                                   if seconds.get((u.name, name)) else d.rate})
+        name: d.model_copy(update={
+            "rate": 1 / seconds[u.name, name] if seconds.get((u.name, name)) else d.rate,
+            "device_share": float(math.ceil(d.device_share))})
         for name, d in u.classes.items()}}) for u in units]
 
 

@@ -161,11 +161,11 @@ class _LocalRun:
 
     def start(self) -> RunResult:
         """Enter the pipeline's context, fork every replica, and hand back the result."""
-        self.t0 = self.last_activity = time.monotonic()
-        self.started_at = time.time()
         try:
             self.context = self.pipeline.run_context()
             self.context.__enter__()
+            self.t0 = self.last_activity = time.monotonic()
+            self.started_at = time.time()
             for stage, unit in enumerate(self.units):
                 for _ in range(unit.replicas):
                     self.spawn(stage)

@@ -1,0 +1,160 @@
+"""Plans from profiles: heterogeneous fleets, the monolithic baseline, and a real local run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fitwork import InputError, Pipeline, unit
+from fitwork.fit.plan import Plan, fit
+from fitwork.hardware.discover import discover_local
+from fitwork.hardware.fleet import Fleet
+from fitwork.profiling import PipelineProfile, profile_pipeline
+from fitwork.profiling.record import UnitProfile
+
+MIXED = Fleet.parse({"name": "mixed", "node_types": [
+    {"name": "cpu", "count": 4, "cores": 32, "memory": "128GiB"},
+    {"name": "v100", "count": 1, "cores": 16, "memory": "64GiB", "devices": {"V100": 4}},
+    {"name": "h100", "count": 1, "cores": 32, "memory": "256GiB", "devices": {"H100-SXM": 8}},
+]})
+
+
+def synthetic_profile() -> PipelineProfile:
+    def measured(name: str, wall: float, cpu: float, **extra) -> UnitProfile:
+        fields = dict(name=name, kind="map", resources={"cpu": 1.0}, device_class="cpu-x86",
+                      samples=32, wall_s=wall, cpu_s=cpu, bytes_in=1e4, bytes_out=1e4,
+                      output_ratio=1.0, peak_rss=100 << 20)
+        return UnitProfile(**{**fields, **extra})
+
+    return PipelineProfile(fitwork_version="test", pipeline="vision", host_class="cpu-x86",
+                           created_at=0.0, units=[
+        measured("decode", 0.020, 0.019),
+        measured("model", 0.500, 0.500, resources={"cpu": 1.0, "gpu": 0.25}, flops=1e12),
+        measured("post", 0.004, 0.004, output_ratio=0.5),
+    ])
+
+
+def test_fitted_plan_keeps_the_gpus_several_times_busier_than_monolithic() -> None:
+    plan = fit(synthetic_profile(), MIXED)
+    gpu_classes = ("V100", "H100-SXM")
+    fitted = plan.fitted.result.utilization_of("H100-SXM")
+    mono = plan.monolithic.result.utilization_of("H100-SXM")
+    print(f"H100 utilization: fitted {fitted:.1%}, monolithic {mono:.1%}; throughput "
+          f"{plan.fitted.throughput:.0f} vs {plan.monolithic.throughput:.0f} items/s")
+    assert plan.fitted.throughput > 5 * plan.monolithic.throughput
+    assert fitted >= 3 * mono > 0
+    assert plan.fitted.capacity_utilization == pytest.approx(
+        plan.fitted.throughput / plan.fitted.result.bound)
+    assert plan.monolithic.capacity_utilization < 0.5
+    assert plan.multiplicity == {"decode": 1.0, "model": 1.0, "post": 1.0}
+    assert set(plan.fitted.mfu) <= set(gpu_classes) and all(0 < v < 1
+                                                            for v in plan.fitted.mfu.values())
+    methods = {(r.unit, r.device_class): r.method for r in plan.rates}
+    assert methods["decode", "cpu-x86"] == "measured"
+    assert methods["model", "H100-SXM"] == "flops"
+    assert plan.fitted.result.cost_per_million < plan.monolithic.result.cost_per_million
+
+
+def test_plan_round_trip_and_workers(tmp_path: Path) -> None:
+    plan = fit(synthetic_profile(), MIXED)
+    plan.save(tmp_path / "plan.json")
+    loaded = Plan.load(tmp_path / "plan.json")
+    assert loaded == plan
+    with pytest.raises(InputError, match="pick the one this host is"):
+        loaded.workers_for()
+    on_h100 = loaded.workers_for("h100")
+    assert on_h100.get("model", 0) >= 1
+    with pytest.raises(InputError, match="places nothing on node type 'tpu'"):
+        loaded.workers_for("tpu")
+    with pytest.raises(InputError, match="not a fitwork plan"):
+        (tmp_path / "bad.json").write_text("{}")
+        Plan.load(tmp_path / "bad.json")
+
+
+@unit(cpu=0.2)
+def prepare(x: int) -> int:
+    time.sleep(0.002)
+    return x
+
+
+@unit(cpu=0.2)
+def slow_call(x: int) -> int:
+    time.sleep(0.012)
+    return x * 2
+
+
+@unit(cpu=0.2)
+def finish(x: int) -> int:
+    time.sleep(0.001)
+    return x + 1
+
+
+def test_a_plan_for_this_host_is_realized_within_a_stated_factor() -> None:
+    pipeline = Pipeline(prepare, slow_call, finish, name="waits")
+    profiled = profile_pipeline(pipeline, range(16), samples=16)
+    plan = fit(profiled, discover_local())
+    workers = plan.workers_for()
+    assert workers["slow_call"] > workers["finish"]
+    assert sum(workers.values()) * 0.2 <= plan.fleet.node_types[0].cores + 1e-9
+    items = 400
+    with pipeline.run(range(items), workers=workers) as result:
+        outputs = sorted(result)
+    assert outputs == [2 * x + 1 for x in range(items)]
+    ratio = result.record.throughput / plan.fitted.throughput
+    print(f"realized/predicted = {ratio:.2f} "
+          f"({result.record.throughput:.0f} vs {plan.fitted.throughput:.0f} items/s)")
+    assert 0.5 <= ratio <= 1.2
+
+
+PIPE = textwrap.dedent("""
+    from fitwork import Pipeline, unit
+
+    @unit
+    def inc(x):
+        return x + 1
+
+    pipeline = Pipeline(inc, name="inc")
+    other = Pipeline(unit(lambda x: x, name="same"), name="other")
+""")
+
+
+def test_plan_command_and_its_bad_inputs(tmp_path: Path) -> None:
+    (tmp_path / "p.py").write_text(PIPE)
+    synthetic = PipelineProfile(fitwork_version="t", pipeline="inc", host_class="cpu-x86",
+                                created_at=0, units=[UnitProfile(
+                                    name="inc", kind="map", resources={"cpu": 1.0},
+                                    device_class="cpu-x86", samples=4, wall_s=0.001,
+                                    cpu_s=0.001, bytes_in=10, bytes_out=10, output_ratio=1,
+                                    peak_rss=0)])
+    synthetic.save(tmp_path / "prof.json")
+    (tmp_path / "fleet.yaml").write_text(MIXED.to_yaml())
+
+    def plan(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "fitwork.cli", "plan", *args],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    done = plan("p.py:pipeline", "--profile", "prof.json", "--fleet", "fleet.yaml",
+                "-o", "plan.json")
+    assert done.returncode == 0, done.stderr
+    assert "monolithic" in done.stdout and "fitted" in done.stdout
+    assert "cost per million" in done.stdout and "busy" in done.stdout
+    assert Plan.load(tmp_path / "plan.json").fitted.throughput > 0
+
+    other = plan("p.py:other", "--profile", "prof.json", "--fleet", "fleet.yaml")
+    assert other.returncode == 1 and "not the pipeline's units" in other.stdout
+
+    (tmp_path / "typo.yaml").write_text("name: f\nnode_types:\n  - name: a\n    cores: 4\n"
+                                        "    memory: 1GiB\n    devices: {H10: 1}\n")
+    typo = plan("p.py:pipeline", "--profile", "prof.json", "--fleet", "typo.yaml")
+    assert typo.returncode == 1
+    assert "node_types[0].devices" in typo.stdout and "did you mean" in typo.stdout
+
+    (tmp_path / "broken.yaml").write_text("name: f\nnode_types:\n  - name: a\n    count: 0\n"
+                                          "    cores: 4\n    memory: 1GiB\n")
+    broken = plan("p.py:pipeline", "--profile", "prof.json", "--fleet", "broken.yaml")
+    assert broken.returncode == 1 and "node_types[0].count" in broken.stdout
