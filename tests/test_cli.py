@@ -18,15 +18,15 @@ from fitwork import RunRecord
 PIPELINE = textwrap.dedent("""
     from fitwork import Pipeline, unit
 
-    @unit
+    @unit(cpu=0.5)
     def parse(row):
         return int(row["n"]) if isinstance(row, dict) else int(row)
 
-    @unit(kind="filter")
+    @unit(kind="filter", cpu=0.25)
     def odd(n):
         return n % 2 == 1
 
-    @unit(batch_size=4)
+    @unit(batch_size=4, cpu=0.5)
     def square(batch):
         return [{"n": n, "square": n * n} for n in batch]
 
@@ -172,3 +172,35 @@ def test_ctrl_c_stops_the_cli_and_keeps_outputs(project: Path) -> None:
     assert "interrupted" in err
     written = read_jsonl(project / "o.jsonl")
     assert 0 < len(written) < 2000
+
+
+def test_fleet_local_prints_this_host_and_writes_yaml(tmp_path: Path) -> None:
+    done = fitwork("fleet", "local", "-o", "local.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "cores" in done.stdout and "cpu-x86" in done.stdout
+    from fitwork.hardware.fleet import Fleet
+
+    fleet = Fleet.from_yaml(tmp_path / "local.yaml")
+    assert fleet.node_types[0].cores >= 1
+
+
+def test_profile_plan_and_run_with_the_plan_and_monolithic(project: Path) -> None:
+    assert fitwork("profile", "squares.py:pipeline", "--input", "in.jsonl", "--samples", "8",
+                   "-o", "prof.json", cwd=project).returncode == 0
+    planned = fitwork("plan", "squares.py:pipeline", "--profile", "prof.json", "-o",
+                      "plan.json", cwd=project)
+    assert planned.returncode == 0, planned.stderr + planned.stdout
+    ran = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
+                  "--plan", "plan.json", "--record", "r.json", "-q", cwd=project)
+    assert ran.returncode == 0, ran.stderr
+    assert "plan predicted" in ran.stderr and "realized" in ran.stderr
+    from fitwork.fit.plan import Plan
+
+    workers = Plan.load(project / "plan.json").workers_for()
+    record = RunRecord.load(project / "r.json")
+    assert {u.name: u.replicas for u in record.units} == workers
+    mono = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "m.jsonl",
+                   "--monolithic", "-q", cwd=project)
+    assert mono.returncode == 0, mono.stderr
+    assert sorted(read_jsonl(project / "m.jsonl"), key=lambda r: r["n"]) == \
+        sorted(read_jsonl(project / "o.jsonl"), key=lambda r: r["n"])

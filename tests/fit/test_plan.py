@@ -158,3 +158,17 @@ def test_plan_command_and_its_bad_inputs(tmp_path: Path) -> None:
                                           "    cores: 4\n    memory: 1GiB\n")
     broken = plan("p.py:pipeline", "--profile", "prof.json", "--fleet", "broken.yaml")
     assert broken.returncode == 1 and "node_types[0].count" in broken.stdout
+
+
+def test_a_fleet_too_small_for_one_replica_of_each_unit_says_what_to_change() -> None:
+    fleet = Fleet.parse({"name": "tiny", "node_types": [
+        {"name": "laptop", "cores": 2, "memory": "8GiB"}]})
+    profile = synthetic_profile()
+    cpu_only = profile.model_copy(update={"units": [profile.units[0], profile.units[2],
+                                                    profile.units[0].model_copy(
+                                                        update={"name": "again"})]})
+    from fitwork.fit import FitInputError
+
+    with pytest.raises(FitInputError, match=r"needs cores \(decode 1, post 1, again 1\).*"
+                                            r"at most 2 per node.*cpu=0.25"):
+        fit(cpu_only, fleet)

@@ -182,7 +182,13 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     fitted = solve(units, nodes, objective=objective, target=target, time_limit=time_limit,
                    mip_gap=mip_gap)
     if fitted.throughput <= 0:
-        raise FitInputError(f"fleet {fleet.name!r} gives no plan: {fitted.bottleneck_reason}")
+        need = ", ".join(f"{u.name} {min(d.cores for d in u.classes.values()):g}"
+                         for u in units)
+        most = max(n.cores for n in fleet.node_types)
+        raise FitInputError(
+            f"fleet {fleet.name!r} gives no plan: one replica of every unit needs cores "
+            f"({need}) beyond what its nodes hold (at most {most:g} per node); declare "
+            "smaller cpu= on light units, e.g. @unit(cpu=0.25), or plan for a larger fleet")
     best = fitted if objective == "max_throughput" else solve(
         units, nodes, time_limit=time_limit, mip_gap=mip_gap)
     base = monolithic(sequential(units, rates), nodes, time_limit=time_limit, mip_gap=mip_gap)
