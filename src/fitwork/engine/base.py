@@ -20,6 +20,8 @@ class RunOptions:
 
     ``gpus`` lists the GPU ids replicas of GPU units are spread over (each replica sees one
     through ``CUDA_VISIBLE_DEVICES``); ``None`` takes what this process may see.
+    ``address`` is the cluster to join, for engines that run on one (Ray); ``None`` joins the
+    one ``RAY_ADDRESS`` names, or starts one on this host.
     """
 
     ordered: bool = False
@@ -31,6 +33,7 @@ class RunOptions:
     progress_interval: float = 0.1
     sample_interval: float = 0.1
     gpus: tuple[str, ...] | None = None
+    address: str | None = None
 
 
 class RunResult:
@@ -41,11 +44,17 @@ class RunResult:
     """
 
     def __init__(self, outputs: Iterator[Any], finish: Callable[[], RunRecord],
-                 close: Callable[[], None]) -> None:
+                 close: Callable[[], None],
+                 worker_pids: Callable[[], list[int]] | None = None) -> None:
         self._outputs = outputs
         self._finish = finish
         self._close = close
+        self._worker_pids = worker_pids or list
         self._record: RunRecord | None = None
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers running now (for operators, and for fault tests)."""
+        return self._worker_pids()
 
     def __iter__(self) -> Iterator[Any]:
         return self._outputs
@@ -90,4 +99,14 @@ def get_engine(name: str) -> Engine:
         from fitwork.engine.local import LocalEngine
 
         return LocalEngine()
-    raise UnitDefinitionError(f"engine {name!r} is unknown; the engines are: local")
+    if name == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise UnitDefinitionError(
+                "engine 'ray' needs Ray: install the extra with pip install 'fitwork[ray]'"
+            ) from None
+        from fitwork.engine.ray import RayEngine
+
+        return RayEngine()
+    raise UnitDefinitionError(f"engine {name!r} is unknown; the engines are: local, ray")

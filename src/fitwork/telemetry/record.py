@@ -18,6 +18,7 @@ class WorkerRecord(BaseModel):
     worker_id: int
     unit: str
     pid: int
+    node: str | None = None
     started_s: float
     ended_s: float | None = None
     exit_code: int | None = None

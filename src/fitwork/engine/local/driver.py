@@ -39,15 +39,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import wait
-from typing import IO, Any
+from typing import Any
 
 from fitwork.engine.base import RunOptions, RunResult
+from fitwork.engine.ledger import Ledger
 from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import WorkerSpec, worker_main
-from fitwork.errors import EngineError, FitworkError, TooManyFailures
+from fitwork.errors import EngineError, FitworkError
 from fitwork.telemetry.record import (
-    FailureRecord,
     Progress,
     QueueSeries,
     RunRecord,
@@ -63,7 +63,6 @@ _FRAME_TIME = 0.005
 _MAX_FRAME = 256
 _QUIET = 1.0
 _ORDERED_WINDOW = 4096
-_KEEP_FAILURES = 1000
 
 
 def _version() -> str:
@@ -142,13 +141,11 @@ class _LocalRun:
         self.out: deque[Any] = deque()
         self.next_src = self.next_emit = 0
         self.fed_records = self.completed = self.outputs = 0
-        self.failures = self.poisoned = self.retries = self.restarts = 0
+        self.retries = self.restarts = 0
+        self.ledger = Ledger(options)
         self.deaths_since_progress = 0
-        self.failed_items: list[FailureRecord] = []
-        self.failures_by_unit: dict[str, int] = {}
         self.latencies: list[float] = []
         self.samples: list[tuple[float, list[int]]] = []
-        self.dead_letter_file: IO[str] | None = None
         self.t0 = self.started_at = self.ended = 0.0
         self.last_activity = self.last_sample = self.last_progress = 0.0
         self.stopping = False
@@ -173,7 +170,9 @@ class _LocalRun:
             self.shutdown()
             raise
         events = self.events()
-        return RunResult(events, self.build_record, lambda: self.close(events))
+        return RunResult(events, self.build_record, lambda: self.close(events),
+                         lambda: [h.pid for h in self.handles.values()
+                                  if h.ended is None and h.pid])
 
     def close(self, events: Iterator[Any]) -> None:
         """Stop early if still running; always release processes and memory."""
@@ -225,8 +224,7 @@ class _LocalRun:
             channel.close()
         self.control_send.close()
         self.control_recv.close()
-        if self.dead_letter_file:
-            self.dead_letter_file.close()
+        self.ledger.close()
         if self.context is not None:
             context, self.context = self.context, None
             context.__exit__(None, None, None)
@@ -420,28 +418,8 @@ class _LocalRun:
 
     def dead_letter(self, failure: dict[str, Any]) -> None:
         """Write one failed item to the dead letters; abort past ``max_failures``."""
-        self.failures += 1
-        self.failures_by_unit[failure["unit"]] = self.failures_by_unit.get(failure["unit"], 0) + 1
-        if failure["kind"] == "poison":
-            self.poisoned += 1
-        if len(self.failed_items) < _KEEP_FAILURES:
-            self.failed_items.append(FailureRecord(
-                item=failure["item"], unit=failure["unit"], error=failure["error"],
-                kind=failure["kind"]))
-        path = self.options.dead_letter
-        if path is not None:
-            if self.dead_letter_file is None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self.dead_letter_file = path.open("a", encoding="utf-8")
-            self.dead_letter_file.write(json.dumps(failure) + "\n")
-            self.dead_letter_file.flush()
-        limit = self.options.max_failures
-        if limit is not None and self.failures > limit and not self.abort:
-            where = f"; dead letters in {path}" if path else ""
-            self.abort = TooManyFailures(
-                f"{self.failures} items failed, more than max_failures={limit} "
-                f"(last: unit {failure['unit']!r}: {failure['error']}){where}; "
-                "fix the unit or raise max_failures")
+        self.ledger.dead_letter(failure)
+        self.abort = self.abort or self.ledger.abort
 
     def reap(self) -> None:
         """Replace workers that exited unasked and retry what they held."""
@@ -547,7 +525,7 @@ class _LocalRun:
         depths = self.samples[-1][1] if self.samples else [0] * len(self.units)
         callback(Progress(
             elapsed_s=now - self.t0, fed=self.next_src, completed=self.completed,
-            outputs=self.outputs, failures=self.failures,
+            outputs=self.outputs, failures=self.ledger.failures,
             depths={u.name: d for u, d in zip(self.units, depths, strict=True)}))
 
     def stop_workers(self) -> None:
@@ -589,7 +567,7 @@ class _LocalRun:
         bases = [
             UnitRecord(name=u.name, kind=u.kind.value, replicas=u.replicas,
                        resources={k: float(v) for k, v in u.resources.as_dict().items()},
-                       batch_size=u.batch_size, failures=self.failures_by_unit.get(u.name, 0))
+                       batch_size=u.batch_size, failures=self.ledger.by_unit.get(u.name, 0))
             for u in self.units
         ]
         units = summarize_units(bases, workers, wall)
@@ -600,11 +578,12 @@ class _LocalRun:
         return RunRecord(
             fitwork_version=_version(), run_id=self.run_id, pipeline=self.pipeline.name,
             engine="local", started_at=self.started_at, wall_s=wall, items_in=self.next_src,
-            items_completed=self.completed, outputs=self.outputs, failures=self.failures,
-            poisoned=self.poisoned, retries=self.retries, worker_restarts=self.restarts,
+            items_completed=self.completed, outputs=self.outputs,
+            failures=self.ledger.failures, poisoned=self.ledger.poisoned,
+            retries=self.retries, worker_restarts=self.restarts,
             throughput=self.completed / wall, latency_p50_s=p50, latency_p95_s=p95,
             units=units, resources=resource_utilization(units, wall), workers=workers,
-            queue=queue, failed_items=self.failed_items,
+            queue=queue, failed_items=self.ledger.items,
             dead_letter=str(self.options.dead_letter) if self.options.dead_letter else None)
 
 

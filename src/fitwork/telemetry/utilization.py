@@ -1,0 +1,286 @@
+"""The three utilization figures of a run record, per device class, and the series reports plot.
+
+Never mixed (see DESIGN.md, "Three utilization figures")::
+
+    fleet utilization    busy device-seconds / device-seconds allocated          per class
+    MFU                  FLOPs the work needed / (peak FLOP/s x devices x wall)  per class
+    server capacity      achieved throughput / the most these servers sustain    per run
+
+A unit runs on one device class: the one ``classes`` names for it, else ``cpu_class`` when
+it holds no GPU share, else the placeholder ``gpu`` (a GPU of a class nobody named).  A unit
+on an accelerator also holds host cores, counted on ``cpu_class``.  CPU busy time is the
+workers' process CPU time (a unit waiting on I/O keeps its cores idle), as in the record's
+own ``resources``; accelerator busy time, without device samples, is the unit's busy
+seconds times its GPU share.  Everything here is arithmetic over values it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel
+
+from fitwork.errors import InputError
+from fitwork.hardware.catalog import Catalog, catalog
+from fitwork.telemetry.figures import ratio
+from fitwork.telemetry.record import RunRecord, UnitRecord
+
+if TYPE_CHECKING:
+    from fitwork.fit.plan import Plan
+
+Precision = Literal["fp16", "fp32"]
+
+DEFAULT_CPU_CLASS = "cpu-x86"
+UNNAMED_GPU = "gpu"
+CPU_BASIS = "process CPU seconds / (cores allocated x wall seconds)"
+GPU_BASIS = "busy seconds x GPU share / (GPUs allocated x wall seconds)"
+
+
+class ClassFigures(BaseModel):
+    """Fleet utilization and MFU of one device class in one run.
+
+    ``allocated`` counts devices (cores for a CPU class); ``busy_s`` and ``allocated_s`` are
+    device-seconds.  ``flops`` is what the work on this class needed, ``mfu`` that over
+    ``peak_flops x allocated x wall``; both ``None`` when no FLOPs were given for its units.
+    """
+
+    device_class: str
+    allocated: float
+    allocated_s: float
+    busy_s: float
+    utilization: float
+    basis: str
+    flops: float | None = None
+    peak_flops: float | None = None
+    mfu: float | None = None
+
+
+class RunFigures(BaseModel):
+    """The three figures of one run: two per device class, server capacity for the run."""
+
+    run_id: str
+    pipeline: str
+    wall_s: float
+    throughput: float
+    classes: list[ClassFigures]
+    capacity_bound: float | None = None
+    capacity_utilization: float | None = None
+    capacity_basis: str = ""
+
+    def of(self, device_class: str) -> ClassFigures:
+        """The figures of ``device_class``."""
+        for entry in self.classes:
+            if entry.device_class == device_class:
+                return entry
+        raise KeyError(f"run {self.run_id} allocated nothing of device class {device_class!r}")
+
+
+def _canonical(name: str, known: Catalog) -> str:
+    return known.get(name).name if name in known else name
+
+
+def _is_cpu(name: str, known: Catalog) -> bool:
+    return known.get(name).is_cpu if name in known else name.startswith("cpu-")
+
+
+def unit_classes(units: list[UnitRecord], classes: Mapping[str, str] | None = None,
+                 cpu_class: str = DEFAULT_CPU_CLASS,
+                 known: Catalog | None = None) -> dict[str, str]:
+    """The device class each unit ran on: named in ``classes``, else CPU, else ``gpu``.
+
+    Names the catalog knows are given as it spells them (``h100`` becomes ``H100-SXM``).
+    """
+    known = known or catalog()
+    named = dict(classes or {})
+    unknown = sorted(set(named) - {u.name for u in units})
+    if unknown:
+        raise InputError(f"device classes given for units {', '.join(unknown)}, which the run "
+                         f"record does not have; its units are "
+                         f"{', '.join(u.name for u in units)}")
+    placed = {u.name: named.get(u.name) or (UNNAMED_GPU if u.resources.get("gpu", 0.0) > 0
+                                            else cpu_class)
+              for u in units}
+    return {unit: _canonical(name, known) for unit, name in placed.items()}
+
+
+def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class: str,
+                 known: Catalog) -> dict[str, tuple[float, float, str]]:
+    """Per class: (devices allocated, busy device-seconds, basis), in order of first use.
+
+    A unit placed on an accelerator without a declared GPU share holds one whole device.
+    """
+    placed = unit_classes(record.units, classes, cpu_class, known)
+    cpu_class = _canonical(cpu_class, known)
+    totals: dict[str, list[float]] = {}
+    bases: dict[str, str] = {}
+    for u in record.units:
+        name = placed[u.name]
+        cores = u.resources.get("cpu", 0.0)
+        if _is_cpu(name, known):
+            host, share = name, 0.0
+        else:
+            host, share = cpu_class, u.resources.get("gpu", 0.0) or 1.0
+            entry = totals.setdefault(name, [0.0, 0.0])
+            entry[0] += u.replicas * share
+            entry[1] += u.busy_s * share
+            bases[name] = GPU_BASIS
+        if cores > 0:
+            entry = totals.setdefault(host, [0.0, 0.0])
+            entry[0] += u.replicas * cores
+            entry[1] += u.cpu_s
+            bases[host] = CPU_BASIS
+    return {name: (alloc, busy, bases[name]) for name, (alloc, busy) in totals.items()}
+
+
+def fleet_utilization(record: RunRecord, classes: Mapping[str, str] | None = None, *,
+                      cpu_class: str = DEFAULT_CPU_CLASS,
+                      known: Catalog | None = None) -> list[ClassFigures]:
+    """Busy device-seconds over allocated device-seconds, per device class (no MFU)."""
+    known = known or catalog()
+    wall = record.wall_s
+    return [ClassFigures(device_class=name, allocated=alloc, allocated_s=alloc * wall,
+                         busy_s=busy, utilization=ratio(busy, alloc * wall), basis=basis)
+            for name, (alloc, busy, basis)
+            in _allocations(record, classes, cpu_class, known).items()]
+
+
+def needed_flops(record: RunRecord, flops_per_item: Mapping[str, float],
+                 classes: Mapping[str, str] | None = None,
+                 cpu_class: str = DEFAULT_CPU_CLASS,
+                 known: Catalog | None = None) -> dict[str, float]:
+    """FLOPs the run's work needed per device class: items each unit took x its FLOPs/item."""
+    placed = unit_classes(record.units, classes, cpu_class, known)
+    unknown = sorted(set(flops_per_item) - set(placed))
+    if unknown:
+        raise InputError(f"FLOPs per item given for units {', '.join(unknown)}, which the run "
+                         f"record does not have; its units are {', '.join(placed)}")
+    needed: dict[str, float] = {}
+    for u in record.units:
+        flops = flops_per_item.get(u.name)
+        if flops:
+            needed[placed[u.name]] = needed.get(placed[u.name], 0.0) + u.items_in * flops
+    return needed
+
+
+def model_flops_utilization(record: RunRecord, flops_per_item: Mapping[str, float],
+                            classes: Mapping[str, str] | None = None, *,
+                            cpu_class: str = DEFAULT_CPU_CLASS, precision: Precision = "fp16",
+                            known: Catalog | None = None) -> dict[str, float]:
+    """MFU per device class: FLOPs needed / (peak FLOP/s x devices allocated x wall seconds).
+
+    The peak is the catalog's: FP32 for a CPU class (no CPU in it runs FP16 faster), the
+    ``precision`` figure for an accelerator.
+    """
+    known = known or catalog()
+    allocated = _allocations(record, classes, cpu_class, known)
+    figures = {}
+    for name, flops in needed_flops(record, flops_per_item, classes, cpu_class, known).items():
+        peak = _peak(name, precision, known)
+        devices = allocated.get(name, (0.0, 0.0, ""))[0]
+        figures[name] = ratio(flops, peak * devices * record.wall_s)
+    return figures
+
+
+def _peak(name: str, precision: Precision, known: Catalog) -> float:
+    if name == UNNAMED_GPU:
+        raise InputError("a unit with FLOPs per item holds a GPU share, but no device class "
+                         "was named for it; pass classes={unit: 'H100-SXM'} (or its class)")
+    device = known.get(name)
+    return device.fp32_flops if device.is_cpu or precision == "fp32" else device.fp16_flops
+
+
+def capacity_utilization(throughput: float, bound: float) -> float:
+    """Server-capacity utilization: achieved items/s over the most the servers sustain."""
+    return ratio(throughput, bound)
+
+
+def capacity_bound(plan: Plan) -> float:
+    """The most the plan's servers sustain for this workload, as the plan's figures use it.
+
+    That is the fitted plan's proven bound (the LP relaxation or the MILP's dual bound), or
+    a throughput either side reaches when it is higher.
+    """
+    return max(plan.fitted.result.bound, plan.fitted.throughput, plan.monolithic.throughput)
+
+
+def plan_flops(plan: Plan, record: RunRecord) -> dict[str, float]:
+    """FLOPs per item of the record's units as the plan's profile counted or declared them.
+
+    A record of the fused baseline (one unit the plan does not have) gets the sum of the
+    stages' FLOPs, each times its items per source item.
+    """
+    names = [u.name for u in record.units]
+    counted = {name: f for name, f in plan.flops.items() if f}
+    if set(names) <= set(plan.units):
+        return {name: f for name, f in counted.items() if name in names}
+    fused = sum(plan.multiplicity.get(name, 1.0) * f for name, f in counted.items())
+    if len(names) == 1 and fused:
+        return {names[0]: fused}
+    return {}
+
+
+def run_figures(record: RunRecord, plan: Plan | None = None,
+                flops_per_item: Mapping[str, float] | None = None,
+                classes: Mapping[str, str] | None = None, *,
+                cpu_class: str = DEFAULT_CPU_CLASS, precision: Precision = "fp16",
+                bound: float | None = None, known: Catalog | None = None) -> RunFigures:
+    """All three figures of ``record``.
+
+    FLOPs per item come from ``flops_per_item``, else from ``plan``'s profile; the capacity
+    bound from ``bound``, else from ``plan`` (`capacity_bound`); without either, no capacity
+    figure.
+    """
+    known = known or catalog()
+    if flops_per_item is None and plan is not None:
+        flops_per_item = plan_flops(plan, record)
+    mfu = model_flops_utilization(record, flops_per_item or {}, classes, cpu_class=cpu_class,
+                                  precision=precision, known=known)
+    needed = needed_flops(record, flops_per_item or {}, classes, cpu_class, known)
+    rows = []
+    for row in fleet_utilization(record, classes, cpu_class=cpu_class, known=known):
+        if row.device_class in mfu:
+            row = row.model_copy(update={
+                "flops": needed[row.device_class], "mfu": mfu[row.device_class],
+                "peak_flops": _peak(row.device_class, precision, known)})
+        rows.append(row)
+    basis = ""
+    if bound is None and plan is not None:
+        bound = capacity_bound(plan)
+        basis = (f"achieved items/s / plan bound for fleet {plan.fleet.name!r} "
+                 f"({bound:,.1f} items/s)")
+    elif bound is not None:
+        basis = f"achieved items/s / given bound ({bound:,.1f} items/s)"
+    return RunFigures(
+        run_id=record.run_id, pipeline=record.pipeline, wall_s=record.wall_s,
+        throughput=record.throughput, classes=rows, capacity_bound=bound,
+        capacity_utilization=None if bound is None else capacity_utilization(
+            record.throughput, bound),
+        capacity_basis=basis)
+
+
+def throughput_series(record: RunRecord, width: float) -> list[tuple[float, float]]:
+    """Source items completed per second in each ``width``-second bucket from 0 to wall.
+
+    The record keeps busy intervals, not completion times, so this spreads the last unit
+    that did any work over its workers' busy time at a constant rate (items per busy
+    second), scaled so the buckets add up to the run's completed source items.  Returns
+    ``(bucket start, items/s)`` for every bucket.
+    """
+    if width <= 0:
+        raise ValueError(f"bucket width {width} must be > 0")
+    count = max(1, math.ceil(record.wall_s / width))
+    busy = [0.0] * count
+    done = [u for u in record.units if u.busy_s > 0]
+    spans = [s for w in record.workers if done and w.unit == done[-1].name
+             for s in w.busy_intervals]
+    for start, end in spans:
+        start, end = max(0.0, start), max(0.0, end)
+        for index in range(min(count - 1, int(start // width)), count):
+            low, high = index * width, (index + 1) * width if index < count - 1 else math.inf
+            busy[index] += max(0.0, min(end, high) - max(start, low))
+            if end <= high:
+                break
+    scale = ratio(record.items_completed, sum(busy) * width)
+    return [(i * width, seconds * scale) for i, seconds in enumerate(busy)]
