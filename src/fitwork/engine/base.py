@@ -21,7 +21,9 @@ class RunOptions:
     ``gpus`` lists the GPU ids replicas of GPU units are spread over (each replica sees one
     through ``CUDA_VISIBLE_DEVICES``); ``None`` takes what this process may see.
     ``address`` is the cluster to join, for engines that run on one (Ray); ``None`` joins the
-    one ``RAY_ADDRESS`` names, or starts one on this host.
+    one ``RAY_ADDRESS`` names, or starts one on this host.  ``placements`` gives, per unit,
+    ``(device class, node type, replicas)`` from a plan, which the Ray engine turns into
+    resource requests and node-type label selectors.
     """
 
     ordered: bool = False
@@ -34,6 +36,7 @@ class RunOptions:
     sample_interval: float = 0.1
     gpus: tuple[str, ...] | None = None
     address: str | None = None
+    placements: dict[str, list[tuple[str, str, int]]] | None = None
 
 
 class RunResult:

@@ -3,7 +3,8 @@
 A call to ``process`` returns once the frame's items have gone all the way down the
 pipeline: the replica applies its unit, splits the outputs into frames, sends each to a
 downstream replica (the less loaded of two picked at random, at most ``max_in_flight``
-frames per downstream replica), and waits for those calls.  A downstream replica that dies
+frames per downstream replica, enough to fill its batches and I/O slots), and waits for
+those calls.  A downstream replica that dies
 is reported to the registry and its frame goes to another one; a frame whose replica died
 is retried item by item, and an item that has killed ``max_attempts`` replicas becomes a
 poison dead letter.  The last unit puts its outputs into the object store, owned by the
@@ -25,6 +26,7 @@ import random
 import threading
 import time
 import traceback
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -93,11 +95,11 @@ class Replica:
     """One replica of one unit (wrapped with ``ray.remote`` by the driver)."""
 
     def __init__(self, unit: Unit, stage: int, names: list[str], registry: Any,
-                 max_attempts: int, max_in_flight: int) -> None:
+                 max_attempts: int, limits: list[int]) -> None:
         self.unit, self.stage, self.names = unit, stage, names
         self.last = stage == len(names) - 1
-        self.registry, self.max_attempts, self.max_in_flight = registry, max_attempts, \
-            max_in_flight
+        self.registry, self.max_attempts = registry, max_attempts
+        self.max_in_flight = limits[stage + 1] if stage + 1 < len(limits) else 1
         self.fn = unit.instantiate()
         self.id = ray.get_runtime_context().get_actor_id()
         self.lock = threading.Condition()
@@ -108,6 +110,7 @@ class Replica:
         self.members: list[Any] = []
         self.version = -1
         self.in_flight: dict[str, int] = {}
+        self.alone: set[str] = set()
         self.frame_ids = itertools.count()
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
         self.busy_s = 0.0
@@ -235,8 +238,15 @@ class Replica:
 
     # -- frames ----------------------------------------------------------------------------
 
-    def process(self, records: list[Record], hints: list[int]) -> dict[str, Any]:
-        """Run the unit on a frame and see its outputs all the way down; returns a summary."""
+    @ray.method(num_returns=2)
+    def process(self, records: list[Record], hints: list[int]
+                ) -> tuple[dict[str, Any], list[Record] | None]:
+        """Run the unit on a frame and see its outputs all the way down.
+
+        Returns a summary (references to the last unit's outputs, dead letters) and, from
+        the last unit, its outputs: a separate object, which the caller never fetches but
+        passes up by reference, so the driver alone reads it.
+        """
         size = frame_bytes(records)
         with self.lock:
             self.items_in += len(records)
@@ -249,19 +259,18 @@ class Replica:
                 self.waiting -= len(records)
         summary: dict[str, Any] = {"outputs": [], "failures": failures}
         if not outputs:
-            return summary
+            return summary, None
         if self.last:
             outputs = self._portable_outputs(outputs, summary)
-            if outputs:
-                summary["outputs"].append(ray.put(outputs, _owner=self.registry))
-                self._count_out(outputs)
-            return summary
+            self._count_out(outputs)
+            return summary, outputs
+        self._count_out(outputs)
         step = max(1, hints[self.stage + 1])
         frames = [outputs[i:i + step] for i in range(0, len(outputs), step)]
         for child in forward(self, self.stage + 1, frames, hints, summary):
             summary["outputs"].extend(child["outputs"])
             summary["failures"].extend(child["failures"])
-        return summary
+        return summary, None
 
     def _count_out(self, records: list[Record]) -> None:
         with self.lock:
@@ -300,7 +309,7 @@ async def _collect(generator: Any) -> list[Any]:
 
 
 # `owner` below is a Replica or the driver: anything with registry, lock, members, version,
-# in_flight, names, max_attempts and max_in_flight.
+# in_flight, alone, names, max_attempts and max_in_flight.
 
 
 def refresh(owner: Any, stage: int) -> None:
@@ -310,24 +319,37 @@ def refresh(owner: Any, stage: int) -> None:
         owner.version, owner.members = version, members
 
 
-def pick_member(owner: Any, stage: int, patience: float = 120.0) -> Any:
-    """Power of two choices over the live members of ``stage``, waiting while all are full."""
+def pick_member(owner: Any, stage: int, patience: float = 120.0, block: bool = True,
+                alone: bool = False) -> Any:
+    """Power of two choices over the live members of ``stage``, waiting while all are full.
+
+    With ``block=False`` it returns None at once when every member is full.  ``alone`` asks
+    for a member with nothing in flight and keeps others off it until `release`: a retried
+    item runs by itself, so if it kills the replica again, no bystander shares the blame.
+    """
     deadline = time.monotonic() + patience
     while True:
         if not owner.members:
             refresh(owner, stage)
         with owner.lock:
-            members = list(owner.members)
+            load = owner.in_flight
+            members = [m for m in owner.members if m._actor_id.hex() not in owner.alone]
+            if alone:
+                members = [m for m in members if not load.get(m._actor_id.hex(), 0)]
             if members:
                 a, b = (random.sample(members, 2) if len(members) > 1
                         else (members[0], members[0]))
-                load = owner.in_flight
                 target = a if load.get(a._actor_id.hex(), 0) <= load.get(b._actor_id.hex(), 0) \
                     else b
                 key = target._actor_id.hex()
                 if load.get(key, 0) < owner.max_in_flight:
                     load[key] = load.get(key, 0) + 1
+                    if alone:
+                        owner.alone.add(key)
                     return target
+            if not block:
+                return None
+            if owner.members:
                 owner.lock.wait(timeout=0.05)
                 continue
         if time.monotonic() > deadline:
@@ -341,6 +363,7 @@ def release(owner: Any, target: Any) -> None:
     with owner.lock:
         key = target._actor_id.hex()
         owner.in_flight[key] = max(0, owner.in_flight.get(key, 1) - 1)
+        owner.alone.discard(key)
         owner.lock.notify_all()
 
 
@@ -374,37 +397,57 @@ def forward(owner: Any, stage: int, frames: list[list[Record]], hints: list[int]
             summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Send frames to ``stage`` and wait for them; retry what a dead replica held.
 
+    A thread never waits for a slot while it holds calls of its own: it first collects one
+    of them, so one frame's many outputs cannot take every slot and wait on itself.
     Returns the summaries of the calls that succeeded; poison dead letters go into
     ``summary["failures"]``.
     """
     results: list[dict[str, Any]] = []
-    pending = list(frames)
-    while pending:
-        calls = []
-        for frame in pending:
-            target = pick_member(owner, stage)
-            try:
-                calls.append((target.process.remote(frame, hints), target, frame))
-            except Exception as exc:  # the frame could not be serialised
-                release(owner, target)
-                if len(frame) > 1:
-                    pending.extend([record] for record in frame)
-                    continue
-                record = frame[0]
-                summary["failures"].append({
-                    "item": record[0], "path": list(record[1]), "unit": owner.names[stage - 1],
-                    "kind": "error", "error": f"cannot send to the next unit: {_describe(exc)}",
-                    "traceback": "", "attempt": record[2], "input": _portable(record[3])})
-        pending = []
-        for ref, target, frame in calls:
-            try:
-                results.append(ray.get(ref))
-            except DEATH as exc:
-                pending.extend(after_death(owner, stage, target, frame, exc,
-                                           summary["failures"]))
-            finally:
-                release(owner, target)
-        if pending:
+    pending = deque(frames)
+    calls: dict[Any, tuple[Any, Any, list[Record]]] = {}
+    last = stage == len(owner.names) - 1
+
+    def collect(ref: Any) -> None:
+        outputs, target, frame = calls.pop(ref)
+        try:
+            result = ray.get(ref)
+            if last:
+                result["outputs"].append(outputs)
+            results.append(result)
+        except DEATH as exc:
+            pending.extend(after_death(owner, stage, target, frame, exc, summary["failures"]))
             with contextlib.suppress(Exception):
                 refresh(owner, stage)
+        finally:
+            release(owner, target)
+
+    while pending or calls:
+        if pending:
+            target = pick_member(owner, stage, block=not calls,
+                                 alone=any(record[2] for record in pending[0]))
+            if target is not None:
+                frame = pending.popleft()
+                try:
+                    ref, outputs = target.process.remote(frame, hints)
+                except Exception as exc:  # the frame could not be serialised
+                    release(owner, target)
+                    unsendable(owner, stage, frame, exc, pending, summary)
+                    continue
+                calls[ref] = (outputs, target, frame)
+                continue
+        done, _ = ray.wait(list(calls), num_returns=1)
+        collect(done[0])
     return results
+
+
+def unsendable(owner: Any, stage: int, frame: list[Record], exc: BaseException,
+               pending: deque[list[Record]], summary: dict[str, Any]) -> None:
+    """A frame that could not be serialised: split it, or dead-letter its one item."""
+    if len(frame) > 1:
+        pending.extend([record] for record in frame)
+        return
+    src, path, attempt, value = frame[0]
+    summary["failures"].append({
+        "item": src, "path": list(path), "unit": owner.names[stage - 1], "kind": "error",
+        "error": f"cannot send to the next unit: {_describe(exc)}", "traceback": "",
+        "attempt": attempt, "input": _portable(value)})

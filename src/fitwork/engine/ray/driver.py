@@ -1,0 +1,502 @@
+"""The Ray engine's driver: starts, watches and replaces replica actors; never relays items.
+
+::
+
+    source ─▶ driver ──process()──▶ [unit 0 actors] ──process()──▶ [unit 1 actors] ─▶ …
+                 ▲                                                      │ ray.put (owned
+                 └──────── summaries: output refs, failures ◀───────────┘  by the registry)
+
+The driver feeds frames to the first unit's replicas (the less loaded of two at random,
+a bounded number in flight) and each call returns once the frame has gone all the way
+down; its summary carries references to the outputs, which the driver fetches from the
+object store, and the dead letters.  Replicas report dead peers to the registry; the
+driver replaces them.  Outputs are deduplicated by (source id, path), so a frame retried
+after a death delivers each output once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError
+
+from fitwork.engine.base import RunOptions, RunResult
+from fitwork.engine.ledger import Ledger
+from fitwork.engine.local.driver import _version
+from fitwork.engine.ray.registry import Registry
+from fitwork.engine.ray.replica import (
+    DEATH,
+    Record,
+    Replica,
+    after_death,
+    pick_member,
+    release,
+)
+from fitwork.errors import EngineError
+from fitwork.telemetry.record import (
+    Progress,
+    QueueSeries,
+    RunRecord,
+    UnitRecord,
+    WorkerRecord,
+    latency_figures,
+    resource_utilization,
+    summarize_units,
+)
+from fitwork.workload.pipeline import Pipeline
+
+_FRAME_TIME = 0.005
+_MAX_FRAME = 256
+_ORDERED_WINDOW = 4096
+_IN_FLIGHT = 4
+_STARTUP = 60.0
+NODE_TYPE_LABEL = "fitwork.node-type"
+
+
+class RayEngine:
+    """Runs a pipeline as Ray actors, on an existing cluster or one started here."""
+
+    name = "ray"
+
+    def run(self, pipeline: Pipeline, source: Iterable[Any], options: RunOptions) -> RunResult:
+        """Start the actors and return a result that streams outputs as they come."""
+        return _RayRun(pipeline, source, options).start()
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start one on this host."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address=address or os.environ.get("RAY_ADDRESS"), log_to_driver=True,
+             include_dashboard=False)
+
+
+@dataclass
+class _Actor:
+    """The driver's view of one replica actor."""
+
+    stage: int
+    handle: Any
+    where: tuple[str | None, str | None]
+    started: float
+    hello: Any = None
+    pid: int = 0
+    node: str | None = None
+    ended: float | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    intervals: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class _Frame:
+    """A frame the driver has sent to the first unit and not yet seen through."""
+
+    records: list[Record]
+    target: Any
+    outputs: Any
+
+
+class _RayRun:
+    """One run on Ray: its actors, frames in flight, and books."""
+
+    def __init__(self, pipeline: Pipeline, source: Iterable[Any], options: RunOptions) -> None:
+        connect(options.address)
+        self.pipeline, self.options, self.units = pipeline, options, pipeline.units
+        self.names = [u.name for u in self.units]
+        self.run_id = uuid.uuid4().hex[:12]
+        self.source: Iterator[Any] = iter(source)
+        self.source_done = False
+        self.source_error: BaseException | None = None
+        self.abort: BaseException | None = None
+        self.ledger = Ledger(options)
+        self.registry: Any = None
+        self.actors: dict[str, _Actor] = {}
+        self.labelled = {n.get("Labels", {}).get(NODE_TYPE_LABEL) for n in ray.nodes()
+                         if n.get("Alive")} - {None}
+        self.lock = threading.Condition()  # for the helpers shared with replicas
+        self.members: list[Any] = []
+        self.version = -1
+        self.in_flight: dict[str, int] = {}
+        self.alone: set[str] = set()
+        self.max_attempts = options.max_attempts
+        self.limits = [max(_IN_FLIGHT, u.batch_size or 0, u.resources.io) for u in self.units]
+        self.max_in_flight = self.limits[0]
+        self.frames: dict[Any, _Frame] = {}
+        self.retry: deque[list[Record]] = deque()
+        self.pending: dict[int, float] = {}
+        self.delivered: dict[int, set[tuple[int, ...]]] = {}
+        self.buffered: dict[int, list[tuple[tuple[int, ...], Any]]] = {}
+        self.ready: dict[int, list[Any]] = {}
+        self.out: deque[Any] = deque()
+        self.next_src = self.next_emit = 0
+        self.completed = self.outputs = self.retries = self.restarts = 0
+        self.deaths_since_progress = 0
+        self.latencies: list[float] = []
+        self.samples: list[tuple[float, list[int]]] = []
+        self.hints = [1] * len(self.units)
+        self.reports: Any = None
+        self.stats_refs: dict[Any, str] = {}
+        self.t0 = self.started_at = self.ended = 0.0
+        self.last_sample = self.last_progress = 0.0
+        self.has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+        self.shut = False
+        self.context: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> RunResult:
+        """Enter the pipeline's context, start every replica, and hand back the result."""
+        try:
+            self.context = self.pipeline.run_context()
+            self.context.__enter__()
+            self.t0 = time.monotonic()
+            self.started_at = time.time()
+            self.registry = ray.remote(Registry).options(
+                num_cpus=0, max_concurrency=64, name=f"fitwork-registry-{self.run_id}").remote()
+            for stage, unit in enumerate(self.units):
+                handles = [self.spawn(stage, where)
+                           for where in self.placement(stage, unit.replicas)]
+                ray.get(self.registry.set_members.remote(stage, handles))
+            self.await_hellos()
+            self.members = [a.handle for a in self.actors.values() if a.stage == 0]
+        except BaseException:
+            self.shutdown()
+            raise
+        events = self.events()
+        return RunResult(events, self.build_record, lambda: self.close(events),
+                         lambda: [a.pid for a in self.actors.values()
+                                  if a.ended is None and a.pid])
+
+    def placement(self, stage: int, replicas: int) -> list[tuple[str | None, str | None]]:
+        """(device class, node type) of each replica of ``stage``, from the plan if given."""
+        planned = (self.options.placements or {}).get(self.names[stage])
+        if not planned:
+            return [(None, None)] * replicas
+        return [(device, node) for device, node, count in planned for _ in range(count)]
+
+    def spawn(self, stage: int, where: tuple[str | None, str | None]) -> Any:
+        """Start one replica actor of ``stage``'s unit, asking for what the plan gives it.
+
+        Cores and GPUs come from the unit's demand (GPUs only where the cluster has any);
+        a replica planned on an accelerator class asks for a custom resource of that name,
+        so it lands only on a node that advertises one; a replica planned on a node type
+        asks for nodes labelled ``fitwork.node-type=<type>`` when the cluster labels them.
+        """
+        unit = self.units[stage]
+        device_class, node_type = where
+        options: dict[str, Any] = {"num_cpus": unit.resources.cpu, "max_concurrency": 64,
+                                   "max_restarts": 0}
+        if unit.resources.gpu and self.has_gpus:
+            options["num_gpus"] = unit.resources.gpu
+        if device_class and not device_class.startswith("cpu-"):
+            options["resources"] = {device_class: unit.resources.gpu or 0.01}
+        if node_type and node_type in self.labelled:
+            options["label_selector"] = {NODE_TYPE_LABEL: node_type}
+        handle = ray.remote(Replica).options(**options).remote(
+            unit, stage, self.names, self.registry, self.options.max_attempts, self.limits)
+        actor = _Actor(stage, handle, where, time.monotonic(), hello=handle.hello.remote())
+        self.actors[handle._actor_id.hex()] = actor
+        return handle
+
+    def await_hellos(self) -> None:
+        """Wait until every replica is placed and running, or say what the cluster lacks."""
+        waiting = {a.hello: a for a in self.actors.values() if a.hello is not None}
+        ready, not_ready = ray.wait(list(waiting), num_returns=len(waiting), timeout=_STARTUP)
+        for ref in ready:
+            self.on_hello(waiting[ref], ray.get(ref))
+        if not_ready:
+            stuck = sorted({self.names[waiting[r].stage] for r in not_ready})
+            raise EngineError(
+                f"replicas of {', '.join(stuck)} were not placed within {_STARTUP:.0f} s: "
+                f"the cluster has {ray.available_resources()}; lower their demands, add "
+                "nodes, or check --ray-address")
+
+    def on_hello(self, actor: _Actor, info: dict[str, Any]) -> None:
+        actor.pid, actor.node, actor.hello = info["pid"], info["node"], None
+
+    def close(self, events: Iterator[Any]) -> None:
+        """Stop early if still running; always kill the actors."""
+        close = getattr(events, "close", None)
+        if close:
+            close()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Kill every actor of this run; safe to call twice."""
+        if self.shut:
+            return
+        self.shut = True
+        for actor in self.actors.values():
+            if actor.ended is None:
+                actor.ended = time.monotonic()
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(actor.handle, no_restart=True)
+        if self.registry is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(self.registry, no_restart=True)
+        self.ended = self.ended or time.monotonic()
+        self.ledger.close()
+        if self.context is not None:
+            context, self.context = self.context, None
+            context.__exit__(None, None, None)
+
+    # -- the event loop --------------------------------------------------------------------
+
+    def events(self) -> Iterator[Any]:
+        """Drive the run; yields outputs as they finish (in source order if ``ordered``)."""
+        try:
+            while not (self.source_done and not self.frames and not self.retry):
+                self.feed()
+                if self.frames:
+                    refs = list(self.frames)
+                    ready, _ = ray.wait(refs, num_returns=1, timeout=0.05)
+                    if ready:
+                        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                    for ref in ready:
+                        self.settle(ref)
+                self.replace_dead()
+                self.tick()
+                self.abort = self.abort or self.ledger.abort
+                if self.abort:
+                    raise self.abort
+                while self.out:
+                    yield self.out.popleft()
+            self.collect_stats(final=True)
+            self.ended = time.monotonic()
+            self.report_progress(force=True)
+            if self.source_error:
+                raise self.source_error
+        finally:
+            self.shutdown()
+
+    def feed(self) -> None:
+        """Send retried frames, then new ones from the source, while slots are free."""
+        while self.retry or not self.source_done:
+            if not self.retry and self.options.ordered and \
+                    self.next_src - self.next_emit >= _ORDERED_WINDOW:
+                return
+            retrying = bool(self.retry)
+            target = pick_member(self, 0, block=False, alone=retrying)
+            if target is None:
+                return
+            records = self.retry.popleft() if retrying else self.take_source(self.hints[0])
+            if not records:
+                release(self, target)
+                return
+            ref, outputs = target.process.remote(records, self.hints)
+            self.frames[ref] = _Frame(records, target, outputs)
+
+    def take_source(self, count: int) -> list[Record]:
+        """Up to ``count`` new records from the source; notes its end or its error."""
+        records: list[Record] = []
+        now = time.monotonic()
+        while len(records) < count:
+            try:
+                item = next(self.source)
+            except StopIteration:
+                self.source_done = True
+                break
+            except Exception as exc:
+                self.source_done, self.source_error = True, exc
+                break
+            src = self.next_src
+            self.next_src += 1
+            self.pending[src] = now
+            records.append((src, (), 0, item))
+        return records
+
+    def settle(self, ref: Any) -> None:
+        """A frame came back: deliver its outputs and dead letters, or retry it."""
+        frame = self.frames.pop(ref)
+        release(self, frame.target)
+        try:
+            summary = ray.get(ref)
+        except DEATH as exc:
+            failures: list[dict[str, Any]] = []
+            retries = after_death(self, 0, frame.target, frame.records, exc, failures)
+            self.retries += len(retries)
+            self.retry.extend(retries)
+            for failure in failures:
+                self.ledger.dead_letter(failure)
+                self.finish(failure["item"])
+            return
+        if len(self.units) == 1:
+            summary["outputs"].append(frame.outputs)
+        try:
+            batches = [b for b in ray.get(summary["outputs"]) if b]
+        except (OwnerDiedError, ObjectLostError):
+            self.retry.append(frame.records)
+            return
+        for batch in batches:
+            for src, path, _, value in batch:
+                self.deliver(src, path, value)
+        for failure in summary["failures"]:
+            self.ledger.dead_letter(failure)
+        for src, *_ in frame.records:
+            self.finish(src)
+
+    def deliver(self, src: int, path: tuple[int, ...], value: Any) -> None:
+        """Hand one output on, once per (source id, path)."""
+        if src not in self.pending:
+            return
+        seen = self.delivered.setdefault(src, set())
+        if path in seen:
+            return
+        seen.add(path)
+        self.outputs += 1
+        if self.options.ordered:
+            self.buffered.setdefault(src, []).append((path, value))
+        else:
+            self.out.append(value)
+
+    def finish(self, src: int) -> None:
+        """A source item is done; release its outputs in order if ``ordered``."""
+        fed = self.pending.pop(src, None)
+        if fed is None:
+            return
+        self.delivered.pop(src, None)
+        self.completed += 1
+        self.deaths_since_progress = 0
+        self.latencies.append(time.monotonic() - fed)
+        if self.options.ordered:
+            parts = sorted(self.buffered.pop(src, []), key=lambda pv: pv[0])
+            self.ready[src] = [value for _, value in parts]
+            while self.next_emit in self.ready:
+                self.out.extend(self.ready.pop(self.next_emit))
+                self.next_emit += 1
+
+    def replace_dead(self) -> None:
+        """Start a replacement for every replica reported dead."""
+        if self.reports is None:
+            self.reports = self.registry.take_reports.remote()
+        ready, _ = ray.wait([self.reports], timeout=0)
+        if not ready:
+            return
+        reports, self.reports = ray.get(self.reports), None
+        for stage, actor_id in reports:
+            actor = self.actors.get(actor_id)
+            if actor is None or actor.ended is not None:
+                continue
+            actor.ended = time.monotonic()
+            self.restarts += 1
+            self.deaths_since_progress += 1
+            limit = 3 * self.max_attempts + 2 * sum(u.replicas for u in self.units)
+            if self.deaths_since_progress > limit and not self.abort:
+                self.abort = EngineError(
+                    f"replicas of unit {self.names[stage]!r} keep dying and no item has "
+                    f"finished in {self.deaths_since_progress} restarts; check its memory "
+                    "demand and native code")
+                return
+            handle = self.spawn(stage, actor.where)
+            ray.get(self.registry.replace.remote(stage, actor_id, handle))
+            if stage == 0:
+                with self.lock:
+                    self.members = [m for m in self.members if m._actor_id.hex() != actor_id]
+                    self.members.append(handle)
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def collect_stats(self, final: bool = False) -> None:
+        """Gather replicas' counters (waiting for them when ``final``)."""
+        if not self.stats_refs or final:
+            for key, actor in self.actors.items():
+                if actor.ended is None:
+                    self.stats_refs[actor.handle.stats.remote()] = key
+        refs = list(self.stats_refs)
+        try:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0 if final else 0)
+        except GetTimeoutError:
+            ready = []
+        for ref in ready:
+            key = self.stats_refs.pop(ref)
+            actor = self.actors[key]
+            try:
+                stats = ray.get(ref)
+            except Exception:
+                continue
+            if actor.hello is not None and stats:
+                actor.hello = None
+            actor.intervals.extend((s - self.t0, e - self.t0) for s, e in stats["intervals"])
+            actor.stats = stats
+        for ref in [r for r, k in self.stats_refs.items() if self.actors[k].ended is not None]:
+            del self.stats_refs[ref]
+
+    def tick(self) -> None:
+        """Sample queue depths, tune frame sizes, report progress."""
+        now = time.monotonic()
+        if now - self.last_sample >= max(self.options.sample_interval, 0.2):
+            self.last_sample = now
+            self.collect_stats()
+            waiting = [0] * len(self.units)
+            items = [0] * len(self.units)
+            busy = [0.0] * len(self.units)
+            for actor in self.actors.values():
+                waiting[actor.stage] += actor.stats.get("waiting", 0) if actor.ended is None \
+                    else 0
+                items[actor.stage] += actor.stats.get("items_in", 0)
+                busy[actor.stage] += actor.stats.get("busy_s", 0.0)
+            self.samples.append((now - self.t0, waiting))
+            for stage in range(len(self.units)):
+                if items[stage]:
+                    per_item = max(busy[stage] / items[stage], 1e-7)
+                    self.hints[stage] = int(min(_MAX_FRAME, max(1, _FRAME_TIME / per_item)))
+        self.report_progress()
+
+    def report_progress(self, force: bool = False) -> None:
+        """Call the progress callback at most every ``progress_interval`` seconds."""
+        callback = self.options.progress
+        now = time.monotonic()
+        if callback is None or (not force and now - self.last_progress
+                                < self.options.progress_interval):
+            return
+        self.last_progress = now
+        depths = self.samples[-1][1] if self.samples else [0] * len(self.units)
+        callback(Progress(
+            elapsed_s=now - self.t0, fed=self.next_src, completed=self.completed,
+            outputs=self.outputs, failures=self.ledger.failures,
+            depths=dict(zip(self.names, depths, strict=True))))
+
+    def build_record(self) -> RunRecord:
+        """Assemble the run record, in the same form as the local engine's."""
+        wall = max((self.ended or time.monotonic()) - self.t0, 1e-9)
+        workers = []
+        for index, actor in enumerate(self.actors.values()):
+            stats = actor.stats
+            workers.append(WorkerRecord(
+                worker_id=index + 1, unit=self.names[actor.stage], pid=actor.pid,
+                node=actor.node, started_s=actor.started - self.t0,
+                ended_s=(actor.ended - self.t0) if actor.ended is not None else None,
+                items_in=stats.get("items_in", 0), items_out=stats.get("items_out", 0),
+                bytes_in=stats.get("bytes_in", 0), bytes_out=stats.get("bytes_out", 0),
+                busy_s=stats.get("busy_s", 0.0), cpu_s=stats.get("cpu_s", 0.0),
+                busy_intervals=actor.intervals))
+        bases = [UnitRecord(name=u.name, kind=u.kind.value, replicas=u.replicas,
+                            resources={k: float(v) for k, v in u.resources.as_dict().items()},
+                            batch_size=u.batch_size,
+                            failures=self.ledger.by_unit.get(u.name, 0))
+                 for u in self.units]
+        units = summarize_units(bases, workers, wall)
+        p50, p95 = latency_figures(self.latencies)
+        queue = QueueSeries(
+            times_s=[t for t, _ in self.samples],
+            depths={name: [d[i] for _, d in self.samples] for i, name in enumerate(self.names)})
+        return RunRecord(
+            fitwork_version=_version(), run_id=self.run_id, pipeline=self.pipeline.name,
+            engine="ray", started_at=self.started_at, wall_s=wall, items_in=self.next_src,
+            items_completed=self.completed, outputs=self.outputs,
+            failures=self.ledger.failures, poisoned=self.ledger.poisoned,
+            retries=self.retries, worker_restarts=self.restarts,
+            throughput=self.completed / wall, latency_p50_s=p50, latency_p95_s=p95,
+            units=units, resources=resource_utilization(units, wall), workers=workers,
+            queue=queue, failed_items=self.ledger.items,
+            dead_letter=str(self.options.dead_letter) if self.options.dead_letter else None)
