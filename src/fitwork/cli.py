@@ -10,6 +10,8 @@ from rich.console import Console
 
 from fitwork import __version__
 from fitwork.errors import FitworkError
+from fitwork.report.cli_report import report
+from fitwork.workload.decompose.cli import decompose_command, decompose_option, load_pipeline_for
 
 
 def _parse_workers(values: tuple[str, ...]) -> dict[str, int]:
@@ -49,26 +51,36 @@ def main() -> None:
 @click.option("--node-type", help="Which of the plan's node types this host is.")
 @click.option("--monolithic", is_flag=True,
               help="Run the pipeline fused into one unit: the baseline to compare with.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True, help="Processes on this host, or actors on a Ray cluster.")
+@click.option("--ray-address", help="The Ray cluster to join [default: RAY_ADDRESS, or a "
+              "new one on this host].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@decompose_option
 def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[str, ...],
         ordered: bool, dead_letter: Path | None, record_path: Path | None,
         max_failures: int | None, plan_path: Path | None, node_type: str | None,
-        monolithic: bool, quiet: bool) -> None:
-    """Run a pipeline over an input file on this host."""
+        monolithic: bool, engine: str, ray_address: str | None, quiet: bool,
+        decompose: str | None) -> None:
+    """Run a pipeline over an input file, on this host or on a Ray cluster."""
     from fitwork.io import count_items, open_writer, read_items
     from fitwork.report.terminal import ProgressView, summary
-    from fitwork.workload.loader import load_pipeline
-
     console = Console(stderr=True)
     replicas = _parse_workers(workers)
     planned = None
+    placements = None
     try:
-        pipeline = load_pipeline(pipeline_ref)
+        pipeline = load_pipeline_for(pipeline_ref, decompose)
         if plan_path:
             from fitwork.fit.plan import Plan
 
             planned = Plan.load(plan_path)
-            pipeline = pipeline.with_workers(planned.workers_for(node_type))
+            if engine == "ray":
+                placements = planned.placements()
+                pipeline = pipeline.with_workers(
+                    {u: sum(c for _, _, c in where) for u, where in placements.items()})
+            else:
+                pipeline = pipeline.with_workers(planned.workers_for(node_type))
         if monolithic:
             pipeline = pipeline.fused()
         if replicas:
@@ -77,9 +89,10 @@ def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[s
         dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
         view = ProgressView(console, None if quiet else count_items(input_path), pipeline.name)
         with open_writer(output_path) as writer, view if not quiet else _Null() as live:
-            result = pipeline.run(items, ordered=ordered, dead_letter=dead_letter,
-                                  max_failures=max_failures,
-                                  progress=live if not quiet else None)
+            result = pipeline.run(items, engine=engine, ordered=ordered,
+                                  dead_letter=dead_letter, max_failures=max_failures,
+                                  progress=live if not quiet else None,
+                                  address=ray_address, placements=placements)
             with result:
                 for output in result:
                     writer.write(output)
@@ -109,16 +122,17 @@ def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[s
               help="How many items to measure each unit on.")
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("profile.json"), show_default=True, help="Where the profile goes.")
-def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path) -> None:
+@decompose_option
+def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path,
+            decompose: str | None) -> None:
     """Measure each unit alone on sample items and save a profile."""
     from fitwork.io import read_items
     from fitwork.profiling import profile_pipeline
     from fitwork.report.terminal import profile_table
-    from fitwork.workload.loader import load_pipeline
 
     console = Console(stderr=True)
     try:
-        pipeline = load_pipeline(pipeline_ref)
+        pipeline = load_pipeline_for(pipeline_ref, decompose)
         with console.status("profiling") as status:
             result = profile_pipeline(
                 pipeline, read_items(input_path), samples=samples,
@@ -143,19 +157,20 @@ def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path
               help="Seconds the solver may take.")
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("plan.json"), show_default=True)
+@decompose_option
 def plan(pipeline_ref: str, profile_path: Path, fleet_ref: str, objective: str,
-         target: float | None, time_limit: float, output_path: Path) -> None:
+         target: float | None, time_limit: float, output_path: Path,
+         decompose: str | None) -> None:
     """Fit the pipeline's units to a fleet; print it beside the monolithic baseline."""
     from fitwork.fit.plan import fit
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
     from fitwork.profiling import PipelineProfile
     from fitwork.report.terminal import plan_table
-    from fitwork.workload.loader import load_pipeline
 
     console = Console()
     try:
-        pipeline = load_pipeline(pipeline_ref)
+        pipeline = load_pipeline_for(pipeline_ref, decompose)
         profiled = PipelineProfile.load(profile_path)
         profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
         fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
@@ -203,6 +218,10 @@ class _Null:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+main.add_command(report)
+main.add_command(decompose_command)
 
 
 if __name__ == "__main__":

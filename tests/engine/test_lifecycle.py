@@ -38,19 +38,19 @@ def segment_size(name: str) -> int:
         return 0
 
 
-def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str) -> None:
+def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str,
+                                                       request: pytest.FixtureRequest) -> None:
     before = fitwork_segments()
+    address = request.getfixturevalue("ray_cluster") if engine == "ray" else None
     script = textwrap.dedent(f"""
-        import psutil, sys
-        from fitwork import Pipeline, TooManyFailures
+        from fitwork import Pipeline
         from tests.engine import units as u
         pipeline = Pipeline(u.make_array, u.pass_array, u.slow_array)
-        with pipeline.run(range(10_000), engine={engine!r},
+        with pipeline.run(range(10_000), engine={engine!r}, address={address!r},
                           workers={{"pass_array": 2}}) as result:
             for i, _ in enumerate(result):
                 if i == 3:
-                    pids = [p.pid for p in psutil.Process().children(recursive=True)]
-                    print(" ".join(map(str, pids)), flush=True)
+                    print(" ".join(map(str, result.worker_pids())), flush=True)
     """)
     driver = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,

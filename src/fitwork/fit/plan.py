@@ -76,6 +76,14 @@ class Plan(BaseModel):
                 workers[p.unit] = workers.get(p.unit, 0) + p.replicas
         return workers
 
+    def placements(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Per unit, ``(device class, node type, replicas)`` for engines that place them."""
+        placed: dict[str, list[tuple[str, str, int]]] = {}
+        for p in self.fitted.result.replicas:
+            if p.replicas:
+                placed.setdefault(p.unit, []).append((p.device_class, p.node_type, p.replicas))
+        return placed
+
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)

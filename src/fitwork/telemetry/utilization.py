@@ -11,7 +11,8 @@ it holds no GPU share, else the placeholder ``gpu`` (a GPU of a class nobody nam
 on an accelerator also holds host cores, counted on ``cpu_class``.  CPU busy time is the
 workers' process CPU time (a unit waiting on I/O keeps its cores idle), as in the record's
 own ``resources``; accelerator busy time, without device samples, is the unit's busy
-seconds times its GPU share.  Everything here is arithmetic over values it is given.
+seconds times its GPU share.  Everything here is arithmetic over values it is given (the
+catalog of peaks defaults to the packaged one).
 """
 
 from __future__ import annotations
@@ -282,5 +283,6 @@ def throughput_series(record: RunRecord, width: float) -> list[tuple[float, floa
             busy[index] += max(0.0, min(end, high) - max(start, low))
             if end <= high:
                 break
-    scale = ratio(record.items_completed, sum(busy) * width)
-    return [(i * width, seconds * scale) for i, seconds in enumerate(busy)]
+    total = sum(busy)
+    return [(i * width, ratio(seconds, total) * record.items_completed / width)
+            for i, seconds in enumerate(busy)]

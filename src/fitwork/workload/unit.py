@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -121,6 +123,29 @@ class Unit:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A decorated function's module attribute is this Unit, not the function, so
+        # pickle (and cloudpickle, for Ray) could not find the function by name and would
+        # copy it by value, globals and all; point them at the module attribute instead.
+        fields = (self.name, self.kind, self.resources, self.batch_size, self.batch_wait,
+                  self.replicas, self.flops)
+        module, qualname = getattr(self.fn, "__module__", None), \
+            getattr(self.fn, "__qualname__", "")
+        owner = sys.modules.get(module or "")
+        if owner is not None and "." not in qualname:
+            attribute = getattr(owner, qualname, None)
+            if isinstance(attribute, Unit) and attribute.fn is self.fn:
+                return _unit_from_module, (module, qualname, fields)
+        return _unit_from_fields, (self.fn, fields)
+
+
+def _unit_from_fields(fn: Callable[..., Any], fields: tuple[Any, ...]) -> Unit:
+    return Unit(fn, *fields)
+
+
+def _unit_from_module(module: str, qualname: str, fields: tuple[Any, ...]) -> Unit:
+    return Unit(getattr(importlib.import_module(module), qualname).fn, *fields)
 
 
 def _infer_kind(fn: Callable[..., Any]) -> Kind:

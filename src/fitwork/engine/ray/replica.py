@@ -449,5 +449,7 @@ def unsendable(owner: Any, stage: int, frame: list[Record], exc: BaseException,
     src, path, attempt, value = frame[0]
     summary["failures"].append({
         "item": src, "path": list(path), "unit": owner.names[stage - 1], "kind": "error",
-        "error": f"cannot send to the next unit: {_describe(exc)}", "traceback": "",
+        "error": f"unit {owner.names[stage - 1]!r} returned a value that cannot cross "
+                 f"processes ({_describe(exc).splitlines()[0][:300]}); return plain data",
+        "traceback": "",
         "attempt": attempt, "input": _portable(value)})

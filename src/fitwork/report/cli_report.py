@@ -1,0 +1,77 @@
+"""The `fitwork report` command: run records (and a plan) in, one self-contained HTML page out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from fitwork.errors import FitworkError, InputError
+from fitwork.telemetry.record import RunRecord
+
+
+def _parse_classes(values: tuple[str, ...]) -> dict[str, str]:
+    classes: dict[str, str] = {}
+    for value in values:
+        name, sep, device_class = value.partition("=")
+        if not sep or not name or not device_class:
+            raise click.BadParameter(f"{value!r}: write UNIT=CLASS, e.g. model=H100-SXM",
+                                     param_hint="--device-class")
+        classes[name] = device_class
+    return classes
+
+
+def _load_record(path: Path) -> RunRecord:
+    try:
+        return RunRecord.load(path)
+    except FileNotFoundError:
+        raise InputError(f"run record {path}: no such file; write one with "
+                         "`fitwork run ... --record PATH`") from None
+    except ValueError as exc:
+        first = " ".join(str(exc).splitlines()[1:3])
+        raise InputError(f"run record {path}: not a fitwork run record ({first})") from None
+
+
+@click.command()
+@click.argument("records", nargs=-1, required=True, metavar="RECORD...",
+                type=click.Path(path_type=Path))
+@click.option("--label", "labels", multiple=True, metavar="L",
+              help="A name per record, in order, e.g. --label monolithic --label fitted.")
+@click.option("--plan", "plan_path", type=click.Path(path_type=Path),
+              help="A plan from `fitwork plan`: predicted figures beside the realized ones.")
+@click.option("--price-per-hour", type=float, default=None,
+              help="USD per hour of the servers the runs used [default: the plan's nodes, "
+                   "else catalog prices of the devices each run allocated].")
+@click.option("--device-class", "device_classes", multiple=True, metavar="UNIT=CLASS",
+              help="The device class a unit ran on (default cpu-x86); repeat per unit.")
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              default=Path("report.html"), show_default=True, help="Where the HTML goes.")
+def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path | None,
+           price_per_hour: float | None, device_classes: tuple[str, ...],
+           output_path: Path) -> None:
+    """Write one HTML report of run records: timeline, utilization, throughput, cost."""
+    from fitwork.report.html import render_report
+
+    console = Console(stderr=True)
+    classes = _parse_classes(device_classes)
+    try:
+        if labels and len(labels) != len(records):
+            raise InputError(f"{len(labels)} --label for {len(records)} records; give one "
+                             "label per record, in order, or none")
+        loaded = [_load_record(path) for path in records]
+        plan = None
+        if plan_path is not None:
+            from fitwork.fit.plan import Plan
+
+            plan = Plan.load(plan_path)
+        page = render_report(loaded, list(labels) or None, plan,
+                             price_per_hour=price_per_hour, classes=classes or None)
+    except FitworkError as exc:
+        console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
+        sys.exit(1)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    output_path.write_text(page, encoding="utf-8")
+    console.print(f"wrote report of {len(loaded)} run{'s' if len(loaded) > 1 else ''} to "
+                  f"{output_path}")

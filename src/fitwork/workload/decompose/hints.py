@@ -1,0 +1,72 @@
+"""Hints a user leaves in a monolithic function: ``hint("gpu")`` calls and ``# fitwork:`` comments.
+
+Both mark one top-level statement: a ``hint(...)`` call marks the statement after it, a
+``# fitwork: KIND`` comment marks the statement on whose lines it stands, or the statement
+that starts on the next line when the comment stands alone.  A hinted statement's unit gets
+the kind's resources and never fuses with a differently-kinded neighbour.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Literal, TypeVar
+
+from fitwork.errors import UnitDefinitionError
+from fitwork.workload.unit import Resources
+
+HintKind = Literal["cpu", "io", "gpu"]
+KINDS: tuple[HintKind, ...] = ("cpu", "io", "gpu")
+IO_CONCURRENCY = 8
+"""Calls one I/O replica keeps in flight."""
+
+COMMENT = re.compile(r"#\s*fitwork\s*:\s*([A-Za-z]+)\b")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def hint(kind: str, /) -> None:
+    """Mark the next statement of a function ``decompose`` splits as ``cpu``, ``io`` or ``gpu``.
+
+    A no-op when the function runs; ``decompose`` reads it from the source.
+    """
+    check_kind(kind, "hint()")
+
+
+def check_kind(kind: str, where: str) -> HintKind:
+    """``kind`` as a hint kind, or an error naming the kinds there are."""
+    if kind not in KINDS:
+        raise UnitDefinitionError(
+            f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}; "
+            "write e.g. fitwork.hint('gpu') or '# fitwork: io'")
+    return kind  # type: ignore[return-value]
+
+
+def resources_for(kind: HintKind, cpu_share: float | None = None) -> Resources:
+    """What one replica of a unit of this kind holds.
+
+    An I/O replica holds the CPU its ``IO_CONCURRENCY`` calls use together (measured CPU
+    share x concurrency, at most one core under the GIL; 0.25 when unmeasured).
+    """
+    if kind == "gpu":
+        return Resources(cpu=1.0, gpu=1.0)
+    if kind == "io":
+        if cpu_share is None:
+            return Resources(cpu=0.25, io=IO_CONCURRENCY)
+        cores = -(-cpu_share * IO_CONCURRENCY // 0.05) * 0.05
+        return Resources(cpu=round(min(1.0, max(0.05, cores)), 2), io=IO_CONCURRENCY)
+    return Resources(cpu=1.0)
+
+
+def with_context(factory: Callable[[], AbstractContextManager[Any]]) -> Callable[[F], F]:
+    """Attach a run context (see `Pipeline`) that ``decompose`` gives the pipeline it makes.
+
+    Use it on a plain function that needs, say, a test server up while it runs, so that
+    ``fitwork run MODULE:FUNCTION --decompose`` can start it.  Returns the function unchanged.
+    """
+    def attach(fn: F) -> F:
+        fn.__fitwork_context__ = factory  # type: ignore[attr-defined]
+        return fn
+
+    return attach

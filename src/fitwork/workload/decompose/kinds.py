@@ -1,0 +1,43 @@
+"""A unit's kind (cpu, io, gpu) and resources: the hint when there is one, else the measurement.
+
+Measured: accelerator time (CUDA events, when torch sees a GPU) makes ``gpu``.  A piece is
+``io`` when it mostly waits: CPU seconds under ``IO_SHARE_BELOW`` of its wall seconds (stricter
+than the profiler's one half, so that a CPU-bound piece slowed down by a busy host is not
+taken for I/O) and at least ``MIN_WAIT_S`` of waiting per item (a shorter wait is not worth
+overlapping, and is mostly the scheduler's noise).  Anything else is ``cpu``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fitwork.profiling.record import UnitProfile
+from fitwork.workload.decompose.fuse import MIN_WAIT_S
+from fitwork.workload.decompose.hints import HintKind, resources_for
+from fitwork.workload.unit import Resources
+
+KindSource = Literal["hint", "measured", "default"]
+IO_SHARE_BELOW = 0.3
+"""CPU seconds per wall second under which a piece that waits long enough is I/O-bound."""
+
+
+def measured_kind(profile: UnitProfile) -> HintKind:
+    """The kind a profile shows."""
+    if profile.accel_s:
+        return "gpu"
+    waiting = profile.wall_s - profile.cpu_s
+    if profile.cpu_share < IO_SHARE_BELOW and waiting >= MIN_WAIT_S:
+        return "io"
+    return "cpu"
+
+
+def choose(hinted: HintKind | None, profile: UnitProfile | None
+           ) -> tuple[HintKind | None, KindSource, Resources]:
+    """Kind, where it came from, and the resources one replica holds."""
+    share = profile.cpu_share if profile is not None else None
+    if hinted is not None:
+        return hinted, "hint", resources_for(hinted, share)
+    if profile is not None:
+        kind = measured_kind(profile)
+        return kind, "measured", resources_for(kind, share)
+    return None, "default", Resources()

@@ -1,0 +1,68 @@
+"""The monolith example: decompose finds its units, the plan beats the baseline, the run too."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from click.testing import CliRunner
+
+from fitwork.workload.decompose.cli import decompose_command
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MODULE_NAME = "fitwork_example_monolith"
+
+
+@pytest.fixture(scope="module")
+def monolith() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, EXAMPLES / "monolith.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE_NAME] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(MODULE_NAME, None)
+
+
+def test_decomposed_plan_beats_the_monolithic_baseline_and_the_run_realizes_it(
+        monolith: ModuleType) -> None:
+    figures = monolith.compare(count=100, samples=8, latency_ms=40)
+    made = figures["decomposition"]
+    fetch, *rest = made.units
+    assert fetch.kind == "io" and "urlopen" in fetch.source and "item" in fetch.outputs
+    assert any(u.kind == "cpu" and "conv_relu" in u.source for u in rest)
+    assert any(m.rule == "kind" for m in made.merges)
+    if len(made.units) == 2:  # what a quiet host measures; a busy one can blur small pieces
+        assert fetch.outputs == ["item", "png"] and rest[0].kind == "cpu"
+    plan = figures["plan"]
+    assert plan.fitted.throughput > plan.monolithic.throughput
+    print(f"monolith: fitted {figures['fitted_items_per_s']:.1f} items/s vs monolithic "
+          f"{figures['monolithic_items_per_s']:.1f} items/s")
+    assert figures["same_outputs"]
+    assert figures["fitted_items_per_s"] > 1.2 * figures["monolithic_items_per_s"]
+
+
+def test_the_decompose_command_runs_on_the_example(monolith: ModuleType) -> None:
+    result = CliRunner().invoke(decompose_command, [
+        f"{EXAMPLES / 'monolith.py'}:classify", "--input", str(EXAMPLES / "thumbnails.jsonl"),
+        "--samples", "4"])
+    assert result.exit_code == 0, result.output
+    assert "units, measured on 4 sample items" in result.output
+    assert "io (measured)" in result.output and "cpu (measured)" in result.output
+    assert "merged:" in result.output and "result: " in result.output
+
+
+def test_the_plain_function_keeps_its_context_when_loaded_whole(monolith: ModuleType) -> None:
+    from fitwork.workload.decompose.cli import load_pipeline_for
+
+    pipeline = load_pipeline_for(f"{EXAMPLES / 'monolith.py'}:classify", None)
+    assert len(pipeline.units) == 1 and pipeline.context is not None
+    with pipeline.run([{"name": "0003.png"}]) as result:
+        (output,) = list(result)
+    assert output["name"] == "0003.png" and output["label"] in monolith.LABELS
