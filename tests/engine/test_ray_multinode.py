@@ -1,0 +1,112 @@
+"""Two Ray node processes on this host, with different resources: replicas land where planned."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fitwork.fit.plan import fit
+from fitwork.hardware.fleet import Fleet
+from fitwork.profiling.record import PipelineProfile, UnitProfile
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                reason="Ray is not installed: pip install 'fitwork[ray]'")
+ROOT = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _ray(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run([RAY, *args], capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def two_nodes() -> Iterator[str]:
+    """A head node labelled ``cpu`` and a worker node with one H100-SXM, labelled ``gpu``."""
+    temp = Path(tempfile.mkdtemp(prefix="fw-ray-"))  # short: Unix socket paths are < 108 bytes
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    port = 6390 + os.getpid() % 500
+    try:
+        _ray("start", "--head", f"--port={port}", "--num-cpus=3", f"--temp-dir={temp}",
+             "--object-store-memory=100000000", "--include-dashboard=false",
+             "--labels=fitwork.node-type=cpu", "--disable-usage-stats", env=env)
+        _ray("start", f"--address=127.0.0.1:{port}", "--num-cpus=1",
+             '--resources={"H100-SXM": 1}', "--object-store-memory=100000000",
+             "--labels=fitwork.node-type=gpu", "--disable-usage-stats", env=env)
+        yield f"127.0.0.1:{port}"
+    finally:
+        for process in psutil.process_iter(["cmdline"]):
+            command = " ".join(process.info["cmdline"] or [])
+            if str(temp) in command or f":{port}" in command:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def profile() -> PipelineProfile:
+    def measured(name: str, **extra: object) -> UnitProfile:
+        fields = dict(name=name, kind="map", resources={"cpu": 1.0}, device_class="cpu-x86",
+                      samples=8, wall_s=0.002, cpu_s=0.002, bytes_in=100.0, bytes_out=100.0,
+                      output_ratio=1.0, peak_rss=0)
+        return UnitProfile(**{**fields, **extra})
+
+    return PipelineProfile(fitwork_version="t", pipeline="placed", host_class="cpu-x86",
+                           created_at=0, units=[
+        measured("prepare"),
+        measured("model", resources={"cpu": 0.5, "gpu": 0.5}, flops=1e9),
+        measured("finish"),
+    ])
+
+
+FLEET = Fleet.parse({"name": "two", "node_types": [
+    {"name": "cpu", "cores": 3, "memory": "8GiB"},
+    {"name": "gpu", "cores": 1, "memory": "8GiB", "devices": {"H100-SXM": 1}},
+]})
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, ray
+    from fitwork import Pipeline, unit
+    from tests.engine.placed_units import prepare, model, finish
+
+    placements = json.loads(sys.argv[2])
+    pipeline = Pipeline(prepare, model, finish, name="placed")
+    workers = {u: sum(c for _, _, c in where) for u, where in placements.items()}
+    with pipeline.run(range(200), engine="ray", address=sys.argv[1],
+                      placements={u: [tuple(w) for w in ws] for u, ws in placements.items()},
+                      workers=workers) as result:
+        outputs = sorted(result)
+    labels = {n["NodeID"]: n.get("Labels", {}).get("fitwork.node-type") for n in ray.nodes()}
+    print(json.dumps({"outputs": outputs,
+                      "workers": [[w.unit, labels.get(w.node)] for w in result.record.workers]}))
+""")
+
+
+def test_a_plan_places_each_replica_on_its_node_type(two_nodes: str) -> None:
+    plan = fit(profile(), FLEET)
+    placements = plan.placements()
+    assert {(d, n) for d, n, _ in placements["model"]} == {("H100-SXM", "gpu")}
+    assert all(n == "cpu" for unit in ("prepare", "finish") for _, n, _ in placements[unit])
+    done = subprocess.run([sys.executable, "-c", SCRIPT, two_nodes, json.dumps(placements)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RAY_AUTH_MODE": "disabled",
+                               "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["outputs"] == [3 * x + 1 for x in range(200)]
+    planned = {u: n for u, where in placements.items() for _, n, _ in where}
+    assert len(report["workers"]) == sum(c for w in placements.values() for _, _, c in w)
+    for unit_name, node_type in report["workers"]:
+        assert node_type == planned[unit_name], (unit_name, node_type)
