@@ -207,6 +207,30 @@ def fleet_local(output_path: Path | None) -> None:
         console.print(f"wrote {output_path}")
 
 
+@fleet.command("ray")
+@click.option("--ray-address", help="The cluster [default: RAY_ADDRESS].")
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              help="Also write the fleet as YAML here (for `fitwork plan --fleet`).")
+def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
+    """A Ray cluster's live nodes, grouped into node types by label and shape."""
+    from fitwork.hardware.render import render_fleet
+
+    console = Console()
+    try:
+        from fitwork.engine.base import get_engine
+
+        get_engine("ray")  # says which extra to install when Ray is missing
+        from fitwork.hardware.ray_fleet import discover_ray
+
+        found = discover_ray(ray_address)
+    except FitworkError as exc:
+        _fail(console, exc)
+    console.print(render_fleet(found))
+    if output_path:
+        output_path.write_text(found.to_yaml())
+        console.print(f"wrote {output_path}")
+
+
 def _fail(console: Console, exc: Exception) -> None:
     console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
     sys.exit(1)

@@ -110,3 +110,14 @@ def test_a_plan_places_each_replica_on_its_node_type(two_nodes: str) -> None:
     assert len(report["workers"]) == sum(c for w in placements.values() for _, _, c in w)
     for unit_name, node_type in report["workers"]:
         assert node_type == planned[unit_name], (unit_name, node_type)
+
+
+def test_fleet_ray_reads_the_nodes_into_node_types(two_nodes: str, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "fitwork.cli", "fleet", "ray",
+                           "--ray-address", two_nodes, "-o", str(tmp_path / "f.yaml")],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    fleet = Fleet.from_yaml(tmp_path / "f.yaml")
+    shapes = {n.name: (n.count, n.cores, n.devices) for n in fleet.node_types}
+    assert shapes == {"cpu": (1, 3.0, {}), "gpu": (1, 1.0, {"H100-SXM": 1})}

@@ -209,3 +209,16 @@ def test_a_missing_fleet_file_is_an_input_error(tmp_path: Path) -> None:
 def test_an_unknown_example_fleet_is_named() -> None:
     with pytest.raises(FleetError, match="no such example fleet"):
         example_fleet("nope")
+
+
+def test_fleet_from_ray_nodes_groups_by_label_and_shape() -> None:
+    from fitwork.hardware.ray_fleet import fleet_from_nodes
+
+    cpu = {"Alive": True, "Resources": {"CPU": 16.0, "memory": 64e9}, "Labels": {}}
+    gpu = {"Alive": True, "Labels": {"fitwork.node-type": "gpu"},
+           "Resources": {"CPU": 32.0, "memory": 256e9, "GPU": 8.0,
+                         "accelerator_type:H100": 1.0}}
+    dead = {**cpu, "Alive": False}
+    fleet = fleet_from_nodes([cpu, cpu, gpu, dead])
+    shapes = {n.name: (n.count, n.cores, n.devices) for n in fleet.node_types}
+    assert shapes == {"ray-0": (2, 16.0, {}), "gpu": (1, 32.0, {"H100-SXM": 8})}

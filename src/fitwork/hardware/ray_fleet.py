@@ -1,0 +1,72 @@
+"""Read a Ray cluster's live nodes into a fleet, so `fitwork plan` can fit to it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from fitwork.hardware.catalog import Catalog, catalog
+from fitwork.hardware.fleet import Fleet, NodeType
+
+NODE_TYPE_LABEL = "fitwork.node-type"
+_ACCELERATOR = "accelerator_type:"
+
+
+def node_shape(node: dict[str, Any], known: Catalog) -> tuple[str | None, float, int,
+                                                            tuple[tuple[str, int], ...]]:
+    """(label, cores, memory, devices) of one entry of ``ray.nodes()``.
+
+    Devices are custom resources named after catalog classes (``{"H100-SXM": 8}``), plus
+    ``GPU`` counted under the class its ``accelerator_type:`` resource names.
+    """
+    resources: dict[str, float] = node.get("Resources", {})
+    devices: Counter[str] = Counter()
+    for name, amount in resources.items():
+        if name in known and not known.get(name).is_cpu:
+            devices[known.get(name).name] += int(amount)
+    if resources.get("GPU") and not devices:
+        kinds = [k[len(_ACCELERATOR):] for k in resources if k.startswith(_ACCELERATOR)]
+        matched = accelerator_class(kinds[0], known) if kinds else None
+        if matched is not None:
+            devices[matched] += int(resources["GPU"])
+    label = (node.get("Labels") or {}).get(NODE_TYPE_LABEL)
+    return (label, float(resources.get("CPU", 0.0)), int(resources.get("memory", 0)),
+            tuple(sorted(devices.items())))
+
+
+def accelerator_class(kind: str, known: Catalog) -> str | None:
+    """The catalog class for Ray's ``accelerator_type`` (``H100`` reads as ``H100-SXM``)."""
+    matched = known.match(kind)
+    if matched is not None:
+        return matched.name
+    prefixed = [n for n in known.names if n.upper().startswith(kind.upper())]
+    prefixed.sort(key=lambda n: ("SXM" not in n, n))  # cloud nodes of 8 are SXM boards
+    return prefixed[0] if prefixed else None
+
+
+def fleet_from_nodes(nodes: list[dict[str, Any]], name: str = "ray",
+                     known: Catalog | None = None) -> Fleet:
+    """Group live nodes of the same label and shape into node types."""
+    known = known or catalog()
+    shapes = Counter(node_shape(n, known) for n in nodes if n.get("Alive", True))
+    node_types = []
+    for index, ((label, cores, memory, devices), count) in enumerate(sorted(
+            shapes.items(), key=lambda item: (item[0][0] or "", -item[0][1]))):
+        node_types.append(NodeType(
+            name=label or f"ray-{index}", count=count, cores=cores, memory=memory,
+            devices=dict(devices),
+            discovered_from={"cores": "Ray node resources: CPU",
+                             "memory": "Ray node resources: memory",
+                             "devices": "custom resources named after catalog classes, "
+                                        "or GPU with its accelerator_type"}))
+    return Fleet(name=name, node_types=node_types)
+
+
+def discover_ray(address: str | None = None) -> Fleet:
+    """The fleet of the Ray cluster at ``address`` (or ``RAY_ADDRESS``)."""
+    import ray
+
+    from fitwork.engine.ray.driver import connect
+
+    connect(address)
+    return fleet_from_nodes(ray.nodes())
