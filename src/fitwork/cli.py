@@ -11,6 +11,7 @@ from rich.console import Console
 from fitwork import __version__
 from fitwork.errors import FitworkError
 from fitwork.report.cli_report import report
+from fitwork.report.metrics import combine_progress, exporter_for, metrics_options
 from fitwork.workload.decompose.cli import decompose_command, decompose_option, load_pipeline_for
 
 
@@ -56,12 +57,13 @@ def main() -> None:
 @click.option("--ray-address", help="The Ray cluster to join [default: RAY_ADDRESS, or a "
               "new one on this host].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@metrics_options
 @decompose_option
 def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[str, ...],
         ordered: bool, dead_letter: Path | None, record_path: Path | None,
         max_failures: int | None, plan_path: Path | None, node_type: str | None,
         monolithic: bool, engine: str, ray_address: str | None, quiet: bool,
-        decompose: str | None) -> None:
+        metrics_port: int | None, metrics_host: str, decompose: str | None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     from fitwork.io import count_items, open_writer, read_items
     from fitwork.report.terminal import ProgressView, summary
@@ -88,10 +90,13 @@ def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[s
         items = read_items(input_path)
         dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
         view = ProgressView(console, None if quiet else count_items(input_path), pipeline.name)
-        with open_writer(output_path) as writer, view if not quiet else _Null() as live:
+        with (open_writer(output_path) as writer, view if not quiet else _Null() as live,
+              exporter_for(metrics_port, metrics_host) as exporter):
+            if exporter is not None:
+                console.print(f"serving metrics on {exporter.url}")
             result = pipeline.run(items, engine=engine, ordered=ordered,
                                   dead_letter=dead_letter, max_failures=max_failures,
-                                  progress=live if not quiet else None,
+                                  progress=combine_progress(live, exporter),
                                   address=ray_address, placements=placements)
             with result:
                 for output in result:

@@ -136,6 +136,7 @@ class Progress:
     outputs: int
     failures: int
     depths: dict[str, int] = field(default_factory=dict)
+    units: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:

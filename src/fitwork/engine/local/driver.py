@@ -523,10 +523,16 @@ class _LocalRun:
             return
         self.last_progress = now
         depths = self.samples[-1][1] if self.samples else [0] * len(self.units)
+        units = {u.name: {"replicas": float(u.replicas), "items_in": 0.0, "items_out": 0.0,
+                          "busy_s": 0.0, "cpu_s": 0.0} for u in self.units}
+        for handle in self.handles.values():
+            figures = units[self.units[handle.stage].name]
+            for key, index in (("items_in", 0), ("items_out", 1), ("busy_s", 4), ("cpu_s", 5)):
+                figures[key] += handle.counters[index]
         callback(Progress(
             elapsed_s=now - self.t0, fed=self.next_src, completed=self.completed,
             outputs=self.outputs, failures=self.ledger.failures,
-            depths={u.name: d for u, d in zip(self.units, depths, strict=True)}))
+            depths={u.name: d for u, d in zip(self.units, depths, strict=True)}, units=units))
 
     def stop_workers(self) -> None:
         """Tell every worker to stop, collect their final counters, and wait for them."""
