@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
+from fitwork.document import Document
 from fitwork.errors import InputError
 from fitwork.fit.cost import DEFAULT_EFFICIENCY, Precision, RateEstimate, peak_flops, unit_rates
 from fitwork.fit.errors import FitInputError
@@ -44,8 +44,11 @@ class PlanSide(BaseModel):
         return self.result.throughput
 
 
-class Plan(BaseModel):
+class Plan(Document):
     """Replicas per unit, device class and node type, with the figures that justify them."""
+
+    document_kind: ClassVar[str] = "plan"
+    document_maker: ClassVar[str] = "`fitwork plan`"
 
     fitwork_version: str
     pipeline: str
@@ -84,22 +87,6 @@ class Plan(BaseModel):
                 placed.setdefault(p.unit, []).append((p.device_class, p.node_type, p.replicas))
         return placed
 
-    def save(self, path: str | Path) -> None:
-        """Write the plan as JSON."""
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(self.model_dump_json(indent=1))
-
-    @classmethod
-    def load(cls, path: str | Path) -> Plan:
-        """Read and validate a plan written by `save`."""
-        try:
-            return cls.model_validate_json(Path(path).read_text())
-        except FileNotFoundError:
-            raise InputError(f"plan {path}: no such file; make one with `fitwork plan`")\
-                from None
-        except ValueError as exc:
-            first = " ".join(str(exc).splitlines()[1:3])
-            raise InputError(f"plan {path}: not a fitwork plan ({first})") from None
 
 
 def fleet_classes(fleet: Fleet, known: Catalog) -> list[DeviceClass]:
@@ -181,7 +168,7 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         efficiency: float = DEFAULT_EFFICIENCY, time_limit: float = 10.0,
         mip_gap: float = 0.01, known: Catalog | None = None) -> Plan:
     """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline."""
-    from fitwork.engine.local.driver import _version
+    from fitwork.engine.books import version as _version
 
     known = known or catalog()
     units, rates, multiplicity = demands(profile, fleet_classes(fleet, known), known,

@@ -43,7 +43,7 @@ def profile_pipeline(
     progress: Callable[[str], None] | None = None,
 ) -> PipelineProfile:
     """Profile every unit of ``pipeline`` on the first ``samples`` items."""
-    from fitwork.engine.local.driver import _version
+    from fitwork.engine.books import version as _version
 
     inputs = list(itertools.islice(items, samples))
     if not inputs:
@@ -159,6 +159,15 @@ def _size(value: Any) -> int:
         return 0
 
 
+def run_queue_seconds() -> float:
+    """Seconds this process has waited in the kernel's run queue (0 where not reported)."""
+    try:
+        with open("/proc/self/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -178,12 +187,12 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
     outputs: list[Any] = []
     failures = 0
     for size in _sizes(unit, len(inputs)):
-        wall = cpu = accel = 0.0
+        wall = cpu = accel = queued = 0.0
         measured = 0
         produced: list[Any] = []
         for i in range(0, len(inputs), size):
             batch = inputs[i:i + size]
-            wall0, cpu0 = time.perf_counter(), time.process_time()
+            wall0, cpu0, queue0 = time.perf_counter(), time.process_time(), run_queue_seconds()
             try:
                 results, accel_s = timer(lambda b=batch: call(b))
             except Exception:
@@ -191,6 +200,7 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
                 continue
             wall += time.perf_counter() - wall0
             cpu += time.process_time() - cpu0
+            queued += run_queue_seconds() - queue0
             accel += accel_s or 0.0
             measured += len(batch)
             for item, result in zip(batch, results, strict=True):
@@ -203,7 +213,7 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
         if not measured:
             continue
         batches.append(BatchMeasurement(batch_size=size, items=measured, wall_s=wall / measured,
-                                        cpu_s=cpu / measured,
+                                        cpu_s=cpu / measured, queued_s=queued / measured,
                                         accel_s=accel / measured if accel else None))
         outputs = produced
     if not batches:
@@ -214,7 +224,8 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
         name=unit.name, kind=unit.kind.value,
         resources={k: float(v) for k, v in unit.resources.as_dict().items()},
         batch_size=unit.batch_size, device_class=host_class, samples=len(inputs),
-        failures=failures, wall_s=chosen.wall_s, cpu_s=chosen.cpu_s, accel_s=chosen.accel_s,
+        failures=failures, wall_s=chosen.wall_s, cpu_s=chosen.cpu_s, queued_s=chosen.queued_s,
+        accel_s=chosen.accel_s,
         flops=flops, flops_source=flops_source,
         bytes_in=sum(map(_size, inputs)) / len(inputs),
         bytes_out=sum(map(_size, outputs)) / len(inputs),

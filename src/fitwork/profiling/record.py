@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from fitwork.document import Document
 from fitwork.errors import InputError
 
 IO_BOUND_BELOW = 0.5
@@ -19,6 +19,7 @@ class BatchMeasurement(BaseModel):
     items: int
     wall_s: float
     cpu_s: float
+    queued_s: float = 0.0
     accel_s: float | None = None
 
 
@@ -34,6 +35,7 @@ class UnitProfile(BaseModel):
     failures: int = 0
     wall_s: float
     cpu_s: float
+    queued_s: float = 0.0
     accel_s: float | None = None
     flops: float | None = None
     flops_source: Literal["declared", "counted"] | None = None
@@ -44,9 +46,19 @@ class UnitProfile(BaseModel):
     batches: list[BatchMeasurement] = Field(default_factory=list)
 
     @property
+    def waiting_s(self) -> float:
+        """Seconds per item spent waiting on something other than a CPU (I/O, a device).
+
+        Time the process sat runnable in the kernel's run queue (other processes had the
+        cores) is not waiting: on a busy host it would make CPU-bound work look I/O-bound.
+        """
+        return max(0.0, self.wall_s - self.cpu_s - self.queued_s)
+
+    @property
     def cpu_share(self) -> float:
-        """CPU seconds per wall second: near 1 is compute-bound, near 0 waits on I/O."""
-        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        """CPU seconds per second not spent queued: near 1 is compute-bound, near 0 waits."""
+        active = self.cpu_s + self.waiting_s
+        return self.cpu_s / active if active > 0 else 0.0
 
     @property
     def bound(self) -> str:
@@ -56,8 +68,11 @@ class UnitProfile(BaseModel):
         return "io" if self.cpu_share < IO_BOUND_BELOW else "cpu"
 
 
-class PipelineProfile(BaseModel):
+class PipelineProfile(Document):
     """Every unit of a pipeline, profiled on one host."""
+
+    document_kind: ClassVar[str] = "profile"
+    document_maker: ClassVar[str] = "`fitwork profile`"
 
     fitwork_version: str
     pipeline: str
@@ -80,20 +95,3 @@ class PipelineProfile(BaseModel):
                 f"{source}: profiled units {mine} are not the pipeline's units {unit_names}; "
                 "profile this pipeline with `fitwork profile` first")
 
-    def save(self, path: str | Path) -> None:
-        """Write the profile as JSON."""
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(self.model_dump_json(indent=1))
-
-    @classmethod
-    def load(cls, path: str | Path) -> PipelineProfile:
-        """Read and validate a profile written by `save`."""
-        try:
-            return cls.model_validate_json(Path(path).read_text())
-        except FileNotFoundError:
-            raise InputError(f"profile {path}: no such file; make one with `fitwork profile`")\
-                from None
-        except ValueError as exc:
-            first = str(exc).splitlines()[1:3]
-            raise InputError(f"profile {path}: not a fitwork profile ({' '.join(first)})")\
-                from None

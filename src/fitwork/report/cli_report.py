@@ -23,17 +23,6 @@ def _parse_classes(values: tuple[str, ...]) -> dict[str, str]:
     return classes
 
 
-def _load_record(path: Path) -> RunRecord:
-    try:
-        return RunRecord.load(path)
-    except FileNotFoundError:
-        raise InputError(f"run record {path}: no such file; write one with "
-                         "`fitwork run ... --record PATH`") from None
-    except ValueError as exc:
-        first = " ".join(str(exc).splitlines()[1:3])
-        raise InputError(f"run record {path}: not a fitwork run record ({first})") from None
-
-
 @click.command()
 @click.argument("records", nargs=-1, required=True, metavar="RECORD...",
                 type=click.Path(path_type=Path))
@@ -60,7 +49,7 @@ def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path |
         if labels and len(labels) != len(records):
             raise InputError(f"{len(labels)} --label for {len(records)} records; give one "
                              "label per record, in order, or none")
-        loaded = [_load_record(path) for path in records]
+        loaded = [RunRecord.load(path) for path in records]
         plan = None
         if plan_path is not None:
             from fitwork.fit.plan import Plan

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from fitwork.document import Document
 from fitwork.telemetry.figures import busy_fraction, percentile, ratio, utilization
 
 
@@ -76,8 +76,11 @@ class QueueSeries(BaseModel):
     depths: dict[str, list[int]] = Field(default_factory=dict)
 
 
-class RunRecord(BaseModel):
+class RunRecord(Document):
     """What happened in one run, in the form every report and figure reads."""
+
+    document_kind: ClassVar[str] = "run record"
+    document_maker: ClassVar[str] = "`fitwork run ... --record FILE`"
 
     fitwork_version: str
     run_id: str
@@ -116,14 +119,6 @@ class RunRecord(BaseModel):
                 return record
         raise KeyError(f"run record has no resource {name!r}")
 
-    def save(self, path: str | Path) -> None:
-        """Write the record as JSON."""
-        Path(path).write_text(self.model_dump_json(indent=1))
-
-    @classmethod
-    def load(cls, path: str | Path) -> RunRecord:
-        """Read and validate a record written by `save`."""
-        return cls.model_validate_json(Path(path).read_text())
 
 
 @dataclass(frozen=True)

@@ -32,44 +32,28 @@ import os
 import signal
 import socket
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from importlib.metadata import PackageNotFoundError, version
 from multiprocessing.connection import wait
 from typing import Any
 
 from fitwork.engine.base import RunOptions, RunResult
-from fitwork.engine.ledger import Ledger
+from fitwork.engine.books import RunBooks
 from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import WorkerSpec, worker_main
 from fitwork.errors import EngineError, FitworkError
 from fitwork.telemetry.record import (
-    Progress,
-    QueueSeries,
     RunRecord,
-    UnitRecord,
     WorkerRecord,
-    latency_figures,
-    resource_utilization,
-    summarize_units,
 )
 from fitwork.workload.pipeline import Pipeline
 
 _FRAME_TIME = 0.005
 _MAX_FRAME = 256
 _QUIET = 1.0
-_ORDERED_WINDOW = 4096
-
-
-def _version() -> str:
-    try:
-        return version("fitwork")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class LocalEngine:
@@ -112,14 +96,14 @@ class _Handle:
     intervals: list[tuple[float, float]] = field(default_factory=list)
 
 
-class _LocalRun:
+class _LocalRun(RunBooks):
     """One run: its channels, workers and books."""
 
+    engine_name = "local"
+
     def __init__(self, pipeline: Pipeline, source: Iterable[Any], options: RunOptions) -> None:
-        self.pipeline, self.options = pipeline, options
-        self.units = pipeline.units
+        super().__init__(pipeline, source, options)
         self.ctx = multiprocessing.get_context("fork")
-        self.run_id = uuid.uuid4().hex[:12]
         self.wire = Wire(f"fitwork-{self.run_id}")
         self.channels = [Channel(self.ctx, options.channel_capacity)
                          for _ in range(len(self.units) + 1)]
@@ -128,26 +112,13 @@ class _LocalRun:
         self.control_recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.control_recv.setblocking(False)
         self.hints: Any = self.ctx.Array("i", [1] * len(self.units) + [_MAX_FRAME], lock=False)
-        self.source: Iterator[Any] = iter(source)
-        self.source_done = False
-        self.source_error: BaseException | None = None
-        self.abort: BaseException | None = None
         self.handles: dict[int, _Handle] = {}
         self.worker_ids = itertools.count(1)
         self.frame_ids = itertools.count()
         self.pending: dict[int, _Pending] = {}
         self.retry: deque[int] = deque()
-        self.ready: dict[int, list[Any]] = {}
-        self.out: deque[Any] = deque()
-        self.next_src = self.next_emit = 0
-        self.fed_records = self.completed = self.outputs = 0
-        self.retries = self.restarts = 0
-        self.ledger = Ledger(options)
-        self.deaths_since_progress = 0
-        self.latencies: list[float] = []
-        self.samples: list[tuple[float, list[int]]] = []
-        self.t0 = self.started_at = self.ended = 0.0
-        self.last_activity = self.last_sample = self.last_progress = 0.0
+        self.fed_records = 0
+        self.last_activity = self.last_sample = 0.0
         self.stopping = False
         self.shut = False
         self.context: Any = None
@@ -161,8 +132,8 @@ class _LocalRun:
         try:
             self.context = self.pipeline.run_context()
             self.context.__enter__()
-            self.t0 = self.last_activity = time.monotonic()
-            self.started_at = time.time()
+            self.start_clock()
+            self.last_activity = self.t0
             for stage, unit in enumerate(self.units):
                 for _ in range(unit.replicas):
                     self.spawn(stage)
@@ -277,7 +248,7 @@ class _LocalRun:
             self.retry.popleft()
             self.fed_records += 1
         while not self.source_done:
-            if self.options.ordered and self.next_src - self.next_emit >= _ORDERED_WINDOW:
+            if self.window_full():
                 return
             if not channel.credits.acquire(False):
                 return
@@ -290,23 +261,12 @@ class _LocalRun:
             self.fed_records += len(records)
 
     def take_source(self, count: int) -> list[tuple[Any, ...]]:
-        """Up to ``count`` new records from the source; notes its end or its error."""
-        records: list[tuple[Any, ...]] = []
-        now = time.monotonic()
-        while len(records) < count:
-            try:
-                item = next(self.source)
-            except StopIteration:
-                self.source_done = True
-                break
-            except Exception as exc:
-                self.source_done, self.source_error = True, exc
-                break
-            src = self.next_src
-            self.next_src += 1
+        """Up to ``count`` new records from the source, each pending until finished."""
+        def make(src: int, item: Any, now: float) -> tuple[Any, ...]:
             self.pending[src] = _Pending(item, now)
-            records.append((src, 0, (), 0, 0, item))
-        return records
+            return (src, 0, (), 0, 0, item)
+
+        return self.take(count, make)
 
     def drain_control(self) -> None:
         """Handle every control message waiting."""
@@ -404,15 +364,8 @@ class _LocalRun:
     def finish_item(self, src: int) -> None:
         """A source item is done: record its latency and release its outputs if ordered."""
         pending = self.pending.pop(src)
-        self.completed += 1
-        self.deaths_since_progress = 0
-        self.latencies.append(time.monotonic() - pending.fed_at)
-        if self.options.ordered:
-            self.ready[src] = [value for _, value in sorted(pending.buffered or (),
-                                                            key=lambda pv: pv[0])]
-            while self.next_emit in self.ready:
-                self.out.extend(self.ready.pop(self.next_emit))
-                self.next_emit += 1
+        parts = sorted(pending.buffered or (), key=lambda pv: pv[0])
+        self.complete(src, pending.fed_at, [value for _, value in parts])
 
     # -- failures --------------------------------------------------------------------------
 
@@ -515,24 +468,12 @@ class _LocalRun:
             self.hints[stage] = size
 
     def report_progress(self, force: bool = False) -> None:
-        """Call the progress callback at most every ``progress_interval`` seconds."""
-        callback = self.options.progress
-        now = time.monotonic()
-        if callback is None or (not force and now - self.last_progress
-                                < self.options.progress_interval):
-            return
-        self.last_progress = now
-        depths = self.samples[-1][1] if self.samples else [0] * len(self.units)
-        units = {u.name: {"replicas": float(u.replicas), "items_in": 0.0, "items_out": 0.0,
-                          "busy_s": 0.0, "cpu_s": 0.0} for u in self.units}
-        for handle in self.handles.values():
-            figures = units[self.units[handle.stage].name]
-            for key, index in (("items_in", 0), ("items_out", 1), ("busy_s", 4), ("cpu_s", 5)):
-                figures[key] += handle.counters[index]
-        callback(Progress(
-            elapsed_s=now - self.t0, fed=self.next_src, completed=self.completed,
-            outputs=self.outputs, failures=self.ledger.failures,
-            depths={u.name: d for u, d in zip(self.units, depths, strict=True)}, units=units))
+        """Hand the progress callback a snapshot, with each unit's live counters."""
+        if self.options.progress is not None:
+            counters = ((h.stage, {"items_in": h.counters[0], "items_out": h.counters[1],
+                                   "busy_s": h.counters[4], "cpu_s": h.counters[5]})
+                        for h in self.handles.values())
+            super().report_progress(self.live_figures(counters), force)
 
     def stop_workers(self) -> None:
         """Tell every worker to stop, collect their final counters, and wait for them."""
@@ -559,8 +500,7 @@ class _LocalRun:
 
     def build_record(self) -> RunRecord:
         """Assemble the run record from everything the workers reported."""
-        wall = max((self.ended or time.monotonic()) - self.t0, 1e-9)
-        workers = [
+        return self.assemble([
             WorkerRecord(
                 worker_id=h.worker_id, unit=self.units[h.stage].name, pid=h.pid,
                 started_s=h.started - self.t0,
@@ -569,28 +509,7 @@ class _LocalRun:
                 bytes_in=h.counters[2], bytes_out=h.counters[3], busy_s=h.counters[4],
                 cpu_s=h.counters[5], busy_intervals=h.intervals)
             for h in self.handles.values()
-        ]
-        bases = [
-            UnitRecord(name=u.name, kind=u.kind.value, replicas=u.replicas,
-                       resources={k: float(v) for k, v in u.resources.as_dict().items()},
-                       batch_size=u.batch_size, failures=self.ledger.by_unit.get(u.name, 0))
-            for u in self.units
-        ]
-        units = summarize_units(bases, workers, wall)
-        p50, p95 = latency_figures(self.latencies)
-        queue = QueueSeries(
-            times_s=[t for t, _ in self.samples],
-            depths={u.name: [d[i] for _, d in self.samples] for i, u in enumerate(self.units)})
-        return RunRecord(
-            fitwork_version=_version(), run_id=self.run_id, pipeline=self.pipeline.name,
-            engine="local", started_at=self.started_at, wall_s=wall, items_in=self.next_src,
-            items_completed=self.completed, outputs=self.outputs,
-            failures=self.ledger.failures, poisoned=self.ledger.poisoned,
-            retries=self.retries, worker_restarts=self.restarts,
-            throughput=self.completed / wall, latency_p50_s=p50, latency_p95_s=p95,
-            units=units, resources=resource_utilization(units, wall), workers=workers,
-            queue=queue, failed_items=self.ledger.items,
-            dead_letter=str(self.options.dead_letter) if self.options.dead_letter else None)
+        ])
 
 
 def visible_gpus(environ: dict[str, str] | None = None) -> tuple[str, ...]:

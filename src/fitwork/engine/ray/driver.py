@@ -20,7 +20,6 @@ import contextlib
 import os
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,8 +29,7 @@ import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError
 
 from fitwork.engine.base import RunOptions, RunResult
-from fitwork.engine.ledger import Ledger
-from fitwork.engine.local.driver import _version
+from fitwork.engine.books import RunBooks
 from fitwork.engine.ray.registry import Registry
 from fitwork.engine.ray.replica import (
     DEATH,
@@ -43,20 +41,13 @@ from fitwork.engine.ray.replica import (
 )
 from fitwork.errors import EngineError
 from fitwork.telemetry.record import (
-    Progress,
-    QueueSeries,
     RunRecord,
-    UnitRecord,
     WorkerRecord,
-    latency_figures,
-    resource_utilization,
-    summarize_units,
 )
 from fitwork.workload.pipeline import Pipeline
 
 _FRAME_TIME = 0.05  # a Ray call costs ~1 ms of CPU: frames carry ~50 ms of work
 _MAX_FRAME = 2048
-_ORDERED_WINDOW = 4096
 _IN_FLIGHT = 4
 _STARTUP = 60.0
 NODE_TYPE_LABEL = "fitwork.node-type"
@@ -106,19 +97,14 @@ class _Frame:
     outputs: Any
 
 
-class _RayRun:
+class _RayRun(RunBooks):
     """One run on Ray: its actors, frames in flight, and books."""
+
+    engine_name = "ray"
 
     def __init__(self, pipeline: Pipeline, source: Iterable[Any], options: RunOptions) -> None:
         connect(options.address)
-        self.pipeline, self.options, self.units = pipeline, options, pipeline.units
-        self.names = [u.name for u in self.units]
-        self.run_id = uuid.uuid4().hex[:12]
-        self.source: Iterator[Any] = iter(source)
-        self.source_done = False
-        self.source_error: BaseException | None = None
-        self.abort: BaseException | None = None
-        self.ledger = Ledger(options)
+        super().__init__(pipeline, source, options)
         self.registry: Any = None
         self.actors: dict[str, _Actor] = {}
         self.labelled = {n.get("Labels", {}).get(NODE_TYPE_LABEL) for n in ray.nodes()
@@ -136,18 +122,10 @@ class _RayRun:
         self.pending: dict[int, float] = {}
         self.delivered: dict[int, set[tuple[int, ...]]] = {}
         self.buffered: dict[int, list[tuple[tuple[int, ...], Any]]] = {}
-        self.ready: dict[int, list[Any]] = {}
-        self.out: deque[Any] = deque()
-        self.next_src = self.next_emit = 0
-        self.completed = self.outputs = self.retries = self.restarts = 0
-        self.deaths_since_progress = 0
-        self.latencies: list[float] = []
-        self.samples: list[tuple[float, list[int]]] = []
         self.hints = [1] * len(self.units)
         self.reports: Any = None
         self.stats_refs: dict[Any, str] = {}
-        self.t0 = self.started_at = self.ended = 0.0
-        self.last_sample = self.last_progress = 0.0
+        self.last_sample = 0.0
         self.has_gpus = ray.cluster_resources().get("GPU", 0) > 0
         self.shut = False
         self.context: Any = None
@@ -159,8 +137,7 @@ class _RayRun:
         try:
             self.context = self.pipeline.run_context()
             self.context.__enter__()
-            self.t0 = time.monotonic()
-            self.started_at = time.time()
+            self.start_clock()
             self.registry = ray.remote(Registry).options(
                 num_cpus=0, max_concurrency=64, name=f"fitwork-registry-{self.run_id}").remote()
             for stage, unit in enumerate(self.units):
@@ -282,8 +259,7 @@ class _RayRun:
     def feed(self) -> None:
         """Send retried frames, then new ones from the source, while slots are free."""
         while self.retry or not self.source_done:
-            if not self.retry and self.options.ordered and \
-                    self.next_src - self.next_emit >= _ORDERED_WINDOW:
+            if not self.retry and self.window_full():
                 return
             retrying = bool(self.retry)
             target = pick_member(self, 0, block=False, alone=retrying)
@@ -297,23 +273,12 @@ class _RayRun:
             self.frames[ref] = _Frame(records, target, outputs)
 
     def take_source(self, count: int) -> list[Record]:
-        """Up to ``count`` new records from the source; notes its end or its error."""
-        records: list[Record] = []
-        now = time.monotonic()
-        while len(records) < count:
-            try:
-                item = next(self.source)
-            except StopIteration:
-                self.source_done = True
-                break
-            except Exception as exc:
-                self.source_done, self.source_error = True, exc
-                break
-            src = self.next_src
-            self.next_src += 1
+        """Up to ``count`` new records from the source, each pending until finished."""
+        def make(src: int, item: Any, now: float) -> Record:
             self.pending[src] = now
-            records.append((src, (), 0, item))
-        return records
+            return (src, (), 0, item)
+
+        return self.take(count, make)
 
     def settle(self, ref: Any) -> None:
         """A frame came back: deliver its outputs and dead letters, or retry it."""
@@ -365,15 +330,8 @@ class _RayRun:
         if fed is None:
             return
         self.delivered.pop(src, None)
-        self.completed += 1
-        self.deaths_since_progress = 0
-        self.latencies.append(time.monotonic() - fed)
-        if self.options.ordered:
-            parts = sorted(self.buffered.pop(src, []), key=lambda pv: pv[0])
-            self.ready[src] = [value for _, value in parts]
-            while self.next_emit in self.ready:
-                self.out.extend(self.ready.pop(self.next_emit))
-                self.next_emit += 1
+        parts = sorted(self.buffered.pop(src, []), key=lambda pv: pv[0])
+        self.complete(src, fed, [value for _, value in parts])
 
     def replace_dead(self) -> None:
         """Start a replacement for every replica reported dead."""
@@ -453,56 +411,23 @@ class _RayRun:
         self.report_progress()
 
     def report_progress(self, force: bool = False) -> None:
-        """Call the progress callback at most every ``progress_interval`` seconds."""
-        callback = self.options.progress
-        now = time.monotonic()
-        if callback is None or (not force and now - self.last_progress
-                                < self.options.progress_interval):
-            return
-        self.last_progress = now
-        depths = self.samples[-1][1] if self.samples else [0] * len(self.units)
-        units = {u.name: {"replicas": float(u.replicas), "items_in": 0.0, "items_out": 0.0,
-                          "busy_s": 0.0, "cpu_s": 0.0} for u in self.units}
-        for actor in self.actors.values():
-            figures = units[self.names[actor.stage]]
-            for key in ("items_in", "items_out", "busy_s", "cpu_s"):
-                figures[key] += actor.stats.get(key, 0.0)
-        callback(Progress(
-            elapsed_s=now - self.t0, fed=self.next_src, completed=self.completed,
-            outputs=self.outputs, failures=self.ledger.failures,
-            depths=dict(zip(self.names, depths, strict=True)), units=units))
+        """Hand the progress callback a snapshot, with each unit's live counters."""
+        if self.options.progress is not None:
+            figures = self.live_figures((a.stage, a.stats) for a in self.actors.values())
+            super().report_progress(figures, force)
 
     def build_record(self) -> RunRecord:
         """Assemble the run record, in the same form as the local engine's."""
-        wall = max((self.ended or time.monotonic()) - self.t0, 1e-9)
-        workers = []
-        for index, actor in enumerate(self.actors.values()):
-            stats = actor.stats
-            workers.append(WorkerRecord(
+        return self.assemble([
+            WorkerRecord(
                 worker_id=index + 1, unit=self.names[actor.stage], pid=actor.pid,
                 node=actor.node, started_s=actor.started - self.t0,
                 ended_s=(actor.ended - self.t0) if actor.ended is not None else None,
-                items_in=stats.get("items_in", 0), items_out=stats.get("items_out", 0),
-                bytes_in=stats.get("bytes_in", 0), bytes_out=stats.get("bytes_out", 0),
-                busy_s=stats.get("busy_s", 0.0), cpu_s=stats.get("cpu_s", 0.0),
-                busy_intervals=actor.intervals))
-        bases = [UnitRecord(name=u.name, kind=u.kind.value, replicas=u.replicas,
-                            resources={k: float(v) for k, v in u.resources.as_dict().items()},
-                            batch_size=u.batch_size,
-                            failures=self.ledger.by_unit.get(u.name, 0))
-                 for u in self.units]
-        units = summarize_units(bases, workers, wall)
-        p50, p95 = latency_figures(self.latencies)
-        queue = QueueSeries(
-            times_s=[t for t, _ in self.samples],
-            depths={name: [d[i] for _, d in self.samples] for i, name in enumerate(self.names)})
-        return RunRecord(
-            fitwork_version=_version(), run_id=self.run_id, pipeline=self.pipeline.name,
-            engine="ray", started_at=self.started_at, wall_s=wall, items_in=self.next_src,
-            items_completed=self.completed, outputs=self.outputs,
-            failures=self.ledger.failures, poisoned=self.ledger.poisoned,
-            retries=self.retries, worker_restarts=self.restarts,
-            throughput=self.completed / wall, latency_p50_s=p50, latency_p95_s=p95,
-            units=units, resources=resource_utilization(units, wall), workers=workers,
-            queue=queue, failed_items=self.ledger.items,
-            dead_letter=str(self.options.dead_letter) if self.options.dead_letter else None)
+                items_in=actor.stats.get("items_in", 0),
+                items_out=actor.stats.get("items_out", 0),
+                bytes_in=actor.stats.get("bytes_in", 0),
+                bytes_out=actor.stats.get("bytes_out", 0),
+                busy_s=actor.stats.get("busy_s", 0.0), cpu_s=actor.stats.get("cpu_s", 0.0),
+                busy_intervals=actor.intervals)
+            for index, actor in enumerate(self.actors.values())
+        ])

@@ -25,7 +25,7 @@ def measured_kind(profile: UnitProfile) -> HintKind:
     """The kind a profile shows."""
     if profile.accel_s:
         return "gpu"
-    waiting = profile.wall_s - profile.cpu_s
+    waiting = profile.waiting_s
     if profile.cpu_share < IO_SHARE_BELOW and waiting >= MIN_WAIT_S:
         return "io"
     return "cpu"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from fitwork.errors import InputError
+from fitwork.document import Document
 from fitwork.profiling.record import PipelineProfile
 
 
@@ -50,8 +49,11 @@ class Merge(BaseModel):
     time_s: float | None = None
 
 
-class Decomposition(BaseModel):
+class Decomposition(Document):
     """How ``decompose`` split a function; saved, it rebuilds the same units (``layout=``)."""
+
+    document_kind: ClassVar[str] = "decomposition"
+    document_maker: ClassVar[str] = "`fitwork decompose ... --output FILE`"
 
     function: str
     module: str
@@ -71,20 +73,3 @@ class Decomposition(BaseModel):
         """True when the function became more than one unit."""
         return len(self.units) > 1
 
-    def save(self, path: str | Path) -> None:
-        """Write the decomposition as JSON."""
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(self.model_dump_json(indent=1))
-
-    @classmethod
-    def load(cls, path: str | Path) -> Decomposition:
-        """Read a decomposition written by `save`."""
-        try:
-            return cls.model_validate_json(Path(path).read_text())
-        except FileNotFoundError:
-            raise InputError(f"decomposition {path}: no such file; write one with "
-                             "`fitwork decompose ... --output FILE`") from None
-        except ValueError as exc:
-            first = " ".join(str(exc).splitlines()[1:3])
-            raise InputError(f"decomposition {path}: not a fitwork decomposition ({first})")\
-                from None
