@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from fitwork import __version__
+from fitwork.demo.cli import demo
 from fitwork.errors import FitworkError
 from fitwork.report.cli_report import report
 from fitwork.report.metrics import combine_progress, exporter_for, metrics_options
@@ -251,6 +252,7 @@ class _Null:
 
 main.add_command(report)
 main.add_command(decompose_command)
+main.add_command(demo)
 
 
 if __name__ == "__main__":

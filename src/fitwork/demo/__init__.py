@@ -1,0 +1,29 @@
+"""``fitwork demo``: OCR of generated pages, run monolithic and fitted on this host, compared.
+
+Install the extra (``pip install 'fitwork[demo]'``), then ``fitwork demo`` or, in Python::
+
+    from fitwork.demo import DemoConfig, run_demo
+    result = run_demo(DemoConfig(images=240, latency_ms=150))
+    print(result.fitted.record.throughput, result.monolithic.record.throughput)
+
+Names load on first use, so importing the command (``fitwork.demo.cli``) stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fitwork.demo.config import ACCURACY_THRESHOLD, DemoConfig
+
+_LAZY = {"DemoResult": "fitwork.demo.run", "run_demo": "fitwork.demo.run"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fitwork.demo' has no attribute {name!r}")
+
+
+__all__ = ["ACCURACY_THRESHOLD", "DemoConfig", "DemoResult", "run_demo"]
