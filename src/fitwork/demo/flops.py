@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from fitwork.demo.layouts import Flops
+from fitwork.forked import ChildFailed, run_forked
 
 COUNTED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 SAMPLE_PAGES = 6
@@ -114,13 +114,6 @@ def count_here(pages: Sequence[bytes]) -> Flops:
     return Flops(detect=totals[0] / len(pages), recognise=totals[1] / len(pages))
 
 
-def _child(pages: Sequence[bytes], send: Any) -> None:
-    try:
-        send.send(("ok", count_here(pages)))
-    except Exception as exc:
-        send.send(("error", f"{type(exc).__name__}: {exc}"))
-
-
 def spread(pages: Sequence[bytes], count: int = SAMPLE_PAGES) -> list[bytes]:
     """``count`` pages spread evenly over ``pages`` (all of them when there are fewer)."""
     count = min(count, len(pages))
@@ -129,19 +122,9 @@ def spread(pages: Sequence[bytes], count: int = SAMPLE_PAGES) -> list[bytes]:
 
 def count(pages: Sequence[bytes]) -> Flops:
     """`count_here` on `spread` pages, in a forked child; ``RuntimeError`` if it fails."""
-    ctx = multiprocessing.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(spread(pages), send), daemon=True)
-    child.start()
-    send.close()
     try:
-        status, payload = receive.recv()
-    except EOFError:
-        child.join()
-        raise RuntimeError(f"counting FLOPs: the child process died (exit code "
-                           f"{child.exitcode})") from None
-    child.join()
-    if status != "ok":
-        raise RuntimeError(f"counting FLOPs: {payload}")
+        payload = run_forked(count_here, spread(pages))
+    except ChildFailed as failure:
+        raise RuntimeError(f"counting FLOPs: {failure}") from None
     result: Flops = payload
     return result

@@ -60,11 +60,20 @@ class RunBooks:
         self.samples: list[tuple[float, list[int]]] = []
         self.t0 = self.started_at = self.ended = 0.0
         self.last_progress = 0.0
+        self.context: Any = None
 
-    def start_clock(self) -> None:
-        """The run starts now (after the pipeline's context is entered)."""
+    def enter_context(self) -> None:
+        """Enter the pipeline's driver-side context; the run's clock starts after it."""
+        self.context = self.pipeline.run_context()
+        self.context.__enter__()
         self.t0 = time.monotonic()
         self.started_at = time.time()
+
+    def exit_context(self) -> None:
+        """Leave the pipeline's context if it was entered (once)."""
+        if self.context is not None:
+            context, self.context = self.context, None
+            context.__exit__(None, None, None)
 
     def window_full(self) -> bool:
         """In ordered mode, whether the source has run too far ahead of the oldest item."""

@@ -15,16 +15,15 @@ import asyncio
 import contextlib
 import inspect
 import itertools
-import multiprocessing
 import pickle
 import resource
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from fitwork.errors import FitworkError
+from fitwork.forked import ChildFailed, run_forked
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
 from fitwork.workload.pipeline import Pipeline
 from fitwork.workload.unit import Kind, Unit
@@ -66,30 +65,14 @@ def profile_pipeline(
 
 def _measure_in_child(unit: Unit, inputs: list[Any], host_class: str
                       ) -> tuple[UnitProfile, list[Any]]:
-    ctx = multiprocessing.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(unit, inputs, host_class, send), daemon=True)
-    child.start()
-    send.close()
     try:
-        status, payload = receive.recv()
-    except EOFError:
-        child.join()
-        raise ProfileError(f"profile: unit {unit.name!r} killed its process (exit code "
-                           f"{child.exitcode}); check its memory use and native code") from None
-    child.join()
-    if status == "error":
-        raise ProfileError(f"profile: unit {unit.name!r}: {payload}")
-    profile, outputs = payload
+        profile, outputs = run_forked(measure_unit, unit, inputs, host_class)
+    except ChildFailed as failure:
+        if failure.died:
+            raise ProfileError(f"profile: unit {unit.name!r} killed its process ({failure}); "
+                               "check its memory use and native code") from None
+        raise ProfileError(f"profile: unit {unit.name!r}: {failure}") from None
     return profile, outputs
-
-
-def _child(unit: Unit, inputs: list[Any], host_class: str, send: Any) -> None:
-    try:
-        send.send(("ok", measure_unit(unit, inputs, host_class)))
-    except Exception as exc:
-        send.send(("error", f"{type(exc).__name__}: {exc}; "
-                            f"{traceback.format_exc().splitlines()[-2].strip()}"))
 
 
 def _sizes(unit: Unit, count: int) -> list[int]:

@@ -121,7 +121,6 @@ class _LocalRun(RunBooks):
         self.last_activity = self.last_sample = 0.0
         self.stopping = False
         self.shut = False
-        self.context: Any = None
         self.gpus = options.gpus if options.gpus is not None else visible_gpus()
         self.gpu_turns: dict[int, int] = {}
 
@@ -130,9 +129,7 @@ class _LocalRun(RunBooks):
     def start(self) -> RunResult:
         """Enter the pipeline's context, fork every replica, and hand back the result."""
         try:
-            self.context = self.pipeline.run_context()
-            self.context.__enter__()
-            self.start_clock()
+            self.enter_context()
             self.last_activity = self.t0
             for stage, unit in enumerate(self.units):
                 for _ in range(unit.replicas):
@@ -196,9 +193,7 @@ class _LocalRun(RunBooks):
         self.control_send.close()
         self.control_recv.close()
         self.ledger.close()
-        if self.context is not None:
-            context, self.context = self.context, None
-            context.__exit__(None, None, None)
+        self.exit_context()
 
     # -- the event loop --------------------------------------------------------------------
 

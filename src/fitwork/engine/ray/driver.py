@@ -128,16 +128,13 @@ class _RayRun(RunBooks):
         self.last_sample = 0.0
         self.has_gpus = ray.cluster_resources().get("GPU", 0) > 0
         self.shut = False
-        self.context: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> RunResult:
         """Enter the pipeline's context, start every replica, and hand back the result."""
         try:
-            self.context = self.pipeline.run_context()
-            self.context.__enter__()
-            self.start_clock()
+            self.enter_context()
             self.registry = ray.remote(Registry).options(
                 num_cpus=0, max_concurrency=64, name=f"fitwork-registry-{self.run_id}").remote()
             for stage, unit in enumerate(self.units):
@@ -223,9 +220,7 @@ class _RayRun(RunBooks):
                 ray.kill(self.registry, no_restart=True)
         self.ended = self.ended or time.monotonic()
         self.ledger.close()
-        if self.context is not None:
-            context, self.context = self.context, None
-            context.__exit__(None, None, None)
+        self.exit_context()
 
     # -- the event loop --------------------------------------------------------------------
 
