@@ -1,1 +1,1 @@
-"""Renderings of run records: terminal tables now; HTML and Prometheus later."""
+"""Renderings of run records and plans: terminal tables, HTML reports, Prometheus metrics."""
