@@ -87,9 +87,16 @@ SCRIPT = textwrap.dedent("""
     with pipeline.run(range(200), engine="ray", address=sys.argv[1],
                       placements={u: [tuple(w) for w in ws] for u, ws in placements.items()},
                       workers=workers) as result:
-        outputs = sorted(result)
+        outputs, groups = [], {}
+        for output in result:
+            if not outputs:
+                table = ray.util.placement_group_table().values()
+                groups = {g["name"].rsplit("-", 1)[-1]: len(g["bundles"]) for g in table
+                          if g["name"].startswith("fitwork-") and g["state"] == "CREATED"}
+            outputs.append(output)
+        outputs.sort()
     labels = {n["NodeID"]: n.get("Labels", {}).get("fitwork.node-type") for n in ray.nodes()}
-    print(json.dumps({"outputs": outputs,
+    print(json.dumps({"outputs": outputs, "groups": groups,
                       "workers": [[w.unit, labels.get(w.node)] for w in result.record.workers]}))
 """)
 
@@ -107,6 +114,11 @@ def test_a_plan_places_each_replica_on_its_node_type(two_nodes: str) -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["outputs"] == [3 * x + 1 for x in range(200)]
     planned = {u: n for u, where in placements.items() for _, n, _ in where}
+    per_type: dict[str, int] = {}
+    for where in placements.values():
+        for _, node_type, count in where:
+            per_type[node_type] = per_type.get(node_type, 0) + count
+    assert report["groups"] == per_type  # one placement group per node type, a bundle each
     assert len(report["workers"]) == sum(c for w in placements.values() for _, _, c in w)
     for unit_name, node_type in report["workers"]:
         assert node_type == planned[unit_name], (unit_name, node_type)

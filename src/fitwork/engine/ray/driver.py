@@ -27,6 +27,8 @@ from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fitwork.engine.base import RunOptions, RunResult
 from fitwork.engine.books import RunBooks
@@ -72,13 +74,17 @@ def connect(address: str | None) -> None:
              include_dashboard=False)
 
 
+Where = tuple[str | None, str | None, tuple[Any, int] | None]
+"""A replica's device class, node type, and (placement group, bundle index)."""
+
+
 @dataclass
 class _Actor:
     """The driver's view of one replica actor."""
 
     stage: int
     handle: Any
-    where: tuple[str | None, str | None]
+    where: Where
     started: float
     hello: Any = None
     pid: int = 0
@@ -107,6 +113,7 @@ class _RayRun(RunBooks):
         super().__init__(pipeline, source, options)
         self.registry: Any = None
         self.actors: dict[str, _Actor] = {}
+        self.groups: list[Any] = []
         self.labelled = {n.get("Labels", {}).get(NODE_TYPE_LABEL) for n in ray.nodes()
                          if n.get("Alive")} - {None}
         self.lock = threading.Condition()  # for the helpers shared with replicas
@@ -137,9 +144,11 @@ class _RayRun(RunBooks):
             self.enter_context()
             self.registry = ray.remote(Registry).options(
                 num_cpus=0, max_concurrency=64, name=f"fitwork-registry-{self.run_id}").remote()
-            for stage, unit in enumerate(self.units):
-                handles = [self.spawn(stage, where)
-                           for where in self.placement(stage, unit.replicas)]
+            wheres = [self.placement(stage, unit.replicas)
+                      for stage, unit in enumerate(self.units)]
+            wheres = self.reserve(wheres)
+            for stage, placed in enumerate(wheres):
+                handles = [self.spawn(stage, where) for where in placed]
                 ray.get(self.registry.set_members.remote(stage, handles))
             self.await_hellos()
             self.members = [a.handle for a in self.actors.values() if a.stage == 0]
@@ -151,31 +160,77 @@ class _RayRun(RunBooks):
                          lambda: [a.pid for a in self.actors.values()
                                   if a.ended is None and a.pid])
 
-    def placement(self, stage: int, replicas: int) -> list[tuple[str | None, str | None]]:
-        """(device class, node type) of each replica of ``stage``, from the plan if given."""
+    def placement(self, stage: int, replicas: int) -> list[Where]:
+        """(device class, node type, no bundle yet) of each replica, from the plan if given."""
         planned = (self.options.placements or {}).get(self.names[stage])
         if not planned:
-            return [(None, None)] * replicas
-        return [(device, node) for device, node, count in planned for _ in range(count)]
+            return [(None, None, None)] * replicas
+        return [(device, node, None) for device, node, count in planned for _ in range(count)]
 
-    def spawn(self, stage: int, where: tuple[str | None, str | None]) -> Any:
+    def demand(self, stage: int, device_class: str | None) -> dict[str, float]:
+        """What one replica of ``stage`` holds, in Ray's resource names."""
+        unit = self.units[stage]
+        held = {"CPU": unit.resources.cpu}
+        if unit.resources.gpu and self.has_gpus:
+            held["GPU"] = unit.resources.gpu
+        if device_class and not device_class.startswith("cpu-"):
+            held[device_class] = unit.resources.gpu or 0.01
+        return {name: amount for name, amount in held.items() if amount}
+
+    def reserve(self, wheres: list[list[Where]]) -> list[list[Where]]:
+        """One placement group per planned node type, a bundle per replica, packed.
+
+        The plan's per-node packing becomes a gang reservation: every replica planned on a
+        node type gets its bundle before any starts (on nodes of that type, where nodes are
+        labelled), so a run never starts half-placed.  A replacement reuses its bundle.
+        """
+        by_type: dict[str, list[tuple[int, int]]] = {}
+        for stage, placed in enumerate(wheres):
+            for index, (_, node_type, _) in enumerate(placed):
+                if node_type is not None:
+                    by_type.setdefault(node_type, []).append((stage, index))
+        result = [list(placed) for placed in wheres]
+        for node_type, members in by_type.items():
+            bundles = [self.demand(stage, wheres[stage][index][0]) or {"CPU": 0.01}
+                       for stage, index in members]
+            selector = ([{NODE_TYPE_LABEL: node_type}] * len(bundles)
+                        if node_type in self.labelled else None)
+            group = placement_group(bundles, strategy="PACK", bundle_label_selector=selector,
+                                    name=f"fitwork-{self.run_id}-{node_type}")
+            self.groups.append(group)
+            ready, _ = ray.wait([group.ready()], timeout=_STARTUP)
+            if not ready:
+                raise EngineError(
+                    f"node type {node_type!r} could not be reserved within {_STARTUP:.0f} s: "
+                    f"it needs {bundles}; the cluster has {ray.available_resources()}; "
+                    "plan for this cluster's fleet (`fitwork fleet ray`)")
+            for bundle, (stage, index) in enumerate(members):
+                device_class, _, _ = wheres[stage][index]
+                result[stage][index] = (device_class, node_type, (group, bundle))
+        return result
+
+    def spawn(self, stage: int, where: Where) -> Any:
         """Start one replica actor of ``stage``'s unit, asking for what the plan gives it.
 
-        Cores and GPUs come from the unit's demand (GPUs only where the cluster has any);
-        a replica planned on an accelerator class asks for a custom resource of that name,
-        so it lands only on a node that advertises one; a replica planned on a node type
-        asks for nodes labelled ``fitwork.node-type=<type>`` when the cluster labels them.
+        Cores and GPUs come from the unit's demand (GPUs only where the cluster has any); a
+        replica planned on an accelerator class asks for a custom resource of that name, so
+        it lands only on a node that advertises one; a planned replica runs in its bundle of
+        its node type's placement group.
         """
         unit = self.units[stage]
-        device_class, node_type = where
+        device_class, _, bundle = where
+        held = self.demand(stage, device_class)
         options: dict[str, Any] = {"num_cpus": unit.resources.cpu, "max_concurrency": 64,
                                    "max_restarts": 0}
-        if unit.resources.gpu and self.has_gpus:
-            options["num_gpus"] = unit.resources.gpu
-        if device_class and not device_class.startswith("cpu-"):
-            options["resources"] = {device_class: unit.resources.gpu or 0.01}
-        if node_type and node_type in self.labelled:
-            options["label_selector"] = {NODE_TYPE_LABEL: node_type}
+        if "GPU" in held:
+            options["num_gpus"] = held.pop("GPU")
+        held.pop("CPU", None)
+        if held:
+            options["resources"] = held
+        if bundle is not None:
+            group, index = bundle
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=index)
         handle = ray.remote(Replica).options(**options).remote(
             unit, stage, self.names, self.registry, self.options.max_attempts, self.limits)
         actor = _Actor(stage, handle, where, time.monotonic(), hello=handle.hello.remote())
@@ -218,6 +273,9 @@ class _RayRun(RunBooks):
         if self.registry is not None:
             with contextlib.suppress(Exception):
                 ray.kill(self.registry, no_restart=True)
+        for group in self.groups:
+            with contextlib.suppress(Exception):
+                remove_placement_group(group)
         self.ended = self.ended or time.monotonic()
         self.ledger.close()
         self.exit_context()
