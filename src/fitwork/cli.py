@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -194,17 +196,18 @@ def fleet() -> None:
     """Describe the hardware to fit to."""
 
 
-@fleet.command("local")
-@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
-              help="Also write the fleet as YAML here (for `fitwork plan --fleet`).")
-def fleet_local(output_path: Path | None) -> None:
-    """This host as the orchestrator granted it: cores, memory, GPUs."""
-    from fitwork.hardware.discover import discover_local
+_FLEET_OUTPUT = click.option(
+    "--output", "-o", "output_path", type=click.Path(path_type=Path),
+    help="Also write the fleet as YAML here (for `fitwork plan --fleet`).")
+
+
+def _show_fleet(discover: Callable[[], Any], output_path: Path | None) -> None:
+    """Discover a fleet, print it, and write it as YAML when asked."""
     from fitwork.hardware.render import render_fleet
 
     console = Console()
     try:
-        found = discover_local()
+        found = discover()
     except FitworkError as exc:
         _fail(console, exc)
     console.print(render_fleet(found))
@@ -213,28 +216,29 @@ def fleet_local(output_path: Path | None) -> None:
         console.print(f"wrote {output_path}")
 
 
+@fleet.command("local")
+@_FLEET_OUTPUT
+def fleet_local(output_path: Path | None) -> None:
+    """This host as the orchestrator granted it: cores, memory, GPUs."""
+    from fitwork.hardware.discover import discover_local
+
+    _show_fleet(discover_local, output_path)
+
+
 @fleet.command("ray")
 @click.option("--ray-address", help="The cluster [default: RAY_ADDRESS].")
-@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
-              help="Also write the fleet as YAML here (for `fitwork plan --fleet`).")
+@_FLEET_OUTPUT
 def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
     """A Ray cluster's live nodes, grouped into node types by label and shape."""
-    from fitwork.hardware.render import render_fleet
-
-    console = Console()
-    try:
+    def discover() -> Any:
         from fitwork.engine.base import get_engine
 
         get_engine("ray")  # says which extra to install when Ray is missing
         from fitwork.hardware.ray_fleet import discover_ray
 
-        found = discover_ray(ray_address)
-    except FitworkError as exc:
-        _fail(console, exc)
-    console.print(render_fleet(found))
-    if output_path:
-        output_path.write_text(found.to_yaml())
-        console.print(f"wrote {output_path}")
+        return discover_ray(ray_address)
+
+    _show_fleet(discover, output_path)
 
 
 def _fail(console: Console, exc: Exception) -> None:
