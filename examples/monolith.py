@@ -1,4 +1,4 @@
-"""A monolithic image classifier, written the way people write one; ``fitwork.decompose`` splits it.
+"""A monolithic image classifier, written the way people write one; ``fitwork.decomposition`` splits it.
 
 ``classify(item)`` does everything for one image, in one function: fetch the PNG over HTTP
 (I/O: the loopback server of ``thumbnails.py``, with its simulated storage latency), decode
@@ -15,6 +15,7 @@ On a host with a GPU, the model lines would be written in torch and marked
 
 from __future__ import annotations
 
+import fitwork
 import io
 import itertools
 import os
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from thumbnails import BASE_URL_ENV, LATENCY_ENV, read_items, serve_images
 
 from fitwork.workload import Pipeline, unit
-from fitwork.workload.decompose import DecomposedPipeline, decompose, with_context
+from fitwork.decomposition import DecomposedPipeline, decompose, with_context
 
 SIZE = 96
 LABELS = ["sky", "sea", "sand", "stone", "leaf", "fire", "snow", "dusk", "rust", "ink"]
@@ -84,7 +85,7 @@ def monolithic(replicas: int) -> Pipeline:
 def timed_run(pipeline: Pipeline, rows: list[dict[str, Any]],
               workers: dict[str, int] | None = None) -> tuple[float, list[Any]]:
     """Realized items per second of one run (the run record's figure), and its outputs."""
-    with pipeline.run(rows, workers=workers, ordered=True) as result:
+    with fitwork.run(pipeline, rows, workers=workers, ordered=True) as result:
         outputs = list(result)
     return result.record.throughput, outputs
 
@@ -126,7 +127,7 @@ def _compare(count: int, samples: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from fitwork.workload.decompose.render import render
+    from fitwork.decomposition.render import render
 
     figures = compare(int(sys.argv[1]) if len(sys.argv) > 1 else 300,
                       latency_ms=float(os.environ.get(LATENCY_ENV, 40.0)))

@@ -90,7 +90,7 @@ def test_run_jsonl_to_jsonl_with_record(project: Path) -> None:
     record = RunRecord.load(project / "run.json")
     assert record.items_completed == 50 and record.outputs == 25
     assert record.unit("parse").replicas == 2
-    assert "throughput" in done.stderr and "utilization" in done.stderr
+    assert "throughput" in done.stdout and "utilization" in done.stdout
 
 
 def test_csv_input_and_parquet_output(project: Path) -> None:
@@ -149,7 +149,7 @@ def test_malformed_workers_option(project: Path) -> None:
 
 @pytest.mark.parametrize("reference, message", [
     ("no_such_module:pipeline", "cannot import module 'no_such_module'"),
-    ("squares.py:missing", "has no attribute 'missing'"),
+    ("squares.py:missing", "has no 'missing'; its pipelines are pipeline, sizes, sleepy"),
     ("absent.py:pipeline", "no such file"),
 ])
 def test_pipeline_reference_that_does_not_resolve(project: Path, reference: str,
@@ -193,7 +193,7 @@ def test_profile_plan_and_run_with_the_plan_and_monolithic(project: Path) -> Non
     ran = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
                   "--plan", "plan.json", "--record", "r.json", "-q", cwd=project)
     assert ran.returncode == 0, ran.stderr
-    assert "plan predicted" in ran.stderr and "realized" in ran.stderr
+    assert "plan predicted" in ran.stdout and "realized" in ran.stdout
     from fitwork.fit.plan import Plan
 
     workers = Plan.load(project / "plan.json").workers_for()

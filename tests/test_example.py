@@ -49,7 +49,7 @@ def test_pipeline_shape(thumbs: ModuleType) -> None:
     assert pipeline.name == "thumbnails"
     assert [u.name for u in pipeline.units] == ["fetch", "decode", "features", "keep_textured"]
     fetch, decode, features, keep = pipeline.units
-    assert fetch.is_io and fetch.resources.io == 8
+    assert fetch.is_io and fetch.io == 8
     assert not decode.is_io and decode.resources.cpu == 1
     assert features.batch_size == 16
     assert keep.kind == "filter"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fitwork.engine.base import RunOptions, RunResult
+from fitwork.engine.contract import RunResult
+from fitwork.engine.options import RunOptions
 from fitwork.errors import (
     EngineError,
     FitworkError,
@@ -13,19 +14,22 @@ from fitwork.errors import (
     TooManyFailures,
     UnitDefinitionError,
 )
+from fitwork.failure import Failure
+from fitwork.placement import Group, Placement
+from fitwork.resources import Resources
+from fitwork.runner import run
 from fitwork.telemetry.record import Progress, RunRecord
-from fitwork.workload import Kind, Pipeline, Resources, Unit, unit
-
-__version__ = "0.1.0"
+from fitwork.version import __version__
+from fitwork.workload import Kind, Pipeline, Retry, Unit, unit
 
 # Loaded on first use, so `import fitwork` stays light (the solver brings in SciPy).
 _LAZY = {
-    "decompose": "fitwork.workload.decompose",
-    "explain": "fitwork.workload.decompose",
-    "hint": "fitwork.workload.decompose",
-    "with_context": "fitwork.workload.decompose",
-    "Decomposition": "fitwork.workload.decompose",
-    "DecomposeError": "fitwork.workload.decompose",
+    "decompose": "fitwork.decomposition",
+    "explain": "fitwork.decomposition",
+    "hint": "fitwork.decomposition",
+    "with_context": "fitwork.decomposition",
+    "Decomposition": "fitwork.decomposition",
+    "DecomposeError": "fitwork.decomposition",
     "profile_pipeline": "fitwork.profiling",
     "PipelineProfile": "fitwork.profiling",
     "fit": "fitwork.fit.plan",
@@ -49,16 +53,20 @@ __all__ = [
     "DecomposeError",
     "Decomposition",
     "EngineError",
+    "Failure",
     "FitworkError",
     "Fleet",
+    "Group",
     "InputError",
     "Kind",
     "Pipeline",
     "PipelineLoadError",
     "PipelineProfile",
+    "Placement",
     "Plan",
     "Progress",
     "Resources",
+    "Retry",
     "RunOptions",
     "RunRecord",
     "RunResult",
@@ -74,6 +82,7 @@ __all__ = [
     "hint",
     "profile_pipeline",
     "render_report",
+    "run",
     "unit",
     "with_context",
 ]

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
 
-from fitwork import __version__
+from fitwork.decomposition.cli import (
+    decompose_command,
+    decompose_option,
+    load_pipeline_for,
+    resolve_reference,
+)
 from fitwork.demo.cli import demo
+from fitwork.engine.registry import ENGINES
 from fitwork.errors import FitworkError
 from fitwork.report.cli_report import report
 from fitwork.report.metrics import combine_progress, exporter_for, metrics_options
-from fitwork.workload.decompose.cli import decompose_command, decompose_option, load_pipeline_for
+from fitwork.version import __version__
 
 
 def _parse_workers(values: tuple[str, ...]) -> dict[str, int]:
@@ -35,8 +42,16 @@ def main() -> None:
     """fitwork: break a workload into units, fit them to the hardware, run, and measure."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so outputs close validly and the record is written."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 @main.command()
-@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE")
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
 @click.option("--input", "input_path", required=True, type=click.Path(path_type=Path),
               help="JSON Lines, CSV, Parquet, or a directory (one item per file).")
 @click.option("--output", "output_path", required=True, type=click.Path(path_type=Path),
@@ -45,85 +60,103 @@ def main() -> None:
               help="Replicas of a unit; repeat for several units.")
 @click.option("--ordered", is_flag=True, help="Write outputs in input order.")
 @click.option("--dead-letter", type=click.Path(path_type=Path),
-              help="JSONL file for failed items [default: OUTPUT.dead-letters.jsonl].")
+              help="JSONL file for this run's failed items [default: "
+                   "OUTPUT.dead-letters.jsonl]; replaced at each run.")
 @click.option("--record", "record_path", type=click.Path(path_type=Path),
-              help="Write the run record (JSON) here.")
-@click.option("--max-failures", type=int, default=None,
-              help="Stop the run once more items than this have failed.")
+              help="Write the run record (JSON) here, also when the run is interrupted.")
+@click.option("--max-failures", type=click.IntRange(min=0), default=None,
+              help="Allow up to N failed items (exit 0), and stop the run past N. Without it "
+                   "the run goes on and exits 1 if any item failed.")
 @click.option("--plan", "plan_path", type=click.Path(path_type=Path),
-              help="Run with the replicas a `fitwork plan` gave (--workers still override).")
-@click.option("--node-type", help="Which of the plan's node types this host is.")
+              help="Run with the placement a `fitwork plan` gave (--workers still override).")
+@click.option("--node-type", help="Run only the plan's share on this node type (local runs "
+              "of a multi-node plan).")
 @click.option("--monolithic", is_flag=True,
-              help="Run the pipeline fused into one unit: the baseline to compare with.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
-              show_default=True, help="Processes on this host, or actors on a Ray cluster.")
+              help="Run the pipeline fused into one unit (named 'monolithic'; with --plan, "
+                   "the plan's monolithic baseline): the baseline to compare with.")
+@click.option("--engine", type=click.Choice(sorted(ENGINES)), default="local",
+              show_default=True, help="Processes on this host, actors on a Ray cluster, or a "
+              "simulation on the plan's rates.")
 @click.option("--ray-address", help="The Ray cluster to join [default: RAY_ADDRESS, or a "
               "new one on this host].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @metrics_options
 @decompose_option
-def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[str, ...],
-        ordered: bool, dead_letter: Path | None, record_path: Path | None,
-        max_failures: int | None, plan_path: Path | None, node_type: str | None,
-        monolithic: bool, engine: str, ray_address: str | None, quiet: bool,
-        metrics_port: int | None, metrics_host: str, decompose: str | None) -> None:
+def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
+        workers: tuple[str, ...], ordered: bool, dead_letter: Path | None,
+        record_path: Path | None, max_failures: int | None, plan_path: Path | None,
+        node_type: str | None, monolithic: bool, engine: str, ray_address: str | None,
+        quiet: bool, metrics_port: int | None, metrics_host: str,
+        decompose: str | None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     from fitwork.io import count_items, open_writer, read_items
     from fitwork.report.terminal import ProgressView, summary
-    console = Console(stderr=True)
+    from fitwork.runner import run as run_pipeline
+
+    errors = Console(stderr=True)
     replicas = _parse_workers(workers)
     planned = None
-    placements = None
+    record = None
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
         pipeline = load_pipeline_for(pipeline_ref, decompose)
+        placement = None
         if plan_path:
             from fitwork.fit.plan import Plan
 
             planned = Plan.load(plan_path)
-            if engine == "ray":
-                placements = planned.placements()
-                pipeline = pipeline.with_workers(
-                    {u: sum(c for _, _, c in where) for u, where in placements.items()})
-            else:
-                pipeline = pipeline.with_workers(planned.workers_for(node_type))
+            side = "monolithic" if monolithic else "fitted"
+            placement = planned.placement(node_type, side=side)
         if monolithic:
-            pipeline = pipeline.fused()
-        if replicas:
-            pipeline = pipeline.with_workers(replicas)
+            from fitwork.fit.monolithic import FUSED
+
+            pipeline = pipeline.fused(name=FUSED)
         items = read_items(input_path)
         dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
-        view = ProgressView(console, None if quiet else count_items(input_path), pipeline.name)
+        options = {"address": ray_address} if engine == "ray" and ray_address else {}
+        view = ProgressView(errors, None if quiet else count_items(input_path), pipeline.name)
         with (open_writer(output_path) as writer, view if not quiet else _Null() as live,
               exporter_for(metrics_port, metrics_host) as exporter):
             if exporter is not None:
-                console.print(f"serving metrics on {exporter.url}")
-            result = pipeline.run(items, engine=engine, ordered=ordered,
-                                  dead_letter=dead_letter, max_failures=max_failures,
-                                  progress=combine_progress(live, exporter),
-                                  address=ray_address, placements=placements)
-            with result:
-                for output in result:
-                    writer.write(output)
-        record = result.record
-    except KeyboardInterrupt:
-        console.print("[red]interrupted[/red]: workers stopped; outputs so far are in "
-                      f"{output_path}")
-        sys.exit(130)
+                errors.print(f"serving metrics on {exporter.url}", markup=False)
+            result = run_pipeline(
+                pipeline, items, engine=engine, placement=placement, workers=replicas,
+                ordered=ordered, dead_letter=dead_letter, max_failures=max_failures,
+                progress=combine_progress(live, exporter), **options)
+            try:
+                with result:
+                    for output in result:
+                        writer.write(output)
+            finally:
+                record = result.record
+                if record_path:
+                    record.save(record_path)
+    except KeyboardInterrupt as stop:
+        what = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        saved = f"; run record in {record_path}" if record_path and record else ""
+        _fail(f"{what}: workers stopped; outputs so far are in {output_path}{saved}", code=130)
     except FitworkError as exc:
-        _fail(console, exc)
-    if record_path:
-        record.save(record_path)
+        saved = f" (run record in {record_path})" if record_path and record else ""
+        _fail(f"{exc}{saved}")
+    assert record is not None
+    console = Console()
     console.print(summary(record))
     if planned is not None:
-        predicted = planned.fitted.throughput
-        console.print(f"plan predicted {predicted:,.1f} items/s; realized "
-                      f"{record.throughput:,.1f} ({record.throughput / predicted:.2f}x)")
+        side = planned.monolithic if monolithic else planned.fitted
+        predicted = side.throughput
+        console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side; "
+                      f"realized {record.throughput:,.1f} "
+                      f"({record.throughput / predicted:.2f}x)", markup=False)
     console.print(f"wrote {writer.count:,} outputs to {output_path}"
-                  + (f", run record to {record_path}" if record_path else ""))
+                  + (f", run record to {record_path}" if record_path else ""), markup=False)
+    if record.failures and max_failures is None:
+        _fail(f"{record.failures} items failed; dead letters in {record.dead_letter}; pass "
+              "--max-failures N to accept up to N failed items")
 
 
 @main.command()
-@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE")
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
 @click.option("--input", "input_path", required=True, type=click.Path(path_type=Path),
               help="Sample items, in any format `run` reads.")
 @click.option("--samples", default=32, show_default=True, type=click.IntRange(min=1),
@@ -131,29 +164,29 @@ def run(pipeline_ref: str, input_path: Path, output_path: Path, workers: tuple[s
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("profile.json"), show_default=True, help="Where the profile goes.")
 @decompose_option
-def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path,
+def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_path: Path,
             decompose: str | None) -> None:
     """Measure each unit alone on sample items and save a profile."""
     from fitwork.io import read_items
     from fitwork.profiling import profile_pipeline
     from fitwork.report.terminal import profile_table
 
-    console = Console(stderr=True)
+    console = Console()
     try:
-        pipeline = load_pipeline_for(pipeline_ref, decompose)
-        with console.status("profiling") as status:
+        pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
+        with Console(stderr=True).status("profiling") as status:
             result = profile_pipeline(
                 pipeline, read_items(input_path), samples=samples,
                 progress=lambda name: status.update(f"profiling unit [bold]{name}[/bold]"))
     except FitworkError as exc:
-        _fail(console, exc)
+        _fail(exc)
     result.save(output_path)
     console.print(profile_table(result))
-    console.print(f"wrote profile to {output_path}")
+    console.print(f"wrote profile to {output_path}", markup=False)
 
 
 @main.command()
-@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE")
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
 @click.option("--profile", "profile_path", required=True, type=click.Path(path_type=Path),
               help="A profile from `fitwork profile` of this pipeline.")
 @click.option("--fleet", "fleet_ref", default="local", show_default=True,
@@ -166,7 +199,7 @@ def profile(pipeline_ref: str, input_path: Path, samples: int, output_path: Path
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("plan.json"), show_default=True)
 @decompose_option
-def plan(pipeline_ref: str, profile_path: Path, fleet_ref: str, objective: str,
+def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective: str,
          target: float | None, time_limit: float, output_path: Path,
          decompose: str | None) -> None:
     """Fit the pipeline's units to a fleet; print it beside the monolithic baseline."""
@@ -178,17 +211,17 @@ def plan(pipeline_ref: str, profile_path: Path, fleet_ref: str, objective: str,
 
     console = Console()
     try:
-        pipeline = load_pipeline_for(pipeline_ref, decompose)
+        pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
         profiled = PipelineProfile.load(profile_path)
         profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
         fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
         result = fit(profiled, fleet_, objective=objective,  # type: ignore[arg-type]
                      target=target, time_limit=time_limit)
     except FitworkError as exc:
-        _fail(console, exc)
+        _fail(exc)
     result.save(output_path)
     console.print(plan_table(result))
-    console.print(f"wrote plan to {output_path}")
+    console.print(f"wrote plan to {output_path}", markup=False)
 
 
 @main.group()
@@ -209,11 +242,11 @@ def _show_fleet(discover: Callable[[], Any], output_path: Path | None) -> None:
     try:
         found = discover()
     except FitworkError as exc:
-        _fail(console, exc)
+        _fail(exc)
     console.print(render_fleet(found))
     if output_path:
         output_path.write_text(found.to_yaml())
-        console.print(f"wrote {output_path}")
+        console.print(f"wrote {output_path}", markup=False)
 
 
 @fleet.command("local")
@@ -231,7 +264,7 @@ def fleet_local(output_path: Path | None) -> None:
 def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
     """A Ray cluster's live nodes, grouped into node types by label and shape."""
     def discover() -> Any:
-        from fitwork.engine.base import get_engine
+        from fitwork.engine.registry import get_engine
 
         get_engine("ray")  # says which extra to install when Ray is missing
         from fitwork.hardware.ray_fleet import discover_ray
@@ -241,9 +274,11 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
     _show_fleet(discover, output_path)
 
 
-def _fail(console: Console, exc: Exception) -> None:
-    console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
-    sys.exit(1)
+def _fail(message: object, code: int = 1) -> NoReturn:
+    """Print one line to stderr, with no markup read into it, and exit with ``code``."""
+    Console(stderr=True).print(f"error: {message}", soft_wrap=True, highlight=False,
+                               markup=False, style="red")
+    sys.exit(code)
 
 
 class _Null:

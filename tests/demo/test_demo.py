@@ -132,7 +132,7 @@ def test_models_use_cuda_where_onnxruntime_gpu_sees_a_gpu() -> None:
 @pytest.mark.slow
 def test_decompose_cuts_the_monolith_where_the_joint_layout_does() -> None:
     from fitwork.demo.ocr import ocr_document
-    from fitwork.workload.decompose import decompose
+    from fitwork.decomposition import decompose
 
     pages = make_documents(3)
     with serve({d.id: d.png for d in pages}, latency_ms=20):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import json
 import os
 import random
@@ -17,7 +18,7 @@ from tests.engine import units as u
 
 
 def run_all(pipeline: Pipeline, items: list, engine: str, **options) -> tuple[list, object]:
-    with pipeline.run(items, engine=engine, **options) as result:
+    with fitwork.run(pipeline, items, engine=engine, **options) as result:
         outputs = list(result)
     return outputs, result.record
 
@@ -57,7 +58,7 @@ def test_batches_close_at_the_wait_limit(engine: str) -> None:
             time.sleep(0.03)
             yield i
 
-    with Pipeline(u.quick_batches).run(trickle(), engine=engine) as result:
+    with fitwork.run(Pipeline(u.quick_batches), trickle(), engine=engine) as result:
         outputs = list(result)
     assert sorted(x for x, _ in outputs) == list(range(12))
     assert max(size for _, size in outputs) < 8
@@ -89,7 +90,7 @@ def test_failures_go_to_dead_letters_and_the_run_continues(engine: str, tmp_path
 
 def test_max_failures_stops_the_run(engine: str, tmp_path: Path) -> None:
     with (pytest.raises(TooManyFailures, match="max_failures=3"),
-          Pipeline(u.fail_on_sevens).run(range(1000), engine=engine, max_failures=3,
+          fitwork.run(Pipeline(u.fail_on_sevens), range(1000), engine=engine, max_failures=3,
                                           dead_letter=tmp_path / "dead.jsonl") as result):
         list(result)
 
@@ -100,7 +101,7 @@ def test_kill_9_of_a_random_worker_loses_and_duplicates_nothing(engine: str) -> 
     outputs = []
     rng = random.Random(7)
     killed = []
-    with pipeline.run(items, engine=engine,
+    with fitwork.run(pipeline, items, engine=engine,
                       workers={"slow_identity": 2, "slow_square": 2}) as result:
         for output in result:
             outputs.append(output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import os
 import signal
 import subprocess
@@ -43,11 +44,13 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str,
     before = fitwork_segments()
     address = request.getfixturevalue("ray_cluster") if engine == "ray" else None
     script = textwrap.dedent(f"""
+        import fitwork
         from fitwork import Pipeline
         from tests.engine import units as u
         pipeline = Pipeline(u.make_array, u.pass_array, u.slow_array)
-        with pipeline.run(range(10_000), engine={engine!r}, address={address!r},
-                          workers={{"pass_array": 2}}) as result:
+        extra = {{"address": {address!r}}} if {engine!r} == "ray" else {{}}
+        with fitwork.run(pipeline, range(10_000), engine={engine!r},
+                         workers={{"pass_array": 2}}, **extra) as result:
             for i, _ in enumerate(result):
                 if i == 3:
                     print(" ".join(map(str, result.worker_pids())), flush=True)
@@ -74,7 +77,7 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str,
 def test_an_aborted_run_leaves_no_process_and_no_shared_memory(engine: str) -> None:
     before = fitwork_segments()
     with (pytest.raises(TooManyFailures),
-          Pipeline(u.fail_with_arrays, u.slow_array).run(range(200), engine=engine,
+          fitwork.run(Pipeline(u.fail_with_arrays, u.slow_array), range(200), engine=engine,
                                                           max_failures=5) as result):
         pids = result.worker_pids()
         list(result)
@@ -96,7 +99,7 @@ def test_memory_stays_bounded_with_a_slow_sink(engine: str) -> None:
     peak_shm = 0
     peak_ahead = 0
     consumed = 0
-    with Pipeline(u.make_array, u.pass_array).run(source(), engine=engine) as result:
+    with fitwork.run(Pipeline(u.make_array, u.pass_array), source(), engine=engine) as result:
         for array in result:
             assert array.shape == (300_000,)
             consumed += 1

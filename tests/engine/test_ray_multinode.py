@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import contextlib
 import importlib.util
 import json
@@ -78,15 +79,14 @@ FLEET = Fleet.parse({"name": "two", "node_types": [
 
 SCRIPT = textwrap.dedent("""
     import json, sys, ray
-    from fitwork import Pipeline, unit
+    import fitwork
+    from fitwork import Group, Pipeline, Placement, unit
     from tests.engine.placed_units import prepare, model, finish
 
-    placements = json.loads(sys.argv[2])
+    placement = Placement.from_json(json.loads(sys.argv[2]))
     pipeline = Pipeline(prepare, model, finish, name="placed")
-    workers = {u: sum(c for _, _, c in where) for u, where in placements.items()}
-    with pipeline.run(range(200), engine="ray", address=sys.argv[1],
-                      placements={u: [tuple(w) for w in ws] for u, ws in placements.items()},
-                      workers=workers) as result:
+    with fitwork.run(pipeline, range(200), engine="ray", address=sys.argv[1],
+                     placement=placement) as result:
         outputs, groups = [], {}
         for output in result:
             if not outputs:
@@ -103,10 +103,13 @@ SCRIPT = textwrap.dedent("""
 
 def test_a_plan_places_each_replica_on_its_node_type(two_nodes: str) -> None:
     plan = fit(profile(), FLEET)
-    placements = plan.placements()
+    placement = plan.placement()
+    placements = {u: [(g.device_class, g.node_type, g.replicas) for g in placement.of(u)]
+                  for u in placement.units}
     assert {(d, n) for d, n, _ in placements["model"]} == {("H100-SXM", "gpu")}
     assert all(n == "cpu" for unit in ("prepare", "finish") for _, n, _ in placements[unit])
-    done = subprocess.run([sys.executable, "-c", SCRIPT, two_nodes, json.dumps(placements)],
+    done = subprocess.run([sys.executable, "-c", SCRIPT, two_nodes,
+                           json.dumps(placement.to_json())],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "RAY_AUTH_MODE": "disabled",
                                "PYTHONPATH": str(ROOT)})

@@ -1,4 +1,4 @@
-"""The cost model: roofline transfer checked against Gavel's measured matrix, and unit rates."""
+"""The cost model: transfer on Gavel's matrix, per-target bounds, batches, memory, errors."""
 
 from __future__ import annotations
 
@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from fitwork.fit.cost import CostModelError, choose_bound, transfer_rate, unit_rates
+from fitwork.fit.calibration import calibration
+from fitwork.fit.cost import (
+    CostModelError,
+    batch_rates,
+    choose_bound,
+    roofline_seconds,
+    transfer_rate,
+    unit_rates,
+)
 from fitwork.hardware.catalog import catalog
-from fitwork.profiling.record import UnitProfile
+from fitwork.profiling.record import BatchMeasurement, UnitProfile
 
 GAVEL = Path(__file__).resolve().parents[1] / "data" / "gavel" / "throughputs_alone.csv"
 CLASS = {"k80": "K80", "p100": "P100", "v100": "V100"}
@@ -106,3 +114,109 @@ def test_gpu_units_profiled_on_a_cpu_use_flops_with_a_stated_efficiency() -> Non
     assert rate.seconds_per_item == pytest.approx(4e9 / (h100.fp16_flops * 0.5))
     with pytest.raises(CostModelError, match="declare flops="):
         unit_rates(profile(resources={"gpu": 1.0}), [h100], x86)
+
+
+def test_gpu_units_without_device_bytes_say_the_bound_is_assumed() -> None:
+    h100, v100 = catalog().get("H100-SXM"), catalog().get("V100")
+    gpu = profile(resources={"gpu": 1.0}, device_class="V100", wall_s=0.012, cpu_s=0.002,
+                  accel_s=0.010, flops=1e12, bytes_in=1e9)  # big items: still not device bytes
+    (rate,) = [r for r in unit_rates(gpu, [h100, v100], v100) if r.device_class == "H100-SXM"]
+    assert rate.bound == "compute" and "device bytes unknown" in rate.note
+    assert "bytes between units" in rate.note
+    assert rate.error_median > 0.2 and "stand in" in rate.error_basis
+
+
+def llm_decode(**overrides) -> UnitProfile:
+    # One decode step of llama2-70b on 8 GPUs (per GPU: 2 x 70e9 / 8 FLOPs, fp16 weights),
+    # timed on A100-80GB: memory-bound everywhere.
+    base = dict(resources={"cpu": 1.0, "gpu": 1.0}, device_class="A100-80GB", wall_s=0.046,
+                cpu_s=0.001, accel_s=0.045, flops=2 * 70e9 / 8, device_bytes=2 * 70e9 / 8)
+    return profile(**{**base, **overrides})
+
+
+def test_the_bound_is_chosen_per_target_class() -> None:
+    a100, h100 = catalog().get("A100-80GB"), catalog().get("H100-SXM")
+    (e_a, _), (e_h, _) = (calibration().device_efficiency(n) for n in ("A100-80GB", "H100-SXM"))
+    balance_a = a100.fp16_flops * e_a[0] / (a100.memory_bandwidth * e_a[1])
+    balance_h = h100.fp16_flops * e_h[0] / (h100.memory_bandwidth * e_h[1])
+    assert balance_a < 200 < balance_h  # 160 and 251 FLOP/B at calibrated efficiencies
+    unit = llm_decode(flops=200 * 1e9, device_bytes=1e9)
+    rates = {r.device_class: r for r in unit_rates(unit, [a100, h100], a100)}
+    assert rates["A100-80GB"].method == "measured"
+    assert rates["H100-SXM"].bound == "memory"
+    source, _ = roofline_seconds(200e9, 1e9, a100, "fp16", e_a)
+    target, bound = roofline_seconds(200e9, 1e9, h100, "fp16", e_h)
+    assert bound == "memory" and roofline_seconds(200e9, 1e9, a100, "fp16", e_a)[1] == "compute"
+    assert rates["H100-SXM"].seconds_per_item == pytest.approx(0.001 + 0.045 * target / source)
+    assert "intensity 200 FLOP/B vs balance" in rates["H100-SXM"].note
+
+
+def test_device_bytes_fix_the_a100_to_h100_overestimate() -> None:
+    a100, h100 = catalog().get("A100-80GB"), catalog().get("H100-SXM")
+    measured_h100 = 1 / 0.0307  # splitwise: llama2-70b TP8 decode, 30.7 ms/token on H100
+    with_bytes = next(r for r in unit_rates(llm_decode(), [a100, h100], a100)
+                      if r.device_class == "H100-SXM")
+    without = next(r for r in unit_rates(llm_decode(device_bytes=None), [a100, h100], a100)
+                   if r.device_class == "H100-SXM")
+    assert with_bytes.bound == "memory"
+    assert abs(with_bytes.rate / measured_h100 - 1) < 0.15
+    assert without.rate / measured_h100 > 2  # FP16 peak ratio: every unit looked compute-bound
+
+
+def test_estimates_name_their_efficiency_and_where_it_came_from() -> None:
+    a100, h100, l4 = (catalog().get(n) for n in ("A100-80GB", "H100-SXM", "L4"))
+    rates = {r.device_class: r for r in unit_rates(llm_decode(), [a100, h100, l4], a100)}
+    assert rates["H100-SXM"].efficiency == pytest.approx(0.357, abs=0.001)
+    assert "splitwise perf_model.csv" in rates["H100-SXM"].efficiency_source
+    assert "not calibrated: pooled median" in rates["L4"].efficiency_source
+
+
+def test_measured_rates_have_no_transfer_error_and_transferred_ones_a_range() -> None:
+    a100, h100 = catalog().get("A100-80GB"), catalog().get("H100-SXM")
+    rates = {r.device_class: r for r in unit_rates(llm_decode(), [a100, h100], a100)}
+    measured, moved = rates["A100-80GB"], rates["H100-SXM"]
+    assert (measured.error_median, measured.error_p90) == (0.0, 0.0)
+    assert measured.error_basis == "measured on A100-80GB"
+    assert measured.bounds() == (measured.rate, measured.rate)
+    assert 0 < moved.error_median < moved.error_p90
+    low, high = moved.bounds()
+    assert low < moved.rate < high
+    assert "held out" in moved.error_basis
+
+
+def test_a_class_with_too_little_device_memory_gets_rate_zero_and_a_reason() -> None:
+    a100, l4, h100 = (catalog().get(n) for n in ("A100-80GB", "L4", "H100-SXM"))
+    unit = llm_decode(device_memory=40 << 30)
+    rates = {r.device_class: r for r in unit_rates(unit, [a100, l4, h100], a100)}
+    assert rates["L4"].rate == 0 and rates["L4"].method == "infeasible"
+    assert "needs 40.0 GiB of device memory per replica; L4 gives it 24.0 GiB" in rates["L4"].note
+    assert rates["H100-SXM"].rate > 0
+    half = llm_decode(device_memory=60 << 30, resources={"cpu": 1.0, "gpu": 0.5})
+    (h,) = [r for r in unit_rates(half, [a100, h100], a100) if r.device_class == "H100-SXM"]
+    assert h.rate == 0 and "40.0 GiB (0.5 x 80 GiB)" in h.note
+
+
+def test_a_class_without_a_bandwidth_figure_cannot_take_memory_bound_work() -> None:
+    a100, sn40l = catalog().get("A100-80GB"), catalog().get("SN40L")
+    (rate,) = [r for r in unit_rates(llm_decode(), [a100, sn40l], a100)
+               if r.device_class == "SN40L"]
+    assert rate.rate == 0 and "no memory bandwidth" in rate.note
+
+
+def test_rates_are_given_at_every_measured_batch_size() -> None:
+    x86 = catalog().get("cpu-x86")
+    batches = [BatchMeasurement(batch_size=b, items=32, wall_s=w, cpu_s=w)
+               for b, w in ((1, 0.010), (4, 0.004), (16, 0.002))]
+    unit = profile(batch_size=16, wall_s=0.002, cpu_s=0.002, batches=batches)
+    by_batch = {r.batch_size: r for r in batch_rates(unit, [x86], x86)}
+    assert sorted(by_batch) == [1, 4, 16]
+    assert by_batch[1].rate == pytest.approx(100) and by_batch[16].rate == pytest.approx(500)
+    assert by_batch[4].batch_latency_s == pytest.approx(0.016)
+    (own,) = unit_rates(unit, [x86], x86)
+    assert own.batch_size == 16 and own.rate == pytest.approx(by_batch[16].rate)
+
+
+def test_profiles_written_before_device_bytes_still_load() -> None:
+    old = profile().model_dump(exclude={"device_bytes", "device_bytes_source", "device_memory"})
+    loaded = UnitProfile.model_validate(old)
+    assert loaded.device_bytes is None and loaded.device_memory is None

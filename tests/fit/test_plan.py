@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import subprocess
 import sys
 import textwrap
@@ -102,7 +103,7 @@ def test_a_plan_for_this_host_is_realized_within_a_stated_factor() -> None:
     assert workers["slow_call"] > workers["finish"]
     assert sum(workers.values()) * 0.2 <= plan.fleet.node_types[0].cores + 1e-9
     items = 400
-    with pipeline.run(range(items), workers=workers) as result:
+    with fitwork.run(pipeline, range(items), workers=workers) as result:
         outputs = sorted(result)
     assert outputs == [2 * x + 1 for x in range(items)]
     ratio = result.record.throughput / plan.fitted.throughput
@@ -146,18 +147,18 @@ def test_plan_command_and_its_bad_inputs(tmp_path: Path) -> None:
     assert Plan.load(tmp_path / "plan.json").fitted.throughput > 0
 
     other = plan("p.py:other", "--profile", "prof.json", "--fleet", "fleet.yaml")
-    assert other.returncode == 1 and "not the pipeline's units" in other.stdout
+    assert other.returncode == 1 and "not the pipeline's units" in other.stderr
 
     (tmp_path / "typo.yaml").write_text("name: f\nnode_types:\n  - name: a\n    cores: 4\n"
                                         "    memory: 1GiB\n    devices: {H10: 1}\n")
     typo = plan("p.py:pipeline", "--profile", "prof.json", "--fleet", "typo.yaml")
     assert typo.returncode == 1
-    assert "node_types[0].devices" in typo.stdout and "did you mean" in typo.stdout
+    assert "node_types[0].devices" in typo.stderr and "did you mean" in typo.stderr
 
     (tmp_path / "broken.yaml").write_text("name: f\nnode_types:\n  - name: a\n    count: 0\n"
                                           "    cores: 4\n    memory: 1GiB\n")
     broken = plan("p.py:pipeline", "--profile", "prof.json", "--fleet", "broken.yaml")
-    assert broken.returncode == 1 and "node_types[0].count" in broken.stdout
+    assert broken.returncode == 1 and "node_types[0].count" in broken.stderr
 
 
 def test_a_fleet_too_small_for_one_replica_of_each_unit_says_what_to_change() -> None:

@@ -21,7 +21,9 @@ from fitwork.hardware.catalog import (
 REQUIRED = [
     "cpu-x86", "cpu-arm", "K80", "P100", "V100", "T4", "A10G", "L4", "L40S", "A100-40GB",
     "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "GB300", "MI250X", "MI300X",
+    "MI250", "GH200", "Gaudi2", "Max-1550", "SN40L",
 ]  # fmt: skip
+CATALOG_FILE = Path(__file__).resolve().parents[2] / "src" / "fitwork" / "hardware" / "catalog.yaml"
 
 GPU_SPECS = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu-specs"
 FROM_GPU_SPECS = {
@@ -46,15 +48,86 @@ def test_every_figure_is_stated_and_sourced(name: str) -> None:
     device = catalog().get(name)
     for figure in FIGURES:
         assert device.sources[figure].strip(), f"{name}.{figure} has no source"
-        if figure != "price_per_hour":
-            assert getattr(device, figure) > 0
-    if device.price_per_hour is None:
-        assert "no public" in device.sources["price_per_hour"].lower()
+        value = getattr(device, figure)
+        if value is None:
+            assert "no public" in device.sources[figure].lower(), f"{name}.{figure}"
+        elif figure != "price_per_hour":
+            assert value > 0
+    assert device.fp16_flops > 0 and device.memory_bytes > 0  # never null
 
 
 def test_prices_are_known_for_all_but_the_unlisted_parts() -> None:
     unpriced = {d.name for d in catalog().classes if d.price_per_hour is None}
-    assert unpriced == {"GB300", "MI250X"}
+    assert unpriced == {"GB300", "MI250X", "MI250", "Gaudi2", "Max-1550", "SN40L"}
+
+
+def test_prices_are_on_one_stated_basis_the_accelerator_with_its_host_share() -> None:
+    header = CATALOG_FILE.read_text().split("as_of:")[0]
+    assert "WITH ITS SHARE OF THE HOST" in header
+    for device in catalog().of_kind("gpu", "accelerator"):
+        if device.price_per_hour is None:
+            continue
+        text = " ".join(device.sources["price_per_hour"].split()).lower()
+        assert "gpu only" not in text, device.name
+        if "gcp snapshot" in text:  # Google bills the GPU apart: the host share is added
+            assert device.host_share_per_hour, device.name
+            assert "host" in text
+        else:
+            assert "host included" in text, device.name
+
+
+@pytest.mark.parametrize(("name", "gpu", "host"), [
+    ("V100", 2.48, 0.38), ("T4", 0.35, 0.19), ("A100-40GB", 2.93391, 0.73948),
+    ("A100-80GB", 1.8462, 1.09962), ("H100-SXM", 4.20076, 9.46006 / 8),
+    ("H200", 74.49392 / 8, 12.266 / 8),
+])
+def test_google_prices_are_the_gpu_plus_its_host_share(name: str, gpu: float,
+                                                        host: float) -> None:
+    device = catalog().get(name)
+    assert device.price_per_hour == pytest.approx(gpu + host, abs=1e-5)
+    assert device.host_share_per_hour == pytest.approx(host, abs=1e-5)
+
+
+def test_mi300x_is_priced_host_included_like_the_rest() -> None:
+    mi300x = catalog().get("MI300X")
+    assert mi300x.price_per_hour == 1.99
+    assert "host included" in mi300x.sources["price_per_hour"]
+    assert catalog().get("H100-SXM").price_per_hour > catalog().get("H100-SXM").host_share_per_hour
+
+
+@pytest.mark.parametrize(("name", "fp16", "memory_gib", "bandwidth"), [
+    ("MI250", 362.1e12, 128, 3.2768e12),
+    ("GH200", 989e12, 96, 4.0e12),
+    ("Gaudi2", 432e12, 96, 2.46e12),
+    ("Max-1550", 838.9e12, 128, 3.2768e12),
+    ("SN40L", 638e12, 64, None),
+])
+def test_the_added_classes_state_their_datasheet_figures(name: str, fp16: float,
+                                                         memory_gib: int,
+                                                         bandwidth: float | None) -> None:
+    device = catalog().get(name)
+    assert device.fp16_flops == fp16
+    assert device.memory_bytes == memory_gib << 30
+    assert device.memory_bandwidth == bandwidth
+
+
+def test_figures_no_vendor_publishes_are_null_and_say_so() -> None:
+    sn40l, gaudi2 = catalog().get("SN40L"), catalog().get("Gaudi2")
+    assert sn40l.fp32_flops is None and sn40l.memory_bandwidth is None
+    assert "no public" in sn40l.sources["memory_bandwidth"].lower()
+    assert gaudi2.fp32_flops is None and gaudi2.fp16_flops == 432e12
+    assert "estimate" in catalog().get("Max-1550").sources["fp16_flops"].lower()
+
+
+def test_a_null_figure_without_a_reason_is_rejected() -> None:
+    entry = _one_class(memory_bandwidth=None)
+    with pytest.raises(CatalogError, match="memory_bandwidth is null but its source"):
+        parse_catalog({"classes": [entry]})
+
+
+def test_a_host_share_above_the_price_is_rejected() -> None:
+    with pytest.raises(CatalogError, match=r"host_share_per_hour 9\.0 exceeds price_per_hour"):
+        parse_catalog({"classes": [_one_class(host_share_per_hour=9.0)]})
 
 
 @pytest.mark.parametrize(
@@ -74,7 +147,8 @@ def test_no_class_states_a_sparse_figure() -> None:
 
 def test_half_precision_is_never_slower_than_fp32() -> None:
     for device in catalog().classes:
-        assert device.fp16_flops >= device.fp32_flops, device.name
+        if device.fp32_flops is not None:
+            assert device.fp16_flops >= device.fp32_flops, device.name
 
 
 @pytest.mark.parametrize("name", sorted(FROM_GPU_SPECS))
@@ -124,6 +198,9 @@ def test_lookup_ignores_case_and_separators_and_accepts_aliases() -> None:
         ("NVIDIA B200", "B200"),
         ("NVIDIA GB200", "GB200"),
         ("NVIDIA GB300", "GB300"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("AMD Instinct MI250", "MI250"),
+        ("Intel Data Center GPU Max 1550", "Max-1550"),
     ],
 )
 def test_nvml_names_map_to_classes(nvml_name: str, expected: str) -> None:

@@ -65,13 +65,14 @@ def test_device_names_resolve_to_catalog_names() -> None:
     assert node.devices == {"H100-SXM": 3}
 
 
-def test_the_default_price_is_devices_plus_cores_from_the_catalog() -> None:
-    node = NodeType(name="n", cores=32, memory="120GiB", devices={"V100": 4})
-    v100, core = catalog().get("V100").price_per_hour, catalog().get("cpu-x86").price_per_hour
-    assert v100 is not None and core is not None
-    expected = 4 * v100 + 32 * core
-    assert node.hourly_price() == pytest.approx(expected)
-    assert node.hourly_price() == pytest.approx(4 * 2.48 + 32 * 0.048)
+def test_the_default_price_is_the_devices_with_their_host_share_or_the_cores() -> None:
+    gpu_node = NodeType(name="n", cores=32, memory="120GiB", devices={"V100": 4})
+    v100 = catalog().get("V100")
+    assert v100.price_per_hour is not None and v100.host_share_per_hour is not None
+    assert gpu_node.hourly_price() == pytest.approx(4 * v100.price_per_hour)
+    assert gpu_node.hourly_price() == pytest.approx(4 * (2.48 + 0.38))  # GPU + its host share
+    cpu_node = NodeType(name="c", cores=32, memory="120GiB")
+    assert cpu_node.hourly_price() == pytest.approx(32 * 0.048)
 
 
 def test_a_given_price_wins_and_an_unpriced_device_leaves_the_price_unknown() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import re
 import shutil
 import subprocess
@@ -56,7 +57,7 @@ def runs() -> tuple[list[RunRecord], Plan]:
     fused = PIPELINE.fused()
     for pipeline in (fused.with_workers({fused.units[0].name: 2}),
                      PIPELINE.with_workers({"wait": 3})):
-        with pipeline.run(range(ITEMS)) as result:
+        with fitwork.run(pipeline, range(ITEMS)) as result:
             assert len(list(result)) == ITEMS // 2
         records.append(result.record)
     return records, plan

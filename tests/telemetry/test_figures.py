@@ -92,4 +92,5 @@ def test_summaries_and_utilization_from_worker_counters() -> None:
     assert resources["cpu"].allocated == 3
     assert resources["cpu"].utilization == pytest.approx(5 / 30)
     assert resources["gpu"].utilization == pytest.approx(5 * 0.5 / (0.5 * 10))
-    assert latency_figures([1.0, 2.0, 3.0]) == (2.0, pytest.approx(2.9))
+    assert latency_figures([(1.0, 1), (2.0, 1), (3.0, 1)]) == (2.0, 3.0)
+    assert latency_figures([(1.0, 90), (5.0, 10)]) == (1.0, 5.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import time
 
 import pytest
@@ -228,7 +229,7 @@ def square(x: int) -> int:
 
 def test_figures_of_a_real_run() -> None:
     pipeline = Pipeline(wait_a_little, square, name="real")
-    with pipeline.run(range(100), workers={"wait_a_little": 2}) as result:
+    with fitwork.run(pipeline, range(100), workers={"wait_a_little": 2}) as result:
         assert sorted(result) == sorted(sum(i * i for i in range(2000)) + x
                                         for x in range(100))
     record = result.record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import json
 import textwrap
 from pathlib import Path
@@ -11,8 +12,8 @@ from click.testing import CliRunner
 
 from fitwork.errors import PipelineLoadError
 from fitwork.profiling import PipelineProfile
-from fitwork.workload.decompose import Decomposition
-from fitwork.workload.decompose.cli import AUTO, decompose_command, load_pipeline_for
+from fitwork.decomposition import Decomposition
+from fitwork.decomposition.cli import AUTO, decompose_command, load_pipeline_for
 
 MODULE = textwrap.dedent("""
     import time
@@ -59,9 +60,9 @@ def test_decompose_measures_writes_and_the_files_rebuild_the_units(project: Path
     rebuilt = load_pipeline_for(ref, str(project / "d.json"))
     assert [u.name for u in rebuilt.units] == [u.name for u in made.units] \
         == [u.name for u in profile.units]
-    assert [u.resources.as_dict() for u in rebuilt.units] == [u.resources for u in made.units]
-    assert all(isinstance(u.resources.io, int) for u in rebuilt.units)
-    with rebuilt.run([{"n": 1}], ordered=True) as run:
+    assert [u.demand() for u in rebuilt.units] == [u.resources for u in made.units]
+    assert all(isinstance(u.io, int) for u in rebuilt.units)
+    with fitwork.run(rebuilt, [{"n": 1}], ordered=True) as run:
         assert list(run) == [{"n": 1, "total": sum(i * i for i in range(30001))}]
 
 
@@ -78,7 +79,7 @@ def test_the_option_helpers_load_plain_or_decomposed(project: Path) -> None:
 def test_decompose_errors_are_one_line(project: Path) -> None:
     result = CliRunner().invoke(decompose_command, [f"{project}/mod.py:nothing"])
     assert result.exit_code == 1
-    assert result.output.startswith("error: ") and "has no attribute 'nothing'" in result.output
+    assert result.output.startswith("error: ") and "has no 'nothing'" in result.output
     missing = CliRunner().invoke(decompose_command, [f"{project}/mod.py:work",
                                                      "--profile-output", "p.json"])
     assert missing.exit_code == 2 and "--profile-output needs --input" in missing.output

@@ -3,6 +3,7 @@ outputs item by item (a corpus of functions, and generated straight-line program
 
 from __future__ import annotations
 
+import fitwork
 import inspect
 import itertools
 import linecache
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitwork.workload.decompose import decompose
+from fitwork.decomposition import decompose
 from tests.workload.decompose_corpus import CASES, Case
 
 
@@ -56,7 +57,7 @@ def test_the_corpus_is_large_and_every_function_splits() -> None:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_decomposed_runs_equal_the_function_on_the_engine(case: Case) -> None:
     pipeline = decompose(case.fn, fuse=False)
-    with pipeline.run(fresh(case.items), ordered=True) as result:
+    with fitwork.run(pipeline, fresh(case.items), ordered=True) as result:
         outputs = list(result)
     assert result.record.failures == 0
     want = expected(case.fn, fresh(case.items))
@@ -185,7 +186,7 @@ def test_generated_programs_run_the_same_on_the_engine(source: str) -> None:
     fn = compile_program(source)
     pipeline = decompose(fn, fuse=False)
     wanted = [outcome(lambda x=x: fn(x)) for x in ITEMS]
-    with pipeline.run(ITEMS, ordered=True, max_attempts=1) as result:
+    with fitwork.run(pipeline, ITEMS, ordered=True, max_attempts=1) as result:
         outputs = list(result)
     assert outputs == [w for w in wanted if not isinstance(w, type)], source
     assert result.record.failures == sum(isinstance(w, type) for w in wanted)

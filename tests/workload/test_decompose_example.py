@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from types import ModuleType
 import pytest
 from click.testing import CliRunner
 
-from fitwork.workload.decompose.cli import decompose_command
+from fitwork.decomposition.cli import decompose_command
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODULE_NAME = "fitwork_example_monolith"
@@ -59,10 +60,10 @@ def test_the_decompose_command_runs_on_the_example(monolith: ModuleType) -> None
 
 
 def test_the_plain_function_keeps_its_context_when_loaded_whole(monolith: ModuleType) -> None:
-    from fitwork.workload.decompose.cli import load_pipeline_for
+    from fitwork.decomposition.cli import load_pipeline_for
 
     pipeline = load_pipeline_for(f"{EXAMPLES / 'monolith.py'}:classify", None)
     assert len(pipeline.units) == 1 and pipeline.context is not None
-    with pipeline.run([{"name": "0003.png"}]) as result:
+    with fitwork.run(pipeline, [{"name": "0003.png"}]) as result:
         (output,) = list(result)
     assert output["name"] == "0003.png" and output["label"] in monolith.LABELS

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fitwork.profiling.record import UnitProfile
-from fitwork.workload.decompose.fuse import HOP_S, POOLED, Piece, combine, plan_fusion
-from fitwork.workload.decompose.kinds import choose
+from fitwork.decomposition.fuse import HOP_S, POOLED, Piece, combine, plan_fusion
+from fitwork.decomposition.kinds import choose
 
 
 def piece(kind: str, wall_ms: float, out_bytes: float = 100, hinted: bool = False,
@@ -90,10 +90,10 @@ def profile(wall: float, cpu: float, accel: float | None = None) -> UnitProfile:
 def test_kinds_come_from_the_hint_else_the_measurement() -> None:
     assert choose(None, profile(0.02, 0.001))[:2] == ("io", "measured")
     io = choose(None, profile(0.02, 0.001))[2]
-    assert io.io == 8 and io.cpu == pytest.approx(0.4)
+    assert io.io == 8 and io.resources.cpu == pytest.approx(0.4)
     assert choose(None, profile(0.01, 0.0098))[0] == "cpu"
     gpu = choose(None, profile(0.01, 0.002, accel=0.008))
-    assert gpu[0] == "gpu" and gpu[2].gpu == 1
+    assert gpu[0] == "gpu" and gpu[2].resources.gpu == 1
     assert choose("gpu", profile(0.02, 0.001))[:2] == ("gpu", "hint")
     assert choose(None, None)[:2] == (None, "default")
     assert choose(None, profile(0.0004, 0.0001))[0] == "cpu", "a short wait is not I/O"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 from fitwork.fit.plan import fit
 from fitwork.hardware.discover import discover_local
-from fitwork.workload.decompose import DecomposeError, decompose
+from fitwork.decomposition import DecomposeError, decompose
 
 
 def wait_then_compute(x: int) -> float:
@@ -31,8 +32,8 @@ def test_kinds_are_measured_and_neighbours_fused_and_the_profile_fits() -> None:
     assert [(u.kind, u.kind_source) for u in made.units] == [("io", "measured"),
                                                             ("cpu", "measured")]
     io, cpu = pipeline.units
-    assert io.resources.io == 8 and 0 < io.resources.cpu <= 1
-    assert cpu.resources.cpu == 1 and cpu.resources.io == 0
+    assert io.io == 8 and 0 < io.resources.cpu <= 1
+    assert cpu.resources.cpu == 1 and cpu.io == 0
     assert any(m.rule == "kind" for m in made.merges)
     assert all(u.cost is not None and u.cost.wall_s > 0 for u in made.units)
     assert made.units[0].cost.bound == "io"
@@ -41,7 +42,7 @@ def test_kinds_are_measured_and_neighbours_fused_and_the_profile_fits() -> None:
     assert pipeline.profile.units[0].resources == {"cpu": io.resources.cpu, "io": 8.0}
     plan = fit(pipeline.profile, discover_local())
     assert set(plan.workers_for()) <= {u.name for u in pipeline.units}
-    with pipeline.run(range(8), ordered=True) as result:
+    with fitwork.run(pipeline, range(8), ordered=True) as result:
         assert list(result) == [wait_then_compute(x) for x in range(8)]
 
 
@@ -61,7 +62,7 @@ def test_a_value_that_will_not_pickle_is_found_on_the_sample_and_kept_in_one_uni
     pickles = [m for m in pipeline.decomposition.merges if m.rule == "pickle"]
     assert pickles and pickles[0].reason.startswith("guard cannot be pickled")
     assert "fusion off" in pipeline.decomposition.notes[-1]
-    with pipeline.run([1, 2], ordered=True) as result:
+    with fitwork.run(pipeline, [1, 2], ordered=True) as result:
         assert list(result) == [8, 14]
 
 
@@ -85,5 +86,5 @@ def test_a_fallback_is_still_measured() -> None:
     pipeline = decompose(sleeps, sample=[1, 2, 3])
     made = pipeline.decomposition
     assert made.fallback and len(pipeline.units) == 1
-    assert made.units[0].kind == "io" and pipeline.units[0].resources.io == 8
+    assert made.units[0].kind == "io" and pipeline.units[0].io == 8
     assert pipeline.profile is not None and pipeline.profile.units[0].name == "sleeps"

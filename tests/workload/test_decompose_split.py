@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fitwork
 import functools
 import threading
 from typing import Any
@@ -9,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import fitwork.workload.decompose as fd
+import fitwork.decomposition as fd
 from fitwork import Kind, Pipeline, UnitDefinitionError
-from fitwork.workload.decompose import DecomposeError, Decomposition, decompose, explain, hint
-from fitwork.workload.decompose.render import render
+from fitwork.decomposition import DecomposeError, Decomposition, decompose, explain, hint
+from fitwork.decomposition.render import render
 
 LIMIT = 10
 
@@ -33,7 +34,7 @@ def test_each_unit_receives_and_passes_only_what_later_units_read() -> None:
     units = pipeline.decomposition.units
     assert [(u.inputs, u.outputs) for u in units] == [
         (["x"], ["big"]), (["big"], ["small"]), (["small"], ["<return>"])]
-    with pipeline.run([1, 2, 3], ordered=True) as result:
+    with fitwork.run(pipeline, [1, 2, 3], ordered=True) as result:
         assert list(result) == [dead_data(x) for x in (1, 2, 3)]
     crossed = {u.name: u.bytes_in for u in result.record.units}
     assert crossed[NAMES[1]] > 3 * 4_000_000
@@ -92,7 +93,7 @@ def test_imports_inside_the_function_are_run_again_not_passed() -> None:
     assert all("json" not in u.inputs + u.outputs for u in units)
     assert all("root" not in u.inputs + u.outputs for u in units)
     pipeline = decompose(uses_json, fuse=False)
-    with pipeline.run([4, 9], ordered=True) as result:
+    with fitwork.run(pipeline, [4, 9], ordered=True) as result:
         assert list(result) == ['{"v": 2.0}', '{"v": 3.0}']
 
 
@@ -114,7 +115,7 @@ def test_a_bound_method_keeps_its_instance_in_every_unit_unpickled() -> None:
     pipeline = decompose(scaler.apply, fuse=False)
     assert len(pipeline.units) >= 3
     assert all("self" not in u.inputs for u in pipeline.decomposition.units)
-    with pipeline.run([1, 2], ordered=True) as result:
+    with fitwork.run(pipeline, [1, 2], ordered=True) as result:
         assert list(result) == [scaler.apply(1), scaler.apply(2)]
 
 
@@ -228,7 +229,7 @@ def test_a_function_without_source_runs_whole_on_the_engine() -> None:
     exec("def nosource(x):\n    a = x + 1\n    return a * 2\n", namespace)
     pipeline = decompose(namespace["nosource"])
     assert "no source for nosource" in (pipeline.decomposition.fallback or "")
-    with pipeline.run([1, 2], ordered=True) as result:
+    with fitwork.run(pipeline, [1, 2], ordered=True) as result:
         assert list(result) == [4, 6]
 
 
@@ -325,7 +326,7 @@ def test_a_generator_ends_in_a_flat_map_unit() -> None:
     assert [u.kind for u in pipeline.units] == [Kind.MAP, Kind.FLAT_MAP]
     assert pipeline.decomposition.generator
     assert pipeline.decomposition.units[-1].outputs == ["<yield>"]
-    with pipeline.run([1, 2], ordered=True) as result:
+    with fitwork.run(pipeline, [1, 2], ordered=True) as result:
         assert list(result) == [0, 10, -1, 0, 10, 20, 30, -1]
 
 

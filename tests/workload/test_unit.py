@@ -39,7 +39,7 @@ def test_async_units_get_io_concurrency() -> None:
     async def call(x):
         return x
 
-    assert call.is_async and call.is_io and call.resources.io == 16
+    assert call.is_async and call.is_io and call.io == 16
 
 
 @pytest.mark.parametrize("value, expected", [

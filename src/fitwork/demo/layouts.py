@@ -6,7 +6,7 @@
     joint        fetch ─▶ ocr (decode, detect, crop, recognise; batched) ─▶ store
     split        fetch ─▶ detect (decode, detect, crop) ─▶ recognise (batched) ─▶ store
 
-The units are explicit rather than made by ``fitwork.decompose``, though ``decompose``
+The units are explicit rather than made by ``fitwork.decomposition``, though ``decompose``
 of ``ocr_document`` cuts it where ``joint`` does (fetch, models, store): recognition here
 is batched across pages (a decomposed unit takes one item), and the model units ask for a
 GPU only on a host that has one (a ``# fitwork: gpu`` hint is fixed in the source).

@@ -202,7 +202,7 @@ def ocr_document(item: dict[str, Any]) -> dict[str, Any]:
     """OCR one page from start to end: the monolithic function, as one would write it.
 
     The models are looked up where they are used rather than held in a local, so that
-    ``fitwork.decompose`` can cut between the statements (sessions cannot be pickled).
+    ``fitwork.decomposition`` can cut between the statements (sessions cannot be pickled).
     """
     png = get_document(item["id"])
     boxes, crops = read_page(process_models(), png)

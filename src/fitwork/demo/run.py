@@ -43,6 +43,7 @@ from fitwork.errors import FitworkError
 from fitwork.fit.plan import Plan, fit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile
+from fitwork.runner import run as run_pipeline
 from fitwork.telemetry.record import Progress, RunRecord
 from fitwork.telemetry.utilization import RunFigures, run_figures
 from fitwork.workload import Pipeline
@@ -271,7 +272,7 @@ def _run(pipeline: Pipeline, items: list[dict[str, str]], workers: Mapping[str, 
     store.clear_texts()
     listener.run_started(label, len(items))
     sampler = NvmlSampler() if gpu else contextlib.nullcontext()
-    with sampler, pipeline.run(items, workers=workers,
+    with sampler, run_pipeline(pipeline, items, workers=workers,
                                progress=lambda s: listener.run_progress(label, s)) as result:
         outputs = {o["id"]: list(o["lines"]) for o in result}
     listener.run_finished(label)

@@ -6,6 +6,13 @@ ratios), solves the fitted pipeline and the fused baseline on the same fleet, an
 figures the solver does not know: model-FLOPs utilization per device class and
 server-capacity utilization (throughput over the most these servers sustain for this
 workload, the fitted plan's bound).
+
+Each side also states a predicted RANGE, because its rates rest on transfers that miss by
+tens of percent (``cost.py`` states each rate's error): the same replica counts, with every
+transferred rate at the low (then high) end of its range (the p10 and p90 of measured /
+predicted on its kind of transfer), give the bottleneck-limited throughput at each end.
+Measured rates keep their value.  Limits other than the rates (network, a min-cost target)
+are kept as solved.  The side lists which units' rates were measured and which transferred.
 """
 
 from __future__ import annotations
@@ -14,20 +21,23 @@ import math
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from fitwork.document import Document
 from fitwork.errors import InputError
-from fitwork.fit.cost import DEFAULT_EFFICIENCY, Precision, RateEstimate, peak_flops, unit_rates
+from fitwork.fit.cost import Precision, RateEstimate, peak_flops, unit_rates
 from fitwork.fit.errors import FitInputError
 from fitwork.fit.monolithic import FUSED, monolithic
 from fitwork.fit.result import FitResult, Objective
+from fitwork.fit.result import Placement as Replicas
 from fitwork.fit.solver import solve
 from fitwork.fit.spec import ClassDemand, UnitDemand
 from fitwork.fit.spec import NodeType as SolverNode
 from fitwork.hardware.catalog import Catalog, DeviceClass, catalog
 from fitwork.hardware.fleet import Fleet
+from fitwork.placement import Group, Placement
 from fitwork.profiling.record import PipelineProfile
+from fitwork.version import __version__
 
 
 class PlanSide(BaseModel):
@@ -37,11 +47,22 @@ class PlanSide(BaseModel):
     result: FitResult
     mfu: dict[str, float]
     capacity_utilization: float
+    throughput_low: float | None = None
+    throughput_high: float | None = None
+    measured: list[str] = Field(default_factory=list)
+    transferred: list[str] = Field(default_factory=list)
 
     @property
     def throughput(self) -> float:
         """Predicted source items per second."""
         return self.result.throughput
+
+    @property
+    def throughput_range(self) -> tuple[float, float]:
+        """(low, high) items/s with transferred rates at the ends of their ranges."""
+        low = self.throughput if self.throughput_low is None else self.throughput_low
+        high = self.throughput if self.throughput_high is None else self.throughput_high
+        return low, high
 
 
 class Plan(Document):
@@ -79,13 +100,23 @@ class Plan(Document):
                 workers[p.unit] = workers.get(p.unit, 0) + p.replicas
         return workers
 
-    def placements(self) -> dict[str, list[tuple[str, str, int]]]:
-        """Per unit, ``(device class, node type, replicas)`` for engines that place them."""
-        placed: dict[str, list[tuple[str, str, int]]] = {}
-        for p in self.fitted.result.replicas:
-            if p.replicas:
-                placed.setdefault(p.unit, []).append((p.device_class, p.node_type, p.replicas))
-        return placed
+    def placement(self, node_type: str | None = None, side: str = "fitted") -> Placement:
+        """The plan as engines take it: replica groups per unit, device class and node type.
+
+        With ``node_type``, only the groups planned on that node type (for running one
+        host's share of a plan locally).  ``side="monolithic"`` gives the fused baseline's.
+        """
+        chosen = self.fitted if side == "fitted" else self.monolithic
+        rates = {(r.unit, r.device_class): r.rate for r in self.rates}
+        groups = [Group(p.unit, p.replicas, device_class=p.device_class,
+                        node_type=p.node_type, rate=rates.get((p.unit, p.device_class)))
+                  for p in chosen.result.replicas
+                  if p.replicas and (node_type is None or p.node_type == node_type)]
+        if node_type is not None and not groups:
+            used = sorted({p.node_type for p in chosen.result.replicas if p.replicas})
+            raise InputError(f"plan places nothing on node type {node_type!r}; it uses "
+                             f"{', '.join(used) or 'none'}")
+        return Placement.of_groups(groups)
 
 
 
@@ -107,7 +138,7 @@ def solver_nodes(fleet: Fleet, known: Catalog) -> list[SolverNode]:
 
 
 def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Catalog, *,
-            precision: Precision = "fp16", efficiency: float = DEFAULT_EFFICIENCY
+            precision: Precision = "fp16", efficiency: float | None = None
             ) -> tuple[list[UnitDemand], list[RateEstimate], dict[str, float]]:
     """Solver inputs for each profiled unit: rates per class, demands, multiplicity."""
     classes = list(classes)
@@ -165,11 +196,9 @@ def _mfu(result: FitResult, flops_per_item: dict[str, float], precision: Precisi
 
 def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_throughput",
         target: float | None = None, precision: Precision = "fp16",
-        efficiency: float = DEFAULT_EFFICIENCY, time_limit: float = 10.0,
+        efficiency: float | None = None, time_limit: float = 10.0,
         mip_gap: float = 0.01, known: Catalog | None = None) -> Plan:
     """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline."""
-    from fitwork.engine.books import version as _version
-
     known = known or catalog()
     units, rates, multiplicity = demands(profile, fleet_classes(fleet, known), known,
                                          precision=precision, efficiency=efficiency)
@@ -190,19 +219,110 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     flops = {u.name: u.flops for u in profile.units}
     fused_flops = sum(multiplicity[n] * f for n, f in flops.items() if f)
     most = max(best.bound, best.throughput, base.throughput)
+    estimates = {(r.unit, r.device_class): r for r in rates}
+    fitted_range = _fitted_range(fitted, estimates, multiplicity)
+    base_range = _monolithic_range(base, estimates, multiplicity, fleet)
     return Plan(
-        fitwork_version=_version(), pipeline=profile.pipeline, units=[u.name for u in units],
+        fitwork_version=__version__, pipeline=profile.pipeline, units=[u.name for u in units],
         fleet=fleet, objective=objective, target=target, rates=rates,
         multiplicity=multiplicity, flops=flops,
         fitted=PlanSide(label="fitted", result=fitted,
                         mfu=_mfu(fitted, {k: v for k, v in flops.items() if v}, precision,
                                  known),
-                        capacity_utilization=fitted.throughput / most),
+                        capacity_utilization=fitted.throughput / most, **fitted_range),
         monolithic=PlanSide(label="monolithic", result=base,
                             mfu=_mfu(base, {FUSED: fused_flops} if fused_flops else {},
                                      precision, known),
-                            capacity_utilization=base.throughput / most),
+                            capacity_utilization=base.throughput / most, **base_range),
     )
+
+
+Estimates = dict[tuple[str, str], RateEstimate]
+
+
+def _ends(throughput: float, caps: dict[str, tuple[float, float, float]],
+          multiplicity: dict[str, float]) -> tuple[float, float]:
+    """Throughput with every unit's capacity at its low and its high end.
+
+    ``caps`` maps a unit to its (point, low, high) items/s.  A plan held below its rate limit
+    by something else (network, a target) keeps that limit at the high end.
+    """
+    if not caps or throughput <= 0:
+        return throughput, throughput
+    per = {u: [c / max(multiplicity.get(u, 1.0), 1e-9) for c in v] for u, v in caps.items()}
+    limit = min(v[0] for v in per.values())
+    low = min(throughput, min(v[1] for v in per.values()))
+    high = min(v[2] for v in per.values())
+    if throughput < limit * (1 - 1e-6):
+        high = min(high, throughput)
+    return low, high
+
+
+def _sources(units: dict[str, set[bool]], order: list[str]) -> dict[str, list[str]]:
+    return {"measured": [u for u in order if units.get(u) == {False}],
+            "transferred": [u for u in order if True in units.get(u, set())]}
+
+
+def _fitted_range(result: FitResult, estimates: Estimates,
+                  multiplicity: dict[str, float]) -> dict[str, Any]:
+    caps: dict[str, tuple[float, float, float]] = {}
+    kinds: dict[str, set[bool]] = {}
+    for p in result.replicas:
+        e = estimates.get((p.unit, p.device_class))
+        if not p.replicas or e is None:
+            continue
+        low, high = e.bounds()
+        point, lo, hi = caps.get(p.unit, (0.0, 0.0, 0.0))
+        caps[p.unit] = (point + p.replicas * e.rate, lo + p.replicas * low,
+                        hi + p.replicas * high)
+        kinds.setdefault(p.unit, set()).add(e.transferred)
+    low, high = _ends(result.throughput, caps, multiplicity)
+    return {"throughput_low": low, "throughput_high": high,
+            **_sources(kinds, list(multiplicity))}
+
+
+def _stage(unit: str, classes: list[str | None],
+           estimates: Estimates) -> RateEstimate | None:
+    """The estimate a fused replica uses for ``unit``: the faster of ``classes``."""
+    options = [e for c in classes if c is not None
+               and (e := estimates.get((unit, c))) is not None and e.seconds_per_item > 0]
+    return min(options, key=lambda e: e.seconds_per_item, default=None)
+
+
+def _monolithic_range(result: FitResult, estimates: Estimates, multiplicity: dict[str, float],
+                      fleet: Fleet) -> dict[str, Any]:
+    """The fused unit's range: each stage at its ends, stages run in turn (``monolithic``)."""
+    cpu_of = {n.name: n.cpu_class if n.cores else None for n in fleet.node_types}
+    cap = [0.0, 0.0, 0.0]
+    kinds: dict[str, set[bool]] = {}
+    for p in result.replicas:
+        if not p.replicas:
+            continue
+        seconds = _fused_seconds(p, cpu_of.get(p.node_type), estimates, multiplicity, kinds)
+        if seconds is None:
+            return {"throughput_low": None, "throughput_high": None}
+        for i, s in enumerate(seconds):
+            cap[i] += p.replicas / s if s > 0 else 0.0
+    low, high = _ends(result.throughput, {FUSED: (cap[0], cap[1], cap[2])}, {FUSED: 1.0})
+    return {"throughput_low": low, "throughput_high": high,
+            **_sources(kinds, list(multiplicity))}
+
+
+def _fused_seconds(p: Replicas, cpu: str | None, estimates: Estimates,
+                   multiplicity: dict[str, float],
+                   kinds: dict[str, set[bool]]) -> tuple[float, float, float] | None:
+    accel = None if p.device_class.startswith("cpu-") else p.device_class
+    point = low = high = 0.0
+    for unit, m in multiplicity.items():
+        e = _stage(unit, [accel, cpu], estimates)
+        if e is None:
+            return None
+        lo, hi = e.bounds()
+        point += m * e.seconds_per_item
+        low += m * e.seconds_per_item * (e.rate / lo if lo > 0 else math.inf)
+        high += m * e.seconds_per_item * (e.rate / hi if hi > 0 else math.inf)
+        kinds.setdefault(unit, set()).add(e.transferred)
+    return point, low, high
 
 
 def capacity_line(plan: Plan) -> str:

@@ -7,6 +7,8 @@ validates them and answers queries::
                                              --match("NVIDIA H100 80GB HBM3")--^  (or None)
 
 Every figure of every class carries a source; a class whose figure has none fails to load.
+A figure no vendor publishes (an SN40L's FP32 rate, say) is ``null`` with a source saying
+"no public ..."; prices are all on one basis, stated in ``DeviceClass``.
 """
 
 from __future__ import annotations
@@ -92,8 +94,13 @@ class DeviceClass(BaseModel):
     """One kind of silicon with its peak figures; ``sources`` says where each one comes from.
 
     A device is one ``unit`` of the class: one GPU, or one vCPU for a CPU class. FLOP/s are
-    dense (never the 2:4-sparsity figure), bandwidth in bytes per second, price in USD per
-    device-hour on demand (``None`` where no public list price exists).
+    dense (never the 2:4-sparsity figure), bandwidth in bytes per second. ``price_per_hour``
+    is USD per device-hour on demand, on ONE basis: the accelerator with its share of the
+    host (CPU and memory), e.g. an 8-GPU instance's price / 8; a CPU class is priced per
+    vCPU. ``host_share_per_hour`` is the part of that price that pays for the host, where the
+    source separates it (``None`` otherwise). ``fp32_flops``, ``memory_bandwidth``,
+    ``power_watts`` and ``price_per_hour`` are ``None`` where no public figure exists, and then
+    their source says "no public ...".
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -103,11 +110,14 @@ class DeviceClass(BaseModel):
     vendor: str = Field(min_length=1)
     unit: str = Field(min_length=1)
     fp16_flops: float = Field(gt=0, description="dense FP16/BF16 FLOP/s")
-    fp32_flops: float = Field(gt=0, description="FP32 FLOP/s on vector cores")
+    fp32_flops: float | None = Field(gt=0, description="FP32 FLOP/s on vector cores")
     memory_bytes: int = Field(gt=0)
-    memory_bandwidth: float = Field(gt=0, description="bytes per second")
-    power_watts: float = Field(gt=0)
-    price_per_hour: float | None = Field(ge=0, description="USD per device-hour, on demand")
+    memory_bandwidth: float | None = Field(gt=0, description="bytes per second")
+    power_watts: float | None = Field(gt=0)
+    price_per_hour: float | None = Field(
+        ge=0, description="USD per device-hour on demand, with the device's share of the host")
+    host_share_per_hour: float | None = Field(
+        default=None, ge=0, description="the part of price_per_hour that pays for the host")
     aliases: tuple[str, ...] = ()
     sources: dict[str, str]
 
@@ -120,6 +130,16 @@ class DeviceClass(BaseModel):
         extra = sorted(set(self.sources) - set(FIGURES))
         if extra:
             raise ValueError(f"class {self.name}: sources for unknown figures {', '.join(extra)}")
+        unstated = [f for f in FIGURES if getattr(self, f) is None
+                    and "no public" not in self.sources[f].lower()]
+        if unstated:
+            raise ValueError(f"class {self.name}: {', '.join(unstated)} is null but its source "
+                             "does not say 'no public ...'; give the figure or say why not")
+        if self.host_share_per_hour is not None and (
+                self.price_per_hour is None or self.host_share_per_hour > self.price_per_hour):
+            raise ValueError(f"class {self.name}: host_share_per_hour "
+                             f"{self.host_share_per_hour} exceeds price_per_hour "
+                             f"{self.price_per_hour}; the host share is part of the price")
         return self
 
     @property

@@ -112,16 +112,18 @@ class NodeType(BaseModel):
     def hourly_price(self, known: Catalog | None = None) -> float | None:
         """USD per hour for one node: ``price_per_hour`` if given, else the catalog's.
 
-        The catalog price is the sum of the devices' prices plus ``cores`` times the CPU
-        class's per-vCPU price; ``None`` when any of those classes has no catalog price.
+        The catalog prices an accelerator with its share of the host (see its header), so a
+        node with devices costs the sum of its devices' prices, its cores and memory
+        included; a node without devices costs ``cores`` times its CPU class's per-vCPU
+        price.  ``None`` when a class it needs has no catalog price.
         """
         if self.price_per_hour is not None:
             return self.price_per_hour
         known = known or catalog()
-        cpu_price = known.get(self.cpu_class).price_per_hour
-        if cpu_price is None:
-            return None
-        total = self.cores * cpu_price
+        if not self.devices:
+            cpu_price = known.get(self.cpu_class).price_per_hour
+            return None if cpu_price is None else self.cores * cpu_price
+        total = 0.0
         for name, count in self.devices.items():
             price = known.get(name).price_per_hour
             if price is None:

@@ -11,9 +11,7 @@ above the process's starting point.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import itertools
 import pickle
 import resource
@@ -25,8 +23,10 @@ from typing import Any
 from fitwork.errors import FitworkError
 from fitwork.forked import ChildFailed, run_forked
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
+from fitwork.version import __version__
+from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.pipeline import Pipeline
-from fitwork.workload.unit import Kind, Unit
+from fitwork.workload.unit import Unit
 
 
 class ProfileError(FitworkError, RuntimeError):
@@ -42,8 +42,6 @@ def profile_pipeline(
     progress: Callable[[str], None] | None = None,
 ) -> PipelineProfile:
     """Profile every unit of ``pipeline`` on the first ``samples`` items."""
-    from fitwork.engine.books import version as _version
-
     inputs = list(itertools.islice(items, samples))
     if not inputs:
         raise ProfileError("profile: the input has no items; give at least one sample")
@@ -59,7 +57,7 @@ def profile_pipeline(
                 raise ProfileError(
                     f"profile: unit {unit.name!r} produced no outputs from {profile.samples} "
                     "samples, so the units after it cannot be measured; give more samples")
-    return PipelineProfile(fitwork_version=_version(), pipeline=pipeline.name, units=profiles,
+    return PipelineProfile(fitwork_version=__version__, pipeline=pipeline.name, units=profiles,
                            host_class=host_class, created_at=time.time())
 
 
@@ -86,20 +84,11 @@ def _sizes(unit: Unit, count: int) -> list[int]:
     return sorted(s for s in sizes if s <= max(count, 1)) or [1]
 
 
-def _caller(unit: Unit, fn: Callable[..., Any]) -> Callable[[list[Any]], list[Any]]:
-    """A function from a batch of inputs to a batch of raw results, whatever the unit's shape."""
-    def settle(result: Any) -> Any:
-        if inspect.isawaitable(result):
-            result = asyncio.run(_await(result))
-        return list(result) if unit.kind is Kind.FLAT_MAP else result
-
-    if unit.batch_size:
-        return lambda batch: [settle(r) for r in fn(batch)]
-    return lambda batch: [settle(fn(item)) for item in batch]
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
+def _caller(kernel: Kernel) -> Callable[[list[Any]], tuple[list[Any], int]]:
+    """Raw results of a batch of inputs, and how many failed, whatever the unit's shape."""
+    if kernel.unit.batch_size:
+        return kernel.call_batch
+    return kernel.results
 
 
 def _accelerator_timer() -> Callable[[Callable[[], Any]], tuple[Any, float | None]]:
@@ -118,7 +107,7 @@ def _accelerator_timer() -> Callable[[Callable[[], Any]], tuple[Any, float | Non
     return timed
 
 
-def _count_flops(unit: Unit, call: Callable[[list[Any]], list[Any]],
+def _count_flops(unit: Unit, call: Callable[[list[Any]], tuple[list[Any], int]],
                  sample: Any) -> tuple[float | None, str | None]:
     if unit.flops is not None:
         value = unit.flops(sample) if callable(unit.flops) else unit.flops
@@ -161,8 +150,8 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
     import psutil
 
     start_rss = psutil.Process().memory_info().rss
-    fn = unit.instantiate()
-    call = _caller(unit, fn)
+    kernel = Kernel(unit)
+    call = _caller(kernel)
     timer = _accelerator_timer()
     with contextlib.suppress(Exception):
         call([inputs[0]])  # warm-up: imports, caches, CUDA context
@@ -176,23 +165,20 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
         for i in range(0, len(inputs), size):
             batch = inputs[i:i + size]
             wall0, cpu0, queue0 = time.perf_counter(), time.process_time(), run_queue_seconds()
-            try:
-                results, accel_s = timer(lambda b=batch: call(b))
-            except Exception:
+            (results, failed), accel_s = timer(lambda b=batch: call(b))
+            if failed == len(batch):
                 failures += len(batch) if size == (unit.batch_size or 1) else 0
                 continue
             wall += time.perf_counter() - wall0
             cpu += time.process_time() - cpu0
             queued += run_queue_seconds() - queue0
             accel += accel_s or 0.0
-            measured += len(batch)
+            measured += len(batch) - failed
             for item, result in zip(batch, results, strict=True):
-                if unit.kind is Kind.MAP:
-                    produced.append(result)
-                elif unit.kind is Kind.FILTER:
-                    produced.extend([item] if result else [])
+                if type(result) is Failed:
+                    failures += 1 if size == (unit.batch_size or 1) else 0
                 else:
-                    produced.extend(result)
+                    produced.extend(kernel.outputs(item, result))
         if not measured:
             continue
         batches.append(BatchMeasurement(batch_size=size, items=measured, wall_s=wall / measured,

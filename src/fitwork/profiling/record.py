@@ -24,7 +24,15 @@ class BatchMeasurement(BaseModel):
 
 
 class UnitProfile(BaseModel):
-    """One unit, measured alone on sample items (figures are per input item)."""
+    """One unit, measured alone on sample items (figures are per input item).
+
+    ``bytes_in`` and ``bytes_out`` are what crosses between units (pickled item sizes).
+    ``device_bytes`` is different: the bytes one item moves through device memory (weights
+    read, activations, KV cache; at the unit's batch size), ``measured`` by an accelerator
+    timer or ``declared`` on the unit; the cost model reads it to tell compute-bound from
+    memory-bound work. ``device_memory`` is the device memory one replica holds (weights plus
+    KV cache, say); a device class with less gets no replica. Both are ``None`` when unknown.
+    """
 
     name: str
     kind: str
@@ -41,6 +49,9 @@ class UnitProfile(BaseModel):
     flops_source: Literal["declared", "counted"] | None = None
     bytes_in: float
     bytes_out: float
+    device_bytes: float | None = None
+    device_bytes_source: Literal["measured", "declared"] | None = None
+    device_memory: int | None = None
     output_ratio: float
     peak_rss: int
     batches: list[BatchMeasurement] = Field(default_factory=list)

@@ -21,6 +21,7 @@ from fitwork.telemetry.record import Progress as RunProgress
 from fitwork.telemetry.record import RunRecord
 
 if TYPE_CHECKING:
+    from fitwork.fit.cost import RateEstimate
     from fitwork.fit.plan import Plan
 
 
@@ -121,8 +122,24 @@ def _money_per_million(value: float | None) -> str:
     return "-" if value is None else f"${value:,.4f}"
 
 
+def _range(low: float, high: float) -> str:
+    return f"{low:,.1f} - {high:,.1f}"
+
+
+def _error(rate: RateEstimate | None) -> str:
+    if rate is None:
+        return ""
+    if not rate.transferred:
+        return rate.error_basis or rate.method
+    return f"{rate.error_median:.0%}, p90 {rate.error_p90:.0%}"
+
+
 def plan_table(plan: Plan) -> Group:
-    """Monolithic and fitted side by side (throughput, utilization, cost), then replicas."""
+    """Monolithic and fitted side by side (throughput, range, utilization, cost), then replicas.
+
+    The predicted range and the rate columns say how far the point figures can be trusted:
+    a transferred rate carries the error its kind of transfer showed on measured pairs.
+    """
     from fitwork.fit.plan import capacity_line
 
     sides = (plan.monolithic, plan.fitted)
@@ -132,6 +149,9 @@ def plan_table(plan: Plan) -> Group:
     for side in sides:
         table.add_column(side.label, justify="right")
     table.add_row("throughput (items/s)", *(f"{s.throughput:,.1f}" for s in sides))
+    table.add_row("predicted range (p10-p90)", *(_range(*s.throughput_range) for s in sides))
+    table.add_row("units measured / transferred",
+                  *(f"{len(s.measured)} / {len(s.transferred)}" for s in sides))
     classes = sorted({u.device_class for s in sides for u in s.result.utilization})
     for name in classes:
         table.add_row(f"{name} utilization", *(_pct(s.result.utilization_of(name)) for s in sides))
@@ -146,17 +166,33 @@ def plan_table(plan: Plan) -> Group:
     table.add_row("bound, gap", *(f"{s.result.bound:,.1f}, {s.result.gap:.1%}" for s in sides))
 
     replicas = Table(title="fitted replicas", title_justify="left")
-    for column in ("unit", "device class", "node type", "replicas", "items/s", "rate source"):
+    for column in ("unit", "device class", "node type", "replicas", "items/s", "rate source",
+                   "rate error (median, p90)"):
         replicas.add_column(column, justify="right" if column in ("replicas", "items/s")
                             else "left")
-    source = {(r.unit, r.device_class): r.method + (f" from {r.source_class}"
-                                                    if r.source_class else "")
-              for r in plan.rates}
+    rates = {(r.unit, r.device_class): r for r in plan.rates}
     for p in plan.fitted.result.replicas:
         if p.replicas:
+            rate = rates.get((p.unit, p.device_class))
+            source = "" if rate is None else rate.method + (
+                f" from {rate.source_class}" if rate.source_class else "")
             replicas.add_row(p.unit, p.device_class, p.node_type, str(p.replicas),
-                             f"{p.items_per_s:,.1f}", source.get((p.unit, p.device_class), ""))
-    lines = [Text(f"bottleneck: {plan.fitted.result.bottleneck} "
-                  f"({plan.fitted.result.bottleneck_reason})"),
-             Text(capacity_line(plan))]
+                             f"{p.items_per_s:,.1f}", source, _error(rate))
+    fitted = plan.fitted
+    lines = [Text(f"bottleneck: {fitted.result.bottleneck} "
+                  f"({fitted.result.bottleneck_reason})"),
+             Text(capacity_line(plan)),
+             Text(f"fitted rates measured: {', '.join(fitted.measured) or 'none'}; "
+                  f"transferred: {', '.join(fitted.transferred) or 'none'}")]
+    placed = [rates[p.unit, p.device_class] for p in fitted.result.replicas
+              if p.replicas and (p.unit, p.device_class) in rates]
+    moved = [r for r in placed if r.transferred]
+    if moved:
+        worst = max(moved, key=lambda r: r.error_p90)
+        least, most = (f(r.error_median for r in moved) for f in (min, max))
+        medians = f"{least:.0%}" if f"{least:.0%}" == f"{most:.0%}" else f"{least:.0%}-{most:.0%}"
+        lines.append(Text(
+            f"bound and gap are exact for the predicted rates only: transferred rates miss "
+            f"measured ones by a median {medians} (p90 up to {worst.error_p90:.0%}: "
+            f"{worst.error_basis})", style="yellow"))
     return Group(table, replicas, *lines)

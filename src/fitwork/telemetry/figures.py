@@ -43,6 +43,23 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def weighted_percentile(values: Sequence[tuple[float, int]], q: float) -> float | None:
+    """The ``q``-th percentile of values given with counts, ``(value, count)``; nearest rank."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q={q} is outside 0..100")
+    pairs = sorted((v, c) for v, c in values if c > 0)
+    total = sum(c for _, c in pairs)
+    if not total:
+        return None
+    rank = max(1, math.ceil(total * q / 100))
+    seen = 0
+    for value, count in pairs:
+        seen += count
+        if seen >= rank:
+            return value
+    return pairs[-1][0]
+
+
 def ratio(numerator: float, denominator: float) -> float:
     """``numerator / denominator``, and 0.0 when nothing was in the denominator."""
     return numerator / denominator if denominator > 0 else 0.0

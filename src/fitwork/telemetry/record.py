@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
 from fitwork.document import Document
-from fitwork.telemetry.figures import busy_fraction, percentile, ratio, utilization
+from fitwork.failure import Failure
+from fitwork.telemetry.figures import busy_fraction, ratio, utilization, weighted_percentile
 
 
 class WorkerRecord(BaseModel):
@@ -27,7 +28,9 @@ class WorkerRecord(BaseModel):
     bytes_in: int = 0
     bytes_out: int = 0
     busy_s: float = 0.0
+    blocked_s: float = 0.0
     cpu_s: float = 0.0
+    exit_cause: str | None = None
     busy_intervals: list[tuple[float, float]] = Field(default_factory=list)
 
 
@@ -39,12 +42,14 @@ class UnitRecord(BaseModel):
     replicas: int
     resources: dict[str, float]
     batch_size: int | None = None
+    replica_s: float = 0.0
     items_in: int = 0
     items_out: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     busy_s: float = 0.0
     busy_fraction: float = 0.0
+    blocked_s: float = 0.0
     cpu_s: float = 0.0
     failures: int = 0
 
@@ -60,20 +65,42 @@ class ResourceRecord(BaseModel):
     basis: str
 
 
-class FailureRecord(BaseModel):
-    """One item that went to the dead letters."""
-
-    item: int
-    unit: str
-    error: str
-    kind: Literal["error", "poison"]
-
-
 class QueueSeries(BaseModel):
     """Items waiting in front of each unit, sampled over time (seconds from the start)."""
 
     times_s: list[float] = Field(default_factory=list)
     depths: dict[str, list[int]] = Field(default_factory=dict)
+
+
+class CompletionSeries(BaseModel):
+    """Source items settled so far, at each moment a feed frame settled (measured, not derived)."""
+
+    times_s: list[float] = Field(default_factory=list)
+    completed: list[int] = Field(default_factory=list)
+
+
+class ReplicaSeries(BaseModel):
+    """Live replicas of each unit, at each moment the counts changed."""
+
+    times_s: list[float] = Field(default_factory=list)
+    counts: dict[str, list[int]] = Field(default_factory=dict)
+
+
+class DeviceSample(BaseModel):
+    """One reading of one accelerator (NVML where available), seconds from the run's start."""
+
+    t_s: float
+    node: str | None = None
+    device: int
+    name: str
+    utilization: float
+    memory_used: int
+    memory_total: int
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+
+
+RunStatus = Literal["completed", "aborted", "interrupted"]
 
 
 class RunRecord(Document):
@@ -102,8 +129,14 @@ class RunRecord(Document):
     resources: list[ResourceRecord]
     workers: list[WorkerRecord]
     queue: QueueSeries
-    failed_items: list[FailureRecord] = Field(default_factory=list)
+    failed_items: list[Failure] = Field(default_factory=list)
     dead_letter: str | None = None
+    status: RunStatus = "completed"
+    error: str | None = None
+    completions: CompletionSeries = Field(default_factory=CompletionSeries)
+    replicas: ReplicaSeries = Field(default_factory=ReplicaSeries)
+    placement: dict[str, Any] | None = None
+    device_samples: list[DeviceSample] = Field(default_factory=list)
 
     def unit(self, name: str) -> UnitRecord:
         """The record of the unit called ``name``."""
@@ -148,13 +181,15 @@ def summarize_units(
         mine = [w for w in workers if w.unit == base.name]
         busy = sum(w.busy_s for w in mine)
         summed.append(base.model_copy(update={
+            "blocked_s": sum(w.blocked_s for w in mine),
             "items_in": sum(w.items_in for w in mine),
             "items_out": sum(w.items_out for w in mine),
             "bytes_in": sum(w.bytes_in for w in mine),
             "bytes_out": sum(w.bytes_out for w in mine),
             "busy_s": busy,
             "cpu_s": sum(w.cpu_s for w in mine),
-            "busy_fraction": busy_fraction(busy, base.replicas, wall_s),
+            "busy_fraction": ratio(busy, base.replica_s) if base.replica_s
+            else busy_fraction(busy, base.replicas, wall_s),
         }))
     return summed
 
@@ -167,23 +202,30 @@ def resource_utilization(units: Sequence[UnitRecord], wall_s: float) -> list[Res
     units that hold a GPU share, times that share.
     """
     records = []
-    cpu_allocated = sum(u.replicas * u.resources.get("cpu", 0.0) for u in units)
-    if cpu_allocated:
-        used = sum(u.cpu_s for u in units)
+    for resource, basis in (("cpu", "process CPU seconds / (cores allocated x wall seconds)"),
+                            ("gpu", "busy seconds x GPU share / (GPUs allocated x wall "
+                                    "seconds)")):
+        allocated_s = sum(_replica_seconds(u, wall_s) * u.resources.get(resource, 0.0)
+                          for u in units)
+        if not allocated_s:
+            continue
+        if resource == "cpu":
+            used = sum(u.cpu_s for u in units)
+        else:
+            used = sum(u.busy_s * u.resources.get("gpu", 0.0) for u in units)
         records.append(ResourceRecord(
-            resource="cpu", allocated=cpu_allocated, allocated_s=cpu_allocated * wall_s,
-            used_s=used, utilization=utilization(used, cpu_allocated * wall_s),
-            basis="process CPU seconds / (cores allocated x wall seconds)"))
-    gpu_allocated = sum(u.replicas * u.resources.get("gpu", 0.0) for u in units)
-    if gpu_allocated:
-        used = sum(u.busy_s * u.resources.get("gpu", 0.0) for u in units)
-        records.append(ResourceRecord(
-            resource="gpu", allocated=gpu_allocated, allocated_s=gpu_allocated * wall_s,
-            used_s=used, utilization=utilization(used, gpu_allocated * wall_s),
-            basis="busy seconds x GPU share / (GPUs allocated x wall seconds)"))
+            resource=resource, allocated=allocated_s / wall_s if wall_s else 0.0,
+            allocated_s=allocated_s, used_s=used, utilization=utilization(used, allocated_s),
+            basis=basis))
     return records
 
 
-def latency_figures(latencies: Sequence[float]) -> tuple[float | None, float | None]:
-    """(p50, p95) of per-item latencies in seconds."""
-    return percentile(latencies, 50), percentile(latencies, 95)
+def _replica_seconds(unit: UnitRecord, wall_s: float) -> float:
+    """Replica-seconds a unit held: measured over the run where recorded, else replicas x wall."""
+    return unit.replica_s or unit.replicas * wall_s
+
+
+def latency_figures(latencies: Sequence[tuple[float, int]]
+                    ) -> tuple[float | None, float | None]:
+    """(p50, p95) of item latencies given as (seconds, how many items took that long)."""
+    return weighted_percentile(latencies, 50), weighted_percentile(latencies, 95)

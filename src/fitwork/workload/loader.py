@@ -33,10 +33,28 @@ def load_object(reference: str, default_name: str = "pipeline") -> Any:
     try:
         return getattr(module, name)
     except AttributeError:
-        public = sorted(n for n in vars(module) if not n.startswith("_"))
         raise PipelineLoadError(
-            f"{reference!r}: {target} has no attribute {name!r}; it defines "
-            f"{', '.join(public[:12]) or 'nothing public'}") from None
+            f"{reference!r}: {target} has no {name!r}; {_what_it_defines(module)}") from None
+
+
+def _what_it_defines(module: Any) -> str:
+    """The pipelines, units and functions a module defines itself (not what it imports)."""
+    pipelines, runnable = [], []
+    for key, value in vars(module).items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, Pipeline):
+            pipelines.append(key)
+        elif isinstance(value, Unit) or (callable(value) and not isinstance(value, type)
+                                         and getattr(value, "__module__", None)
+                                         == module.__name__):
+            runnable.append(key)
+    if pipelines:
+        return f"its pipelines are {', '.join(sorted(pipelines))}"
+    if runnable:
+        return (f"it defines no Pipeline; its units and functions are "
+                f"{', '.join(sorted(runnable)[:12])}")
+    return "it defines no pipeline, unit or function"
 
 
 def _import_file(reference: str, path: Path) -> Any:
@@ -49,6 +67,7 @@ def _import_file(reference: str, path: Path) -> Any:
     if spec is None or spec.loader is None:
         raise PipelineLoadError(f"{reference!r}: {path} is not a Python file")
     module = importlib.util.module_from_spec(spec)
+    module.__fitwork_by_value__ = True  # type: ignore[attr-defined]  # see Unit.__reduce__
     sys.modules[module_name] = module
     sys.path.insert(0, str(path.resolve().parent))
     try:

@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fitwork.errors import UnitDefinitionError
-from fitwork.workload.unit import Kind, Resources, Unit, unit
+from fitwork.resources import Resources
+from fitwork.workload.kernel import Failed, Kernel
+from fitwork.workload.retry import NO_RETRY
+from fitwork.workload.unit import Kind, Unit, unit
 
-if TYPE_CHECKING:
-    from fitwork.engine.base import RunResult
 
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
+def _through(kernels: list[Kernel], index: int, item: Any) -> Iterator[Any]:
+    """Every output ``item`` gives from stage ``index`` to the end, one stage at a time."""
+    if index == len(kernels):
+        yield item
+        return
+    kernel = kernels[index]
+    if kernel.unit.batch_size:
+        (raw,), _ = kernel.call_batch([item])
+        if type(raw) is Failed:
+            raise raw.error
+    else:
+        raw = kernel.call(item)
+    for output in kernel.outputs(item, raw):
+        yield from _through(kernels, index + 1, output)
 
 
 class Pipeline:
@@ -84,78 +93,39 @@ class Pipeline:
         return self.context() if self.context else contextlib.nullcontext()
 
     def serial(self, source: Iterable[Any]) -> Iterator[Any]:
-        """Run every unit in this process, one item at a time: the reference semantics."""
-        callables = [u.instantiate() for u in self.units]
-        for item in source:
-            yield from self._apply(callables, 0, item)
+        """Run every unit in this process, one item at a time: the reference semantics.
 
-    def fused(self, name: str | None = None) -> Pipeline:
+        A unit's retry policy applies; an item that still fails raises its error here.
+        """
+        kernels = [Kernel(u) for u in self.units]
+        for item in source:
+            yield from _through(kernels, 0, item)
+
+    def fused(self, name: str | None = None, io: int = 0) -> Pipeline:
         """The monolithic baseline: one unit that runs every stage in turn for each item.
 
         It demands what a container bundling the stages holds: the largest core and GPU
         demand among them (the stages run in turn, not at once) and the sum of their memory;
         it is a flat-map, since a filter or a flat-map inside may give zero or many outputs
-        per item.
+        per item.  ``io=N`` gives each replica N threads, so the monolith overlaps its own
+        waiting (the threaded monolith a careful engineer writes).
         """
         stages = self
 
         class Fused:
             def __init__(self) -> None:
-                self.callables = [u.instantiate() for u in stages.units]
+                self.kernels = [Kernel(u) for u in stages.units]
 
             def __call__(self, item: Any) -> list[Any]:
-                return list(stages._apply(self.callables, 0, item))
+                return list(_through(self.kernels, 0, item))
 
         resources = Resources(
             cpu=max(u.resources.cpu for u in self.units),
             gpu=max(u.resources.gpu for u in self.units),
             memory=sum(u.resources.memory for u in self.units))
         fused = Unit(fn=Fused, name=name or f"{self.name}_fused", kind=Kind.FLAT_MAP,
-                     resources=resources)
+                     resources=resources, io=io, retry=NO_RETRY)
         return Pipeline(fused, name=fused.name, context=self.context)
-
-    def _apply(self, callables: list[Callable[..., Any]], index: int, item: Any
-               ) -> Iterator[Any]:
-        if index == len(self.units):
-            yield item
-            return
-        u, fn = self.units[index], callables[index]
-        result = fn([item])[0] if u.batch_size else fn(item)
-        if inspect.isawaitable(result):
-            result = asyncio.run(_awaited(result))
-        if u.kind is Kind.MAP:
-            yield from self._apply(callables, index + 1, result)
-        elif u.kind is Kind.FILTER:
-            if result:
-                yield from self._apply(callables, index + 1, item)
-        else:
-            for child in result:
-                yield from self._apply(callables, index + 1, child)
-
-    def run(
-        self,
-        source: Iterable[Any],
-        *,
-        engine: str = "local",
-        workers: Mapping[str, int] | None = None,
-        ordered: bool = False,
-        dead_letter: str | Path | None = None,
-        max_failures: int | None = None,
-        max_attempts: int = 3,
-        **options: Any,
-    ) -> RunResult:
-        """Run the pipeline over ``source``; iterate the result for outputs, read ``.record``."""
-        from fitwork.engine import RunOptions, get_engine
-
-        pipeline = self.with_workers(workers) if workers else self
-        run_options = RunOptions(
-            ordered=ordered,
-            dead_letter=Path(dead_letter) if dead_letter else None,
-            max_failures=max_failures,
-            max_attempts=max_attempts,
-            **options,
-        )
-        return get_engine(engine).run(pipeline, source, run_options)
 
     def __repr__(self) -> str:
         return f"Pipeline({' -> '.join(u.name for u in self.units)}, name={self.name!r})"

@@ -1,4 +1,4 @@
-"""`Unit`: one callable plus what it demands (cores, GPU, I/O concurrency, memory) and its shape."""
+"""`Unit`: one callable, what one replica of it holds, and how its calls behave."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import inspect
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, overload
 
 from fitwork.errors import UnitDefinitionError
+from fitwork.resources import Resources
+from fitwork.workload.retry import Retry, retry_policy
 
 
 class Kind(StrEnum):
@@ -45,24 +47,7 @@ def parse_memory(value: int | str | None) -> int:
     return int(float(number) * _SCALE[key])
 
 
-@dataclass(frozen=True, slots=True)
-class Resources:
-    """What one replica of a unit holds while it runs.
-
-    ``cpu`` cores and ``gpu`` devices may be fractional; ``io`` is the number of calls one
-    replica keeps in flight at once (``0`` means a compute unit, one call at a time);
-    ``memory`` is bytes.
-    """
-
-    cpu: float = 1.0
-    gpu: float = 0.0
-    io: int = 0
-    memory: int = 0
-
-    def as_dict(self) -> dict[str, float]:
-        """The non-zero demands, keyed by resource name."""
-        return {k: v for k, v in (("cpu", self.cpu), ("gpu", self.gpu), ("io", self.io),
-                                  ("memory", self.memory)) if v}
+PerItem = float | Callable[[Any], float] | None
 
 
 @dataclass(frozen=True)
@@ -73,45 +58,80 @@ class Unit:
     (load a model there) and the instance is called per item.  With ``batch_size`` the
     callable receives a list of items and returns a list of results of the same length
     (for a filter: a list of booleans; for a flat-map: a list of iterables).
+
+    ``resources`` is what one replica uses while it runs: the fit treats its cores as
+    consumed in proportion to load unless ``reserve`` asks for a hard reservation.  ``io``
+    calls run at once in one replica (threads, or an event loop for ``async def``).
+    ``max_concurrency`` and ``rate_limit`` bound the calls of ALL replicas together (a
+    service this unit calls can take only so much); ``retry`` and ``timeout`` say how one
+    call may fail.  ``flops``, ``device_bytes`` and ``device_memory`` describe the work for
+    the cost model: FLOPs and bytes moved through device memory per item, and the device
+    memory one replica needs.
     """
 
     fn: Callable[..., Any]
     name: str
     kind: Kind = Kind.MAP
-    resources: Resources = field(default_factory=Resources)
+    resources: Resources = field(default_factory=lambda: Resources(cpu=1.0))
+    io: int = 0
     batch_size: int | None = None
     batch_wait: float = 0.05
     replicas: int = 1
-    flops: float | Callable[[Any], float] | None = None
+    flops: PerItem = None
+    retry: Retry | None = None
+    timeout: float | None = None
+    reserve: bool = False
+    max_concurrency: int | None = None
+    rate_limit: float | None = None
+    device_bytes: PerItem = None
+    device_memory: int | None = None
 
     def __post_init__(self) -> None:
+        name = self.name
         if not callable(self.fn):
-            raise UnitDefinitionError(f"unit {self.name!r}: {self.fn!r} is not callable")
+            raise UnitDefinitionError(f"unit {name!r}: {self.fn!r} is not callable")
         if self.batch_size is not None and self.batch_size < 1:
-            raise UnitDefinitionError(f"unit {self.name!r}: batch_size must be >= 1")
+            raise UnitDefinitionError(f"unit {name!r}: batch_size must be >= 1")
         if self.batch_wait < 0:
-            raise UnitDefinitionError(f"unit {self.name!r}: batch_wait must be >= 0 seconds")
+            raise UnitDefinitionError(f"unit {name!r}: batch_wait must be >= 0 seconds")
         if self.replicas < 1:
-            raise UnitDefinitionError(f"unit {self.name!r}: replicas must be >= 1")
-        if self.resources.io < 0:
-            raise UnitDefinitionError(f"unit {self.name!r}: io must be >= 0 concurrent calls")
-        if self.resources.io and self.batch_size:
+            raise UnitDefinitionError(f"unit {name!r}: replicas must be >= 1")
+        if self.io < 0:
+            raise UnitDefinitionError(f"unit {name!r}: io must be >= 0 concurrent calls")
+        if self.io and self.batch_size:
             raise UnitDefinitionError(
-                f"unit {self.name!r}: an I/O unit (io={self.resources.io}) calls one item at a "
+                f"unit {name!r}: an I/O unit (io={self.io}) calls one item at a "
                 "time; drop batch_size, or drop io to batch in one process")
-        if self.is_async and not self.resources.io:
-            object.__setattr__(self, "resources", replace(self.resources, io=16))
+        if self.timeout is not None and self.timeout <= 0:
+            raise UnitDefinitionError(f"unit {name!r}: timeout must be > 0 seconds")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise UnitDefinitionError(f"unit {name!r}: max_concurrency must be >= 1 calls")
+        if self.rate_limit is not None and self.rate_limit <= 0:
+            raise UnitDefinitionError(f"unit {name!r}: rate_limit must be > 0 calls per second")
+        if self.is_async and not self.io:
+            object.__setattr__(self, "io", 16)
+        if self.retry is None or not isinstance(self.retry, Retry):
+            object.__setattr__(self, "retry", retry_policy(self.retry, self.io > 0))
 
     @property
     def is_io(self) -> bool:
         """True when one replica runs many calls concurrently (threads or asyncio)."""
-        return self.resources.io > 0
+        return self.io > 0
 
     @property
     def is_async(self) -> bool:
         """True for an ``async def`` unit (or a class whose ``__call__`` is one)."""
-        target = self.fn.__call__ if inspect.isclass(self.fn) else self.fn
-        return inspect.iscoroutinefunction(target)
+        return _is_async(self.fn)
+
+    @property
+    def policy(self) -> Retry:
+        """The retry policy in force (declared, or the default for this kind of unit)."""
+        assert self.retry is not None
+        return self.retry
+
+    def demand(self) -> dict[str, float]:
+        """The non-zero per-replica figures as a dict (resources, plus ``io`` concurrency)."""
+        return {**self.resources.as_dict(), **({"io": float(self.io)} if self.io else {})}
 
     def instantiate(self) -> Callable[..., Any]:
         """The callable one replica uses: a fresh instance for a class, else the function."""
@@ -128,24 +148,26 @@ class Unit:
         # A decorated function's module attribute is this Unit, not the function, so
         # pickle (and cloudpickle, for Ray) could not find the function by name and would
         # copy it by value, globals and all; point them at the module attribute instead.
-        fields = (self.name, self.kind, self.resources, self.batch_size, self.batch_wait,
-                  self.replicas, self.flops)
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "fn"}
         module, qualname = getattr(self.fn, "__module__", None), \
             getattr(self.fn, "__qualname__", "")
         owner = sys.modules.get(module or "")
-        if owner is not None and "." not in qualname:
+        # A module loaded from a file path has a made-up name no other process can import:
+        # such units travel by value (an engine registers the module with cloudpickle).
+        if owner is not None and "." not in qualname and \
+                not getattr(owner, "__fitwork_by_value__", False):
             attribute = getattr(owner, qualname, None)
             if isinstance(attribute, Unit) and attribute.fn is self.fn:
-                return _unit_from_module, (module, qualname, fields)
-        return _unit_from_fields, (self.fn, fields)
+                return _unit_from_module, (module, qualname, values)
+        return _unit_from_fields, (self.fn, values)
 
 
-def _unit_from_fields(fn: Callable[..., Any], fields: tuple[Any, ...]) -> Unit:
-    return Unit(fn, *fields)
+def _unit_from_fields(fn: Callable[..., Any], values: dict[str, Any]) -> Unit:
+    return Unit(fn, **values)
 
 
-def _unit_from_module(module: str, qualname: str, fields: tuple[Any, ...]) -> Unit:
-    return Unit(getattr(importlib.import_module(module), qualname).fn, *fields)
+def _unit_from_module(module: str, qualname: str, values: dict[str, Any]) -> Unit:
+    return Unit(getattr(importlib.import_module(module), qualname).fn, **values)
 
 
 def _infer_kind(fn: Callable[..., Any]) -> Kind:
@@ -162,6 +184,9 @@ def unit(
     fn: None = None, /, *, name: str | None = ..., kind: Kind | str | None = ...,
     cpu: float = ..., gpu: float = ..., io: int = ..., memory: int | str | None = ...,
     batch_size: int | None = ..., batch_wait: float = ..., replicas: int = ...,
+    flops: PerItem = ..., retry: int | Retry | None = ..., timeout: float | None = ...,
+    reserve: bool = ..., max_concurrency: int | None = ..., rate_limit: float | None = ...,
+    device_bytes: PerItem = ..., device_memory: int | str | None = ...,
 ) -> Callable[[Callable[..., Any]], Unit]: ...
 
 
@@ -178,14 +203,28 @@ def unit(
     batch_size: int | None = None,
     batch_wait: float = 0.05,
     replicas: int = 1,
-    flops: float | Callable[[Any], float] | None = None,
+    flops: PerItem = None,
+    retry: int | Retry | None = None,
+    timeout: float | None = None,
+    reserve: bool = False,
+    max_concurrency: int | None = None,
+    rate_limit: float | None = None,
+    device_bytes: PerItem = None,
+    device_memory: int | str | None = None,
 ) -> Unit | Callable[[Callable[..., Any]], Unit]:
     """Declare a callable as a unit, as ``@unit`` or ``@unit(cpu=2, batch_size=32)``.
 
     ``kind`` defaults to ``flat_map`` for generator functions and ``map`` otherwise; pass
     ``kind="filter"`` for a predicate.  ``io=N`` runs N calls at once in one replica.
-    ``flops`` declares the floating-point operations one item needs (a number, or a function
-    of the item) for model-FLOPs utilization; torch code can be counted by the profiler.
+    ``retry`` is tries per item (or a `fitwork.Retry`); by default an I/O unit retries
+    ``OSError`` and ``TimeoutError`` three times in all and a compute unit does not retry.
+    ``timeout`` bounds one call (a call past it fails with ``TimeoutError``; a synchronous
+    call is abandoned, not interrupted).  ``reserve=True`` holds ``cpu`` cores whole for
+    each replica instead of counting what it measurably uses.  ``max_concurrency`` and
+    ``rate_limit`` (calls per second) bound the calls of all replicas together.
+    ``flops`` and ``device_bytes`` declare the FLOPs and device-memory bytes one item needs
+    (a number, or a function of the item); ``device_memory`` the device memory one replica
+    holds (weights, caches).
     """
 
     def wrap(target: Callable[..., Any]) -> Unit:
@@ -200,15 +239,23 @@ def unit(
                 f"unit {name or getattr(target, '__name__', target)!r}: kind={kind!r} is not "
                 f"one of {', '.join(k.value for k in Kind)}"
             ) from None
+        label = name or getattr(target, "__name__", type(target).__name__)
+        try:
+            resources = Resources(cpu=cpu, gpu=gpu, memory=parse_memory(memory))
+        except ValueError as exc:
+            raise UnitDefinitionError(f"unit {label!r}: {exc}") from None
         return Unit(
-            fn=target,
-            name=name or getattr(target, "__name__", type(target).__name__),
-            kind=resolved,
-            resources=Resources(cpu=cpu, gpu=gpu, io=io, memory=parse_memory(memory)),
-            batch_size=batch_size,
-            batch_wait=batch_wait,
-            replicas=replicas,
-            flops=flops,
+            fn=target, name=label, kind=resolved, resources=resources, io=io,
+            batch_size=batch_size, batch_wait=batch_wait, replicas=replicas, flops=flops,
+            retry=retry_policy(retry, io > 0 or _is_async(target)), timeout=timeout,
+            reserve=reserve, max_concurrency=max_concurrency, rate_limit=rate_limit,
+            device_bytes=device_bytes,
+            device_memory=parse_memory(device_memory) if device_memory is not None else None,
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    target = fn.__call__ if inspect.isclass(fn) else fn
+    return inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target)

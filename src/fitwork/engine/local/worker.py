@@ -1,16 +1,17 @@
 """A worker process: pulls frames from its unit's channel, runs the unit, pushes results on.
 
-A record is ``(source id, generation, path, weight exponent, attempt, value)``.  The path
-names a flat-map child (``()`` for a source item); the weight exponent ``e`` stands for a
-weight of 2**-e that a source item (weight 1) shares among its descendants, so the driver
-knows a source item is finished when the weights returned for it add up to 1, whatever
-order reports arrive in.  A map passes its weight on, a filter that drops returns it, and a
-flat-map gives its j-th child 2**-(e+j+1) and returns the remainder.
+A frame is ``(frame id, [segment, ...])`` (see `fitwork.engine.segment`).  The unit's
+semantics come from the `Kernel`; this module only moves frames and keeps time::
 
-Control messages to the driver (tuples, tag first):
-``hello``, ``took`` (frame id and its source ids), ``done`` (frame ids finished, weights
-returned, failures, counters, busy intervals), ``fatal`` (the unit could not start), and
-``final`` (counters at a clean stop).
+    inbox ──frame──▶ Taken ─▶ kernel (plain | batched | concurrent) ─▶ segments ─▶ outbox
+                                                                   └─▶ Done (returns,
+                                                                       failures, counters)
+
+Control messages to the driver are the run core's own events (`Ready`, `Taken`, `Done`)
+plus `Final` (last counters at a clean stop) and `Fatal` (the unit could not start).
+``Done`` is sent only after the frame's outputs are in the next channel, so a worker
+killed at any point leaves its frames held, and the driver retries them.  Time spent
+waiting for room downstream is counted as *blocked*, not busy.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import inspect
 import itertools
-import json
 import os
 import pickle
 import selectors
@@ -34,17 +33,35 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, NamedTuple
 
+from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
 from fitwork.engine.local.channel import STOP, Channel
 from fitwork.engine.local.wire import Wire
-from fitwork.workload.unit import Kind, Unit
+from fitwork.engine.segment import Return, Segment, settle, split
+from fitwork.engine.threads import limit_threads
+from fitwork.failure import Failure, describe
+from fitwork.workload.kernel import Failed, Kernel
+from fitwork.workload.unit import Unit
 
-Record = tuple[int, int, tuple[int, ...], int, int, Any]
 _MERGE_GAP = 0.001
 FRAME_BYTES = 4 << 20
-_INPUT_LIMIT = 16 * 1024
-_TRACE_LIMIT = 8 * 1024
+
+
+class Final(NamedTuple):
+    """The worker stopped as asked; its last counters."""
+
+    worker: int
+    counters: Counters
+    intervals: list[tuple[float, float]]
+
+
+class Fatal(NamedTuple):
+    """The unit could not be built in this worker."""
+
+    worker: int
+    error: str
+    trace: str
 
 
 @dataclass
@@ -54,6 +71,7 @@ class WorkerSpec:
     worker_id: int
     stage: int
     unit: Unit
+    batch_size: int | None
     inbox: Channel
     outbox: Channel
     control: socket.socket
@@ -61,6 +79,8 @@ class WorkerSpec:
     hints: Any
     parent_pid: int
     env: dict[str, str] = field(default_factory=dict)
+    cores: float = 1.0
+    limiter: Any = None
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -71,13 +91,14 @@ def worker_main(spec: WorkerSpec) -> None:
     os.environ.update(spec.env)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - a fresh lock after fork
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    limit_threads(spec.cores)
     worker = Worker(spec)
     try:
-        fn = spec.unit.instantiate()
+        kernel = Kernel(spec.unit)
     except Exception as exc:
-        worker.send(("fatal", spec.worker_id, _describe(exc), traceback.format_exc()))
+        worker.send(Fatal(spec.worker_id, describe(exc), traceback.format_exc()))
         os._exit(3)
-    worker.serve(fn)
+    worker.serve(kernel)
 
 
 def _die_with_parent() -> None:
@@ -85,63 +106,50 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _portable(value: Any) -> Any:
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        return {"repr": repr(value)[:1000]}
-    return value if len(text) <= _INPUT_LIMIT else {"repr": text[:1000]}
-
-
 class Worker:
     """The per-process loop; which loop runs depends on the unit (plain, batched, I/O)."""
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
-        self.unit = spec.unit
+        self.id = spec.worker_id
         self.wire = Wire(spec.wire_prefix)
         self.frame_ids = itertools.count(spec.worker_id << 32)
-        self.out: list[Record] = []
-        self.returns: list[tuple[int, int, int]] = []
-        self.failures: list[dict[str, Any]] = []
-        self.intervals: list[list[float]] = []
+        self.out: list[Segment] = []
+        self.returns: list[Return] = []
+        self.failures: list[Failure] = []
+        self.intervals: list[tuple[float, float]] = []
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
-        self.busy_s = 0.0
-        self.limit = 1
+        self.busy_s = self.blocked_s = 0.0
 
     # -- talking to the driver -------------------------------------------------------------
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: Any) -> None:
         """One control message to the driver."""
         data, _ = self.wire.dumps(message)
         self.spec.control.send(data)
 
-    def counters(self) -> tuple[int, int, int, int, float, float]:
-        """Cumulative counters: items and bytes in and out, busy s, CPU s."""
-        return (self.items_in, self.items_out, self.bytes_in, self.bytes_out, self.busy_s,
-                time.process_time())
+    def counters(self) -> Counters:
+        """Cumulative counters: items and bytes in and out, busy, blocked and CPU seconds."""
+        return Counters(self.items_in, self.items_out, self.bytes_in, self.bytes_out,
+                        self.busy_s, self.blocked_s, time.process_time())
 
     def report(self, finished: list[int]) -> None:
         """Tell the driver these frames are done, with what they returned and cost."""
-        self.send(("done", self.spec.worker_id, finished, self.returns, self.failures,
-                   self.counters(), self.intervals))
+        self.send(Done(self.id, finished, self.returns, self.failures, time.monotonic(),
+                       self.counters(), self.intervals))
         self.returns, self.failures, self.intervals = [], [], []
 
     def mark_busy(self, start: float, end: float) -> None:
         """Record a busy interval, joined to the previous one when they nearly touch."""
         self.busy_s += end - start
         if self.intervals and start - self.intervals[-1][1] <= _MERGE_GAP:
-            self.intervals[-1][1] = end
+            self.intervals[-1] = (self.intervals[-1][0], end)
         else:
-            self.intervals.append([start, end])
+            self.intervals.append((start, end))
 
     # -- frames in and out -----------------------------------------------------------------
 
-    def receive(self, timeout: float | None) -> tuple[int, list[Record]] | bytes | None:
+    def receive(self, timeout: float | None) -> tuple[int, list[Segment]] | bytes | None:
         """A frame, the stop marker, or None on timeout (exits if the driver is gone)."""
         data = self.spec.inbox.get(timeout)
         if data is None:
@@ -150,11 +158,12 @@ class Worker:
             return None
         if data == STOP:
             return STOP
-        (frame_id, records), size = self.wire.loads(data)
-        self.send(("took", self.spec.worker_id, frame_id, [(r[0], r[1]) for r in records]))
-        self.items_in += len(records)
+        (frame_id, segments), size = self.wire.loads(data)
+        self.send(Taken(self.id, frame_id, [(s[0], s[2]) for s in segments],
+                        time.monotonic()))
+        self.items_in += sum(len(s[5]) for s in segments)
         self.bytes_in += size
-        return frame_id, records
+        return frame_id, segments
 
     def frame_limit(self) -> int:
         """Outputs per frame: the downstream's hint, kept near FRAME_BYTES per frame."""
@@ -163,166 +172,135 @@ class Worker:
             limit = min(limit, int(FRAME_BYTES * self.items_out / max(1, self.bytes_out)))
         return max(1, limit)
 
-    def emit(self, record: Record) -> None:
-        """Queue one output; send a frame once the frame limit is reached."""
-        self.out.append(record)
-        if len(self.out) >= self.limit:
-            self.flush()
+    def settle(self, kernel: Kernel, segment: Segment, results: list[Any],
+               failed: int) -> None:
+        """Queue a segment's outputs; note its returned weight and failures."""
+        out, back, failures = settle(kernel, segment, results, failed)
+        if out is not None:
+            self.out.append(out)
+        if back is not None:
+            self.returns.append(back)
+        if failures:
+            self.failures.extend(failures)
 
     def flush(self) -> None:
-        """Send queued outputs downstream as one frame, waiting for a credit if need be."""
+        """Send the queued outputs downstream in frames of at most the frame limit."""
         if not self.out:
             return
+        limit = self.frame_limit()
+        frame: list[Segment] = []
+        count = 0
+        for segment in self.out:
+            for piece in split(segment, limit):
+                if frame and count + len(piece[5]) > limit:
+                    self.put(frame)
+                    frame, count = [], 0
+                frame.append(piece)
+                count += len(piece[5])
+        if frame:
+            self.put(frame)
+        self.out = []
+
+    def put(self, segments: list[Segment]) -> None:
+        """Send one frame, waiting for a credit (that wait is blocked time)."""
         try:
-            data, size = self.wire.dumps((next(self.frame_ids), self.out))
+            data, size = self.wire.dumps((next(self.frame_ids), segments))
         except Exception:
-            self.out = self.drop_unpicklable(self.out)
-            if not self.out:
+            segments = self.drop_unpicklable(segments)
+            if not segments:
                 return
-            data, size = self.wire.dumps((next(self.frame_ids), self.out))
+            data, size = self.wire.dumps((next(self.frame_ids), segments))
+        start = time.monotonic()
         while not self.spec.outbox.put(data, timeout=1.0):
             if os.getppid() != self.spec.parent_pid:
                 os._exit(4)
-        self.items_out += len(self.out)
+        self.blocked_s += time.monotonic() - start
+        self.items_out += sum(len(s[5]) for s in segments)
         self.bytes_out += size
-        self.out = []
-        self.limit = self.frame_limit()
 
-    def drop_unpicklable(self, records: list[Record]) -> list[Record]:
-        """Dead-letter the outputs that cannot be pickled; keep the rest."""
-        kept = []
-        for record in records:
-            try:
-                pickle.dumps(record[5], protocol=5)
-            except Exception as exc:
-                error = TypeError(f"unit {self.unit.name!r} returned a value that cannot cross "
-                                  f"processes ({_describe(exc)}); return plain data")
-                self.fail(record, error, record[3])
-            else:
-                kept.append(record)
+    def drop_unpicklable(self, segments: list[Segment]) -> list[Segment]:
+        """Dead-letter the outputs that cannot be pickled; keep the rest, one per segment."""
+        kept: list[Segment] = []
+        for frame, attempt, offsets, paths, exps, values in segments:
+            for j, value in enumerate(values):
+                path = paths[j] if paths else ()
+                exp = exps[j] if exps else 0
+                try:
+                    pickle.dumps(value, protocol=5)
+                except Exception as exc:
+                    error = TypeError(f"unit {self.spec.unit.name!r} returned a value that "
+                                      f"cannot cross processes ({describe(exc)}); return "
+                                      "plain data")
+                    self.failures.append(Failure.of(self.spec.unit.name, error, repr(value),
+                                                    path=path, frame=frame,
+                                                    offset=offsets[j]))
+                    self.returns.append((frame, [offsets[j]], [exp] if exp else None))
+                    continue
+                kept.append((frame, attempt, [offsets[j]], [path] if path else None,
+                             [exp] if exp else None, [value]))
         return kept
-
-    # -- applying the unit -----------------------------------------------------------------
-
-    def settle(self, record: Record, result: Any) -> None:
-        """Turn one call's result into outputs and returned weight, by the unit's kind."""
-        src, gen, path, weight, attempt, _ = record
-        kind = self.unit.kind
-        if kind is Kind.MAP:
-            self.emit((src, gen, path, weight, attempt, result))
-            return
-        if kind is Kind.FILTER:
-            if result:
-                self.emit(record)
-            else:
-                self.returns.append((src, gen, weight))
-            return
-        children = 0
-        try:
-            for child in result:
-                self.emit((src, gen, (*path, children), weight + children + 1, attempt, child))
-                children += 1
-        except Exception as exc:
-            self.fail(record, exc, weight + children)
-            return
-        self.returns.append((src, gen, weight + children))
-
-    def fail(self, record: Record, exc: BaseException, weight: int) -> None:
-        """Send an item to the dead letters and return its remaining weight."""
-        src, gen, path, _, attempt, value = record
-        trace = "".join(traceback.format_exception(exc))[-_TRACE_LIMIT:]
-        self.failures.append({
-            "item": src, "path": list(path), "unit": self.unit.name, "kind": "error",
-            "error": _describe(exc), "traceback": trace, "attempt": attempt,
-            "input": _portable(value),
-        })
-        self.returns.append((src, gen, weight))
-
-    def call_batch(self, fn: Callable[[list[Any]], Any], batch: list[Record]) -> None:
-        """Run the unit on a batch; if the batch raises, retry item by item to isolate it."""
-        start = time.monotonic()
-        try:
-            results = list(fn([r[5] for r in batch]))
-            if len(results) != len(batch):
-                raise ValueError(f"batched unit {self.unit.name!r} returned {len(results)} "
-                                 f"results for {len(batch)} items; return one per item")
-        except Exception as exc:
-            self.mark_busy(start, time.monotonic())
-            if len(batch) == 1:
-                self.fail(batch[0], exc, batch[0][3])
-            else:
-                for record in batch:
-                    self.call_batch(fn, [record])
-            return
-        for record, result in zip(batch, results, strict=True):
-            self.settle(record, result)
-        self.mark_busy(start, time.monotonic())
 
     # -- the loops -------------------------------------------------------------------------
 
-    def serve(self, fn: Callable[..., Any]) -> None:
+    def serve(self, kernel: Kernel) -> None:
         """Say hello, run the loop that fits the unit, and report final counters on stop."""
-        self.send(("hello", self.spec.worker_id, os.getpid()))
-        if self.unit.is_io:
-            self.serve_concurrent(fn)
-        elif self.unit.batch_size:
-            self.serve_batched(fn)
+        self.send(Ready(self.id, os.getpid(), time.monotonic()))
+        if kernel.unit.is_io:
+            self.serve_concurrent(kernel)
+        elif self.spec.batch_size:
+            self.serve_batched(kernel, self.spec.batch_size)
         else:
-            self.serve_plain(fn)
-        self.send(("final", self.spec.worker_id, self.counters(), self.intervals))
+            self.serve_plain(kernel)
+        self.send(Final(self.id, self.counters(), self.intervals))
 
-    def serve_plain(self, fn: Callable[[Any], Any]) -> None:
-        """One item at a time, frame by frame; one busy interval per frame."""
-        kind = self.unit.kind
+    def serve_plain(self, kernel: Kernel) -> None:
+        """One frame at a time: every segment's items, then one busy interval, then send."""
+        limiter = self.spec.limiter
         while True:
             message = self.receive(timeout=1.0)
             if message is None:
                 continue
             if message == STOP:
                 return
-            frame_id, records = message
-            self.limit = self.frame_limit()
-            out, returns = self.out, self.returns
+            frame_id, segments = message
             start = time.monotonic()
-            for record in records:
-                try:
-                    result = fn(record[5])
-                except Exception as exc:
-                    self.fail(record, exc, record[3])
-                    continue
-                if kind is Kind.MAP:
-                    out.append((record[0], record[1], record[2], record[3], record[4], result))
-                elif kind is Kind.FILTER:
-                    if result:
-                        out.append(record)
-                    else:
-                        returns.append((record[0], record[1], record[3]))
+            for segment in segments:
+                values = segment[5]
+                if limiter is not None:
+                    results, failed = _limited(limiter, kernel, values)
                 else:
-                    self.settle(record, result)
-                if len(out) >= self.limit:
-                    self.flush()
-                    out = self.out
+                    results, failed = kernel.results(values)
+                self.settle(kernel, segment, results, failed)
             self.mark_busy(start, time.monotonic())
             self.flush()
             self.report([frame_id])
 
-    def serve_batched(self, fn: Callable[[list[Any]], Any]) -> None:
-        """Fill batches to ``batch_size`` or until ``batch_wait`` passes, then call once."""
-        size, wait = self.unit.batch_size or 1, self.unit.batch_wait
-        waiting: list[tuple[int, Record]] = []
-        left: dict[int, int] = {}
+    def serve_batched(self, kernel: Kernel, size: int) -> None:
+        """Fill batches to ``size`` or until ``batch_wait`` passes, then call once."""
+        wait = kernel.unit.batch_wait
+        waiting: list[tuple[int, int, int]] = []   # (frame id, segment index, item index)
+        frames: dict[int, tuple[list[Segment], list[list[Any]], list[int]]] = {}
         deadline = 0.0
 
-        def run(batch: list[tuple[int, Record]]) -> None:
-            self.call_batch(fn, [r for _, r in batch])
-            self.flush()
+        def run(batch: list[tuple[int, int, int]]) -> None:
+            values = [frames[f][0][s][5][i] for f, s, i in batch]
+            start = time.monotonic()
+            results, _ = kernel.call_batch(values)
+            self.mark_busy(start, time.monotonic())
             finished = []
-            for frame_id, _ in batch:
-                left[frame_id] -= 1
-                if not left[frame_id]:
-                    del left[frame_id]
-                    finished.append(frame_id)
-            self.report(finished)
+            for (f, s, i), result in zip(batch, results, strict=True):
+                segments, slots, left = frames[f]
+                slots[s][i] = result
+                left[0] -= 1
+                if not left[0]:
+                    for index, segment in enumerate(segments):
+                        failed = sum(1 for r in slots[index] if type(r) is Failed)
+                        self.settle(kernel, segment, slots[index], failed)
+                    del frames[f]
+                    finished.append(f)
+            self.flush()
+            if finished:
+                self.report(finished)
 
         while True:
             timeout = max(0.0, deadline - time.monotonic()) if waiting else 1.0
@@ -332,16 +310,18 @@ class Worker:
                     run(waiting[:size])
                     waiting = waiting[size:]
                 return
-            if message is not None:
-                frame_id, records = message
-                left[frame_id] = len(records)
-                for record in records:
-                    if record[4]:  # a retried item runs alone, so a poison item hurts no other
-                        run([(frame_id, record)])
-                    else:
+            if isinstance(message, tuple):
+                frame_id, segments = message
+                frames[frame_id] = (segments, [[None] * len(s[5]) for s in segments],
+                                    [sum(len(s[5]) for s in segments)])
+                for s, segment in enumerate(segments):
+                    for i in range(len(segment[5])):
+                        if segment[1]:  # a retried item runs alone: poison hurts no other
+                            run([(frame_id, s, i)])
+                            continue
                         if not waiting:
                             deadline = time.monotonic() + wait
-                        waiting.append((frame_id, record))
+                        waiting.append((frame_id, s, i))
             while len(waiting) >= size:
                 run(waiting[:size])
                 waiting = waiting[size:]
@@ -350,21 +330,25 @@ class Worker:
                 run(waiting)
                 waiting = []
 
-    def serve_concurrent(self, fn: Callable[[Any], Any]) -> None:
+    def serve_concurrent(self, kernel: Kernel) -> None:
         """Keep up to ``io`` calls in flight (threads, or an event loop for async units)."""
-        limit = self.unit.resources.io
-        submit = _async_submitter(fn, self.unit) if self.unit.is_async else \
-            _thread_submitter(fn, self.unit, limit)
-        finished: SimpleQueue[tuple[int, Record, Future[Any]]] = SimpleQueue()
+        limit = kernel.unit.io
+        submit = _async_submitter(kernel) if kernel.is_async else \
+            _thread_submitter(kernel, limit)
+        limiter = self.spec.limiter
+        finished: SimpleQueue[tuple[int, int, int, Any]] = SimpleQueue()
         wake_read, wake_write = os.pipe()
         selector = selectors.DefaultSelector()
         selector.register(wake_read, selectors.EVENT_READ, "wake")
         inbox = self.spec.inbox.recv_end
-        left: dict[int, int] = {}
+        frames: dict[int, tuple[list[Segment], list[list[Any]], list[int]]] = {}
         in_flight, busy_since, stopping, listening = 0, 0.0, False, False
 
-        def on_done(frame_id: int, record: Record, future: Future[Any]) -> None:
-            finished.put((frame_id, record, future))
+        def on_done(frame_id: int, s: int, i: int, future: Future[Any]) -> None:
+            error = future.exception()
+            finished.put((frame_id, s, i, Failed(error, getattr(error, "__fitwork_attempts__",
+                                                                  1))
+                          if error is not None else future.result()))
             os.write(wake_write, b"x")
 
         while not (stopping and in_flight == 0):
@@ -380,30 +364,33 @@ class Worker:
                 message = self.receive(timeout=0)
                 if message == STOP:
                     stopping = True
-                elif message is not None:
-                    frame_id, records = message
-                    left[frame_id] = len(records)
+                elif isinstance(message, tuple):
+                    frame_id, segments = message
+                    count = sum(len(s[5]) for s in segments)
+                    frames[frame_id] = (segments, [[None] * len(s[5]) for s in segments],
+                                        [count])
                     if in_flight == 0:
                         busy_since = time.monotonic()
-                    in_flight += len(records)
-                    for record in records:
-                        future = submit(record[5])
-                        future.add_done_callback(
-                            lambda f, i=frame_id, r=record: on_done(i, r, f))
+                    in_flight += count
+                    for s, segment in enumerate(segments):
+                        for i, value in enumerate(segment[5]):
+                            future = submit(value, limiter)
+                            future.add_done_callback(
+                                lambda f, a=frame_id, b=s, c=i: on_done(a, b, c, f))
             if "wake" in ready:
                 os.read(wake_read, 4096)
             done_frames = []
             while not finished.empty():
-                frame_id, record, future = finished.get()
+                frame_id, s, i, result = finished.get()
                 in_flight -= 1
-                error = future.exception()
-                if error is not None:
-                    self.fail(record, error, record[3])
-                else:
-                    self.settle(record, future.result())
-                left[frame_id] -= 1
-                if not left[frame_id]:
-                    del left[frame_id]
+                segments, slots, left = frames[frame_id]
+                slots[s][i] = result
+                left[0] -= 1
+                if not left[0]:
+                    for index, segment in enumerate(segments):
+                        failed = sum(1 for r in slots[index] if type(r) is Failed)
+                        self.settle(kernel, segment, slots[index], failed)
+                    del frames[frame_id]
                     done_frames.append(frame_id)
             if in_flight == 0 and busy_since:
                 self.mark_busy(busy_since, time.monotonic())
@@ -413,24 +400,41 @@ class Worker:
                 self.report(done_frames)
 
 
-def _materialize(unit: Unit, result: Any) -> Any:
-    return list(result) if unit.kind is Kind.FLAT_MAP else result
+def _limited(limiter: Any, kernel: Kernel, values: list[Any]) -> tuple[list[Any], int]:
+    """Results one item at a time, each call holding a slot of the unit's shared limit."""
+    results = []
+    for value in values:
+        with limiter:
+            results.append(kernel.result(value))
+    return results, sum(1 for r in results if type(r) is Failed)
 
 
-def _thread_submitter(fn: Callable[[Any], Any], unit: Unit,
-                      limit: int) -> Callable[[Any], Future[Any]]:
-    pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix=f"fitwork-{unit.name}")
-    return lambda value: pool.submit(lambda: _materialize(unit, fn(value)))
+def _thread_submitter(kernel: Kernel, limit: int) -> Callable[[Any, Any], Future[Any]]:
+    pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix=f"fitwork-{kernel.name}")
+
+    def call(value: Any, limiter: Any) -> Any:
+        if limiter is None:
+            return kernel.call(value)
+        with limiter:
+            return kernel.call(value)
+
+    return lambda value, limiter: pool.submit(call, value, limiter)
 
 
-def _async_submitter(fn: Callable[[Any], Any], unit: Unit) -> Callable[[Any], Future[Any]]:
+def _async_submitter(kernel: Kernel) -> Callable[[Any, Any], Future[Any]]:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="fitwork-loop", daemon=True).start()
 
-    async def call(value: Any) -> Any:
-        result = fn(value)
-        if inspect.isasyncgen(result):
-            return [child async for child in result]
-        return _materialize(unit, await result)
+    async def call(value: Any, limiter: Any) -> Any:
+        if limiter is None:
+            return await kernel.call_async(value)
+        await asyncio.to_thread(limiter.acquire)
+        try:
+            return await kernel.call_async(value)
+        finally:
+            limiter.release()
 
-    return lambda value: asyncio.run_coroutine_threadsafe(call(value), loop)
+    return lambda value, limiter: asyncio.run_coroutine_threadsafe(call(value, limiter), loop)
+
+
+__all__ = ["Fatal", "Final", "Measured", "Worker", "WorkerSpec", "worker_main"]

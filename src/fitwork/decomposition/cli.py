@@ -12,14 +12,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
+from fitwork.decomposition.decomposer import MAX_SAMPLES, decompose
+from fitwork.decomposition.render import render
+from fitwork.decomposition.report import Decomposition
 from fitwork.errors import FitworkError, PipelineLoadError
-from fitwork.workload.decompose.decomposer import MAX_SAMPLES, decompose
-from fitwork.workload.decompose.render import render
-from fitwork.workload.decompose.report import Decomposition
 from fitwork.workload.pipeline import Pipeline
 from fitwork.workload.unit import Unit
 
@@ -37,6 +37,24 @@ def decompose_option(command: F) -> F:
         help="The reference is a plain function: split it into units first. Alone, by its "
              "source; with a file from `fitwork decompose --output`, into exactly those units.",
     )(command)
+
+
+def resolve_reference(reference: str | None, decompose_value: str | None
+                      ) -> tuple[str, str | None]:
+    """The target and the ``--decompose`` value, mended when the option swallowed the target.
+
+    ``fitwork run --decompose my.py:fn ...`` reads ``my.py:fn`` as the option's value (a
+    decomposition file) and leaves no target; a value that names a function (it has a
+    ``:`` or ends in ``.py``) is the target, and ``--decompose`` then stands alone.
+    """
+    if reference is None and decompose_value not in (None, AUTO):
+        value = str(decompose_value)
+        if ":" in value or value.endswith(".py"):
+            return value, AUTO
+    if reference is None:
+        raise click.UsageError("name what to run: MODULE_OR_FILE:PIPELINE (e.g. "
+                               "examples/thumbnails.py:pipeline)")
+    return reference, decompose_value
 
 
 def load_function(reference: str) -> Callable[..., Any]:
@@ -75,7 +93,7 @@ def load_pipeline_for(reference: str, decompose_value: str | None) -> Pipeline:
     return decompose(fn, layout=Decomposition.load(decompose_value))
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception) -> NoReturn:
     click.echo(f"error: {exc}", err=True)
     sys.exit(1)
 

@@ -32,9 +32,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from fitwork.workload.decompose.source import DecomposeError, Located, Target
-from fitwork.workload.decompose.split import Group, Split
-from fitwork.workload.unit import Kind, Resources, Unit
+from fitwork.decomposition.hints import Demand
+from fitwork.decomposition.source import DecomposeError, Located, Target
+from fitwork.decomposition.split import Group, Split
+from fitwork.workload.unit import Kind, Unit
 
 ENV = "__fitwork_env"
 ITEM = "__fitwork_item"
@@ -127,9 +128,10 @@ def stage_function(split: Split, located: Located, target: Target, group: Group,
 
 
 def make_unit(split: Split, located: Located, target: Target, group: Group,
-              bind: Callable[[Any], dict[str, Any]], resources: Resources) -> Unit:
+              bind: Callable[[Any], dict[str, Any]], demand: Demand) -> Unit:
     """The unit for one group: a map, or the flat-map that ends a generator."""
     stage = stage_function(split, located, target, group, bind)
     last = group.stop == len(split.statements)
     kind = Kind.FLAT_MAP if last and split.generator else Kind.MAP
-    return Unit(fn=stage, name=split.unit_name(group), kind=kind, resources=resources)
+    return Unit(fn=stage, name=split.unit_name(group), kind=kind, resources=demand.resources,
+                io=demand.io)

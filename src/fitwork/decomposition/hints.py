@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from fitwork.errors import UnitDefinitionError
-from fitwork.workload.unit import Resources
+from fitwork.resources import Resources
 
 HintKind = Literal["cpu", "io", "gpu"]
 KINDS: tuple[HintKind, ...] = ("cpu", "io", "gpu")
@@ -43,20 +44,37 @@ def check_kind(kind: str, where: str) -> HintKind:
     return kind  # type: ignore[return-value]
 
 
-def resources_for(kind: HintKind, cpu_share: float | None = None) -> Resources:
+@dataclass(frozen=True)
+class Demand:
+    """What one replica of a decomposed unit holds, and how many calls it keeps in flight."""
+
+    resources: Resources = field(default_factory=lambda: Resources(cpu=1.0))
+    io: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        """The figures as a report stores them (``io`` beside the resources)."""
+        return {**self.resources.as_dict(), **({"io": float(self.io)} if self.io else {})}
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, float]) -> Demand:
+        """The inverse of `as_dict`."""
+        return cls(Resources.from_dict(saved), int(saved.get("io", 0)))
+
+
+def resources_for(kind: HintKind, cpu_share: float | None = None) -> Demand:
     """What one replica of a unit of this kind holds.
 
     An I/O replica holds the CPU its ``IO_CONCURRENCY`` calls use together (measured CPU
     share x concurrency, at most one core under the GIL; 0.25 when unmeasured).
     """
     if kind == "gpu":
-        return Resources(cpu=1.0, gpu=1.0)
+        return Demand(Resources(cpu=1.0, gpu=1.0))
     if kind == "io":
         if cpu_share is None:
-            return Resources(cpu=0.25, io=IO_CONCURRENCY)
+            return Demand(Resources(cpu=0.25), IO_CONCURRENCY)
         cores = -(-cpu_share * IO_CONCURRENCY // 0.05) * 0.05
-        return Resources(cpu=round(min(1.0, max(0.05, cores)), 2), io=IO_CONCURRENCY)
-    return Resources(cpu=1.0)
+        return Demand(Resources(cpu=round(min(1.0, max(0.05, cores)), 2)), IO_CONCURRENCY)
+    return Demand()
 
 
 def with_context(factory: Callable[[], AbstractContextManager[Any]]) -> Callable[[F], F]:

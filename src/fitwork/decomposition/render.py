@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from fitwork.decomposition.report import Decomposition, UnitReport
 from fitwork.hardware.units import human_bytes
-from fitwork.workload.decompose.report import Decomposition, UnitReport
 
 
 def _ms(seconds: float) -> str:

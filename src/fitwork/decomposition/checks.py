@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from fitwork.workload.decompose.analysis import NESTED, imported_names
+from fitwork.decomposition.analysis import NESTED, imported_names
 
 FRAME_CALLS = {"locals", "exec", "eval"}
 FRAME_CALLS_WITHOUT_ARGS = {"vars", "dir"}

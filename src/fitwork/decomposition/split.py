@@ -23,17 +23,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fitwork.workload.decompose.analysis import (
+from fitwork.decomposition.analysis import (
     Facts,
     facts,
     imported_names,
     liveness,
     target_names,
 )
-from fitwork.workload.decompose.checks import own_scope
-from fitwork.workload.decompose.hints import COMMENT, HintKind, check_kind, hint
-from fitwork.workload.decompose.report import Merge
-from fitwork.workload.decompose.source import DecomposeError, Located, Target
+from fitwork.decomposition.checks import own_scope
+from fitwork.decomposition.hints import COMMENT, HintKind, check_kind, hint
+from fitwork.decomposition.report import Merge
+from fitwork.decomposition.source import DecomposeError, Located, Target
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,14 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from fitwork.profiling.profiler import profile_pipeline
-from fitwork.profiling.record import PipelineProfile, UnitProfile
-from fitwork.workload.decompose.build import binder, make_unit, stage_function
-from fitwork.workload.decompose.checks import unsupported
-from fitwork.workload.decompose.fuse import Piece, plan_fusion
-from fitwork.workload.decompose.hints import HintKind, resources_for
-from fitwork.workload.decompose.kinds import KindSource, choose
-from fitwork.workload.decompose.report import Cost, Decomposition, Merge, UnitReport
-from fitwork.workload.decompose.source import DecomposeError, Located, Target, locate, target
-from fitwork.workload.decompose.split import (
+from fitwork.decomposition.build import binder, make_unit, stage_function
+from fitwork.decomposition.checks import unsupported
+from fitwork.decomposition.fuse import Piece, plan_fusion
+from fitwork.decomposition.hints import Demand, HintKind, resources_for
+from fitwork.decomposition.kinds import KindSource, choose
+from fitwork.decomposition.report import Cost, Decomposition, Merge, UnitReport
+from fitwork.decomposition.source import DecomposeError, Located, Target, locate, target
+from fitwork.decomposition.split import (
     Group,
     Split,
     analyse,
@@ -45,8 +43,10 @@ from fitwork.workload.decompose.split import (
     log_merge,
     safe_groups,
 )
+from fitwork.profiling.profiler import profile_pipeline
+from fitwork.profiling.record import PipelineProfile, UnitProfile
 from fitwork.workload.pipeline import Pipeline
-from fitwork.workload.unit import Kind, Resources, Unit, unit
+from fitwork.workload.unit import Kind, Unit, unit
 
 MAX_SAMPLES = 16
 ContextFactory = Callable[[], AbstractContextManager[Any]]
@@ -151,8 +151,9 @@ def _whole(fn: Callable[..., Any], chosen: Target, located: Located | None, reas
     if items:
         profiled = profile_pipeline(Pipeline(whole, name=name, context=context), items,
                                     samples=len(items))
-        kind, source, resources = choose(None, profiled.units[0])
-        whole = Unit(fn=whole.fn, name=name, kind=whole.kind, resources=resources)
+        kind, source, demand = choose(None, profiled.units[0])
+        whole = Unit(fn=whole.fn, name=name, kind=whole.kind, resources=demand.resources,
+                     io=demand.io)
         profiled = _with_resources(profiled, [whole])
     text = located.segment(*header["lines"]) if located else ""
     report = UnitReport(
@@ -160,7 +161,7 @@ def _whole(fn: Callable[..., Any], chosen: Target, located: Located | None, reas
         inputs=list(chosen.fn.__code__.co_varnames[:chosen.fn.__code__.co_argcount]),
         outputs=["<yield>" if header["generator"] else "<return>"],
         shape="flat_map" if whole.kind is Kind.FLAT_MAP else "map", kind=kind,
-        kind_source=source, resources=whole.resources.as_dict(),
+        kind_source=source, resources=whole.demand(),
         cost=_cost(profiled.units[0]) if profiled else None)
     decomposition = Decomposition(**header, fallback=reason, samples=len(items), units=[report],
                                   notes=notes or [], profile=profiled)
@@ -168,8 +169,7 @@ def _whole(fn: Callable[..., Any], chosen: Target, located: Located | None, reas
 
 
 def _with_resources(profile: PipelineProfile, units: list[Unit]) -> PipelineProfile:
-    updated = [p.model_copy(update={"resources": {k: float(v) for k, v in
-                                                   u.resources.as_dict().items()}})
+    updated = [p.model_copy(update={"resources": u.demand()})
                for p, u in zip(profile.units, units, strict=True)]
     return profile.model_copy(update={"units": updated})
 
@@ -185,27 +185,28 @@ class _Job:
         self.notes: list[str] = list(split.notes)
         self.join = joiner(split)
 
-    def units(self, groups: list[Group], resources: dict[Group, Resources]) -> list[Unit]:
+    def units(self, groups: list[Group], demands: dict[Group, Demand]) -> list[Unit]:
         """One unit per group; a single group runs the original function itself."""
         if len(groups) == 1:
             only = groups[0]
             whole = unit(self.fn if self.chosen.is_method else self.chosen.fn,
                          name=self.split.unit_name(only))
+            demand = demands.get(only, self._hinted(only))
             return [Unit(fn=whole.fn, name=whole.name, kind=whole.kind,
-                         resources=resources.get(only, self._hinted(only)))]
+                         resources=demand.resources, io=demand.io)]
         return [make_unit(self.split, self.located, self.chosen, g, self.bind,
-                          resources.get(g, self._hinted(g))) for g in groups]
+                          demands.get(g, self._hinted(g))) for g in groups]
 
-    def _hinted(self, group: Group) -> Resources:
+    def _hinted(self, group: Group) -> Demand:
         kind = self.split.hint(group)
-        return resources_for(kind) if kind else Resources()
+        return resources_for(kind) if kind else Demand()
 
     def pipeline(self, units: list[Unit]) -> Pipeline:
         """The units as a plain pipeline (for profiling)."""
         return Pipeline(units, name=self.name, context=self.context)
 
     def finish(self, groups: list[Group], merges: list[Merge],
-               kinds: dict[Group, tuple[HintKind | None, KindSource, Resources]],
+               kinds: dict[Group, tuple[HintKind | None, KindSource, Demand]],
                profile: PipelineProfile | None, samples: int = 0) -> DecomposedPipeline:
         """The pipeline for these groups and its report."""
         resources = {g: k[2] for g, k in kinds.items()}
@@ -226,7 +227,7 @@ class _Job:
                 outputs=(["<yield>" if self.split.generator else "<return>"] if last
                          else self.split.outputs(group)),
                 shape="flat_map" if made.kind is Kind.FLAT_MAP else "map", kind=kind,
-                kind_source=source, resources=made.resources.as_dict(),
+                kind_source=source, resources=made.demand(),
                 cost=_cost(profile.units[index]) if profile else None))
         decomposition = Decomposition(
             **_header(self.fn, self.chosen, self.located), samples=samples, units=reports,
@@ -300,7 +301,7 @@ class _Job:
                                       bytes=decision.bytes, transfer_s=decision.transfer_s,
                                       time_s=decision.time_s)
             log_merge(merges, merge)
-        final_kinds: dict[Group, tuple[HintKind | None, KindSource, Resources]] = {}
+        final_kinds: dict[Group, tuple[HintKind | None, KindSource, Demand]] = {}
         for group, piece in zip(groups, fused, strict=True):
             kind: HintKind = piece.kind  # type: ignore[assignment]
             share = piece.cpu_s / piece.wall_s if piece.wall_s > 0 else None
@@ -314,10 +315,9 @@ class _Job:
         return self.finish(groups, merges, final_kinds, again, len(items))
 
 
-def _resources(saved: dict[str, float]) -> Resources:
-    """Resources as a report stores them (floats), back to their own types."""
-    return Resources(cpu=saved.get("cpu", 0.0), gpu=saved.get("gpu", 0.0),
-                     io=int(saved.get("io", 0)), memory=int(saved.get("memory", 0)))
+def _resources(saved: dict[str, float]) -> Demand:
+    """A demand as a report stores it (floats), back to its own types."""
+    return Demand.from_dict(saved)
 
 
 def _unpicklable(env: Any) -> str:

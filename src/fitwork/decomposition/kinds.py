@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from fitwork.decomposition.fuse import MIN_WAIT_S
+from fitwork.decomposition.hints import Demand, HintKind, resources_for
 from fitwork.profiling.record import UnitProfile
-from fitwork.workload.decompose.fuse import MIN_WAIT_S
-from fitwork.workload.decompose.hints import HintKind, resources_for
-from fitwork.workload.unit import Resources
 
 KindSource = Literal["hint", "measured", "default"]
 IO_SHARE_BELOW = 0.3
@@ -32,7 +31,7 @@ def measured_kind(profile: UnitProfile) -> HintKind:
 
 
 def choose(hinted: HintKind | None, profile: UnitProfile | None
-           ) -> tuple[HintKind | None, KindSource, Resources]:
+           ) -> tuple[HintKind | None, KindSource, Demand]:
     """Kind, where it came from, and the resources one replica holds."""
     share = profile.cpu_share if profile is not None else None
     if hinted is not None:
@@ -40,4 +39,4 @@ def choose(hinted: HintKind | None, profile: UnitProfile | None
     if profile is not None:
         kind = measured_kind(profile)
         return kind, "measured", resources_for(kind, share)
-    return None, "default", Resources()
+    return None, "default", Demand()

@@ -1,0 +1,96 @@
+"""The engine contract: a pipeline, a source and a placement in; a `RunResult` out.
+
+Every engine passes one contract suite (``tests/engine/``): the outputs of a serial run,
+each exactly once, whatever fails, in order when asked.  An engine is a thin shell around
+the run core (`fitwork.engine.core`); this module only says what the caller sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fitwork.engine.options import RunOptions
+    from fitwork.placement import Placement
+    from fitwork.telemetry.record import RunRecord
+    from fitwork.workload.pipeline import Pipeline
+
+
+class Run(Protocol):
+    """What an engine's shell offers the result: outputs, record, workers, resizing."""
+
+    def events(self) -> Iterator[Any]: ...
+    def record(self) -> RunRecord: ...
+    def close(self) -> None: ...
+    def worker_pids(self) -> list[int]: ...
+    def resize(self, unit: str, replicas: int) -> None: ...
+
+
+class RunResult:
+    """A run in progress: iterate it for outputs; ``record`` is the run record once it ends.
+
+    Use it as a context manager (or iterate it to the end) so that the engine's processes
+    and shared memory are released even when the caller stops early.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._outputs = run.events()
+        self._record: RunRecord | None = None
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers running now (for operators, and for fault tests)."""
+        return self._run.worker_pids()
+
+    def resize(self, unit: str, replicas: int) -> None:
+        """Run ``replicas`` replicas of ``unit`` from now on (added or retired live)."""
+        self._run.resize(unit, replicas)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._outputs
+
+    def __enter__(self) -> RunResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def outputs(self) -> list[Any]:
+        """Every remaining output, as a list (drains the run)."""
+        return list(self._outputs)
+
+    @property
+    def record(self) -> RunRecord:
+        """The run record; drains any outputs not yet read (they are dropped).
+
+        After a run that stopped early (closed, interrupted, aborted) it is the record of
+        what happened until then, its ``status`` saying so.
+        """
+        if self._record is None:
+            try:
+                for _ in self._outputs:
+                    pass
+            except Exception:
+                pass  # the error was raised to whoever iterated; the record says it
+            self._record = self._run.record()
+        return self._record
+
+    def close(self) -> None:
+        """Stop the run if it is still going and release everything it holds."""
+        close = getattr(self._outputs, "close", None)
+        if close is not None:
+            close()
+        self._run.close()
+
+
+class Engine(Protocol):
+    """Anything that can run a pipeline over a source."""
+
+    name: str
+    options: type
+
+    def run(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
+            options: RunOptions, engine_options: Any) -> RunResult:
+        """Start running and return at once; outputs stream from the result."""
+        ...

@@ -1,0 +1,82 @@
+"""The books of one feed frame: kept per frame, per item only once something goes wrong.
+
+A fresh frame counts the weight that has come back for all its items together and logs
+the metadata of what arrived (references to lists already received, no per-item work).
+When one of its items must be retried, the frame *itemizes*: the log is replayed into
+per-item books (weight of the current attempt, paths already delivered), and from then on
+that frame is handled item by item.  A retry is a frame of its own with one item and an
+``origin`` pointing at the item it stands for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fitwork.engine.segment import Weight, weight_of
+
+
+class Item:
+    """One item of an itemized frame."""
+
+    __slots__ = ("attempt", "paths", "settled", "weight")
+
+    def __init__(self) -> None:
+        self.attempt = 0
+        self.weight: Weight = 0
+        self.paths: set[tuple[int, ...]] = set()
+        self.settled = False
+
+
+class Frame:
+    """A feed frame: ``count`` source items from index ``src`` on, fed at ``fed_at``."""
+
+    __slots__ = ("attempt", "buffer", "count", "done", "fed_at", "id", "items", "log",
+                 "origin", "retries", "singles", "src", "unsettled", "values", "weight")
+
+    def __init__(self, frame_id: int, src: int, values: list[Any], fed_at: float,
+                 attempt: int = 0, origin: tuple[Frame, int] | None = None) -> None:
+        self.id, self.src, self.values, self.fed_at = frame_id, src, values, fed_at
+        self.count = len(values)
+        self.attempt, self.origin = attempt, origin
+        self.weight: Weight = 0
+        self.log: list[tuple[Sequence[int], list[tuple[int, ...]] | None, list[int] | None,
+                             bool]] = []
+        self.items: list[Item] | None = None
+        self.unsettled = self.count
+        self.buffer: list[tuple[Sequence[int], list[tuple[int, ...]] | None, list[Any]]] = []
+        self.singles: list[tuple[int, tuple[int, ...], Any]] = []
+        self.retries: list[int] = []
+        self.done = False
+
+    def itemize(self) -> list[Item]:
+        """Switch to per-item books, replaying everything that has arrived so far."""
+        if self.items is not None:
+            return self.items
+        items = [Item() for _ in range(self.count)]
+        for offsets, paths, exps, delivered in self.log:
+            for j, offset in enumerate(offsets):
+                item = items[offset]
+                item.weight += weight_of([exps[j]], 1) if exps else 1
+                if delivered:
+                    item.paths.add(paths[j] if paths else ())
+        self.log = []
+        self.items = items
+        self.unsettled = 0
+        for item in items:
+            if item.weight == 1:
+                item.settled = True
+            else:
+                self.unsettled += 1
+        return items
+
+    def ordered_values(self) -> list[Any]:
+        """The frame's buffered outputs in source order, flat-map children in path order."""
+        entries = list(self.singles)
+        for offsets, paths, values in self.buffer:
+            if paths is None:
+                entries.extend((o, (), v) for o, v in zip(offsets, values, strict=True))
+            else:
+                entries.extend(zip(offsets, paths, values, strict=True))
+        entries.sort(key=lambda e: (e[0], e[1]))
+        return [value for _, _, value in entries]

@@ -1,0 +1,86 @@
+"""What the run core asks a driver to do: typed instructions, carried out in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fitwork.engine.segment import Segment
+from fitwork.failure import Failure
+from fitwork.placement import Group
+from fitwork.telemetry.record import Progress
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send this segment to the first unit (``retry``: alone, on a worker with nothing else)."""
+
+    frame: int
+    segment: Segment
+    retry: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Start worker ``worker`` for stage ``stage`` (in ``group``'s place, when planned)."""
+
+    worker: int
+    stage: int
+    group: Group | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retire:
+    """Stop one worker of ``stage`` once it is idle (``worker`` where the engine can pick)."""
+
+    worker: int
+    stage: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Write this failure to the dead letters."""
+
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Hand these outputs to the caller, in this order."""
+
+    values: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSizes:
+    """Items per frame into each stage, from now on."""
+
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreCredits:
+    """The pipeline is quiet: top every channel's credits back up."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """Stop the run and raise ``error`` to the caller."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Hand this snapshot to the progress callback."""
+
+    progress: Progress
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """Every source item is settled: stop the workers and close the run."""
+
+
+Instruction = (Send | Spawn | Retire | DeadLetter | Emit | FrameSizes | RestoreCredits | Abort
+               | Report | Finished)

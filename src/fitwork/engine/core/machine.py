@@ -1,0 +1,583 @@
+"""`RunCore`: the decisions that make a run correct, as a pure state machine.
+
+Events in, instructions out, no I/O and no clock of its own: every event carries the
+driver's ``now``.  Both engines' drivers (and the simulated engine) are shells around it::
+
+    driver I/O ──events──▶ RunCore.handle ──instructions──▶ driver I/O
+      (source, channels,      (books per frame,            (send, spawn, retire,
+       worker messages,        retries, order,              dead-letter, emit,
+       Ray calls, clocks)      frame sizes, replicas)       abort, finish)
+
+Invariants (each checked by a Hypothesis property in ``tests/engine/test_core.py``):
+
+1. Every source item fed is settled exactly once: its outputs emitted, or dead-lettered.
+2. An output is emitted at most once per (source item, path), however often the item is
+   retried; every output of a settled item was emitted.
+3. With ``ordered``, outputs are emitted in source order (flat-map children in order).
+4. An item is fed at most ``max_attempts`` times; the last death makes it poison.
+5. Fresh frames in flight never exceed ``max_frames``, nor items ahead of the oldest
+   unemitted one ``ordered_window`` when ordered.
+6. Replicas alive (less those retiring) equal the target of each stage once spawns land.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fitwork.engine.core.events import (
+    Arrived,
+    Counters,
+    Done,
+    Event,
+    Exited,
+    Fed,
+    Measured,
+    Ready,
+    Resize,
+    Stage,
+    Taken,
+    Tick,
+)
+from fitwork.engine.core.frames import Frame, Item
+from fitwork.engine.core.instructions import (
+    Abort,
+    DeadLetter,
+    Emit,
+    Finished,
+    FrameSizes,
+    Instruction,
+    Report,
+    RestoreCredits,
+    Retire,
+    Send,
+    Spawn,
+)
+from fitwork.engine.segment import Return, Segment, fresh, weight_of
+from fitwork.errors import EngineError, TooManyFailures
+from fitwork.failure import Failure, portable
+from fitwork.placement import Group, Placement
+from fitwork.telemetry.record import Progress
+
+KEEP_FAILURES = 1000
+LIVE_FIGURES = ("items_in", "items_out", "busy_s", "cpu_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How a run behaves: order, attempts, failures allowed, frame sizing, timers."""
+
+    ordered: bool = False
+    max_attempts: int = 3
+    max_failures: int | None = None
+    ordered_window: int = 4096
+    max_frames: int = 64
+    frame_time: float = 0.005
+    max_frame: int = 256
+    io_frame_share: float = 0.5
+    quiet_after: float | None = 1.0
+    sample_interval: float = 0.1
+    progress_interval: float | None = None
+
+
+class WorkerBooks:
+    """What the core knows of one worker."""
+
+    __slots__ = ("cause", "clean", "code", "counters", "ended", "group", "held", "id",
+                 "intervals", "node", "pid", "ready", "retiring", "stage", "started")
+
+    def __init__(self, worker_id: int, stage: int, group: Group | None, now: float) -> None:
+        self.id, self.stage, self.group, self.started = worker_id, stage, group, now
+        self.ended: float | None = None
+        self.pid = 0
+        self.node: str | None = None
+        self.ready = False
+        self.retiring = False
+        self.clean = False
+        self.code: int | None = None
+        self.cause = ""
+        self.held: dict[int, Sequence[tuple[int, Sequence[int]]]] = {}
+        self.counters = Counters()
+        self.intervals: list[tuple[float, float]] = []
+
+
+class RunCore:
+    """The run's books and rules; see the module docstring."""
+
+    def __init__(self, stages: Sequence[Stage], placement: Placement, policy: Policy,
+                 run_id: str, now: float) -> None:
+        self.stages = list(stages)
+        self.names = [s.name for s in self.stages]
+        self.placement = placement
+        self.policy = policy
+        self.run_id = run_id
+        self.t0 = now
+        self.out: list[Instruction] = []
+        self.frames: dict[int, Frame] = {}
+        self.frame_ids = itertools.count(1)
+        self.worker_ids = itertools.count(1)
+        self.workers: dict[int, WorkerBooks] = {}
+        self.order: deque[Frame] = deque()
+        self.in_flight = 0
+        self.fed = self.fed_records = self.released = 0
+        self.completed = self.outputs = self.retries = self.restarts = 0
+        self.failures = self.poisoned = 0
+        self.failures_by_unit: dict[str, int] = {}
+        self.failed_items: list[Failure] = []
+        self.deaths_since_progress = 0
+        self.source_done = False
+        self.source_error: BaseException | None = None
+        self.aborted: BaseException | None = None
+        self.finished = False
+        self.stopping = False
+        self.sizes = [1] * len(self.stages)
+        self.stage_items = [0] * len(self.stages)
+        self.stage_busy = [0.0] * len(self.stages)
+        self.targets = [placement.replicas(name) for name in self.names]
+        self.latencies: list[tuple[float, int]] = []
+        self.completions: list[tuple[float, int]] = []
+        self.samples: list[tuple[float, list[int]]] = []
+        self.replica_series: list[tuple[float, list[int]]] = []
+        self.last_activity = self.last_sample = now
+        self.last_progress = -1e18
+        self.handlers: dict[type, Callable[[Any], None]] = {
+            Fed: self._fed, Ready: self._ready, Taken: self._taken, Done: self._done,
+            Measured: self._measured, Arrived: self._arrived, Exited: self._exited,
+            Tick: self._tick, Resize: self._resize,
+        }
+
+    # -- the interface ---------------------------------------------------------------------
+
+    def start(self) -> list[Instruction]:
+        """Spawn every planned replica."""
+        for stage, name in enumerate(self.names):
+            for group in self.placement.of(name):
+                for _ in range(group.replicas):
+                    self._spawn(stage, group, self.t0)
+        self._note_replicas(self.t0)
+        return self._take()
+
+    def handle(self, event: Event) -> list[Instruction]:
+        """Take one event; return what the driver must do, in order."""
+        self.handlers[type(event)](event)
+        return self._take()
+
+    def room(self) -> int:
+        """How many new source items the driver may feed now (0: wait)."""
+        if self.source_done or self.aborted is not None or self.stopping:
+            return 0
+        if self.in_flight >= self.policy.max_frames:
+            return 0
+        size = self.sizes[0]
+        if self.policy.ordered:
+            size = min(size, self.policy.ordered_window - (self.fed - self.released))
+        return max(0, size)
+
+    @property
+    def settled(self) -> bool:
+        """True once the source is exhausted and every item fed is settled."""
+        return self.source_done and not self.frames
+
+    def live(self, stage: int) -> int:
+        """Replicas of ``stage`` running and not on their way out."""
+        return sum(1 for w in self.workers.values()
+                   if w.stage == stage and w.ended is None and not w.retiring)
+
+    def held_workers(self) -> list[WorkerBooks]:
+        """Workers that have not exited."""
+        return [w for w in self.workers.values() if w.ended is None]
+
+    def progress(self, now: float) -> Progress:
+        """A snapshot for progress callbacks and metrics."""
+        figures = {name: {"replicas": float(self.live(i)), **dict.fromkeys(LIVE_FIGURES, 0.0)}
+                   for i, name in enumerate(self.names)}
+        for worker in self.workers.values():
+            unit = figures[self.names[worker.stage]]
+            counters = worker.counters
+            unit["items_in"] += counters.items_in
+            unit["items_out"] += counters.items_out
+            unit["busy_s"] += counters.busy_s
+            unit["cpu_s"] += counters.cpu_s
+        return Progress(elapsed_s=now - self.t0, fed=self.fed, completed=self.completed,
+                        outputs=self.outputs, failures=self.failures,
+                        depths=dict(zip(self.names, self.depths(), strict=True)), units=figures)
+
+    def depths(self) -> list[int]:
+        """Items sent into each stage and not yet taken by one of its replicas."""
+        sent = [self.fed_records] + [0] * len(self.stages)
+        taken = [0] * len(self.stages)
+        for worker in self.workers.values():
+            taken[worker.stage] += worker.counters.items_in
+            sent[worker.stage + 1] += worker.counters.items_out
+        return [max(0, sent[i] - taken[i]) for i in range(len(self.stages))]
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _fed(self, event: Fed) -> None:
+        self.last_activity = event.now
+        if event.items:
+            frame = Frame(next(self.frame_ids), self.fed, event.items, event.now)
+            self.fed += frame.count
+            self.fed_records += frame.count
+            self.frames[frame.id] = frame
+            self.in_flight += 1
+            if self.policy.ordered:
+                self.order.append(frame)
+            self.out.append(Send(frame.id, fresh(frame.id, event.items)))
+        if event.end:
+            self.source_done = True
+            self.source_error = event.error
+        self._maybe_finish()
+
+    def _ready(self, event: Ready) -> None:
+        self.last_activity = event.now
+        worker = self.workers.get(event.worker)
+        if worker is not None:
+            worker.ready, worker.pid, worker.node = True, event.pid, event.node
+
+    def _taken(self, event: Taken) -> None:
+        self.last_activity = event.now
+        worker = self.workers.get(event.worker)
+        if worker is not None and worker.ended is None:
+            worker.held[event.frame] = event.parts
+
+    def _done(self, event: Done) -> None:
+        self.last_activity = event.now
+        worker = self.workers.get(event.worker)
+        if worker is not None:
+            for frame_id in event.frames:
+                worker.held.pop(frame_id, None)
+            if event.counters is not None:
+                self._count(worker, event.counters, event.intervals)
+        self._settle(event.now, (), event.returns, event.failures)
+
+    def _measured(self, event: Measured) -> None:
+        worker = self.workers.get(event.worker)
+        if worker is not None:
+            self._count(worker, event.counters, event.intervals)
+
+    def _arrived(self, event: Arrived) -> None:
+        self.last_activity = event.now
+        self._settle(event.now, event.segments, event.returns, event.failures)
+
+    def _exited(self, event: Exited) -> None:
+        self.last_activity = event.now
+        worker = self.workers.get(event.worker)
+        if worker is None or worker.ended is not None:
+            return
+        worker.ended, worker.clean = event.now, event.clean
+        worker.code, worker.cause = event.code, event.cause
+        name = self.names[worker.stage]
+        if event.fatal is not None:
+            self._abort(EngineError(f"unit {name!r} could not start in its worker: "
+                                    f"{event.fatal}; fix its constructor (it runs once per "
+                                    "replica)"))
+            return
+        if event.clean or self.stopping:
+            worker.held.clear()
+            if event.clean and not worker.retiring:
+                self._reassign_retirement(worker.stage)
+        else:
+            self.restarts += 1
+            self.deaths_since_progress += 1
+            why = f"worker died ({event.cause or 'exited unasked'})"
+            for parts in worker.held.values():
+                for frame_id, offsets in parts:
+                    self._retry_part(frame_id, offsets, name, why, event.now)
+            worker.held.clear()
+            limit = 3 * self.policy.max_attempts + 2 * max(1, sum(self.targets))
+            if self.deaths_since_progress > limit:
+                self._abort(EngineError(
+                    f"workers of unit {name!r} keep dying ({event.cause}) and no item has "
+                    f"finished in {self.deaths_since_progress} restarts; check its memory "
+                    "demand and native code"))
+                return
+        if not self.stopping and self.live(worker.stage) < self.targets[worker.stage]:
+            self._spawn(worker.stage, worker.group, event.now)
+        self._note_replicas(event.now)
+
+    def _tick(self, event: Tick) -> None:
+        now = event.now
+        if now - self.last_sample >= self.policy.sample_interval:
+            self.last_sample = now
+            self.samples.append((now - self.t0, self.depths()))
+        interval = self.policy.progress_interval
+        if interval is not None and now - self.last_progress >= interval:
+            self.last_progress = now
+            self.out.append(Report(self.progress(now)))
+        quiet = self.policy.quiet_after
+        if (quiet is not None and self.frames and not event.backlog
+                and now - self.last_activity > quiet and self._idle()):
+            self.last_activity = now
+            self.out.append(RestoreCredits())
+            for frame in list(self.frames.values()):
+                if frame.origin is None and frame.id in self.frames:
+                    self._retry_part(frame.id, range(frame.count), self.names[0],
+                                     "frame lost with a killed worker", now)
+                elif frame.origin is not None and frame.id in self.frames:
+                    self._retry_part(frame.id, range(1), self.names[0],
+                                     "frame lost with a killed worker", now)
+
+    def _resize(self, event: Resize) -> None:
+        stage, wanted = event.stage, max(1, event.replicas)
+        self.targets[stage] = wanted
+        live = self.live(stage)
+        groups = self.placement.of(self.names[stage])
+        for _ in range(wanted - live):
+            self._spawn(stage, groups[-1] if groups else None, event.now)
+        if live > wanted:
+            candidates = sorted((w for w in self.workers.values()
+                                 if w.stage == stage and w.ended is None and not w.retiring),
+                                key=lambda w: (len(w.held), -w.started))
+            for worker in candidates[:live - wanted]:
+                worker.retiring = True
+                self.out.append(Retire(worker.id, stage))
+        self._note_replicas(event.now)
+
+    # -- settling items --------------------------------------------------------------------
+
+    def _settle(self, now: float, segments: Sequence[Segment], returns: Sequence[Return],
+                failures: Sequence[Failure]) -> None:
+        """Deliver outputs and count weights; failures first, before their weight lands."""
+        for failure in failures:
+            self._failed(failure)
+        frames = self.frames
+        ordered = self.policy.ordered
+        for segment in segments:
+            frame = frames.get(segment[0])
+            if frame is None:
+                continue
+            if frame.items is not None or frame.origin is not None:
+                self._arrive_itemized(frame, segment, now)
+                continue
+            _, _, offsets, paths, exps, values = segment
+            frame.log.append((offsets, paths, exps, True))
+            self.outputs += len(values)
+            if ordered:
+                frame.buffer.append((offsets, paths, values))
+            else:
+                self.out.append(Emit(values))
+            frame.weight += weight_of(exps, len(values))
+            if frame.weight == frame.count:
+                self._complete(frame, now)
+        for frame_id, offsets, exps in returns:
+            frame = frames.get(frame_id)
+            if frame is None:
+                continue
+            if frame.items is not None or frame.origin is not None:
+                self._return_itemized(frame, offsets, exps, now)
+                continue
+            frame.log.append((offsets, None, exps, False))
+            frame.weight += weight_of(exps, len(offsets))
+            if frame.weight == frame.count:
+                self._complete(frame, now)
+
+    def _owner(self, frame: Frame, offset: int) -> tuple[Frame, Item, bool]:
+        """The frame and item an arrival belongs to, and whether its weight counts."""
+        if frame.origin is not None:
+            origin, index = frame.origin
+            item = origin.itemize()[index]
+            return origin, item, item.attempt == frame.attempt
+        item = frame.itemize()[offset]
+        return frame, item, item.attempt == 0
+
+    def _arrive_itemized(self, frame: Frame, segment: Segment, now: float) -> None:
+        _, _, offsets, paths, exps, values = segment
+        for j, offset in enumerate(offsets):
+            owner, item, current = self._owner(frame, offset)
+            if item.settled:
+                continue
+            path = paths[j] if paths else ()
+            if path not in item.paths:
+                item.paths.add(path)
+                self.outputs += 1
+                index = offset if frame.origin is None else frame.origin[1]
+                if self.policy.ordered:
+                    owner.singles.append((index, path, values[j]))
+                else:
+                    self.out.append(Emit([values[j]]))
+            if current:
+                item.weight += weight_of([exps[j]], 1) if exps else 1
+                if item.weight == 1:
+                    self._settle_item(owner, item, now)
+
+    def _return_itemized(self, frame: Frame, offsets: Sequence[int], exps: list[int] | None,
+                         now: float) -> None:
+        for j, offset in enumerate(offsets):
+            owner, item, current = self._owner(frame, offset)
+            if current and not item.settled:
+                item.weight += weight_of([exps[j]], 1) if exps else 1
+                if item.weight == 1:
+                    self._settle_item(owner, item, now)
+
+    def _settle_item(self, frame: Frame, item: Item, now: float) -> None:
+        item.settled = True
+        frame.unsettled -= 1
+        if frame.unsettled == 0:
+            self._complete(frame, now)
+
+    def _complete(self, frame: Frame, now: float) -> None:
+        """Every item of ``frame`` is settled: count it, and release it in turn if ordered."""
+        del self.frames[frame.id]
+        for retry_id in frame.retries:
+            self.frames.pop(retry_id, None)
+        frame.done = True
+        self.in_flight -= 1
+        self.completed += frame.count
+        self.deaths_since_progress = 0
+        self.latencies.append((now - frame.fed_at, frame.count))
+        self.completions.append((now - self.t0, self.completed))
+        if self.policy.ordered:
+            order = self.order
+            while order and order[0].done:
+                done = order.popleft()
+                self.released += done.count
+                values = done.ordered_values()
+                if values:
+                    self.out.append(Emit(values))
+        else:
+            self.released += frame.count
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if self.source_done and not self.frames and not self.finished and not self.aborted:
+            self.finished = self.stopping = True
+            self.out.append(Finished())
+
+    # -- failures and retries --------------------------------------------------------------
+
+    def _failed(self, failure: Failure) -> None:
+        frame = self.frames.get(failure.frame)
+        if frame is None:
+            return
+        if frame.origin is not None or frame.items is not None:
+            owner, item, current = self._owner(frame, failure.offset)
+            if item.settled or not current:
+                return
+            index = failure.offset if frame.origin is None else frame.origin[1]
+            src = owner.src + index
+        else:
+            src = frame.src + failure.offset
+        self._dead_letter(failure.placed(src, self.run_id))
+
+    def _dead_letter(self, failure: Failure) -> None:
+        self.failures += 1
+        self.failures_by_unit[failure.unit] = self.failures_by_unit.get(failure.unit, 0) + 1
+        if failure.kind == "poison":
+            self.poisoned += 1
+        if len(self.failed_items) < KEEP_FAILURES:
+            self.failed_items.append(failure.summary())
+        self.out.append(DeadLetter(failure))
+        limit = self.policy.max_failures
+        if limit is not None and self.failures > limit and self.aborted is None:
+            self._abort(TooManyFailures(
+                f"{self.failures} items failed, more than max_failures={limit} (last: unit "
+                f"{failure.unit!r}: {failure.error}); fix the unit or raise max_failures"))
+
+    def _retry_part(self, frame_id: int, offsets: Sequence[int], unit: str, why: str,
+                    now: float) -> None:
+        frame = self.frames.get(frame_id)
+        if frame is None:
+            return
+        if frame.origin is not None:
+            owner, index = frame.origin
+            item = owner.itemize()[index]
+            if not item.settled and item.attempt == frame.attempt:
+                self._retry_or_poison(owner, index, unit, why, now)
+            return
+        items = frame.itemize()
+        for offset in sorted(set(offsets)):
+            item = items[offset]
+            if not item.settled and item.attempt == 0:
+                self._retry_or_poison(frame, offset, unit, why, now)
+
+    def _retry_or_poison(self, frame: Frame, index: int, unit: str, why: str,
+                         now: float) -> None:
+        """Feed one item again, alone, or dead-letter it once it has used its attempts."""
+        item = frame.itemize()[index]
+        item.attempt += 1
+        item.weight = 0
+        value = frame.values[index]
+        if item.attempt >= self.policy.max_attempts:
+            self._dead_letter(Failure(
+                unit=unit, error=f"{why} on each of {item.attempt} attempts", kind="poison",
+                attempt=item.attempt, path=(), input=portable(value),
+                item=frame.src + index, run_id=self.run_id))
+            self._settle_item(frame, item, now)
+            return
+        self.retries += 1
+        retry = Frame(next(self.frame_ids), frame.src + index, [value], now,
+                      attempt=item.attempt, origin=(frame, index))
+        self.frames[retry.id] = retry
+        frame.retries.append(retry.id)
+        self.fed_records += 1
+        self.out.append(Send(retry.id, fresh(retry.id, [value], item.attempt), retry=True))
+
+    def _abort(self, error: BaseException) -> None:
+        if self.aborted is None:
+            self.aborted = error
+            self.stopping = True
+            self.out.append(Abort(error))
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def _spawn(self, stage: int, group: Group | None, now: float) -> None:
+        worker = WorkerBooks(next(self.worker_ids), stage, group, now)
+        self.workers[worker.id] = worker
+        self.out.append(Spawn(worker.id, stage, group))
+
+    def _reassign_retirement(self, stage: int) -> None:
+        """A worker of ``stage`` left cleanly in another's place (engines that cannot pick)."""
+        for worker in self.workers.values():
+            if worker.stage == stage and worker.retiring and worker.ended is None:
+                worker.retiring = False
+                return
+
+    def _count(self, worker: WorkerBooks, counters: Counters,
+               intervals: Sequence[tuple[float, float]]) -> None:
+        before, worker.counters = worker.counters, counters
+        stage = worker.stage
+        self.stage_items[stage] += counters.items_in - before.items_in
+        self.stage_busy[stage] += counters.busy_s - before.busy_s
+        if intervals:
+            worker.intervals.extend((s - self.t0, e - self.t0) for s, e in intervals)
+        size = self._frame_size(stage)
+        if size != self.sizes[stage]:
+            self.sizes[stage] = size
+            self.out.append(FrameSizes(tuple(self.sizes)))
+
+    def _idle(self) -> bool:
+        """Every live worker is up and holds nothing: nothing can be in flight."""
+        live = [w for w in self.workers.values() if w.ended is None]
+        return bool(live) and all(w.ready and not w.held for w in live)
+
+    def _frame_size(self, stage: int) -> int:
+        """Items per frame into ``stage``: about ``frame_time`` of its measured work."""
+        items = self.stage_items[stage]
+        if not items:
+            return self.sizes[stage]
+        per_item = max(self.stage_busy[stage] / items, 1e-7)
+        size = int(min(self.policy.max_frame, max(1, self.policy.frame_time / per_item)))
+        io = self.stages[stage].io
+        if io:
+            size = min(size, max(1, int(io * self.policy.io_frame_share)))
+        return size
+
+    def _note_replicas(self, now: float) -> None:
+        if self.stopping:
+            return  # replicas held to the end: stopping them is part of the run
+        counts = [self.live(i) for i in range(len(self.stages))]
+        if not self.replica_series or self.replica_series[-1][1] != counts:
+            self.replica_series.append((now - self.t0, counts))
+
+    def _take(self) -> list[Instruction]:
+        out, self.out = self.out, []
+        return out
+
+
+def with_policy(policy: Policy, **changes: Any) -> Policy:
+    """A copy of ``policy`` with some fields changed."""
+    return replace(policy, **changes)

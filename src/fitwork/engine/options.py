@@ -1,0 +1,90 @@
+"""Run options: portable ones every engine honours, and each engine's own, validated by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from fitwork.errors import UnitDefinitionError
+from fitwork.telemetry.record import Progress
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run behaves, whatever engine runs it.
+
+    ``max_attempts`` bounds how often an item is fed after killing workers (then it is
+    poison); a unit's own ``retry`` policy covers exceptions.  ``max_failures`` stops the run
+    once more items than that have failed.  ``dead_letter`` is a JSON Lines file this run
+    writes its failed items to (truncated when the run starts, each line with the run id).
+    """
+
+    ordered: bool = False
+    dead_letter: Path | None = None
+    max_failures: int | None = None
+    max_attempts: int = 3
+    progress: Callable[[Progress], None] | None = None
+    progress_interval: float = 0.1
+    sample_interval: float = 0.1
+    sample_devices: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise UnitDefinitionError(f"max_attempts={self.max_attempts}: must be >= 1")
+        if self.max_failures is not None and self.max_failures < 0:
+            raise UnitDefinitionError(f"max_failures={self.max_failures}: must be >= 0")
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """The local engine's own options: channel capacity (frames) and the GPUs to spread over.
+
+    ``gpus`` lists GPU ids replicas of GPU units take in turn (``CUDA_VISIBLE_DEVICES``);
+    ``None`` takes what this process may see.
+    """
+
+    channel_capacity: int = 8
+    gpus: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """The Ray engine's own options.
+
+    ``address`` is the cluster to join (``None``: ``RAY_ADDRESS``, or a new one on this
+    host); ``startup_timeout`` bounds placing every replica; ``call_timeout`` bounds every
+    other call the driver makes into Ray (registry, stats), so nothing waits forever;
+    ``in_flight`` is how many frames each replica may hold.
+    """
+
+    address: str | None = None
+    startup_timeout: float = 60.0
+    call_timeout: float = 30.0
+    in_flight: int = 4
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """The simulated engine's options: seconds per item of one replica, by unit.
+
+    ``rates`` (items/s of one replica, by unit name) override a placement's predicted
+    rates; units with neither take ``default_seconds`` per item.  ``horizon`` stops the
+    virtual clock (``None``: run the source dry).
+    """
+
+    rates: Mapping[str, float] | None = None
+    default_seconds: float = 0.001
+    horizon: float | None = None
+
+
+def engine_options(engine: str, kind: type[Any], given: Mapping[str, Any]) -> Any:
+    """``kind(**given)``, or a one-line error naming the engine and the options it takes."""
+    known = [f.name for f in fields(kind)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise UnitDefinitionError(
+            f"engine {engine!r} takes no option {', '.join(map(repr, unknown))}; its options "
+            f"are {', '.join(known)}")
+    return kind(**given)

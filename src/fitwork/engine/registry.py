@@ -1,0 +1,32 @@
+"""The engines fitwork knows, by name, loaded on first use (the contract stays import-free)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING
+
+from fitwork.errors import UnitDefinitionError
+
+if TYPE_CHECKING:
+    from fitwork.engine.contract import Engine
+
+# name: (module, class, the extra it needs or None)
+ENGINES: dict[str, tuple[str, str, str | None]] = {
+    "local": ("fitwork.engine.local", "LocalEngine", None),
+    "ray": ("fitwork.engine.ray", "RayEngine", "ray"),
+    "sim": ("fitwork.engine.sim", "SimEngine", None),
+}
+
+
+def get_engine(name: str) -> Engine:
+    """The engine registered as ``name``; says which extra to install when one is missing."""
+    if name not in ENGINES:
+        raise UnitDefinitionError(f"engine {name!r} is unknown; the engines are: "
+                                  f"{', '.join(ENGINES)}")
+    module, cls, extra = ENGINES[name]
+    if extra is not None and importlib.util.find_spec(extra) is None:
+        raise UnitDefinitionError(f"engine {name!r} needs {extra.title()}: install the extra "
+                                  f"with pip install 'fitwork[{extra}]'")
+    engine: Engine = getattr(importlib.import_module(module), cls)()
+    return engine

@@ -1,0 +1,105 @@
+"""Segments: how items travel between replicas, and how a unit's results become segments.
+
+A segment is a tuple ``(frame, attempt, offsets, paths, exps, values)``: the items of
+one feed frame that travel together.  ``offsets`` locates each item's source item in its
+feed frame (a ``range`` for a fresh run of items), ``paths`` names a flat-map child
+(``None``: every path is ``()``), and ``exps`` gives each item's weight as ``2**-exp``
+(``None``: every weight is 1).  A source item starts with weight 1; a map passes its weight
+on, a filter that drops an item and a failed item *return* theirs, and a flat-map splits
+its weight exactly among its children (``n`` children of ``2**-e`` get ``2**-(e+k-1)`` or
+``2**-(e+k)``, ``k = ceil(log2 n)``).  The run's books know a source item is finished when
+the weights that reached the sink or were returned add up to 1, whatever order reports
+arrive in.  A return is ``(frame, offsets, exps)``.
+
+The common case costs no per-item work here: a map over a fresh segment keeps its
+metadata and swaps its values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+from fitwork.failure import Failure
+from fitwork.workload.kernel import Failed, Kernel
+from fitwork.workload.unit import Kind
+
+Segment = tuple[int, int, Sequence[int], list[tuple[int, ...]] | None, list[int] | None,
+                list[Any]]
+Return = tuple[int, Sequence[int], list[int] | None]
+Weight = int | Fraction
+
+
+def fresh(frame: int, values: list[Any], attempt: int = 0) -> Segment:
+    """A segment of new source items, the whole of feed frame ``frame``."""
+    return (frame, attempt, range(len(values)), None, None, values)
+
+
+def weight_of(exps: list[int] | None, count: int) -> Weight:
+    """The total weight of ``count`` items with these exponents."""
+    if exps is None:
+        return count
+    top = max(exps)
+    if top == 0:
+        return count
+    return Fraction(sum(1 << (top - e) for e in exps), 1 << top)
+
+
+def split(segment: Segment, limit: int) -> list[Segment]:
+    """``segment`` cut into pieces of at most ``limit`` items."""
+    frame, attempt, offsets, paths, exps, values = segment
+    if len(values) <= limit:
+        return [segment]
+    return [(frame, attempt, offsets[i:i + limit], paths[i:i + limit] if paths else None,
+             exps[i:i + limit] if exps else None, values[i:i + limit])
+            for i in range(0, len(values), limit)]
+
+
+def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
+           ) -> tuple[Segment | None, Return | None, list[Failure]]:
+    """The outputs, returned weight and failures of ``segment`` given its raw results."""
+    frame, attempt, offsets, paths, exps, values = segment
+    kind = kernel.kind
+    if kind is Kind.MAP and not failed:
+        return (frame, attempt, offsets, paths, exps, results), None, []
+    out_offsets: list[int] = []
+    out_paths: list[tuple[int, ...]] = []
+    out_exps: list[int] = []
+    out_values: list[Any] = []
+    back_offsets: list[int] = []
+    back_exps: list[int] = []
+    failures: list[Failure] = []
+    flat = kind is Kind.FLAT_MAP
+    for j, raw in enumerate(results):
+        offset = offsets[j]
+        path = paths[j] if paths else ()
+        exp = exps[j] if exps else 0
+        if type(raw) is Failed:
+            failures.append(raw.record(kernel.name, values[j], path, frame, offset))
+        elif flat:
+            count = len(raw)
+            if count:
+                k = (count - 1).bit_length()
+                first = (1 << k) - count
+                for i, child in enumerate(raw):
+                    out_offsets.append(offset)
+                    out_paths.append((*path, i))
+                    out_exps.append(exp + k - 1 if i < first else exp + k)
+                    out_values.append(child)
+                continue
+        elif raw if kind is Kind.FILTER else True:
+            out_offsets.append(offset)
+            out_paths.append(path)
+            out_exps.append(exp)
+            out_values.append(values[j] if kind is Kind.FILTER else raw)
+            continue
+        back_offsets.append(offset)
+        back_exps.append(exp)
+    out = None
+    if out_values:
+        out = (frame, attempt, out_offsets,
+               out_paths if any(out_paths) else None,
+               out_exps if any(out_exps) else None, out_values)
+    back = (frame, back_offsets, back_exps if any(back_exps) else None) if back_offsets else None
+    return out, back, failures

@@ -1,0 +1,349 @@
+"""What every engine's driver shares: the loop around the run core, and the caller's side.
+
+An engine's driver subclasses `Shell` and supplies its I/O: how to reserve room for a
+frame and send it, start and retire workers, wait, and turn what arrived into core
+events (`pump`).  The shell owns the rest: pulling the source, carrying out the core's
+instructions, dead letters, progress, the record, and the run's context::
+
+    loop:  resizes → feed (retries first) → wait → pump (events) → Tick → yield outputs
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from fitwork.engine.contract import RunResult
+from fitwork.engine.core import (
+    Abort,
+    DeadLetter,
+    Emit,
+    Event,
+    Fed,
+    Finished,
+    FrameSizes,
+    Instruction,
+    Policy,
+    Report,
+    Resize,
+    RestoreCredits,
+    Retire,
+    RunCore,
+    Send,
+    Spawn,
+    Stage,
+    Tick,
+)
+from fitwork.engine.core.account import assemble
+from fitwork.engine.options import RunOptions
+from fitwork.failure import Failure
+from fitwork.placement import Placement
+from fitwork.telemetry.record import DeviceSample, RunRecord, RunStatus
+from fitwork.workload.pipeline import Pipeline
+
+TAKE_CHUNK = 16
+
+
+class DeadLetters:
+    """This run's dead-letter file: a stale one is removed at the start, created on first use."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.file: IO[str] | None = None
+        self.count = 0
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def write(self, failure: Failure) -> None:
+        """Append one failure as a JSON line."""
+        self.count += 1
+        if self.path is None:
+            return
+        if self.file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = self.path.open("a", encoding="utf-8")
+        self.file.write(json.dumps(failure.to_json()) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def stages_of(pipeline: Pipeline, placement: Placement) -> list[Stage]:
+    """What the core needs of each unit: its shape, and the batch size it runs at."""
+    stages = []
+    for u in pipeline.units:
+        sizes = {g.batch_size for g in placement.of(u.name) if g.batch_size}
+        stages.append(Stage(name=u.name, kind=u.kind.value, io=u.io,
+                            batch_size=max(sizes) if sizes else u.batch_size,
+                            demand=u.demand()))
+    return stages
+
+
+class Shell:
+    """One run's driver, minus its engine's I/O (see the module docstring)."""
+
+    engine_name = "engine"
+
+    def __init__(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
+                 options: RunOptions, policy: Policy,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.pipeline = pipeline
+        self.units = list(pipeline.units)
+        self.names = [u.name for u in self.units]
+        self.placement = placement.check(pipeline)
+        self.options = options
+        self.policy = policy
+        self.clock = clock
+        self.run_id = uuid.uuid4().hex[:12]
+        self.source: Iterator[Any] = iter(source)
+        self.out: list[Any] = []
+        self.retries: deque[Send] = deque()
+        self.resizes: list[tuple[str, int]] = []
+        self.reserved: Any = None
+        self.status: RunStatus = "completed"
+        self.error: str | None = None
+        self.started_at = time.time()
+        self.ended: float | None = None
+        self.context: Any = None
+        self.shut = False
+        self.dead = DeadLetters(options.dead_letter)
+        self.core: RunCore | None = None
+        self.device_samples: list[DeviceSample] = []
+        self.handlers: dict[type, Callable[[Any], None]] = {
+            Send: self._send, Spawn: self.spawn, Retire: self.retire,
+            DeadLetter: lambda i: self.dead.write(i.failure),
+            Emit: lambda i: self.out.extend(i.values), FrameSizes: self.frame_sizes,
+            RestoreCredits: lambda _: self.restore_credits(), Abort: self._abort,
+            Report: self._report, Finished: lambda _: None,
+        }
+
+    # -- what an engine supplies -----------------------------------------------------------
+
+    def connect(self) -> None:
+        """Set up the engine's own machinery (channels, a cluster) before any worker starts."""
+
+    def reserve(self, alone: bool) -> Any:
+        """Room for one frame to the first unit (``alone``: a worker with nothing else), or
+        None when there is none now."""
+        raise NotImplementedError
+
+    def unreserve(self, token: Any) -> None:
+        """Give back room `reserve` took and no frame used."""
+
+    def transmit(self, token: Any, send: Send) -> None:
+        """Send one frame into the room ``token`` holds."""
+        raise NotImplementedError
+
+    def spawn(self, instruction: Spawn) -> None:
+        """Start a worker."""
+        raise NotImplementedError
+
+    def retire(self, instruction: Retire) -> None:
+        """Stop a worker once it is idle."""
+        raise NotImplementedError
+
+    def frame_sizes(self, instruction: FrameSizes) -> None:
+        """Use these frame sizes from now on."""
+
+    def restore_credits(self) -> None:
+        """Top flow-control credits back up (engines whose hand-offs can leak them)."""
+
+    def wait(self) -> None:
+        """Block until something arrives, or a short while passes."""
+        raise NotImplementedError
+
+    def pump(self) -> None:
+        """Turn everything that arrived into core events (via `handle`)."""
+        raise NotImplementedError
+
+    def stop_workers(self) -> None:
+        """Stop every worker cleanly, collecting their last counters."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free whatever the engine holds (processes, actors, memory); safe to call twice."""
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers running now."""
+        return []
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def start(self) -> RunResult:
+        """Enter the pipeline's context, start every planned worker, hand back the result."""
+        try:
+            self.context = self.pipeline.run_context()
+            self.context.__enter__()
+            self.connect()
+            self.core = RunCore(stages_of(self.pipeline, self.placement), self.placement,
+                                self.policy, self.run_id, self.clock())
+            self.started_at = time.time()
+            self.execute(self.core.start())
+        except BaseException:
+            self.shutdown()
+            raise
+        return RunResult(self)
+
+    def handle(self, event: Event) -> None:
+        """Give the core one event and carry out what it says."""
+        assert self.core is not None
+        self.execute(self.core.handle(event))
+
+    def execute(self, instructions: list[Instruction]) -> None:
+        """Carry out the core's instructions in order."""
+        handlers = self.handlers
+        for instruction in instructions:
+            handlers[type(instruction)](instruction)
+
+    def events(self) -> Iterator[Any]:
+        """Drive the run; yields outputs as they settle (in source order if ``ordered``)."""
+        assert self.core is not None
+        core = self.core
+        try:
+            while True:
+                if self.resizes:
+                    self._apply_resizes()
+                self.feed()
+                if core.finished:
+                    break
+                self.wait()
+                self.pump()
+                self.execute(core.handle(Tick(self.clock(), len(self.retries))))
+                if self.out:
+                    out, self.out = self.out, []
+                    yield from out
+            self.stop_workers()
+            self.ended = self.clock()
+            self._report_now()
+            if self.out:
+                out, self.out = self.out, []
+                yield from out
+            if core.source_error is not None:
+                self.status, self.error = "aborted", f"the source raised: {core.source_error}"
+                raise core.source_error
+        except (GeneratorExit, KeyboardInterrupt):
+            if not core.finished:
+                self.status, self.error = "interrupted", "stopped before the source ran dry"
+            raise
+        except BaseException as exc:
+            if self.status == "completed":
+                self.status, self.error = "aborted", f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self.ended = self.ended or self.clock()
+            self.shutdown()
+
+    def feed(self) -> None:
+        """Send retries first (each alone), then new source items while the core has room."""
+        assert self.core is not None
+        while self.retries:
+            token = self.reserve(alone=True)
+            if token is None:
+                return
+            self.transmit(token, self.retries.popleft())
+        while True:
+            count = self.core.room()
+            if count <= 0:
+                return
+            token = self.reserve(alone=False)
+            if token is None:
+                return
+            self.reserved = token
+            fed = self.take(count)
+            self.handle(fed)
+            if self.reserved is not None:
+                self.unreserve(self.reserved)
+                self.reserved = None
+            if fed.end or self.retries:
+                return
+
+    def take(self, count: int) -> Fed:
+        """Up to ``count`` items from the source, without blocking long on a slow one."""
+        items: list[Any] = []
+        start = self.clock()
+        try:
+            while len(items) < count:
+                want = min(TAKE_CHUNK, count - len(items))
+                got = len(items)
+                items.extend(itertools.islice(self.source, want))
+                if len(items) - got < want:
+                    return Fed(items, self.clock(), end=True)
+                if self.clock() - start > self.policy.frame_time:
+                    break
+        except Exception as error:
+            return Fed(items, self.clock(), end=True, error=error)
+        return Fed(items, self.clock())
+
+    def _send(self, instruction: Send) -> None:
+        if instruction.retry:
+            self.retries.append(instruction)
+        else:
+            token, self.reserved = self.reserved, None
+            self.transmit(token, instruction)
+
+    def _abort(self, instruction: Abort) -> None:
+        self.status = "aborted"
+        self.error = f"{type(instruction.error).__name__}: {instruction.error}"
+        raise instruction.error
+
+    def _report(self, instruction: Report) -> None:
+        if self.options.progress is not None:
+            self.options.progress(instruction.progress)
+
+    def _report_now(self) -> None:
+        if self.options.progress is not None and self.core is not None:
+            self.options.progress(self.core.progress(self.clock()))
+
+    def resize(self, unit: str, replicas: int) -> None:
+        """Ask for ``replicas`` replicas of ``unit``; applied at the loop's next turn."""
+        self.pipeline.unit_named(unit)
+        self.resizes.append((unit, replicas))
+
+    def _apply_resizes(self) -> None:
+        assert self.core is not None
+        resizes, self.resizes = self.resizes, []
+        for unit, replicas in resizes:
+            self.handle(Resize(self.names.index(unit), replicas, self.clock()))
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Release the engine, close the dead letters, leave the context; safe to call twice."""
+        if self.shut:
+            return
+        self.shut = True
+        try:
+            self.release()
+        finally:
+            self.dead.close()
+            if self.context is not None:
+                context, self.context = self.context, None
+                with contextlib.suppress(Exception):
+                    context.__exit__(None, None, None)
+
+    def close(self) -> None:
+        """Stop early if still running; always release what the run holds."""
+        if self.core is not None and not self.core.finished and self.status == "completed":
+            self.status, self.error = "interrupted", "closed before the source ran dry"
+        self.ended = self.ended or self.clock()
+        self.shutdown()
+
+    def record(self) -> RunRecord:
+        """The run record (of what happened so far, if the run stopped early)."""
+        assert self.core is not None
+        dead = str(self.options.dead_letter) if self.options.dead_letter else None
+        return assemble(self.core, pipeline=self.pipeline.name, engine=self.engine_name,
+                        now=self.ended or self.clock(), started_at=self.started_at,
+                        status=self.status, error=self.error, dead_letter=dead,
+                        device_samples=self.device_samples)

@@ -1,0 +1,150 @@
+"""`Placement`: replicas of each unit, where they run, at what batch size: a plan for engines.
+
+A placement is the only way a plan reaches an engine.  It is a list of replica groups, each
+``count`` replicas of one unit on one device class of one node type (both optional: a
+placement written by hand, or from ``workers={...}``, names neither), with the batch size
+those replicas use, the rate a plan predicted for one of them, and what one replica asks
+of the engine when that differs from the unit's declaration (fluid cores, a GPU share).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from fitwork.errors import UnitDefinitionError
+from fitwork.resources import Resources
+
+if TYPE_CHECKING:
+    from fitwork.workload.pipeline import Pipeline
+
+Source = Literal["declared", "plan", "workers", "refit"]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """``replicas`` replicas of ``unit`` on one device class of one node type."""
+
+    unit: str
+    replicas: int
+    device_class: str | None = None
+    node_type: str | None = None
+    batch_size: int | None = None
+    rate: float | None = None
+    resources: Resources | None = None
+    nodes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.replicas < 0:
+            raise UnitDefinitionError(f"placement: unit {self.unit!r} has {self.replicas} "
+                                      "replicas; give 0 or more")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise UnitDefinitionError(f"placement: unit {self.unit!r}: batch_size must be >= 1")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (resources as their amounts)."""
+        data: dict[str, Any] = {"unit": self.unit, "replicas": self.replicas}
+        for name in ("device_class", "node_type", "batch_size", "rate"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
+        if self.resources is not None:
+            data["resources"] = self.resources.as_dict()
+        if self.nodes:
+            data["nodes"] = list(self.nodes)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Group:
+        """The inverse of `to_json`."""
+        fields = dict(data)
+        if "resources" in fields:
+            fields["resources"] = Resources.from_dict(fields["resources"])
+        if "nodes" in fields:
+            fields["nodes"] = tuple(fields["nodes"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Replica groups for every unit of a pipeline, and where they came from."""
+
+    groups: tuple[Group, ...]
+    source: Source = "declared"
+    notes: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def declared(cls, pipeline: Pipeline, workers: Mapping[str, int] | None = None
+                 ) -> Placement:
+        """One group per unit: its declared replicas, or the count ``workers`` gives it."""
+        workers = dict(workers or {})
+        for name, count in workers.items():
+            pipeline.unit_named(name)
+            if count < 1:
+                raise UnitDefinitionError(f"workers: {name}={count}: replicas must be >= 1")
+        groups = tuple(Group(u.name, workers.get(u.name, u.replicas), batch_size=u.batch_size)
+                       for u in pipeline.units)
+        return cls(groups, "workers" if workers else "declared")
+
+    @property
+    def units(self) -> list[str]:
+        """Unit names in the order their groups first appear."""
+        return list(dict.fromkeys(g.unit for g in self.groups))
+
+    def of(self, unit: str) -> tuple[Group, ...]:
+        """The groups of ``unit`` (empty if it has none)."""
+        return tuple(g for g in self.groups if g.unit == unit)
+
+    def replicas(self, unit: str) -> int:
+        """Replicas of ``unit`` in all its groups."""
+        return sum(g.replicas for g in self.groups if g.unit == unit)
+
+    def counts(self) -> dict[str, int]:
+        """Replicas per unit."""
+        return {name: self.replicas(name) for name in self.units}
+
+    def with_workers(self, workers: Mapping[str, int]) -> Placement:
+        """This placement with some units' replica counts replaced (their groups merged)."""
+        if not workers:
+            return self
+        groups: list[Group] = []
+        done: set[str] = set()
+        for group in self.groups:
+            if group.unit not in workers:
+                groups.append(group)
+            elif group.unit not in done:
+                done.add(group.unit)
+                groups.append(replace(group, replicas=workers[group.unit]))
+        groups += [Group(name, count) for name, count in workers.items() if name not in done]
+        return Placement(tuple(groups), "workers", self.notes)
+
+    def check(self, pipeline: Pipeline) -> Placement:
+        """Raise unless every unit of ``pipeline`` has a replica and no group names another."""
+        names = [u.name for u in pipeline.units]
+        unknown = sorted(set(self.units) - set(names))
+        if unknown:
+            raise UnitDefinitionError(
+                f"placement names {', '.join(unknown)}, which pipeline {pipeline.name!r} lacks; "
+                f"its units are {', '.join(names)}")
+        empty = [n for n in names if self.replicas(n) < 1]
+        if empty:
+            raise UnitDefinitionError(
+                f"placement gives no replica to {', '.join(empty)}; every unit needs at least "
+                "one (set its workers, or re-plan)")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"source": self.source, "groups": [g.to_json() for g in self.groups],
+                "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Placement:
+        """The inverse of `to_json`."""
+        return cls(tuple(Group.from_json(g) for g in data["groups"]),
+                   data.get("source", "plan"), tuple(data.get("notes", ())))
+
+    @classmethod
+    def of_groups(cls, groups: Iterable[Group], source: Source = "plan") -> Placement:
+        """A placement of the given groups."""
+        return cls(tuple(groups), source)

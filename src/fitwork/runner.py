@@ -1,0 +1,53 @@
+"""`fitwork.run`: run a pipeline on an engine, with a placement from a plan or from counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fitwork.engine.contract import RunResult
+from fitwork.engine.options import RunOptions, engine_options
+from fitwork.engine.registry import get_engine
+from fitwork.placement import Placement
+from fitwork.workload.pipeline import Pipeline
+
+
+def run(
+    pipeline: Pipeline,
+    source: Iterable[Any],
+    *,
+    engine: str = "local",
+    placement: Placement | Any | None = None,
+    workers: Mapping[str, int] | None = None,
+    ordered: bool = False,
+    dead_letter: str | Path | None = None,
+    max_failures: int | None = None,
+    max_attempts: int = 3,
+    progress: Any = None,
+    progress_interval: float = 0.1,
+    sample_interval: float = 0.1,
+    sample_devices: bool = True,
+    **options: Any,
+) -> RunResult:
+    """Run ``pipeline`` over ``source`` and return at once; iterate the result for outputs.
+
+    ``placement`` is a `Placement`, or a plan (anything with a ``placement()`` method, as
+    `fitwork.Plan` has); without one, each unit runs its declared replicas.  ``workers``
+    overrides replica counts by unit name.  Other keyword arguments are the engine's own
+    options (``channel_capacity``, ``gpus`` for ``local``; ``address``, ``startup_timeout``,
+    ``call_timeout`` for ``ray``; ``rates`` for ``sim``), checked against it by name.
+    """
+    chosen = get_engine(engine)
+    own = engine_options(engine, chosen.options, options)
+    if placement is None:
+        placed = Placement.declared(pipeline, workers)
+    else:
+        placed = placement if isinstance(placement, Placement) else placement.placement()
+        placed = placed.with_workers(dict(workers or {}))
+    run_options = RunOptions(
+        ordered=ordered, dead_letter=Path(dead_letter) if dead_letter else None,
+        max_failures=max_failures, max_attempts=max_attempts, progress=progress,
+        progress_interval=progress_interval, sample_interval=sample_interval,
+        sample_devices=sample_devices)
+    return chosen.run(pipeline, source, placed.check(pipeline), run_options, own)
