@@ -163,25 +163,33 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
               help="How many items to measure each unit on.")
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("profile.json"), show_default=True, help="Where the profile goes.")
+@click.option("--device-class", "device_classes", multiple=True, metavar="CLASS",
+              help="Record the profile as measured on this catalog class instead of the one "
+                   "discovered: a CPU class (cpu-x86, cpu-arm) for the host's cores, any other "
+                   "class for the GPU that units with a GPU share run on. Repeat for both.")
 @decompose_option
 def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_path: Path,
-            decompose: str | None) -> None:
+            device_classes: tuple[str, ...], decompose: str | None) -> None:
     """Measure each unit alone on sample items and save a profile."""
     from fitwork.io import read_items
     from fitwork.profiling import profile_pipeline
+    from fitwork.profiling.classes import split_classes
     from fitwork.report.terminal import profile_table
 
     console = Console()
     try:
+        host_class, accelerator_class = split_classes(device_classes)
         pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
         with Console(stderr=True).status("profiling") as status:
             result = profile_pipeline(
-                pipeline, read_items(input_path), samples=samples,
+                pipeline, read_items(input_path), samples=samples, host_class=host_class,
+                accelerator_class=accelerator_class,
                 progress=lambda name: status.update(f"profiling unit [bold]{name}[/bold]"))
     except FitworkError as exc:
         _fail(exc)
     result.save(output_path)
     console.print(profile_table(result))
+    console.print(f"measured on: {result.classes_from}", markup=False)
     console.print(f"wrote profile to {output_path}", markup=False)
 
 

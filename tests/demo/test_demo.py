@@ -16,13 +16,14 @@ pytest.importorskip("PIL")
 
 from fitwork.demo import ACCURACY_THRESHOLD, DemoConfig, DemoResult, run_demo
 from fitwork.demo.documents import Document, make_documents, page_text, score
-from fitwork.demo.flops import node_flops, profile_flops, spread
+from fitwork.demo.flops import spread
 from fitwork.demo.gpu import NvmlSampler, onnxruntime_gpu_installed
 from fitwork.demo.layouts import Flops, joint, split
 from fitwork.demo.ocr import layout_lines, recognition_input
 from fitwork.demo.run import fits_once
 from fitwork.demo.server import get_document, put_text, serve
 from fitwork.hardware.fleet import Fleet, NodeType
+from fitwork.profiling.onnx import node_flops, profile_flops
 from fitwork.telemetry.record import RunRecord
 
 PAGES = 12
@@ -131,8 +132,8 @@ def test_models_use_cuda_where_onnxruntime_gpu_sees_a_gpu() -> None:
 
 @pytest.mark.slow
 def test_decompose_cuts_the_monolith_where_the_joint_layout_does() -> None:
-    from fitwork.demo.ocr import ocr_document
     from fitwork.decomposition import decompose
+    from fitwork.demo.ocr import ocr_document
 
     pages = make_documents(3)
     with serve({d.id: d.png for d in pages}, latency_ms=20):

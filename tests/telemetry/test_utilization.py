@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-import fitwork
 import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import fitwork
 from fitwork import InputError, Pipeline, unit
 from fitwork.fit.plan import fit
 from fitwork.hardware.catalog import catalog
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile, UnitProfile
-from fitwork.telemetry.record import QueueSeries, RunRecord, UnitRecord, WorkerRecord
+from fitwork.telemetry.record import (
+    DeviceSample,
+    QueueSeries,
+    RunRecord,
+    UnitRecord,
+    WorkerRecord,
+)
 from fitwork.telemetry.utilization import (
     CPU_BASIS,
     GPU_BASIS,
+    GPU_MEASURED_BASIS,
     capacity_bound,
     capacity_utilization,
     fleet_utilization,
@@ -25,20 +32,22 @@ from fitwork.telemetry.utilization import (
     needed_flops,
     plan_flops,
     run_figures,
+    sampled_busy,
     throughput_series,
     unit_classes,
 )
 
 
 def make_record(units: list[UnitRecord], wall_s: float, *, workers: list[WorkerRecord] = (),
-                completed: int = 100, throughput: float | None = None) -> RunRecord:
+                completed: int = 100, throughput: float | None = None,
+                samples: list[DeviceSample] = ()) -> RunRecord:
     return RunRecord(
         fitwork_version="test", run_id="r1", pipeline="p", engine="local", started_at=0.0,
         wall_s=wall_s, items_in=completed, items_completed=completed, outputs=completed,
         failures=0, poisoned=0, retries=0, worker_restarts=0,
         throughput=completed / wall_s if throughput is None else throughput,
         latency_p50_s=None, latency_p95_s=None, units=units, resources=[],
-        workers=list(workers), queue=QueueSeries())
+        workers=list(workers), queue=QueueSeries(), device_samples=list(samples))
 
 
 def cpu_and_gpu() -> RunRecord:
@@ -109,6 +118,76 @@ def test_mfu_is_needed_flops_over_peak_times_devices_times_wall() -> None:
     fp32 = model_flops_utilization(record, flops, {"model": "H100-SXM"}, precision="fp32")
     assert fp32["H100-SXM"] == pytest.approx(2e15 / (h100.fp32_flops * 10.0))
     assert fp32["cpu-x86"] == mfu["cpu-x86"]
+
+
+def gpu_samples(name: str, busy: dict[int, list[float]], node: str | None = None
+                ) -> list[DeviceSample]:
+    """Readings of devices (index -> utilization per reading), 0.5 s apart."""
+    return [DeviceSample(t_s=0.5 * (i + 1), node=node, device=device, name=name,
+                         utilization=value, memory_used=1 << 30, memory_total=80 << 30)
+            for device, values in busy.items() for i, value in enumerate(values)]
+
+
+def test_sampled_busy_is_mean_utilization_times_wall_per_device() -> None:
+    samples = [*gpu_samples("NVIDIA H100 80GB HBM3", {0: [0.2, 0.4, 0.6], 1: [1.0, 1.0, 0.7]}),
+               *gpu_samples("NVIDIA H100 80GB HBM3", {0: [0.1, 0.1, 0.1]}, node="other"),
+               *gpu_samples("NVIDIA L4", {0: [0.5]}, node="l4-box"),
+               *gpu_samples("Made-up GPU", {3: [1.5]})]
+    figures = sampled_busy(samples, wall_s=10.0)
+    assert list(figures) == ["H100-SXM", "L4", "Made-up GPU"]
+    devices, busy = figures["H100-SXM"]
+    mean = (0.2 + 0.4 + 0.6 + 1.0 + 1.0 + 0.7 + 0.1 * 3) / 9
+    assert devices == 3 and busy == pytest.approx(mean * 10.0 * 3)  # sampled evenly
+    assert figures["L4"] == (1, pytest.approx(5.0))
+    assert figures["Made-up GPU"] == (1, 10.0)  # utilization read above 1 counts as 1
+    assert sampled_busy([], 10.0) == {}
+
+
+def test_device_samples_make_the_gpu_figure_measured() -> None:
+    record = cpu_and_gpu()  # model: 4 x 1/4 GPU, declared busy 32 s x 1/4 = 8 s of 10
+    declared = {r.device_class: r for r in fleet_utilization(record, {"model": "H100-SXM"})}
+    assert declared["H100-SXM"].basis == GPU_BASIS and not declared["H100-SXM"].measured
+    sampled = make_record(record.units, wall_s=10.0, completed=1000, samples=gpu_samples(
+        "NVIDIA H100 80GB HBM3", {0: [0.5, 0.7, 0.6, 0.6]}))
+    rows = {r.device_class: r for r in fleet_utilization(sampled)}  # class from the samples
+    gpu, cpu = rows["H100-SXM"], rows["cpu-x86"]
+    assert gpu.basis == GPU_MEASURED_BASIS and gpu.measured
+    assert gpu.basis.startswith("measured") and GPU_BASIS.startswith("declared")
+    assert (gpu.allocated, gpu.busy_s) == (1.0, pytest.approx(6.0))
+    assert gpu.utilization == pytest.approx(0.6)
+    assert cpu == declared["cpu-x86"] and cpu.basis == CPU_BASIS and cpu.measured
+    two = make_record(record.units, wall_s=10.0, samples=gpu_samples(
+        "NVIDIA H100 80GB HBM3", {0: [0.9], 1: [0.1]}))
+    [_, both] = fleet_utilization(two)
+    assert (both.allocated, both.busy_s) == (2.0, pytest.approx(10.0))  # at least as sampled
+    mfu = model_flops_utilization(two, {"model": 2e12})
+    assert mfu["H100-SXM"] == pytest.approx(
+        1000 * 2e12 / (catalog().get("H100-SXM").fp16_flops * 2.0 * 10.0))
+
+
+def test_samples_of_a_class_the_run_did_not_use_change_nothing() -> None:
+    record = cpu_and_gpu()
+    samples = [*gpu_samples("NVIDIA H100 80GB HBM3", {0: [1.0]}),
+               *gpu_samples("NVIDIA L4", {0: [1.0]})]
+    sampled = make_record(record.units, wall_s=10.0, completed=1000, samples=samples)
+    rows = fleet_utilization(sampled, {"model": "T4"})
+    assert [(r.device_class, r.basis) for r in rows] == [("cpu-x86", CPU_BASIS),
+                                                         ("T4", GPU_BASIS)]
+    assert [r.device_class for r in fleet_utilization(sampled)] == ["cpu-x86", "gpu"]
+
+
+@pytest.mark.parametrize("name", ["Gaudi2", "SN40L"])
+def test_a_class_without_a_peak_has_no_mfu(name: str) -> None:
+    record = cpu_and_gpu()
+    assert model_flops_utilization(record, {"model": 1e12}, {"model": name},
+                                   precision="fp32") == {}
+    figures = run_figures(record, flops_per_item={"model": 1e12, "decode": 1e9},
+                          classes={"model": name}, precision="fp32")
+    row = figures.of(name)
+    assert row.flops == 1e15 and row.peak_flops is None and row.mfu is None
+    assert figures.of("cpu-x86").mfu is not None
+    assert run_figures(record, flops_per_item={"model": 1e12}, classes={"model": name},
+                       precision="fp16").of(name).mfu is not None
 
 
 def test_figures_for_units_the_record_lacks_are_refused() -> None:

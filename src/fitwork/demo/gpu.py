@@ -3,23 +3,22 @@
 - The models run on a GPU when ``onnxruntime-gpu`` is installed and the fleet discovered on
   this host has a GPU (NVML, through ``fitwork[nvml]``); the check reads package metadata
   only, so this process never starts CUDA before it forks workers.
-- `NvmlSampler` samples every visible GPU while a run goes on: NVML's utilization rate (the
-  share of the last sample period in which at least one kernel ran, the nearest NVML has to
-  "SM busy") and the memory in use.  Without NVML it samples nothing.
+- `NvmlSampler` samples every visible GPU while a run goes on, through the library's
+  `fitwork.telemetry.devices.DeviceSampler`: NVML's utilization rate (the share of the last
+  sample period in which at least one kernel ran, the nearest NVML has to "SM busy"), the
+  memory in use, power and SM clock.  Without NVML it samples nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
-import threading
-import time
 from types import TracebackType
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from fitwork.hardware.fleet import Fleet
+from fitwork.telemetry.devices import DeviceSampler
+from fitwork.telemetry.record import DeviceSample
 
 SAMPLE_INTERVAL_S = 0.2
 
@@ -48,20 +47,11 @@ def gpu_ready(fleet: Fleet) -> str | None:
     return found if found and onnxruntime_gpu_installed() else None
 
 
-class GpuSample(BaseModel):
-    """One reading of one GPU (seconds from the sampler's start)."""
-
-    t_s: float
-    gpu: int
-    busy: float
-    memory_used: int
-
-
 class GpuSamples(BaseModel):
-    """What the GPUs did during one run."""
+    """What the GPUs did during one run (sample times in seconds from the sampler's start)."""
 
     interval_s: float
-    samples: list[GpuSample] = Field(default_factory=list)
+    samples: list[DeviceSample] = Field(default_factory=list)
     note: str = ""
 
     @property
@@ -69,7 +59,7 @@ class GpuSamples(BaseModel):
         """Mean utilization rate over all samples (0..1), or ``None`` without samples."""
         if not self.samples:
             return None
-        return sum(s.busy for s in self.samples) / len(self.samples)
+        return sum(s.utilization for s in self.samples) / len(self.samples)
 
     @property
     def peak_memory(self) -> int | None:
@@ -78,52 +68,18 @@ class GpuSamples(BaseModel):
 
 
 class NvmlSampler:
-    """A background thread sampling every GPU NVML sees, from enter to exit."""
+    """A `DeviceSampler` from enter to exit; ``result`` holds what it read."""
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.result = GpuSamples(interval_s=interval_s)
-        self._nvml: Any = None
-        self._handles: list[Any] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._t0 = 0.0
+        self._sampler = DeviceSampler(interval_s)
 
     def __enter__(self) -> NvmlSampler:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                             for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception as exc:
-            self.result.note = f"no GPU samples: NVML is not available ({exc})"
-            return self
-        if not self._handles:
-            self.result.note = "no GPU samples: NVML sees no GPU"
-            return self
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="fitwork-demo-nvml",
-                                        daemon=True)
-        self._thread.start()
+        self._sampler.start()
+        self.result.note = self._sampler.note
         return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.result.interval_s):
-            now = time.monotonic() - self._t0
-            for index, handle in enumerate(self._handles):
-                with contextlib.suppress(Exception):
-                    rates = self._nvml.nvmlDeviceGetUtilizationRates(handle)
-                    memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-                    self.result.samples.append(GpuSample(
-                        t_s=now, gpu=index, busy=rates.gpu / 100.0,
-                        memory_used=int(memory.used)))
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self._nvml is not None:
-            with contextlib.suppress(Exception):
-                self._nvml.nvmlShutdown()
+        self.result.samples = self._sampler.stop()
+        self.result.note = self._sampler.note

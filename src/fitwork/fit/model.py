@@ -1,16 +1,18 @@
 """The MILP as arrays (objective, bounds, sparse rows) built from a `Problem`; no solving here.
 
 Variables, in this order: ``x[c]`` integer replicas per candidate; ``b[c]`` busy replicas of
-candidate ``c``, i.e. items/s routed to it over its rate (only when a network row exists);
-``T / t_scale`` with T items/s at the source; ``y[n]`` integer nodes in use per node type
-(``min_cost`` only). Rows and columns are scaled for HiGHS: every capacity row is divided by
-one node's capacity (coefficients are fractions of a node), and T by ``t_scale``, the
-geometric mean of ``rate / m_u`` over the candidates, so throughput rows have coefficients
-near 1 whatever the rates.
+candidate ``c`` (items/s routed to it over its rate, so ``f_c = r_c·b_c``); ``T / t_scale``
+with T items/s at the source; ``y[n]`` integer nodes in use per node type (``min_cost``
+only); ``z[k]`` binary, one per batch option of a (unit, class) that offers several (the
+option its replicas run).  Rows and columns are scaled for HiGHS: every capacity row is
+divided by one node's capacity (coefficients are fractions of a node), limits by their own
+value, and T by ``t_scale``, the geometric mean of ``rate / m_u`` over the candidates, so
+throughput rows have coefficients near 1 whatever the rates.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,30 +27,35 @@ class Layout:
 
     n_cand: int
     n_nodes: int
-    flows: bool
     min_cost: bool
+    choices: tuple[int, ...] = ()
+    """The choice ids that get a binary ``z`` (their group offers several)."""
 
     def x(self, c: int) -> int:
         """Column of ``x[c]``."""
         return c
 
     def f(self, c: int) -> int:
-        """Column of ``b[c]``, busy replicas (only with flows)."""
+        """Column of ``b[c]``, busy replicas."""
         return self.n_cand + c
 
     @property
     def t(self) -> int:
         """Column of ``T``."""
-        return self.n_cand * (2 if self.flows else 1)
+        return 2 * self.n_cand
 
     def y(self, n: int) -> int:
         """Column of ``y[n]`` (only for ``min_cost``)."""
         return self.t + 1 + n
 
+    def z(self, k: int) -> int:
+        """Column of the binary of the ``k``-th entry of ``choices``."""
+        return self.t + 1 + (self.n_nodes if self.min_cost else 0) + k
+
     @property
     def size(self) -> int:
         """Number of variables."""
-        return self.t + 1 + (self.n_nodes if self.min_cost else 0)
+        return self.t + 1 + (self.n_nodes if self.min_cost else 0) + len(self.choices)
 
 
 @dataclass(frozen=True)
@@ -67,13 +74,12 @@ class MilpModel:
     t_scale: float
 
 
-def network_active(problem: Problem) -> bool:
-    """Whether any node type's network can bind: it has a capacity and carries traffic."""
+def choice_groups(problem: Problem) -> dict[int, list[int]]:
+    """Per (unit, class) group with several batch options: its choice ids, in order."""
+    seen: dict[int, set[int]] = defaultdict(set)
     for cand in problem.candidates:
-        node = problem.node_types[cand.node]
-        if node.network is not None and (cand.bytes_out > 0 or cand.bytes_in > 0):
-            return True
-    return False
+        seen[cand.group].add(cand.choice)
+    return {g: sorted(ids) for g, ids in seen.items() if len(ids) > 1}
 
 
 class _Rows:
@@ -103,21 +109,49 @@ def _add(terms: dict[int, float], col: int, val: float) -> None:
     terms[col] = terms.get(col, 0.0) + val
 
 
+def node_rows(problem: Problem, lay: Layout, n: int
+              ) -> list[tuple[str, float, list[tuple[int, float]]]]:
+    """The capacity rows of node type ``n``: (resource, one node's capacity, terms).
+
+    ``cores`` holds reserved cores per replica plus fluid core-seconds over the ceiling
+    (``sum R·x + sum cpu·r·b / rho <= cores``), which also keeps the reservations within the
+    cores; ``memory`` and each device class's slots are held per replica; ``time:<class>``
+    is fluid device time; ``net_out``/``net_in`` only where the node type has a network.
+    """
+    node = problem.node_types[n]
+    here = [(i, k) for i, k in enumerate(problem.candidates) if k.node == n]
+    cores = [(lay.x(i), k.cores) for i, k in here]
+    cores += [(lay.f(i), k.cpu * k.rate / node.core_ceiling) for i, k in here]
+    rows: list[tuple[str, float, list[tuple[int, float]]]] = [
+        ("cores", node.cores, cores),
+        ("memory", float(node.memory), [(lay.x(i), k.memory) for i, k in here]),
+    ]
+    for dev, count in node.devices.items():
+        mine = [(i, k) for i, k in here if k.device_class == dev]
+        rows.append((dev, float(count), [(lay.x(i), k.devices) for i, k in mine]))
+        rows.append((f"time:{dev}", float(count),
+                     [(lay.f(i), k.device_time * k.rate) for i, k in mine]))
+    if node.network is not None:
+        rows.append(("net_out", node.network, [(lay.f(i), k.bytes_out * k.rate) for i, k in here]))
+        rows.append(("net_in", node.network, [(lay.f(i), k.bytes_in * k.rate) for i, k in here]))
+    return rows
+
+
 def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> MilpModel:
     """The MILP for ``problem``: maximise T, or (``min_cost``) minimise price at T = target."""
     cands = problem.candidates
     nodes = problem.node_types
-    lay = Layout(len(cands), len(nodes), network_active(problem), min_cost)
+    groups = choice_groups(problem)
+    choices = tuple(k for ids in groups.values() for k in ids)
+    lay = Layout(len(cands), len(nodes), min_cost, choices)
     inf = np.inf
     lb = np.zeros(lay.size)
     ub = np.zeros(lay.size)
     integrality = np.zeros(lay.size)
     c = np.zeros(lay.size)
     for i, cand in enumerate(cands):
-        ub[lay.x(i)] = cand.per_node * nodes[cand.node].count
+        ub[lay.x(i)] = ub[lay.f(i)] = cand.per_node * nodes[cand.node].count
         integrality[lay.x(i)] = 1
-        if lay.flows:
-            ub[lay.f(i)] = ub[lay.x(i)]
     t_max = min(
         sum(cand.rate * ub[lay.x(i)] for i, cand in enumerate(cands) if cand.unit == u) / m
         for u, m in enumerate(problem.multiplicity)
@@ -134,6 +168,9 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
     else:
         ub[lay.t] = t_max / t_scale
         c[lay.t] = -1.0
+    for k in range(len(choices)):
+        ub[lay.z(k)] = 1.0
+        integrality[lay.z(k)] = 1
 
     rows = _Rows()
     # Throughput: the replicas of unit u carry m_u items per source item.
@@ -141,44 +178,49 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
         terms: dict[int, float] = {lay.t: 1.0}
         for i, cand in enumerate(cands):
             if cand.unit == u:
-                _add(terms, lay.f(i) if lay.flows else lay.x(i), -cand.rate / (m * t_scale))
+                _add(terms, lay.f(i), -cand.rate / (m * t_scale))
         rows.add(f"throughput[{problem.unit_names[u]}]", terms, -inf, 0.0)
     # Busy replicas: a candidate is busy at most with all its replicas.
-    if lay.flows:
-        for i in range(len(cands)):
-            rows.add(f"busy[{i}]", {lay.f(i): 1.0, lay.x(i): -1.0}, -inf, 0.0)
-    # Capacity per node type and resource, in nodes: sum demand/node_capacity · x <= nodes.
+    for i in range(len(cands)):
+        rows.add(f"busy[{i}]", {lay.f(i): 1.0, lay.x(i): -1.0}, -inf, 0.0)
+    # Capacity per node type and resource, in nodes: sum demand/node_capacity · v <= nodes.
     for n, node in enumerate(nodes):
-        here = [(i, cand) for i, cand in enumerate(cands) if cand.node == n]
-        resources: list[tuple[str, float, list[tuple[int, float]]]] = [
-            ("cores", node.cores, [(lay.x(i), k.cores) for i, k in here]),
-            ("memory", float(node.memory), [(lay.x(i), k.memory) for i, k in here]),
-        ]
-        for dev, count in node.devices.items():
-            resources.append((dev, float(count), [(lay.x(i), k.devices) for i, k in here
-                                                 if k.device_class == dev]))
-        if lay.flows and node.network is not None:
-            resources.append(("net_out", node.network,
-                              [(lay.f(i), k.bytes_out * k.rate) for i, k in here]))
-            resources.append(("net_in", node.network,
-                              [(lay.f(i), k.bytes_in * k.rate) for i, k in here]))
-        for resource, capacity, demand in resources:
-            if not any(v > 0 for _, v in demand) or capacity <= 0:
+        for resource, capacity, demand in node_rows(problem, lay, n):
+            if not any(v > 0 for _, v in demand):
                 continue
             terms = {}
             for col, v in demand:
-                _add(terms, col, v / capacity)
+                _add(terms, col, v / capacity if capacity > 0 else v)
             if min_cost:
-                _add(terms, lay.y(n), -1.0)
+                _add(terms, lay.y(n), -1.0 if capacity > 0 else 0.0)
                 rows.add(f"{resource}[{node.name}]", terms, -inf, 0.0)
             else:
-                rows.add(f"{resource}[{node.name}]", terms, -inf, float(node.count))
+                rows.add(f"{resource}[{node.name}]", terms, -inf,
+                         float(node.count) if capacity > 0 else 0.0)
         if min_cost:
-            for i, cand in here:
-                rows.add(f"per_node[{i}]", {lay.x(i): 1.0, lay.y(n): -float(cand.per_node)},
-                         -inf, 0.0)
+            for i, cand in enumerate(cands):
+                if cand.node == n:
+                    rows.add(f"per_node[{i}]", {lay.x(i): 1.0,
+                                                lay.y(n): -float(cand.per_node)}, -inf, 0.0)
+    # External limits: calls in flight and calls per second of all replicas together.
+    for u, name in enumerate(problem.unit_names):
+        most, per_s = problem.limits(u)
+        mine = [(i, k) for i, k in enumerate(cands) if k.unit == u]
+        if most is not None:
+            rows.add(f"max_concurrency[{name}]",
+                     {lay.x(i): k.concurrency / most for i, k in mine}, -inf, 1.0)
+        if per_s is not None:
+            rows.add(f"rate_limit[{name}]",
+                     {lay.f(i): k.calls * k.rate / per_s for i, k in mine}, -inf, 1.0)
+    # Batch size: one option per (unit, class); a replica runs only on the chosen one.
+    column = {k: lay.z(j) for j, k in enumerate(choices)}
+    for g, ids in groups.items():
+        rows.add(f"one_batch[{g}]", {column[k]: 1.0 for k in ids}, -inf, 1.0)
+    for i, cand in enumerate(cands):
+        if cand.choice in column:
+            rows.add(f"chosen[{i}]", {lay.x(i): 1.0, column[cand.choice]: -ub[lay.x(i)]},
+                     -inf, 0.0)
 
     a = sp.csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), lay.size))
     return MilpModel(lay, c, integrality, lb, ub, a, np.array(rows.lo), np.array(rows.hi),
                      tuple(rows.names), t_scale)
-

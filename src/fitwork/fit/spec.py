@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CPU_PREFIX = "cpu-"
 
@@ -13,13 +13,20 @@ def is_cpu_class(device_class: str) -> bool:
 
 
 class ClassDemand(BaseModel):
-    """One replica of a unit on one device class: its speed and what it holds while it runs.
+    """One replica of a unit on one device class (at one batch size): speed and consumption.
 
-    ``rate`` is items per second of ONE replica (0 = cannot run there). ``device_share`` is the
-    fraction of one device of this class a replica holds (0.25 for MPS/MIG/time-slicing; above
-    1 means that many whole devices, rounded up, on one node); it must be 0 on a ``cpu-`` class,
-    where the replica just holds ``cores``. ``bytes_out_per_item`` is what the unit sends to the
-    next unit per item it processes.
+    ``rate`` is items per second of ONE replica (0 = cannot run there).  Cores are FLUID
+    unless ``reserve``: a replica consumes ``cpu_seconds`` core-seconds per item it processes
+    (``None``: ``cores / rate``, i.e. ``cores`` while it is busy), so replicas may outnumber
+    cores and an idle one costs none.  With ``reserve`` every replica holds ``cores`` whole,
+    busy or not.  ``memory`` (bytes) is always held per replica.  ``device_share`` is a
+    replica's slot on a device of this class (0.25: four to a device; above 1: that many whole
+    devices, rounded up), held per replica; the device's TIME is fluid: ``device_seconds`` per
+    item (``None``: ``share / rate``, the slot kept busy while the replica is).  Must be 0 on a
+    ``cpu-`` class.  ``bytes_out_per_item`` is what the unit sends to the next unit per item.
+    ``batch_size`` and ``latency`` (wall seconds of one call, a whole batch) say which batch
+    this demand is for; a unit may give several per class (`UnitDemand.alternatives`) and the
+    fit picks one.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -29,6 +36,23 @@ class ClassDemand(BaseModel):
     memory: int = Field(default=0, ge=0)
     device_share: float = Field(default=0.0, ge=0)
     bytes_out_per_item: float = Field(default=0.0, ge=0)
+    cpu_seconds: float | None = Field(default=None, ge=0)
+    device_seconds: float | None = Field(default=None, ge=0)
+    reserve: bool = False
+    batch_size: int | None = Field(default=None, ge=1)
+    latency: float | None = Field(default=None, ge=0)
+
+    def core_seconds(self) -> float:
+        """Core-seconds one processed item consumes (fluid), whether given or implied."""
+        if self.cpu_seconds is not None:
+            return self.cpu_seconds
+        return self.cores / self.rate if self.rate > 0 else 0.0
+
+    def call_latency(self) -> float:
+        """Wall seconds of one call (a batch): given, or one item at this rate."""
+        if self.latency is not None:
+            return self.latency
+        return (self.batch_size or 1) / self.rate if self.rate > 0 else 0.0
 
 
 class UnitDemand(BaseModel):
@@ -36,7 +60,11 @@ class UnitDemand(BaseModel):
 
     ``multiplicity`` is how many items this unit processes per source item: the product of the
     output ratios upstream (0.8 behind a filter keeping 80%, 3.0 behind a 1:3 flat-map).
-    ``classes`` maps each device class the unit can run on to its per-replica demand there.
+    ``classes`` maps each device class the unit can run on to its per-replica demand there;
+    ``alternatives`` gives more demands for a class at other batch sizes (the fit picks ONE
+    batch size per class).  ``concurrency`` is calls one replica has in flight (``io``, or 1);
+    ``max_concurrency`` bounds the calls in flight of all replicas together and
+    ``rate_limit`` the calls per second of all replicas together (a batch is one call).
     Units are given in pipeline order: unit i sends its output to unit i + 1.
     """
 
@@ -45,6 +73,21 @@ class UnitDemand(BaseModel):
     name: str = Field(min_length=1)
     multiplicity: float = Field(default=1.0, gt=0)
     classes: dict[str, ClassDemand]
+    alternatives: dict[str, list[ClassDemand]] = Field(default_factory=dict)
+    concurrency: int = Field(default=1, ge=1)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    rate_limit: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _alternatives_have_a_class(self) -> UnitDemand:
+        stray = sorted(set(self.alternatives) - set(self.classes))
+        if stray:
+            raise ValueError(f"alternatives for {', '.join(stray)}: give that class in classes")
+        return self
+
+    def options(self, device_class: str) -> list[ClassDemand]:
+        """Every demand given for ``device_class``: its main one, then the alternatives."""
+        return [self.classes[device_class], *self.alternatives.get(device_class, [])]
 
 
 class NodeType(BaseModel):
@@ -53,7 +96,9 @@ class NodeType(BaseModel):
     ``devices`` counts accelerators per class. Host cores offer the CPU class ``cpu_class``
     (``None``: the cores only feed accelerators, no CPU-class replica runs there).
     ``network`` is bytes/s per node in each direction (``None``: not a constraint; leave it
-    ``None`` for a single-host fleet). ``price_per_hour`` is per node.
+    ``None`` for a single-host fleet). ``price_per_hour`` is per node.  ``core_ceiling`` is the
+    share of the cores left after reservations that fluid load may use (the oversubscription
+    cost, see ``fitwork.fit.plan.core_ceiling``); 1.0 uses them all.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +111,7 @@ class NodeType(BaseModel):
     devices: dict[str, int] = Field(default_factory=dict)
     network: float | None = Field(default=None, gt=0)
     price_per_hour: float = Field(default=0.0, ge=0)
+    core_ceiling: float = Field(default=1.0, gt=0, le=1)
 
     @field_validator("cpu_class")
     @classmethod

@@ -7,8 +7,8 @@ from typing import Any
 
 from fitwork.hardware.catalog import Catalog, catalog
 from fitwork.hardware.fleet import Fleet, NodeType
+from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL, connect, live_nodes
 
-NODE_TYPE_LABEL = "fitwork.node-type"
 _ACCELERATOR = "accelerator_type:"
 
 
@@ -64,9 +64,5 @@ def fleet_from_nodes(nodes: list[dict[str, Any]], name: str = "ray",
 
 def discover_ray(address: str | None = None) -> Fleet:
     """The fleet of the Ray cluster at ``address`` (or ``RAY_ADDRESS``)."""
-    import ray
-
-    from fitwork.engine.ray.driver import connect
-
     connect(address)
-    return fleet_from_nodes(ray.nodes())
+    return fleet_from_nodes(live_nodes())

@@ -4,9 +4,19 @@ Each unit runs in its own child process (so its peak memory is its own), after i
 constructor, over the outputs the previous unit produced for the same samples.  Batched
 units are measured at several batch sizes up to their declared one.  Per item it records
 wall seconds, CPU seconds (their ratio tells I/O-bound from compute-bound), accelerator
-seconds (CUDA events, when torch sees a GPU), FLOPs (declared on the unit, or counted by
-torch's FLOP counter for torch code), bytes in and out, the output ratio and the peak RSS
-above the process's starting point.
+seconds, FLOPs, bytes in and out, bytes through device memory, the output ratio, the peak
+RSS above the process's starting point and the device memory one replica holds.
+
+Every figure is measured on one device class (`fitwork.profiling.classes`): the host's CPU
+class as discovery finds it (``cpu-x86``, ``cpu-arm``), or, for a unit that holds a GPU
+share on a host with a GPU, that GPU's class; either can be given instead.  On an
+accelerator, the pluggable timers of `fitwork.profiling.timers` measure its device time
+(the unit's own clock, CUDA events, onnxruntime runs) and, where they can, its device
+memory.  After the timing, one batch at the unit's batch size is counted without timing:
+FLOPs by torch's FLOP counter, else by onnxruntime's profiler on a fresh replica
+(`fitwork.profiling.onnx`), which also gives the bytes a unit on an accelerator moves
+through device memory.  What the unit declares (``flops``, ``device_bytes``,
+``device_memory``) wins over what is counted or measured.
 """
 
 from __future__ import annotations
@@ -18,15 +28,19 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from fitwork.errors import FitworkError
 from fitwork.forked import ChildFailed, run_forked
+from fitwork.profiling.classes import MeasuredOn, measured_on
+from fitwork.profiling.onnx import Runs, watch_runs
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
+from fitwork.profiling.timers import Timers
 from fitwork.version import __version__
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.pipeline import Pipeline
-from fitwork.workload.unit import Unit
+from fitwork.workload.unit import PerItem, Unit
 
 
 class ProfileError(FitworkError, RuntimeError):
@@ -38,19 +52,26 @@ def profile_pipeline(
     items: Iterable[Any],
     *,
     samples: int = 32,
-    host_class: str = "cpu-x86",
+    host_class: str | None = None,
+    accelerator_class: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PipelineProfile:
-    """Profile every unit of ``pipeline`` on the first ``samples`` items."""
+    """Profile every unit of ``pipeline`` on the first ``samples`` items.
+
+    ``host_class`` (a CPU class) and ``accelerator_class`` name the classes the figures are
+    measured on; each one not given is discovered on this host.
+    """
     inputs = list(itertools.islice(items, samples))
     if not inputs:
         raise ProfileError("profile: the input has no items; give at least one sample")
+    on = measured_on(host_class, accelerator_class,
+                     discover_accelerator=any(u.resources.gpu > 0 for u in pipeline.units))
     profiles = []
     with pipeline.run_context():
         for unit in pipeline.units:
             if progress:
                 progress(unit.name)
-            profile, outputs = _measure_in_child(unit, inputs, host_class)
+            profile, outputs = _measure_in_child(unit, inputs, on)
             profiles.append(profile)
             inputs = outputs[: max(samples, 1) * 4]
             if not inputs and unit is not pipeline.units[-1]:
@@ -58,13 +79,14 @@ def profile_pipeline(
                     f"profile: unit {unit.name!r} produced no outputs from {profile.samples} "
                     "samples, so the units after it cannot be measured; give more samples")
     return PipelineProfile(fitwork_version=__version__, pipeline=pipeline.name, units=profiles,
-                           host_class=host_class, created_at=time.time())
+                           host_class=on.host_class, accelerator_class=on.accelerator_class,
+                           classes_from=on.found_from, created_at=time.time())
 
 
-def _measure_in_child(unit: Unit, inputs: list[Any], host_class: str
+def _measure_in_child(unit: Unit, inputs: list[Any], on: MeasuredOn
                       ) -> tuple[UnitProfile, list[Any]]:
     try:
-        profile, outputs = run_forked(measure_unit, unit, inputs, host_class)
+        profile, outputs = run_forked(measure_unit, unit, inputs, on)
     except ChildFailed as failure:
         if failure.died:
             raise ProfileError(f"profile: unit {unit.name!r} killed its process ({failure}); "
@@ -91,37 +113,88 @@ def _caller(kernel: Kernel) -> Callable[[list[Any]], tuple[list[Any], int]]:
     return kernel.results
 
 
-def _accelerator_timer() -> Callable[[Callable[[], Any]], tuple[Any, float | None]]:
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return lambda call: (call(), None)
-
-    def timed(call: Callable[[], Any]) -> tuple[Any, float | None]:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        result = call()
-        end.record()
-        torch.cuda.synchronize()
-        return result, start.elapsed_time(end) / 1000.0
-
-    return timed
+def _declared(value: PerItem, inputs: list[Any]) -> float | None:
+    """A per-item declaration as a number: itself, or its mean over ``inputs``."""
+    if value is None:
+        return None
+    if callable(value):
+        return sum(float(value(item)) for item in inputs) / len(inputs)
+    return float(value)
 
 
-def _count_flops(unit: Unit, call: Callable[[list[Any]], tuple[list[Any], int]],
-                 sample: Any) -> tuple[float | None, str | None]:
-    if unit.flops is not None:
-        value = unit.flops(sample) if callable(unit.flops) else unit.flops
-        return float(value), "declared"
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None, None
+@dataclass
+class Counted:
+    """FLOPs and device bytes per item, and where each came from (``None``: unknown)."""
+
+    flops: float | None = None
+    flops_source: Literal["declared", "counted"] | None = None
+    device_bytes: float | None = None
+    device_bytes_source: Literal["measured", "declared"] | None = None
+
+
+def _onnx_runs() -> contextlib.AbstractContextManager[Runs]:
+    """Counts onnxruntime session runs, where the unit's process has imported onnxruntime."""
+    return watch_runs() if "onnxruntime" in sys.modules else contextlib.nullcontext(Runs())
+
+
+def _count(unit: Unit, call: Callable[[list[Any]], tuple[list[Any], int]], inputs: list[Any],
+           accelerated: bool, used_onnx: bool) -> Counted:
+    """Declared figures, else FLOPs and device bytes counted on one batch (no timing).
+
+    onnxruntime's counting builds a fresh replica, so it runs only for a unit whose timed
+    calls ran onnxruntime sessions.
+    """
+    counted = Counted()
+    flops = _declared(unit.flops, inputs)
+    if flops is not None:
+        counted.flops, counted.flops_source = flops, "declared"
+    nbytes = _declared(unit.device_bytes, inputs)
+    if nbytes is not None:
+        counted.device_bytes, counted.device_bytes_source = nbytes, "declared"
+    batch = inputs[: unit.batch_size or 1]
+    if counted.flops is None:
+        counted.flops = _torch_flops(call, batch)
+        counted.flops_source = "counted" if counted.flops else None
+    wants_bytes = accelerated and counted.device_bytes is None
+    if (counted.flops is None or wants_bytes) and used_onnx:
+        flops, nbytes = _onnx_counts(unit, batch)
+        if counted.flops is None and flops:
+            counted.flops, counted.flops_source = flops, "counted"
+        if wants_bytes and nbytes:
+            counted.device_bytes, counted.device_bytes_source = nbytes, "measured"
+    return counted
+
+
+def _torch_flops(call: Callable[[list[Any]], tuple[list[Any], int]], batch: list[Any]
+                 ) -> float | None:
+    """FLOPs per item by torch's FLOP counter, for a unit that imported torch."""
+    if sys.modules.get("torch") is None:
+        return None
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
     with counter:
-        call([sample])
+        call(batch)
     total = counter.get_total_flops()
-    return (float(total), "counted") if total else (None, None)
+    return float(total) / len(batch) if total else None
+
+
+def _onnx_counts(unit: Unit, batch: list[Any]) -> tuple[float | None, float | None]:
+    """FLOPs and accelerator device bytes per item from onnxruntime's profiler, on a fresh
+    replica (its sessions profiled as created); ``None`` for what it could not count."""
+    from fitwork.profiling.onnx import count_sessions
+
+    try:
+        with count_sessions() as count:
+            fresh = _caller(Kernel(unit))
+            count.mark()
+            fresh(batch)
+            count.read()
+    except Exception:
+        return None, None
+    if not count.sessions:
+        return None, None
+    return count.flops / len(batch) or None, count.device_bytes / len(batch) or None
 
 
 def _size(value: Any) -> int:
@@ -144,28 +217,35 @@ def _rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure_unit(unit: Unit, inputs: list[Any], host_class: str
-                 ) -> tuple[UnitProfile, list[Any]]:
-    """Measure ``unit`` on ``inputs`` in this process; returns its profile and its outputs."""
-    import psutil
+@dataclass
+class _Timed:
+    """What the timing loop measured."""
 
-    start_rss = psutil.Process().memory_info().rss
-    kernel = Kernel(unit)
+    batches: list[BatchMeasurement]
+    outputs: list[Any]
+    failures: int
+    accel_source: str | None
+    device_memory: int | None
+
+
+def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers) -> _Timed:
+    """Wall, CPU, queued and accelerator seconds per item at each batch size."""
     call = _caller(kernel)
-    timer = _accelerator_timer()
-    with contextlib.suppress(Exception):
-        call([inputs[0]])  # warm-up: imports, caches, CUDA context
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
     failures = 0
+    chosen_source: str | None = None
     for size in _sizes(unit, len(inputs)):
         wall = cpu = accel = queued = 0.0
         measured = 0
         produced: list[Any] = []
+        source: str | None = None
         for i in range(0, len(inputs), size):
             batch = inputs[i:i + size]
             wall0, cpu0, queue0 = time.perf_counter(), time.process_time(), run_queue_seconds()
-            (results, failed), accel_s = timer(lambda b=batch: call(b))
+            timers.start()
+            results, failed = call(batch)
+            accel_s, timer = timers.stop()
             if failed == len(batch):
                 failures += len(batch) if size == (unit.batch_size or 1) else 0
                 continue
@@ -173,6 +253,7 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
             cpu += time.process_time() - cpu0
             queued += run_queue_seconds() - queue0
             accel += accel_s or 0.0
+            source = source or timer
             measured += len(batch) - failed
             for item, result in zip(batch, results, strict=True):
                 if type(result) is Failed:
@@ -185,19 +266,50 @@ def measure_unit(unit: Unit, inputs: list[Any], host_class: str
                                         cpu_s=cpu / measured, queued_s=queued / measured,
                                         accel_s=accel / measured if accel else None))
         outputs = produced
-    if not batches:
+        chosen_source = source if accel else None
+    memory, _ = timers.peak_memory()
+    return _Timed(batches, outputs, failures, chosen_source, memory)
+
+
+def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
+                 ) -> tuple[UnitProfile, list[Any]]:
+    """Measure ``unit`` on ``inputs`` in this process; returns its profile and its outputs."""
+    import psutil
+
+    start_rss = psutil.Process().memory_info().rss
+    kernel = Kernel(unit)
+    call = _caller(kernel)
+    with contextlib.suppress(Exception):
+        call([inputs[0]])  # warm-up: imports, caches, CUDA context
+    accelerated = on.on_accelerator(unit)
+    with _onnx_runs() as onnx_runs:
+        timers = Timers(kernel.fn, None if accelerated else [])
+        try:
+            timed = _time_batches(unit, kernel, inputs, timers)
+        finally:
+            timers.close()
+    if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
-    chosen = batches[-1]
-    flops, flops_source = _count_flops(unit, call, inputs[0])
+    chosen = timed.batches[-1]
+    peak_rss = max(0, _rss() - start_rss)  # before counting, which may build a second replica
+    counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
+    memory: int | None = unit.device_memory
+    memory_source: Literal["measured", "declared"] | None = "declared" \
+        if memory is not None else None
+    if memory is None and timed.device_memory is not None:
+        memory, memory_source = timed.device_memory, "measured"
     profile = UnitProfile(
         name=unit.name, kind=unit.kind.value,
-        resources={k: float(v) for k, v in unit.resources.as_dict().items()},
-        batch_size=unit.batch_size, device_class=host_class, samples=len(inputs),
-        failures=failures, wall_s=chosen.wall_s, cpu_s=chosen.cpu_s, queued_s=chosen.queued_s,
-        accel_s=chosen.accel_s,
-        flops=flops, flops_source=flops_source,
+        resources=unit.demand(),
+        batch_size=unit.batch_size, device_class=on.of(unit), samples=len(inputs),
+        failures=timed.failures, wall_s=chosen.wall_s, cpu_s=chosen.cpu_s,
+        queued_s=chosen.queued_s, accel_s=chosen.accel_s, accel_source=timed.accel_source,
+        flops=counted.flops, flops_source=counted.flops_source,
+        device_bytes=counted.device_bytes, device_bytes_source=counted.device_bytes_source,
+        device_memory=memory, device_memory_source=memory_source,
         bytes_in=sum(map(_size, inputs)) / len(inputs),
-        bytes_out=sum(map(_size, outputs)) / len(inputs),
-        output_ratio=len(outputs) / chosen.items,
-        peak_rss=max(0, _rss() - start_rss), batches=batches)
-    return profile, outputs
+        bytes_out=sum(map(_size, timed.outputs)) / len(inputs),
+        output_ratio=len(timed.outputs) / chosen.items,
+        peak_rss=peak_rss, batches=timed.batches, reserve=unit.reserve,
+        max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit)
+    return profile, timed.outputs

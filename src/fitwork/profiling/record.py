@@ -26,12 +26,21 @@ class BatchMeasurement(BaseModel):
 class UnitProfile(BaseModel):
     """One unit, measured alone on sample items (figures are per input item).
 
+    ``device_class`` is the catalog class every figure was measured on: the accelerator's
+    for a unit that holds a GPU share on a host with one, else the host's CPU class.
+    ``accel_s`` is its time on that accelerator, and ``accel_source`` the timer that
+    measured it (``declared``, ``torch-cuda``, ``onnxruntime``: see
+    `fitwork.profiling.timers`).
+
     ``bytes_in`` and ``bytes_out`` are what crosses between units (pickled item sizes).
     ``device_bytes`` is different: the bytes one item moves through device memory (weights
     read, activations, KV cache; at the unit's batch size), ``measured`` by an accelerator
     timer or ``declared`` on the unit; the cost model reads it to tell compute-bound from
     memory-bound work. ``device_memory`` is the device memory one replica holds (weights plus
-    KV cache, say); a device class with less gets no replica. Both are ``None`` when unknown.
+    KV cache, say), ``measured`` by a timer or ``declared``; a device class with less gets no
+    replica. Both are ``None`` when unknown.
+    ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
+    for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
     """
 
     name: str
@@ -45,6 +54,7 @@ class UnitProfile(BaseModel):
     cpu_s: float
     queued_s: float = 0.0
     accel_s: float | None = None
+    accel_source: str | None = None
     flops: float | None = None
     flops_source: Literal["declared", "counted"] | None = None
     bytes_in: float
@@ -52,9 +62,13 @@ class UnitProfile(BaseModel):
     device_bytes: float | None = None
     device_bytes_source: Literal["measured", "declared"] | None = None
     device_memory: int | None = None
+    device_memory_source: Literal["measured", "declared"] | None = None
     output_ratio: float
     peak_rss: int
     batches: list[BatchMeasurement] = Field(default_factory=list)
+    reserve: bool = False
+    max_concurrency: int | None = None
+    rate_limit: float | None = None
 
     @property
     def waiting_s(self) -> float:
@@ -80,7 +94,12 @@ class UnitProfile(BaseModel):
 
 
 class PipelineProfile(Document):
-    """Every unit of a pipeline, profiled on one host."""
+    """Every unit of a pipeline, profiled on one host.
+
+    ``host_class`` is the catalog class of the host's cores and ``accelerator_class`` that
+    of the GPU its GPU units ran on (``None``: none); ``classes_from`` says whether each was
+    discovered (and from what) or given.  Each unit's ``device_class`` is one of the two.
+    """
 
     document_kind: ClassVar[str] = "profile"
     document_maker: ClassVar[str] = "`fitwork profile`"
@@ -90,6 +109,8 @@ class PipelineProfile(Document):
     units: list[UnitProfile]
     host_class: str
     created_at: float
+    accelerator_class: str | None = None
+    classes_from: str = ""
 
     def unit(self, name: str) -> UnitProfile:
         """The profile of unit ``name``."""

@@ -137,6 +137,8 @@ class RunRecord(Document):
     replicas: ReplicaSeries = Field(default_factory=ReplicaSeries)
     placement: dict[str, Any] | None = None
     device_samples: list[DeviceSample] = Field(default_factory=list)
+    host: dict[str, Any] | None = None
+    output_digest: str | None = None
 
     def unit(self, name: str) -> UnitRecord:
         """The record of the unit called ``name``."""

@@ -7,18 +7,30 @@ Never mixed (see DESIGN.md, "Three utilization figures")::
     server capacity      achieved throughput / the most these servers sustain    per run
 
 A unit runs on one device class: the one ``classes`` names for it, else ``cpu_class`` when
-it holds no GPU share, else the placeholder ``gpu`` (a GPU of a class nobody named).  A unit
-on an accelerator also holds host cores, counted on ``cpu_class``.  CPU busy time is the
-workers' process CPU time (a unit waiting on I/O keeps its cores idle), as in the record's
-own ``resources``; accelerator busy time, without device samples, is the unit's busy
-seconds times its GPU share.  Everything here is arithmetic over values it is given (the
-catalog of peaks defaults to the packaged one).
+it holds no GPU share, else the class the record's device samples show (when they show
+exactly one), else the placeholder ``gpu`` (a GPU of a class nobody named).  A unit on an
+accelerator also holds host cores, counted on ``cpu_class``.
+
+Busy time is MEASURED where it can be and DECLARED where it cannot, and each class's
+``basis`` says which (it starts ``measured:`` or ``declared:``):
+
+- CPU classes: the workers' process CPU time (a unit waiting on I/O keeps its cores idle),
+  as in the record's own ``resources``; always measured.
+- accelerator classes with device samples (``RunRecord.device_samples``, NVML): each
+  device's mean utilization x wall seconds, summed over the devices sampled of that class
+  (with even sampling, mean utilization x wall x devices); the devices allocated are at
+  least those sampled, since the run could use every GPU it saw.
+- accelerator classes without samples: each unit's busy seconds x its GPU share.
+
+Everything here is arithmetic over values it is given (the catalog of peaks defaults to
+the packaged one).  A class the catalog gives no peak for at the precision asked (an
+SN40L's or a Gaudi2's FP32 rate) has no MFU figure.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
@@ -26,7 +38,7 @@ from pydantic import BaseModel
 from fitwork.errors import InputError
 from fitwork.hardware.catalog import Catalog, catalog
 from fitwork.telemetry.figures import ratio
-from fitwork.telemetry.record import RunRecord, UnitRecord
+from fitwork.telemetry.record import DeviceSample, RunRecord, UnitRecord
 
 if TYPE_CHECKING:
     from fitwork.fit.plan import Plan
@@ -35,8 +47,10 @@ Precision = Literal["fp16", "fp32"]
 
 DEFAULT_CPU_CLASS = "cpu-x86"
 UNNAMED_GPU = "gpu"
-CPU_BASIS = "process CPU seconds / (cores allocated x wall seconds)"
-GPU_BASIS = "busy seconds x GPU share / (GPUs allocated x wall seconds)"
+CPU_BASIS = "measured: process CPU seconds / (cores allocated x wall seconds)"
+GPU_BASIS = "declared: busy seconds x GPU share / (GPUs allocated x wall seconds)"
+GPU_MEASURED_BASIS = ("measured: mean NVML utilization x wall seconds, summed over the GPUs "
+                      "sampled / (GPUs allocated, at least those sampled, x wall seconds)")
 
 
 class ClassFigures(BaseModel):
@@ -44,7 +58,9 @@ class ClassFigures(BaseModel):
 
     ``allocated`` counts devices (cores for a CPU class); ``busy_s`` and ``allocated_s`` are
     device-seconds.  ``flops`` is what the work on this class needed, ``mfu`` that over
-    ``peak_flops x allocated x wall``; both ``None`` when no FLOPs were given for its units.
+    ``peak_flops x allocated x wall``; both ``None`` when no FLOPs were given for its units,
+    and ``mfu`` also when the catalog has no peak for the class.  ``measured`` tells a
+    measured basis from a declared one (see ``basis``).
     """
 
     device_class: str
@@ -53,6 +69,7 @@ class ClassFigures(BaseModel):
     busy_s: float
     utilization: float
     basis: str
+    measured: bool = True
     flops: float | None = None
     peak_flops: float | None = None
     mfu: float | None = None
@@ -86,10 +103,36 @@ def _is_cpu(name: str, known: Catalog) -> bool:
     return known.get(name).is_cpu if name in known else name.startswith("cpu-")
 
 
+def sample_class(sample: DeviceSample, known: Catalog | None = None) -> str:
+    """The catalog class of the GPU a sample was read from (its NVML name when unknown)."""
+    device = (known or catalog()).match(sample.name)
+    return device.name if device is not None else sample.name
+
+
+def sampled_busy(samples: Sequence[DeviceSample], wall_s: float,
+                 known: Catalog | None = None) -> dict[str, tuple[int, float]]:
+    """Per device class the samples show: (devices sampled, busy device-seconds).
+
+    A device is a (node, NVML index) pair; its busy seconds are the mean of its samples'
+    utilization times ``wall_s``, and a class's are the sum over its devices (so, sampled
+    evenly, mean utilization x wall x devices).  Classes come in order of first sample.
+    """
+    known = known or catalog()
+    readings: dict[tuple[str, str | None, int], list[float]] = {}
+    for sample in samples:
+        key = (sample_class(sample, known), sample.node, sample.device)
+        readings.setdefault(key, []).append(min(max(sample.utilization, 0.0), 1.0))
+    totals: dict[str, tuple[int, float]] = {}
+    for (name, _, _), values in readings.items():
+        devices, busy = totals.get(name, (0, 0.0))
+        totals[name] = (devices + 1, busy + sum(values) / len(values) * wall_s)
+    return totals
+
+
 def unit_classes(units: list[UnitRecord], classes: Mapping[str, str] | None = None,
                  cpu_class: str = DEFAULT_CPU_CLASS,
-                 known: Catalog | None = None) -> dict[str, str]:
-    """The device class each unit ran on: named in ``classes``, else CPU, else ``gpu``.
+                 known: Catalog | None = None, gpu_class: str = UNNAMED_GPU) -> dict[str, str]:
+    """The device class each unit ran on: named in ``classes``, else CPU, else ``gpu_class``.
 
     Names the catalog knows are given as it spells them (``h100`` becomes ``H100-SXM``).
     """
@@ -100,10 +143,19 @@ def unit_classes(units: list[UnitRecord], classes: Mapping[str, str] | None = No
         raise InputError(f"device classes given for units {', '.join(unknown)}, which the run "
                          f"record does not have; its units are "
                          f"{', '.join(u.name for u in units)}")
-    placed = {u.name: named.get(u.name) or (UNNAMED_GPU if u.resources.get("gpu", 0.0) > 0
+    placed = {u.name: named.get(u.name) or (gpu_class if u.resources.get("gpu", 0.0) > 0
                                             else cpu_class)
               for u in units}
     return {unit: _canonical(name, known) for unit, name in placed.items()}
+
+
+def _placed(record: RunRecord, classes: Mapping[str, str] | None, cpu_class: str,
+            known: Catalog) -> tuple[dict[str, str], dict[str, tuple[int, float]]]:
+    """Each unit's class (GPU units named nowhere go to the one class sampled, if one), and
+    the device samples' figures per class."""
+    sampled = sampled_busy(record.device_samples, record.wall_s, known)
+    gpu_class = next(iter(sampled)) if len(sampled) == 1 else UNNAMED_GPU
+    return unit_classes(record.units, classes, cpu_class, known, gpu_class), sampled
 
 
 def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class: str,
@@ -111,8 +163,10 @@ def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class
     """Per class: (devices allocated, busy device-seconds, basis), in order of first use.
 
     A unit placed on an accelerator without a declared GPU share holds one whole device.
+    An accelerator class with device samples takes its busy time from them, and at least
+    the devices sampled as allocated.
     """
-    placed = unit_classes(record.units, classes, cpu_class, known)
+    placed, sampled = _placed(record, classes, cpu_class, known)
     cpu_class = _canonical(cpu_class, known)
     totals: dict[str, list[float]] = {}
     bases: dict[str, str] = {}
@@ -132,6 +186,11 @@ def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class
             entry[0] += u.replicas * cores
             entry[1] += u.cpu_s
             bases[host] = CPU_BASIS
+    for name, entry in totals.items():
+        if name in sampled and bases[name] == GPU_BASIS:
+            devices, busy = sampled[name]
+            entry[0], entry[1] = max(entry[0], float(devices)), busy
+            bases[name] = GPU_MEASURED_BASIS
     return {name: (alloc, busy, bases[name]) for name, (alloc, busy) in totals.items()}
 
 
@@ -142,7 +201,8 @@ def fleet_utilization(record: RunRecord, classes: Mapping[str, str] | None = Non
     known = known or catalog()
     wall = record.wall_s
     return [ClassFigures(device_class=name, allocated=alloc, allocated_s=alloc * wall,
-                         busy_s=busy, utilization=ratio(busy, alloc * wall), basis=basis)
+                         busy_s=busy, utilization=ratio(busy, alloc * wall), basis=basis,
+                         measured=basis.startswith("measured"))
             for name, (alloc, busy, basis)
             in _allocations(record, classes, cpu_class, known).items()]
 
@@ -152,7 +212,8 @@ def needed_flops(record: RunRecord, flops_per_item: Mapping[str, float],
                  cpu_class: str = DEFAULT_CPU_CLASS,
                  known: Catalog | None = None) -> dict[str, float]:
     """FLOPs the run's work needed per device class: items each unit took x its FLOPs/item."""
-    placed = unit_classes(record.units, classes, cpu_class, known)
+    known = known or catalog()
+    placed, _ = _placed(record, classes, cpu_class, known)
     unknown = sorted(set(flops_per_item) - set(placed))
     if unknown:
         raise InputError(f"FLOPs per item given for units {', '.join(unknown)}, which the run "
@@ -172,22 +233,27 @@ def model_flops_utilization(record: RunRecord, flops_per_item: Mapping[str, floa
     """MFU per device class: FLOPs needed / (peak FLOP/s x devices allocated x wall seconds).
 
     The peak is the catalog's: FP32 for a CPU class (no CPU in it runs FP16 faster), the
-    ``precision`` figure for an accelerator.
+    ``precision`` figure for an accelerator.  A class without that figure in the catalog
+    (or not in the catalog) gets no MFU.
     """
     known = known or catalog()
     allocated = _allocations(record, classes, cpu_class, known)
     figures = {}
     for name, flops in needed_flops(record, flops_per_item, classes, cpu_class, known).items():
         peak = _peak(name, precision, known)
+        if peak is None:
+            continue
         devices = allocated.get(name, (0.0, 0.0, ""))[0]
         figures[name] = ratio(flops, peak * devices * record.wall_s)
     return figures
 
 
-def _peak(name: str, precision: Precision, known: Catalog) -> float:
+def _peak(name: str, precision: Precision, known: Catalog) -> float | None:
     if name == UNNAMED_GPU:
         raise InputError("a unit with FLOPs per item holds a GPU share, but no device class "
                          "was named for it; pass classes={unit: 'H100-SXM'} (or its class)")
+    if name not in known:
+        return None
     device = known.get(name)
     return device.fp32_flops if device.is_cpu or precision == "fp32" else device.fp16_flops
 
@@ -241,9 +307,9 @@ def run_figures(record: RunRecord, plan: Plan | None = None,
     needed = needed_flops(record, flops_per_item or {}, classes, cpu_class, known)
     rows = []
     for row in fleet_utilization(record, classes, cpu_class=cpu_class, known=known):
-        if row.device_class in mfu:
+        if row.device_class in needed:
             row = row.model_copy(update={
-                "flops": needed[row.device_class], "mfu": mfu[row.device_class],
+                "flops": needed[row.device_class], "mfu": mfu.get(row.device_class),
                 "peak_flops": _peak(row.device_class, precision, known)})
         rows.append(row)
     basis = ""

@@ -7,6 +7,7 @@ from fitwork.engine.core.events import (
     Event,
     Exited,
     Fed,
+    Lost,
     Measured,
     Ready,
     Resize,
@@ -31,7 +32,7 @@ from fitwork.engine.core.machine import Policy, RunCore, WorkerBooks
 
 __all__ = [
     "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Emit", "Event", "Exited", "Fed",
-    "Finished", "FrameSizes", "Instruction", "Measured", "Policy", "Ready", "Report",
+    "Finished", "FrameSizes", "Instruction", "Lost", "Measured", "Policy", "Ready", "Report",
     "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn", "Stage", "Taken",
     "Tick", "WorkerBooks",
 ]

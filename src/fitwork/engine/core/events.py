@@ -94,6 +94,15 @@ class Exited(NamedTuple):
     fatal: str | None = None
 
 
+class Lost(NamedTuple):
+    """A frame a worker held is gone though the worker lives (its outputs were lost)."""
+
+    worker: int
+    frame: int
+    now: float
+    cause: str = "outputs lost"
+
+
 class Tick(NamedTuple):
     """Time passed; ``backlog`` is how many sends the driver still holds back."""
 
@@ -110,8 +119,8 @@ class Resize(NamedTuple):
     reason: str = ""
 
 
-Event = Fed | Ready | Taken | Done | Measured | Arrived | Exited | Tick | Resize
-EVENTS = (Fed, Ready, Taken, Done, Measured, Arrived, Exited, Tick, Resize)
+Event = Fed | Ready | Taken | Done | Measured | Arrived | Exited | Lost | Tick | Resize
+EVENTS = (Fed, Ready, Taken, Done, Measured, Arrived, Exited, Lost, Tick, Resize)
 
 
 @dataclass(frozen=True, slots=True)

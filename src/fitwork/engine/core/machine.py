@@ -35,6 +35,7 @@ from fitwork.engine.core.events import (
     Event,
     Exited,
     Fed,
+    Lost,
     Measured,
     Ready,
     Resize,
@@ -146,6 +147,7 @@ class RunCore:
         self.handlers: dict[type, Callable[[Any], None]] = {
             Fed: self._fed, Ready: self._ready, Taken: self._taken, Done: self._done,
             Measured: self._measured, Arrived: self._arrived, Exited: self._exited,
+            Lost: self._lost,
             Tick: self._tick, Resize: self._resize,
         }
 
@@ -298,6 +300,16 @@ class RunCore:
         if not self.stopping and self.live(worker.stage) < self.targets[worker.stage]:
             self._spawn(worker.stage, worker.group, event.now)
         self._note_replicas(event.now)
+
+    def _lost(self, event: Lost) -> None:
+        self.last_activity = event.now
+        worker = self.workers.get(event.worker)
+        parts = worker.held.pop(event.frame, None) if worker is not None else None
+        if worker is None or parts is None:
+            return
+        for frame_id, offsets in parts:
+            self._retry_part(frame_id, offsets, self.names[worker.stage], event.cause,
+                             event.now)
 
     def _tick(self, event: Tick) -> None:
         now = event.now

@@ -1,28 +1,27 @@
-"""The Ray engine's driver: starts, watches and replaces replica actors; never relays items.
+"""The Ray engine's driver: a thin shell that starts replica actors and turns Ray into events.
 
 ::
 
     source ─▶ driver ──process()──▶ [unit 0 actors] ──process()──▶ [unit 1 actors] ─▶ …
-                 ▲                                                      │ ray.put (owned
-                 └──────── summaries: output refs, failures ◀───────────┘  by the registry)
+                 ▲                                                      │
+                 └──── summaries: output refs, returned weight, failures ◀┘
 
-The driver feeds frames to the first unit's replicas (the less loaded of two at random,
-a bounded number in flight) and each call returns once the frame has gone all the way
-down; its summary carries references to the outputs, which the driver fetches from the
-object store, and the dead letters.  Replicas report dead peers to the registry; the
-driver replaces them.  Outputs are deduplicated by (source id, path), so a frame retried
-after a death delivers each output once.
+The driver sends frames to the first unit's replicas (its `Router` picks the less loaded
+of two) and each call returns once the frame has gone all the way down; its summary
+carries references to the outputs, which the driver fetches from the object store.  Every
+call result, actor start, death report, retirement and counter reading becomes an event
+for the run core (`fitwork.engine.core`), which keeps the books and decides; this module
+only carries out what it says.  Every call the driver makes into Ray has a deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
+import itertools
+import sys
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -30,245 +29,420 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from fitwork.engine.base import RunOptions, RunResult
-from fitwork.engine.books import RunBooks
+from fitwork.engine.contract import RunResult
+from fitwork.engine.core import (
+    Arrived,
+    Counters,
+    Done,
+    Exited,
+    FrameSizes,
+    Lost,
+    Measured,
+    Policy,
+    Ready,
+    Retire,
+    Send,
+    Spawn,
+    Taken,
+)
+from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.registry import Registry
-from fitwork.engine.ray.replica import (
-    DEATH,
-    Record,
-    Replica,
-    after_death,
-    pick_member,
-    release,
-)
+from fitwork.engine.ray.replica import DEATH, Replica
+from fitwork.engine.ray.routing import Router, key
+from fitwork.engine.shell import Shell
 from fitwork.errors import EngineError
-from fitwork.telemetry.record import (
-    RunRecord,
-    WorkerRecord,
+from fitwork.hardware.ray_cluster import (
+    NODE_TYPE_LABEL,
+    cluster_resources,
+    connect,
+    labelled_node_types,
 )
+from fitwork.placement import Group, Placement
+from fitwork.resources import Resources
 from fitwork.workload.pipeline import Pipeline
 
-_FRAME_TIME = 0.05  # a Ray call costs ~1 ms of CPU: frames carry ~50 ms of work
-_MAX_FRAME = 2048
-_IN_FLIGHT = 4
-_STARTUP = 60.0
-NODE_TYPE_LABEL = "fitwork.node-type"
+FRAME_TIME = 0.05  # a Ray call costs ~1 ms of CPU: frames carry ~50 ms of work
+MAX_FRAME = 2048
 
 
 class RayEngine:
     """Runs a pipeline as Ray actors, on an existing cluster or one started here."""
 
     name = "ray"
+    options = RayOptions
 
-    def run(self, pipeline: Pipeline, source: Iterable[Any], options: RunOptions) -> RunResult:
+    def run(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
+            options: RunOptions, engine_options: RayOptions) -> RunResult:
         """Start the actors and return a result that streams outputs as they come."""
-        return _RayRun(pipeline, source, options).start()
-
-
-def connect(address: str | None) -> None:
-    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start one on this host."""
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address=address or os.environ.get("RAY_ADDRESS"), log_to_driver=True,
-             include_dashboard=False)
-
-
-Where = tuple[str | None, str | None, tuple[Any, int] | None]
-"""A replica's device class, node type, and (placement group, bundle index)."""
+        return RayRun(pipeline, source, placement, options, engine_options).start()
 
 
 @dataclass
 class _Actor:
     """The driver's view of one replica actor."""
 
+    worker: int
     stage: int
     handle: Any
-    where: Where
-    started: float
-    hello: Any = None
+    bundle: int | None
     pid: int = 0
-    node: str | None = None
-    ended: float | None = None
-    stats: dict[str, Any] = field(default_factory=dict)
-    intervals: list[tuple[float, float]] = field(default_factory=list)
+    ended: bool = False
+    retiring: bool = False
 
 
 @dataclass
-class _Frame:
-    """A frame the driver has sent to the first unit and not yet seen through."""
+class _Bundle:
+    """One bundle of a node type's placement group, and the worker holding it."""
 
-    records: list[Record]
-    target: Any
-    outputs: Any
+    group: Any
+    index: int
+    node_type: str
+    shape: Resources
+    holder: int | None = None
 
 
-class _RayRun(RunBooks):
-    """One run on Ray: its actors, frames in flight, and books."""
+class RayRun(Shell):
+    """One run on Ray: actors, frames in flight, and the core's books."""
 
     engine_name = "ray"
 
-    def __init__(self, pipeline: Pipeline, source: Iterable[Any], options: RunOptions) -> None:
-        connect(options.address)
-        super().__init__(pipeline, source, options)
+    def __init__(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
+                 options: RunOptions, ray_options: RayOptions) -> None:
+        self.limits = [max(ray_options.in_flight, u.batch_size or 0, u.io)
+                       for u in pipeline.units]
+        first = max(1, placement.replicas(pipeline.units[0].name))
+        policy = Policy(ordered=options.ordered, max_attempts=options.max_attempts,
+                        max_failures=options.max_failures,
+                        max_frames=self.limits[0] * first * 2, frame_time=FRAME_TIME,
+                        max_frame=MAX_FRAME, quiet_after=None,
+                        sample_interval=max(options.sample_interval, 0.2),
+                        progress_interval=options.progress_interval if options.progress
+                        else None)
+        super().__init__(pipeline, source, placement, options, policy)
+        self.ray_options = ray_options
+        self.timeout = ray_options.call_timeout
         self.registry: Any = None
-        self.actors: dict[str, _Actor] = {}
+        self.version = 0
+        self.router = Router(0, self.limits[0])
+        self.actors: dict[int, _Actor] = {}
+        self.by_key: dict[str, int] = {}
+        self.bundles: list[_Bundle] = []
         self.groups: list[Any] = []
-        self.labelled = {n.get("Labels", {}).get(NODE_TYPE_LABEL) for n in ray.nodes()
-                         if n.get("Alive")} - {None}
-        self.lock = threading.Condition()  # for the helpers shared with replicas
-        self.members: list[Any] = []
-        self.version = -1
-        self.in_flight: dict[str, int] = {}
-        self.alone: set[str] = set()
-        self.max_attempts = options.max_attempts
-        self.limits = [max(_IN_FLIGHT, u.batch_size or 0, u.resources.io) for u in self.units]
-        self.max_in_flight = self.limits[0]
-        self.frames: dict[Any, _Frame] = {}
-        self.retry: deque[list[Record]] = deque()
-        self.pending: dict[int, float] = {}
-        self.delivered: dict[int, set[tuple[int, ...]]] = {}
-        self.buffered: dict[int, list[tuple[tuple[int, ...], Any]]] = {}
-        self.hints = [1] * len(self.units)
+        self.calls: dict[Any, tuple[int, int, Any]] = {}
+        self.call_ids = itertools.count(1)
+        self.hellos: dict[Any, int] = {}
+        self.drains: dict[Any, int] = {}
+        self.stats: dict[Any, int] = {}
         self.reports: Any = None
-        self.stats_refs: dict[Any, str] = {}
-        self.last_sample = 0.0
-        self.has_gpus = ray.cluster_resources().get("GPU", 0) > 0
-        self.shut = False
+        self.last_stats = 0.0
+        self.hints = [1] * len(self.units)
+        self.has_gpus = False
+        self.started = False
 
-    # -- lifecycle -------------------------------------------------------------------------
+    # -- setting up ------------------------------------------------------------------------
 
-    def start(self) -> RunResult:
-        """Enter the pipeline's context, start every replica, and hand back the result."""
-        try:
-            self.enter_context()
-            self.registry = ray.remote(Registry).options(
-                num_cpus=0, max_concurrency=64, name=f"fitwork-registry-{self.run_id}").remote()
-            wheres = [self.placement(stage, unit.replicas)
-                      for stage, unit in enumerate(self.units)]
-            wheres = self.reserve(wheres)
-            for stage, placed in enumerate(wheres):
-                handles = [self.spawn(stage, where) for where in placed]
-                ray.get(self.registry.set_members.remote(stage, handles))
-            self.await_hellos()
-            self.members = [a.handle for a in self.actors.values() if a.stage == 0]
-        except BaseException:
-            self.shutdown()
-            raise
-        events = self.events()
-        return RunResult(events, self.build_record, lambda: self.close(events),
-                         lambda: [a.pid for a in self.actors.values()
-                                  if a.ended is None and a.pid])
+    def connect(self) -> None:
+        connect(self.ray_options.address, self.ray_options.startup_timeout)
+        for unit in self.units:  # a pipeline loaded from a file travels by value
+            module = sys.modules.get(getattr(unit.fn, "__module__", "") or "")
+            if module is not None and getattr(module, "__fitwork_by_value__", False):
+                ray.cloudpickle.register_pickle_by_value(module)
+        self.has_gpus = cluster_resources(self.timeout).get("GPU", 0) > 0
+        self.registry = ray.remote(Registry).options(
+            num_cpus=0, max_concurrency=64, name=f"fitwork-registry-{self.run_id}").remote()
+        self.reserve_groups(labelled_node_types(self.timeout))
 
-    def placement(self, stage: int, replicas: int) -> list[Where]:
-        """(device class, node type, no bundle yet) of each replica, from the plan if given."""
-        planned = (self.options.placements or {}).get(self.names[stage])
-        if not planned:
-            return [(None, None, None)] * replicas
-        return [(device, node, None) for device, node, count in planned for _ in range(count)]
-
-    def demand(self, stage: int, device_class: str | None) -> dict[str, float]:
-        """What one replica of ``stage`` holds, in Ray's resource names."""
+    def demand(self, stage: int, group: Group | None) -> Resources:
+        """What one replica asks Ray for: the plan's resources, else the unit's own."""
         unit = self.units[stage]
-        held = {"CPU": unit.resources.cpu}
-        if unit.resources.gpu and self.has_gpus:
-            held["GPU"] = unit.resources.gpu
-        if device_class and not device_class.startswith("cpu-"):
-            held[device_class] = unit.resources.gpu or 0.01
-        return {name: amount for name, amount in held.items() if amount}
+        wanted = group.resources if group is not None and group.resources is not None \
+            else unit.resources
+        devices = dict(wanted.devices)
+        if group is not None and group.device_class and \
+                not group.device_class.startswith("cpu-"):
+            devices.setdefault(group.device_class, wanted.gpu or 0.01)
+        return Resources(cpu=wanted.cpu, gpu=wanted.gpu if self.has_gpus else 0.0,
+                         memory=0, devices=devices)
 
-    def reserve(self, wheres: list[list[Where]]) -> list[list[Where]]:
+    def reserve_groups(self, labelled: set[str]) -> None:
         """One placement group per planned node type, a bundle per replica, packed.
 
-        The plan's per-node packing becomes a gang reservation: every replica planned on a
-        node type gets its bundle before any starts (on nodes of that type, where nodes are
-        labelled), so a run never starts half-placed.  A replacement reuses its bundle.
+        Every replica planned on a node type gets its bundle before any starts (on nodes of
+        that type, where nodes are labelled), so a run never starts half-placed.  A
+        replacement takes over the bundle its predecessor held.
         """
-        by_type: dict[str, list[tuple[int, int]]] = {}
-        for stage, placed in enumerate(wheres):
-            for index, (_, node_type, _) in enumerate(placed):
-                if node_type is not None:
-                    by_type.setdefault(node_type, []).append((stage, index))
-        result = [list(placed) for placed in wheres]
-        for node_type, members in by_type.items():
-            bundles = [self.demand(stage, wheres[stage][index][0]) or {"CPU": 0.01}
-                       for stage, index in members]
+        by_type: dict[str, list[Resources]] = {}
+        for stage, name in enumerate(self.names):
+            for group in self.placement.of(name):
+                if group.node_type is not None:
+                    shape = self.demand(stage, group)
+                    by_type.setdefault(group.node_type, []).extend([shape] * group.replicas)
+        startup = self.ray_options.startup_timeout
+        for node_type, shapes in by_type.items():
+            bundles = []
+            for shape in shapes:
+                asked = {"CPU": shape.cpu, "GPU": shape.gpu, **shape.devices}
+                bundles.append({k: v for k, v in asked.items() if v} or {"CPU": 0.01})
             selector = ([{NODE_TYPE_LABEL: node_type}] * len(bundles)
-                        if node_type in self.labelled else None)
+                        if node_type in labelled else None)
             group = placement_group(bundles, strategy="PACK", bundle_label_selector=selector,
                                     name=f"fitwork-{self.run_id}-{node_type}")
             self.groups.append(group)
-            ready, _ = ray.wait([group.ready()], timeout=_STARTUP)
+            ready, _ = ray.wait([group.ready()], timeout=startup)
             if not ready:
                 raise EngineError(
-                    f"node type {node_type!r} could not be reserved within {_STARTUP:.0f} s: "
-                    f"it needs {bundles}; the cluster has {ray.available_resources()}; "
-                    "plan for this cluster's fleet (`fitwork fleet ray`)")
-            for bundle, (stage, index) in enumerate(members):
-                device_class, _, _ = wheres[stage][index]
-                result[stage][index] = (device_class, node_type, (group, bundle))
+                    f"node type {node_type!r} could not be reserved within {startup:.0f} s: "
+                    f"it needs {bundles}; the cluster has (in all) {self._available()}; plan "
+                    "for this cluster's fleet (`fitwork fleet ray`)")
+            self.bundles += [_Bundle(group, i, node_type, shape)
+                             for i, shape in enumerate(shapes)]
+
+    def _available(self) -> Any:
+        with contextlib.suppress(Exception):
+            return cluster_resources(5)
+        return "(unknown: Ray did not answer)"
+
+    def start(self) -> RunResult:
+        result = super().start()
+        try:
+            self.await_ready()
+        except BaseException:
+            self.status = "aborted"
+            result.close()
+            raise
         return result
 
-    def spawn(self, stage: int, where: Where) -> Any:
-        """Start one replica actor of ``stage``'s unit, asking for what the plan gives it.
-
-        Cores and GPUs come from the unit's demand (GPUs only where the cluster has any); a
-        replica planned on an accelerator class asks for a custom resource of that name, so
-        it lands only on a node that advertises one; a planned replica runs in its bundle of
-        its node type's placement group.
-        """
-        unit = self.units[stage]
-        device_class, _, bundle = where
-        held = self.demand(stage, device_class)
-        options: dict[str, Any] = {"num_cpus": unit.resources.cpu, "max_concurrency": 64,
-                                   "max_restarts": 0}
-        if "GPU" in held:
-            options["num_gpus"] = held.pop("GPU")
-        held.pop("CPU", None)
-        if held:
-            options["resources"] = held
-        if bundle is not None:
-            group, index = bundle
-            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=index)
-        handle = ray.remote(Replica).options(**options).remote(
-            unit, stage, self.names, self.registry, self.options.max_attempts, self.limits)
-        actor = _Actor(stage, handle, where, time.monotonic(), hello=handle.hello.remote())
-        self.actors[handle._actor_id.hex()] = actor
-        return handle
-
-    def await_hellos(self) -> None:
-        """Wait until every replica is placed and running, or say what the cluster lacks."""
-        waiting = {a.hello: a for a in self.actors.values() if a.hello is not None}
-        ready, not_ready = ray.wait(list(waiting), num_returns=len(waiting), timeout=_STARTUP)
+    def await_ready(self) -> None:
+        """Wait until every replica is placed and its unit built, or say what went wrong."""
+        startup = self.ray_options.startup_timeout
+        ready, waiting = ray.wait(list(self.hellos), num_returns=len(self.hellos),
+                                  timeout=startup)
         for ref in ready:
-            self.on_hello(waiting[ref], ray.get(ref))
-        if not_ready:
-            stuck = sorted({self.names[waiting[r].stage] for r in not_ready})
+            self._hello(ref)
+        if waiting:
+            stuck = sorted({self.names[self.actors[self.hellos[r]].stage] for r in waiting})
             raise EngineError(
-                f"replicas of {', '.join(stuck)} were not placed within {_STARTUP:.0f} s: "
-                f"the cluster has {ray.available_resources()}; lower their demands, add "
-                "nodes, or check --ray-address")
+                f"replicas of {', '.join(stuck)} were not placed within {startup:.0f} s: the "
+                f"cluster has {self._available()}; lower their demands, add nodes, or "
+                "check --ray-address")
+        for stage in range(len(self.units)):
+            handles = [a.handle for a in self.actors.values() if a.stage == stage and not a.ended]
+            self.version = self._registry("set_members", stage, handles)
+        self.router.set_members([a.handle for a in self.actors.values()
+                                 if a.stage == 0 and not a.ended], self.version)
+        self.started = True
 
-    def on_hello(self, actor: _Actor, info: dict[str, Any]) -> None:
-        actor.pid, actor.node, actor.hello = info["pid"], info["node"], None
+    def _registry(self, method: str, *args: Any) -> Any:
+        try:
+            return ray.get(getattr(self.registry, method).remote(*args), timeout=self.timeout)
+        except GetTimeoutError:
+            raise EngineError(f"the fitwork registry did not answer {method} within "
+                              f"{self.timeout:g} s; check the Ray cluster") from None
 
-    def close(self, events: Iterator[Any]) -> None:
-        """Stop early if still running; always kill the actors."""
-        close = getattr(events, "close", None)
-        if close:
-            close()
-        self.shutdown()
+    # -- carrying out the core's instructions ----------------------------------------------
 
-    def shutdown(self) -> None:
-        """Kill every actor of this run; safe to call twice."""
-        if self.shut:
+    def spawn(self, instruction: Spawn) -> None:
+        stage, group = instruction.stage, instruction.group
+        unit = self.units[stage]
+        wanted = self.demand(stage, group)
+        options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0,
+                                   **wanted.to_ray()}
+        bundle = None
+        if group is not None and group.node_type is not None:
+            bundle = next((i for i, b in enumerate(self.bundles)
+                           if b.node_type == group.node_type and b.holder is None
+                           and b.shape == wanted), None)
+            if bundle is not None:
+                chosen = self.bundles[bundle]
+                chosen.holder = instruction.worker
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=chosen.group, placement_group_bundle_index=chosen.index)
+        batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
+        replicas = max(1, self.placement.replicas(unit.name))
+        slots = unit.io
+        if unit.max_concurrency:  # the bound of all replicas, split evenly among them
+            slots = max(1, min(unit.io or 1, unit.max_concurrency // replicas))
+        handle = ray.remote(Replica).options(**options).remote(
+            unit, stage, self.names, self.registry, self.options.max_attempts, self.limits,
+            batch, wanted.cpu, max(1, slots), self.timeout)
+        actor = _Actor(instruction.worker, stage, handle, bundle)
+        self.actors[instruction.worker] = actor
+        self.by_key[key(handle)] = instruction.worker
+        self.hellos[handle.hello.remote()] = instruction.worker
+        if self.started:  # a replacement, or one more: tell the others at once
+            self.version = self._registry("add", stage, handle)
+            if stage == 0:
+                self.router.set_members([*self.router.members, handle], self.version)
+
+    def retire(self, instruction: Retire) -> None:
+        actor = self.actors.get(instruction.worker)
+        if actor is None or actor.ended:
             return
-        self.shut = True
+        actor.retiring = True
+        self.version = self._registry("remove", actor.stage, key(actor.handle))
+        if actor.stage == 0:
+            self.router.drop(actor.handle)
+        self.drains[actor.handle.drain.remote()] = actor.worker
+
+    def frame_sizes(self, instruction: FrameSizes) -> None:
+        self.hints = [min(MAX_FRAME, size) for size in instruction.sizes]
+
+    def reserve(self, alone: bool) -> Any:
+        if not self.started:
+            return None
+        return self.router.pick(block=False, alone=alone)
+
+    def unreserve(self, token: Any) -> None:
+        self.router.release(token)
+
+    def transmit(self, token: Any, send: Send) -> None:
+        worker = self.by_key[key(token)]
+        call = next(self.call_ids)
+        ref, outputs = token.process.remote([send.segment], self.hints, self.version)
+        self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None)
+        segment = send.segment
+        self.handle(Taken(worker, call, [(segment[0], segment[2])], time.monotonic()))
+
+    def worker_pids(self) -> list[int]:
+        return [a.pid for a in self.actors.values() if not a.ended and a.pid]
+
+    # -- turning Ray into events -----------------------------------------------------------
+
+    def wait(self) -> None:
+        refs = [*self.calls, *self.hellos, *self.drains, *self.stats,
+                *([self.reports] if self.reports is not None else [])]
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=0.05)
+        else:
+            time.sleep(0.01)
+
+    def pump(self) -> None:
+        now = time.monotonic()
+        if now - self.last_stats >= self.policy.sample_interval:
+            self.last_stats = now
+            self._ask_stats()
+            if self.reports is None:
+                self.reports = self.registry.take_reports.remote()
+        for ref in self._ready(self.hellos):
+            self._hello(ref)
+        for ref in self._ready(self.calls):
+            self._settle(ref)
+        for ref in self._ready(self.stats):
+            self._stats(ref, self.stats.pop(ref))
+        for ref in self._ready(self.drains):
+            self._drained(ref)
+        if self.reports is not None:
+            ready, _ = ray.wait([self.reports], timeout=0)
+            if ready:
+                reports, self.reports = ray.get(ready[0]), None
+                for _, actor_id in reports:
+                    worker = self.by_key.get(actor_id)
+                    if worker is not None:
+                        self._died(worker, "the actor died (reported by a peer)")
+
+    @staticmethod
+    def _ready(refs: dict[Any, Any]) -> list[Any]:
+        if not refs:
+            return []
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        return ready
+
+    def _hello(self, ref: Any) -> None:
+        worker = self.hellos.pop(ref)
+        actor = self.actors[worker]
+        try:
+            info = ray.get(ref)
+        except DEATH as exc:
+            self.handle(Exited(worker, clean=False, now=time.monotonic(),
+                               cause="the actor died starting",
+                               fatal=f"its actor died while starting ({type(exc).__name__})"))
+            return
+        if info["error"]:  # the core aborts the run, naming the unit and the cause
+            self.handle(Exited(worker, clean=False, now=time.monotonic(),
+                               cause="its unit could not start", fatal=info["error"]))
+            return
+        actor.pid = info["pid"]
+        self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
+
+    def _settle(self, ref: Any) -> None:
+        worker, call, own_outputs = self.calls.pop(ref)
+        actor = self.actors[worker]
+        self.router.release(actor.handle)
+        now = time.monotonic()
+        try:
+            summary = ray.get(ref)
+        except DEATH as exc:
+            self._died(worker, f"the actor died ({type(exc).__name__})")
+            return
+        refs = list(summary["outputs"]) + ([own_outputs] if own_outputs is not None else [])
+        try:
+            batches = ray.get(refs, timeout=self.timeout) if refs else []
+        except (OwnerDiedError, ObjectLostError) as exc:
+            self.handle(Lost(worker, call, now, f"outputs lost ({type(exc).__name__})"))
+            return
+        except GetTimeoutError:
+            raise EngineError(f"Ray did not deliver a frame's outputs within {self.timeout:g} "
+                              "s; check the object store of the cluster") from None
+        segments = [segment for batch in batches if batch for segment in batch]
+        self.handle(Arrived(segments, now, summary["returns"], summary["failures"]))
+        self.handle(Done(worker, [call], (), (), now))
+
+    def _died(self, worker: int, cause: str) -> None:
+        actor = self.actors.get(worker)
+        if actor is None or actor.ended:
+            return
+        actor.ended = True
+        if actor.bundle is not None:
+            self.bundles[actor.bundle].holder = None
+        if actor.stage == 0:
+            self.router.drop(actor.handle)
+        with contextlib.suppress(Exception):
+            self.version = self._registry("remove", actor.stage, key(actor.handle))
+        self.handle(Exited(worker, clean=False, now=time.monotonic(), cause=cause))
+
+    def _ask_stats(self) -> None:
+        if self.stats:
+            return
         for actor in self.actors.values():
-            if actor.ended is None:
-                actor.ended = time.monotonic()
-            with contextlib.suppress(Exception):  # already gone
+            if not actor.ended and actor.worker not in self.hellos.values():
+                self.stats[actor.handle.stats.remote()] = actor.worker
+
+    def _stats(self, ref: Any, worker: int) -> None:
+        try:
+            stats = ray.get(ref)
+        except Exception:
+            return
+        self.handle(Measured(worker, _counters(stats), time.monotonic(), stats["intervals"]))
+
+    def _drained(self, ref: Any) -> None:
+        worker = self.drains.pop(ref)
+        actor = self.actors[worker]
+        with contextlib.suppress(Exception):
+            self._stats(ref, worker)
+        actor.ended = True
+        if actor.bundle is not None:
+            self.bundles[actor.bundle].holder = None
+        with contextlib.suppress(Exception):
+            ray.kill(actor.handle, no_restart=True)
+        self.handle(Exited(worker, clean=True, now=time.monotonic(), cause="retired"))
+
+    def stop_workers(self) -> None:
+        """Collect every replica's last counters (within a deadline)."""
+        pending = {actor.handle.stats.remote(): actor.worker
+                   for actor in self.actors.values() if not actor.ended}
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=5.0)
+        for ref in ready:
+            self._stats(ref, pending[ref])
+        now = time.monotonic()
+        for actor in self.actors.values():
+            if not actor.ended:
+                actor.ended = True
+                self.handle(Exited(actor.worker, clean=True, now=now, cause="stopped"))
+
+    def release(self) -> None:
+        """Kill every actor of this run and free its placement groups."""
+        for actor in self.actors.values():
+            with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
         if self.registry is not None:
             with contextlib.suppress(Exception):
@@ -276,211 +450,11 @@ class _RayRun(RunBooks):
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
-        self.ended = self.ended or time.monotonic()
-        self.ledger.close()
-        self.exit_context()
 
-    # -- the event loop --------------------------------------------------------------------
 
-    def events(self) -> Iterator[Any]:
-        """Drive the run; yields outputs as they finish (in source order if ``ordered``)."""
-        try:
-            while not (self.source_done and not self.frames and not self.retry):
-                self.feed()
-                if self.frames:
-                    refs = list(self.frames)
-                    ready, _ = ray.wait(refs, num_returns=1, timeout=0.05)
-                    if ready:
-                        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-                    for ref in ready:
-                        self.settle(ref)
-                self.replace_dead()
-                self.tick()
-                self.abort = self.abort or self.ledger.abort
-                if self.abort:
-                    raise self.abort
-                while self.out:
-                    yield self.out.popleft()
-            self.collect_stats(final=True)
-            self.ended = time.monotonic()
-            self.report_progress(force=True)
-            if self.source_error:
-                raise self.source_error
-        finally:
-            self.shutdown()
+def _counters(stats: dict[str, Any]) -> Counters:
+    return Counters(stats["items_in"], stats["items_out"], stats["bytes_in"],
+                    stats["bytes_out"], stats["busy_s"], stats["blocked_s"], stats["cpu_s"])
 
-    def feed(self) -> None:
-        """Send retried frames, then new ones from the source, while slots are free."""
-        while self.retry or not self.source_done:
-            if not self.retry and self.window_full():
-                return
-            retrying = bool(self.retry)
-            target = pick_member(self, 0, block=False, alone=retrying)
-            if target is None:
-                return
-            records = self.retry.popleft() if retrying else self.take_source(self.hints[0])
-            if not records:
-                release(self, target)
-                return
-            ref, outputs = target.process.remote(records, self.hints)
-            self.frames[ref] = _Frame(records, target, outputs)
 
-    def take_source(self, count: int) -> list[Record]:
-        """Up to ``count`` new records from the source, each pending until finished."""
-        def make(src: int, item: Any, now: float) -> Record:
-            self.pending[src] = now
-            return (src, (), 0, item)
-
-        return self.take(count, make)
-
-    def settle(self, ref: Any) -> None:
-        """A frame came back: deliver its outputs and dead letters, or retry it."""
-        frame = self.frames.pop(ref)
-        release(self, frame.target)
-        try:
-            summary = ray.get(ref)
-        except DEATH as exc:
-            failures: list[dict[str, Any]] = []
-            retries = after_death(self, 0, frame.target, frame.records, exc, failures)
-            self.retries += len(retries)
-            self.retry.extend(retries)
-            for failure in failures:
-                self.ledger.dead_letter(failure)
-                self.finish(failure["item"])
-            return
-        if len(self.units) == 1:
-            summary["outputs"].append(frame.outputs)
-        try:
-            batches = [b for b in ray.get(summary["outputs"]) if b]
-        except (OwnerDiedError, ObjectLostError):
-            self.retry.append(frame.records)
-            return
-        for batch in batches:
-            for src, path, _, value in batch:
-                self.deliver(src, path, value)
-        for failure in summary["failures"]:
-            self.ledger.dead_letter(failure)
-        for src, *_ in frame.records:
-            self.finish(src)
-
-    def deliver(self, src: int, path: tuple[int, ...], value: Any) -> None:
-        """Hand one output on, once per (source id, path)."""
-        if src not in self.pending:
-            return
-        seen = self.delivered.setdefault(src, set())
-        if path in seen:
-            return
-        seen.add(path)
-        self.outputs += 1
-        if self.options.ordered:
-            self.buffered.setdefault(src, []).append((path, value))
-        else:
-            self.out.append(value)
-
-    def finish(self, src: int) -> None:
-        """A source item is done; release its outputs in order if ``ordered``."""
-        fed = self.pending.pop(src, None)
-        if fed is None:
-            return
-        self.delivered.pop(src, None)
-        parts = sorted(self.buffered.pop(src, []), key=lambda pv: pv[0])
-        self.complete(src, fed, [value for _, value in parts])
-
-    def replace_dead(self) -> None:
-        """Start a replacement for every replica reported dead."""
-        if self.reports is None:
-            self.reports = self.registry.take_reports.remote()
-        ready, _ = ray.wait([self.reports], timeout=0)
-        if not ready:
-            return
-        reports, self.reports = ray.get(self.reports), None
-        for stage, actor_id in reports:
-            actor = self.actors.get(actor_id)
-            if actor is None or actor.ended is not None:
-                continue
-            actor.ended = time.monotonic()
-            self.restarts += 1
-            self.deaths_since_progress += 1
-            limit = 3 * self.max_attempts + 2 * sum(u.replicas for u in self.units)
-            if self.deaths_since_progress > limit and not self.abort:
-                self.abort = EngineError(
-                    f"replicas of unit {self.names[stage]!r} keep dying and no item has "
-                    f"finished in {self.deaths_since_progress} restarts; check its memory "
-                    "demand and native code")
-                return
-            handle = self.spawn(stage, actor.where)
-            ray.get(self.registry.replace.remote(stage, actor_id, handle))
-            if stage == 0:
-                with self.lock:
-                    self.members = [m for m in self.members if m._actor_id.hex() != actor_id]
-                    self.members.append(handle)
-
-    # -- housekeeping ----------------------------------------------------------------------
-
-    def collect_stats(self, final: bool = False) -> None:
-        """Gather replicas' counters (waiting for them when ``final``)."""
-        if not self.stats_refs or final:
-            for key, actor in self.actors.items():
-                if actor.ended is None:
-                    self.stats_refs[actor.handle.stats.remote()] = key
-        refs = list(self.stats_refs)
-        try:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0 if final else 0)
-        except GetTimeoutError:
-            ready = []
-        for ref in ready:
-            key = self.stats_refs.pop(ref)
-            actor = self.actors[key]
-            try:
-                stats = ray.get(ref)
-            except Exception:
-                continue
-            if actor.hello is not None and stats:
-                actor.hello = None
-            actor.intervals.extend((s - self.t0, e - self.t0) for s, e in stats["intervals"])
-            actor.stats = stats
-        for ref in [r for r, k in self.stats_refs.items() if self.actors[k].ended is not None]:
-            del self.stats_refs[ref]
-
-    def tick(self) -> None:
-        """Sample queue depths, tune frame sizes, report progress."""
-        now = time.monotonic()
-        if now - self.last_sample >= max(self.options.sample_interval, 0.2):
-            self.last_sample = now
-            self.collect_stats()
-            waiting = [0] * len(self.units)
-            items = [0] * len(self.units)
-            busy = [0.0] * len(self.units)
-            for actor in self.actors.values():
-                waiting[actor.stage] += actor.stats.get("waiting", 0) if actor.ended is None \
-                    else 0
-                items[actor.stage] += actor.stats.get("items_in", 0)
-                busy[actor.stage] += actor.stats.get("busy_s", 0.0)
-            self.samples.append((now - self.t0, waiting))
-            for stage in range(len(self.units)):
-                if items[stage]:
-                    per_item = max(busy[stage] / items[stage], 1e-7)
-                    self.hints[stage] = int(min(_MAX_FRAME, max(1, _FRAME_TIME / per_item)))
-        self.report_progress()
-
-    def report_progress(self, force: bool = False) -> None:
-        """Hand the progress callback a snapshot, with each unit's live counters."""
-        if self.options.progress is not None:
-            figures = self.live_figures((a.stage, a.stats) for a in self.actors.values())
-            super().report_progress(figures, force)
-
-    def build_record(self) -> RunRecord:
-        """Assemble the run record, in the same form as the local engine's."""
-        return self.assemble([
-            WorkerRecord(
-                worker_id=index + 1, unit=self.names[actor.stage], pid=actor.pid,
-                node=actor.node, started_s=actor.started - self.t0,
-                ended_s=(actor.ended - self.t0) if actor.ended is not None else None,
-                items_in=actor.stats.get("items_in", 0),
-                items_out=actor.stats.get("items_out", 0),
-                bytes_in=actor.stats.get("bytes_in", 0),
-                bytes_out=actor.stats.get("bytes_out", 0),
-                busy_s=actor.stats.get("busy_s", 0.0), cpu_s=actor.stats.get("cpu_s", 0.0),
-                busy_intervals=actor.intervals)
-            for index, actor in enumerate(self.actors.values())
-        ])
+__all__ = ["RayEngine", "RayRun"]

@@ -1,14 +1,18 @@
 """The registry actor: who the live replicas of each unit are, and which ones died.
 
 Replicas read their downstream members from it and report a replica they found dead; the
-driver reads the reports, starts replacements and records them here.  It also owns every
-output object the last unit puts into the object store, so outputs outlive the replica
-that made them.
+driver reads the reports, starts replacements, retires replicas, and records each change
+here.  Every change bumps ``version``; the driver passes the version with each frame, so a
+replica whose view is older refreshes before it routes (a replacement gets traffic at once).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+
+def _key(handle: Any) -> str:
+    return str(handle._actor_id.hex())
 
 
 class Registry:
@@ -26,7 +30,7 @@ class Registry:
         return self.version
 
     def members_of(self, stage: int) -> tuple[int, list[Any]]:
-        live = [h for h in self.members.get(stage, []) if h._actor_id.hex() not in self.dead]
+        live = [h for h in self.members.get(stage, []) if _key(h) not in self.dead]
         return self.version, live
 
     def report_dead(self, stage: int, actor_id: str) -> None:
@@ -38,7 +42,11 @@ class Registry:
         reports, self.reports = self.reports, []
         return reports
 
-    def replace(self, stage: int, old: str, new: Any) -> int:
-        self.dead.add(old)
-        kept = [h for h in self.members.get(stage, []) if h._actor_id.hex() != old]
-        return self.set_members(stage, [*kept, new])
+    def add(self, stage: int, handle: Any) -> int:
+        return self.set_members(stage, [*self.members.get(stage, []), handle])
+
+    def remove(self, stage: int, actor_id: str) -> int:
+        """Take a replica out (dead, or retiring): callers stop picking it."""
+        self.dead.add(actor_id)
+        kept = [h for h in self.members.get(stage, []) if _key(h) != actor_id]
+        return self.set_members(stage, kept)
