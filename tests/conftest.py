@@ -5,32 +5,77 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-ENGINES = ["local", "ray"]
+ENGINES = ["local", "ray", "sim"]
+PROCESS_ENGINES = ["local", "ray"]
+FAILED = pytest.StashKey[bool]()
+
+
+class RayCluster:
+    """A Ray cluster on this host for the test session; restarted after a failed test."""
+
+    def __init__(self, temp: Path) -> None:
+        self.temp = temp
+        self.address = ""
+        self.starts = 0
+
+    def start(self) -> None:
+        import ray
+
+        self.starts += 1
+        context = ray.init(num_cpus=16, object_store_memory=300 * 2**20,
+                           include_dashboard=False, log_to_driver=False,
+                           _temp_dir=str(self.temp / f"run{self.starts}"))
+        self.address = context.address_info["gcs_address"]
+
+    def restart(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.start()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Note on the test item whether it failed, for fixtures that clean up after failures."""
+    report = yield
+    if report.failed:
+        item.stash[FAILED] = True
+    return report
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Ray cluster on this host, started for the test session; yields its address."""
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A Ray cluster on this host, started for the test session."""
     if importlib.util.find_spec("ray") is None:
         pytest.skip("Ray is not installed: pip install 'fitwork[ray]'")
     import ray
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    temp = tmp_path_factory.mktemp("ray")
-    context = ray.init(num_cpus=16, object_store_memory=300 * 2**20, include_dashboard=False,
-                       _temp_dir=str(temp), log_to_driver=False)
+    cluster = RayCluster(tmp_path_factory.mktemp("ray"))
+    cluster.start()
     try:
-        yield context.address_info["gcs_address"]
+        yield cluster
     finally:
         ray.shutdown()
 
 
 @pytest.fixture(params=ENGINES)
-def engine(request: pytest.FixtureRequest) -> str:
-    """Name of the engine under test (starting the Ray cluster when it is Ray)."""
-    if request.param == "ray":
-        request.getfixturevalue("ray_cluster")
-    return request.param
+def engine(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Name of the engine under test (starting the Ray cluster when it is Ray).
+
+    A test that only means something where replicas are processes (kill -9, signals,
+    shared memory, real time) marks itself with ``@pytest.mark.processes``; on the
+    simulated engine it is skipped.  After a failed test on Ray the cluster is restarted,
+    so one broken run cannot take the tests after it down with it.
+    """
+    if request.param == "sim" and request.node.get_closest_marker("processes"):
+        pytest.skip("needs replicas that are processes; the simulated engine runs units "
+                    "in this process on a virtual clock")
+    cluster = request.getfixturevalue("ray_cluster") if request.param == "ray" else None
+    yield request.param
+    if cluster is not None and request.node.stash.get(FAILED, False):
+        cluster.restart()

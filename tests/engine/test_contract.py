@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import json
 import os
 import random
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import fitwork
 from fitwork import Pipeline, TooManyFailures
 from tests.engine import units as u
 
@@ -46,12 +46,14 @@ def test_unordered_is_the_default_and_loses_nothing(engine: str) -> None:
     assert sorted(outputs) == list(range(200))
 
 
+@pytest.mark.processes
 def test_batches_fill_to_the_batch_size(engine: str) -> None:
     outputs, _ = run_all(Pipeline(u.batch_sizes), list(range(64)), engine)
     assert sorted(x for x, _ in outputs) == list(range(64))
     assert {size for _, size in outputs} == {8}
 
 
+@pytest.mark.processes
 def test_batches_close_at_the_wait_limit(engine: str) -> None:
     def trickle():
         for i in range(12):
@@ -95,6 +97,7 @@ def test_max_failures_stops_the_run(engine: str, tmp_path: Path) -> None:
         list(result)
 
 
+@pytest.mark.processes
 def test_kill_9_of_a_random_worker_loses_and_duplicates_nothing(engine: str) -> None:
     pipeline = Pipeline(u.slow_identity, u.slow_square, u.explode)
     items = list(range(600))
@@ -114,6 +117,7 @@ def test_kill_9_of_a_random_worker_loses_and_duplicates_nothing(engine: str) -> 
     assert result.record.worker_restarts >= 2
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("killer, signal_name", [(u.die_on_13, "SIGKILL"),
                                                   (u.segfault_on_13, "SIGSEGV")])
 def test_a_poison_item_is_dead_lettered_after_max_attempts(
@@ -130,6 +134,7 @@ def test_a_poison_item_is_dead_lettered_after_max_attempts(
     assert record.worker_restarts == 3
 
 
+@pytest.mark.processes
 def test_an_output_that_cannot_cross_processes_is_dead_lettered(engine: str,
                                                                tmp_path: Path) -> None:
     dead = tmp_path / "dead.jsonl"
@@ -141,12 +146,14 @@ def test_an_output_that_cannot_cross_processes_is_dead_lettered(engine: str,
     assert record.worker_restarts == 0
 
 
+@pytest.mark.processes
 def test_large_arrays_cross_intact(engine: str) -> None:
     outputs, record = run_all(Pipeline(u.make_array, u.array_sum), list(range(20)), engine)
     assert sorted(outputs) == [300_000.0 * x for x in range(20)]
     assert record.unit("array_sum").bytes_in >= 20 * 300_000 * 8
 
 
+@pytest.mark.processes
 def test_io_units_run_calls_concurrently(engine: str) -> None:
     outputs, _ = run_all(Pipeline(u.concurrent_sleep), list(range(32)), engine)
     assert sorted(x for x, _ in outputs) == list(range(32))
@@ -164,6 +171,7 @@ def test_class_units_are_built_once_per_replica(engine: str) -> None:
     assert len({token for _, token in outputs}) == 2
 
 
+@pytest.mark.processes
 def test_the_record_accounts_for_the_run(engine: str) -> None:
     pipeline = Pipeline(u.slow_identity, u.double)
     _, record = run_all(pipeline, list(range(200)), engine)
@@ -201,3 +209,29 @@ def test_the_fused_baseline_gives_the_same_outputs(engine: str) -> None:
     outputs, record = run_all(pipeline.fused(), items, engine, workers={"pipeline_fused": 2})
     assert Multiset(outputs) == Multiset(pipeline.serial(items))
     assert record.units[0].replicas == 2
+
+
+def test_replica_counts_change_mid_run_under_kill_9(engine: str) -> None:
+    pipeline = Pipeline(u.slow_identity, u.slow_square, u.explode)
+    items = list(range(600))
+    chaos = {"kill_rate": 3.0, "seed": 5, "max_attempts": 10} if engine == "sim" else {}
+    rng = random.Random(11)
+    outputs = []
+    with fitwork.run(pipeline, items, engine=engine,
+                     workers={"slow_identity": 1, "slow_square": 1}, **chaos) as result:
+        for output in result:
+            outputs.append(output)
+            count = len(outputs)
+            if count == 40:
+                result.resize("slow_square", 3)
+                result.resize("slow_identity", 2)
+            elif count == 250:
+                result.resize("slow_square", 1)
+            if count in (120, 320) and engine != "sim":
+                os.kill(rng.choice(result.worker_pids()), signal.SIGKILL)
+    assert Multiset(outputs) == Multiset(pipeline.serial(items))
+    record = result.record
+    squares = record.replicas.counts["slow_square"]
+    assert squares[0] == 1 and max(squares) == 3 and squares[-1] == 1, squares
+    assert max(record.replicas.counts["slow_identity"]) == 2
+    assert record.worker_restarts >= 1 and record.items_completed == 600

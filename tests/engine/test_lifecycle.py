@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import fitwork
 from fitwork import Pipeline, TooManyFailures
 from fitwork.engine.local.wire import shm_dir
 from tests.engine import units as u
@@ -39,10 +39,11 @@ def segment_size(name: str) -> int:
         return 0
 
 
+@pytest.mark.processes
 def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str,
                                                        request: pytest.FixtureRequest) -> None:
     before = fitwork_segments()
-    address = request.getfixturevalue("ray_cluster") if engine == "ray" else None
+    address = request.getfixturevalue("ray_cluster").address if engine == "ray" else None
     script = textwrap.dedent(f"""
         import fitwork
         from fitwork import Pipeline
@@ -74,6 +75,7 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str,
     assert fitwork_segments() - before == set()
 
 
+@pytest.mark.processes
 def test_an_aborted_run_leaves_no_process_and_no_shared_memory(engine: str) -> None:
     before = fitwork_segments()
     with (pytest.raises(TooManyFailures),

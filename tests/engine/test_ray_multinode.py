@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import contextlib
 import importlib.util
 import json

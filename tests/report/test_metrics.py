@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import http.client
 import importlib.util
 import socket
@@ -16,6 +15,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
+import fitwork
 from fitwork import Pipeline, unit
 from fitwork.errors import FitworkError
 from fitwork.report.metrics import (
@@ -156,7 +156,8 @@ def test_a_live_run_is_scraped_while_it_runs() -> None:
     pipeline = Pipeline(nap, doze, name="sleepy")
     scrapes: list[Samples] = []
     with MetricsExporter() as exporter:
-        with fitwork.run(pipeline, range(items), progress=exporter, progress_interval=0.02) as result:
+        with fitwork.run(pipeline, range(items), progress=exporter,
+                         progress_interval=0.02) as result:
             for count, _ in enumerate(result, start=1):
                 if count in (items // 4, items // 2, 3 * items // 4):
                     scrapes.append(scrape(exporter.url))

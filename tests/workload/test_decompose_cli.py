@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import json
 import textwrap
 from pathlib import Path
@@ -10,10 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fitwork.errors import PipelineLoadError
-from fitwork.profiling import PipelineProfile
+import fitwork
 from fitwork.decomposition import Decomposition
 from fitwork.decomposition.cli import AUTO, decompose_command, load_pipeline_for
+from fitwork.errors import PipelineLoadError
+from fitwork.profiling import PipelineProfile
 
 MODULE = textwrap.dedent("""
     import time

@@ -3,7 +3,6 @@ outputs item by item (a corpus of functions, and generated straight-line program
 
 from __future__ import annotations
 
-import fitwork
 import inspect
 import itertools
 import linecache
@@ -15,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fitwork
 from fitwork.decomposition import decompose
 from tests.workload.decompose_corpus import CASES, Case
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from types import ModuleType
 import pytest
 from click.testing import CliRunner
 
+import fitwork
 from fitwork.decomposition.cli import decompose_command
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

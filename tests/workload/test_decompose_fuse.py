@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fitwork.profiling.record import UnitProfile
 from fitwork.decomposition.fuse import HOP_S, POOLED, Piece, combine, plan_fusion
 from fitwork.decomposition.kinds import choose
+from fitwork.profiling.record import UnitProfile
 
 
 def piece(kind: str, wall_ms: float, out_bytes: float = 100, hinted: bool = False,

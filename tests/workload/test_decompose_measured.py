@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import fitwork
 import threading
 import time
 
 import numpy as np
 import pytest
 
+import fitwork
+from fitwork.decomposition import DecomposeError, decompose
 from fitwork.fit.plan import fit
 from fitwork.hardware.discover import discover_local
-from fitwork.decomposition import DecomposeError, decompose
 
 
 def wait_then_compute(x: int) -> float:

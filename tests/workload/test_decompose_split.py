@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import functools
 import threading
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import fitwork
 import fitwork.decomposition as fd
 from fitwork import Kind, Pipeline, UnitDefinitionError
 from fitwork.decomposition import DecomposeError, Decomposition, decompose, explain, hint

@@ -71,12 +71,15 @@ class SimOptions:
 
     ``rates`` (items/s of one replica, by unit name) override a placement's predicted
     rates; units with neither take ``default_seconds`` per item.  ``horizon`` stops the
-    virtual clock (``None``: run the source dry).
+    virtual clock (``None``: run the source dry).  ``kill_rate`` kills each replica at
+    random, that many times per simulated second on average (``seed`` fixes the draw).
     """
 
     rates: Mapping[str, float] | None = None
     default_seconds: float = 0.001
     horizon: float | None = None
+    kill_rate: float = 0.0
+    seed: int = 0
 
 
 def engine_options(engine: str, kind: type[Any], given: Mapping[str, Any]) -> Any:

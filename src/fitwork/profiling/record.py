@@ -34,11 +34,11 @@ class UnitProfile(BaseModel):
 
     ``bytes_in`` and ``bytes_out`` are what crosses between units (pickled item sizes).
     ``device_bytes`` is different: the bytes one item moves through device memory (weights
-    read, activations, KV cache; at the unit's batch size), ``measured`` by an accelerator
-    timer or ``declared`` on the unit; the cost model reads it to tell compute-bound from
-    memory-bound work. ``device_memory`` is the device memory one replica holds (weights plus
-    KV cache, say), ``measured`` by a timer or ``declared``; a device class with less gets no
-    replica. Both are ``None`` when unknown.
+    read, activations, KV cache; at the unit's batch size), ``measured`` (by onnxruntime's
+    profiler, for a unit on an accelerator) or ``declared`` on the unit; the cost model reads
+    it to tell compute-bound from memory-bound work. ``device_memory`` is the device memory
+    one replica holds (weights plus KV cache, say), ``measured`` by a timer or ``declared``;
+    a device class with less gets no replica. Both are ``None`` when unknown.
     ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
     for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
     """

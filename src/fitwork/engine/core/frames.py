@@ -17,15 +17,26 @@ from fitwork.engine.segment import Weight, weight_of
 
 
 class Item:
-    """One item of an itemized frame."""
+    """One item of an itemized frame: weight per attempt, and what was already delivered."""
 
-    __slots__ = ("attempt", "paths", "settled", "weight")
+    __slots__ = ("attempt", "failed", "paths", "settled", "weights")
 
     def __init__(self) -> None:
         self.attempt = 0
-        self.weight: Weight = 0
+        self.weights: dict[int, Weight] = {}
         self.paths: set[tuple[int, ...]] = set()
+        self.failed: set[tuple[int, ...]] = set()
         self.settled = False
+
+    def add(self, attempt: int, weight: Weight) -> bool:
+        """Count weight returned by ``attempt``; True once any attempt has all of it.
+
+        An earlier attempt may still finish after a retry was sent (its worker died after
+        passing its outputs on): whichever attempt completes first settles the item.
+        """
+        total = self.weights.get(attempt, 0) + weight
+        self.weights[attempt] = total
+        return total == 1
 
 
 class Frame:
@@ -57,14 +68,14 @@ class Frame:
         for offsets, paths, exps, delivered in self.log:
             for j, offset in enumerate(offsets):
                 item = items[offset]
-                item.weight += weight_of([exps[j]], 1) if exps else 1
+                item.add(0, weight_of([exps[j]], 1) if exps else 1)
                 if delivered:
                     item.paths.add(paths[j] if paths else ())
         self.log = []
         self.items = items
         self.unsettled = 0
         for item in items:
-            if item.weight == 1:
+            if item.weights.get(0) == 1:
                 item.settled = True
             else:
                 self.unsettled += 1

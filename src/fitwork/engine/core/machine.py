@@ -387,19 +387,17 @@ class RunCore:
             if frame.weight == frame.count:
                 self._complete(frame, now)
 
-    def _owner(self, frame: Frame, offset: int) -> tuple[Frame, Item, bool]:
-        """The frame and item an arrival belongs to, and whether its weight counts."""
+    def _owner(self, frame: Frame, offset: int) -> tuple[Frame, Item, int]:
+        """The frame and item an arrival belongs to, and the attempt it came from."""
         if frame.origin is not None:
             origin, index = frame.origin
-            item = origin.itemize()[index]
-            return origin, item, item.attempt == frame.attempt
-        item = frame.itemize()[offset]
-        return frame, item, item.attempt == 0
+            return origin, origin.itemize()[index], frame.attempt
+        return frame, frame.itemize()[offset], 0
 
     def _arrive_itemized(self, frame: Frame, segment: Segment, now: float) -> None:
         _, _, offsets, paths, exps, values = segment
         for j, offset in enumerate(offsets):
-            owner, item, current = self._owner(frame, offset)
+            owner, item, attempt = self._owner(frame, offset)
             if item.settled:
                 continue
             path = paths[j] if paths else ()
@@ -411,19 +409,15 @@ class RunCore:
                     owner.singles.append((index, path, values[j]))
                 else:
                     self.out.append(Emit([values[j]]))
-            if current:
-                item.weight += weight_of([exps[j]], 1) if exps else 1
-                if item.weight == 1:
-                    self._settle_item(owner, item, now)
+            if item.add(attempt, weight_of([exps[j]], 1) if exps else 1):
+                self._settle_item(owner, item, now)
 
     def _return_itemized(self, frame: Frame, offsets: Sequence[int], exps: list[int] | None,
                          now: float) -> None:
         for j, offset in enumerate(offsets):
-            owner, item, current = self._owner(frame, offset)
-            if current and not item.settled:
-                item.weight += weight_of([exps[j]], 1) if exps else 1
-                if item.weight == 1:
-                    self._settle_item(owner, item, now)
+            owner, item, attempt = self._owner(frame, offset)
+            if not item.settled and item.add(attempt, weight_of([exps[j]], 1) if exps else 1):
+                self._settle_item(owner, item, now)
 
     def _settle_item(self, frame: Frame, item: Item, now: float) -> None:
         item.settled = True
@@ -466,9 +460,10 @@ class RunCore:
         if frame is None:
             return
         if frame.origin is not None or frame.items is not None:
-            owner, item, current = self._owner(frame, failure.offset)
-            if item.settled or not current:
-                return
+            owner, item, _ = self._owner(frame, failure.offset)
+            if item.settled or failure.path in item.failed:
+                return  # settled already, or this outcome is known from another attempt
+            item.failed.add(failure.path)
             index = failure.offset if frame.origin is None else frame.origin[1]
             src = owner.src + index
         else:
@@ -511,7 +506,6 @@ class RunCore:
         """Feed one item again, alone, or dead-letter it once it has used its attempts."""
         item = frame.itemize()[index]
         item.attempt += 1
-        item.weight = 0
         value = frame.values[index]
         if item.attempt >= self.policy.max_attempts:
             self._dead_letter(Failure(

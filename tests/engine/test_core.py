@@ -1,0 +1,377 @@
+"""The run core on its own: event sequences in, instructions out, invariants under chaos."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fitwork
+from fitwork import Pipeline, unit
+from fitwork.engine import shell as shell_module
+from fitwork.engine.core import (
+    Abort,
+    Arrived,
+    DeadLetter,
+    Done,
+    Emit,
+    Exited,
+    Fed,
+    Finished,
+    Policy,
+    Ready,
+    Resize,
+    RestoreCredits,
+    Retire,
+    RunCore,
+    Send,
+    Spawn,
+    Taken,
+    Tick,
+)
+from fitwork.engine.segment import settle, split
+from fitwork.engine.shell import stages_of
+from fitwork.placement import Placement
+from fitwork.workload.kernel import Failed, Kernel
+
+
+@unit
+def inc(x: int) -> int:
+    return x + 1
+
+
+@unit(kind="filter")
+def even(x: int) -> bool:
+    return x % 2 == 0
+
+
+@unit
+def fan(x: int) -> Any:
+    for i in range(x % 4):
+        yield x * 10 + i
+
+
+@unit
+def boom_on_seven(x: int) -> int:
+    if x % 7 == 0:
+        raise ValueError("seven")
+    return x
+
+
+UNITS = {"inc": inc, "even": even, "fan": fan, "boom": boom_on_seven}
+
+
+def of(instructions: list[Any], kind: type) -> list[Any]:
+    return [i for i in instructions if isinstance(i, kind)]
+
+
+def one_stage(policy: Policy) -> tuple[RunCore, int]:
+    pipeline = Pipeline(inc)
+    core = RunCore(stages_of(pipeline, Placement.declared(pipeline)),
+                   Placement.declared(pipeline), policy, "r", 0.0)
+    (spawn,) = of(core.start(), Spawn)
+    core.handle(Ready(spawn.worker, 1, 0.0))
+    return core, spawn.worker
+
+
+def test_the_happy_path_keeps_books_per_frame() -> None:
+    core, worker = one_stage(Policy())
+    (send,) = of(core.handle(Fed([1, 2, 3], 0.1)), Send)
+    frame, _, offsets, paths, exps, values = send.segment
+    assert list(offsets) == [0, 1, 2] and paths is None and exps is None and values == [1, 2, 3]
+    core.handle(Taken(worker, frame, [(frame, offsets)], 0.2))
+    core.handle(Done(worker, [frame], (), (), 0.3))
+    out = core.handle(Arrived([(frame, 0, offsets, None, None, [2, 3, 4])], 0.4))
+    assert [e.values for e in of(out, Emit)] == [[2, 3, 4]]
+    assert core.handle(Fed([], 0.5, end=True)) == [Finished()]
+    assert core.completed == 3 and core.frames == {}
+    assert core.latencies == [(pytest.approx(0.3), 3)]
+
+
+def test_a_retried_item_delivers_once_though_both_attempts_arrive() -> None:
+    core, worker = one_stage(Policy(max_attempts=3))
+    (send,) = of(core.handle(Fed([5, 6], 0.0)), Send)
+    frame, _, offsets, *_ = send.segment
+    core.handle(Taken(worker, frame, [(frame, offsets)], 0.1))
+    # the worker pushed its outputs, then died before saying so: both items are retried
+    out = core.handle(Exited(worker, clean=False, now=0.2, cause="signal SIGKILL"))
+    retries, spawns = of(out, Send), of(out, Spawn)
+    assert [r.segment[5] for r in retries] == [[5], [6]] and all(r.retry for r in retries)
+    assert len(spawns) == 1
+    late = core.handle(Arrived([(frame, 0, [0, 1], None, None, [6, 7])], 0.3))
+    assert [e.values for e in of(late, Emit)] == [[6], [7]]  # first delivery counts
+    for retry in retries:
+        again = core.handle(Arrived([(retry.frame, retry.segment[1], [0], None, None,
+                                      [retry.segment[5][0] + 1])], 0.4))
+        assert of(again, Emit) == []  # the same (item, path): not delivered twice
+    assert core.completed == 2 and not core.frames and core.retries == 2
+
+
+def test_an_item_that_kills_max_attempts_workers_is_poison() -> None:
+    core, worker = one_stage(Policy(max_attempts=2))
+    (send,) = of(core.handle(Fed([9], 0.0)), Send)
+    core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.0))
+    out = core.handle(Exited(worker, clean=False, now=0.1, cause="signal SIGSEGV"))
+    (retry,) = of(out, Send)
+    (spawn,) = of(out, Spawn)
+    core.handle(Taken(spawn.worker, retry.frame, [(retry.frame, range(1))], 0.2))
+    out = core.handle(Exited(spawn.worker, clean=False, now=0.3, cause="signal SIGSEGV"))
+    (letter,) = of(out, DeadLetter)
+    assert letter.failure.kind == "poison" and letter.failure.attempt == 2
+    assert letter.failure.item == 0 and "SIGSEGV" in letter.failure.error
+    assert core.poisoned == 1 and core.completed == 1 and not of(out, Send)
+
+
+def test_ordered_release_waits_for_the_oldest_frame() -> None:
+    core, _ = one_stage(Policy(ordered=True))
+    first = of(core.handle(Fed([1], 0.0)), Send)[0]
+    second = of(core.handle(Fed([2], 0.0)), Send)[0]
+    out = core.handle(Arrived([(second.frame, 0, range(1), None, None, ["b"])], 0.1))
+    assert of(out, Emit) == []
+    out = core.handle(Arrived([(first.frame, 0, range(1), None, None, ["a"])], 0.2))
+    assert [e.values for e in of(out, Emit)] == [["a"], ["b"]]
+
+
+def test_flat_map_weights_settle_a_frame_in_any_order() -> None:
+    core, _ = one_stage(Policy())
+    (send,) = of(core.handle(Fed([3], 0.0)), Send)
+    kernel = Kernel(fan)
+    out, back, _ = settle(kernel, send.segment, [kernel.call(3)], 0)
+    assert back is None and out is not None and out[5] == [30, 31, 32]
+    pieces = split(out, 1)
+    for piece in reversed(pieces[1:]):
+        core.handle(Arrived([piece], 0.1))
+        assert core.completed == 0
+    core.handle(Arrived([pieces[0]], 0.2))
+    assert core.completed == 1
+
+
+def test_room_respects_frames_in_flight_and_the_ordered_window() -> None:
+    core, _ = one_stage(Policy(max_frames=2))
+    core.handle(Fed([1], 0.0))
+    core.handle(Fed([2], 0.0))
+    assert core.room() == 0
+    ordered, _ = one_stage(Policy(ordered=True, ordered_window=3, max_frame=8))
+    ordered.sizes = [8]
+    assert ordered.room() == 3
+    ordered.handle(Fed([1, 2], 0.0))
+    assert ordered.room() == 1
+
+
+def test_resize_spawns_and_retires_and_a_clean_exit_takes_the_retirement() -> None:
+    pipeline = Pipeline(inc)
+    placement = Placement.declared(pipeline, {"inc": 2})
+    core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0)
+    first, second = (s.worker for s in of(core.start(), Spawn))
+    assert len(of(core.handle(Resize(0, 4, 1.0)), Spawn)) == 2 and core.live(0) == 4
+    retired = of(core.handle(Resize(0, 3, 2.0)), Retire)
+    assert len(retired) == 1 and core.live(0) == 3
+    other = first if retired[0].worker != first else second
+    out = core.handle(Exited(other, clean=True, now=3.0))  # it took the stop marker
+    assert not of(out, Spawn) and core.live(0) == 3
+
+
+def test_a_quiet_pipeline_with_items_pending_restores_credits_and_retries() -> None:
+    core, _ = one_stage(Policy(quiet_after=1.0))
+    core.handle(Fed([1, 2], 0.0))
+    assert of(core.handle(Tick(0.5)), RestoreCredits) == []
+    out = core.handle(Tick(2.0))
+    assert of(out, RestoreCredits) and len(of(out, Send)) == 2
+
+
+def test_max_failures_aborts_with_the_last_failure_named() -> None:
+    core, worker = one_stage(Policy(max_failures=0))
+    (send,) = of(core.handle(Fed([7], 0.0)), Send)
+    kernel = Kernel(boom_on_seven)
+    results, failed = kernel.results([7])
+    _, back, failures = settle(kernel, send.segment, results, failed)
+    out = core.handle(Done(worker, [], [back], failures, 0.1))
+    (abort,) = of(out, Abort)
+    assert "max_failures=0" in str(abort.error) and "seven" in str(abort.error)
+
+
+class AdversarialEngine:
+    """A model of a channel-based engine whose workers die at the worst moments.
+
+    Workers take frames, process them with the real kernel, and sometimes die: before
+    sending anything, or after pushing their outputs downstream but before saying so (so
+    outputs arrive twice once the core retries).  Deliveries happen in a random order.
+    """
+
+    def __init__(self, pipeline: Pipeline, items: list[int], policy: Policy,
+                 rng: random.Random, death: float, ghost: float) -> None:
+        self.pipeline, self.rng, self.death, self.ghost = pipeline, rng, death, ghost
+        placement = Placement.declared(pipeline, {u.name: 2 for u in pipeline.units})
+        self.core = RunCore(stages_of(pipeline, placement), placement, policy, "m", 0.0)
+        self.kernels = [Kernel(u) for u in pipeline.units]
+        self.queues: list[list[tuple[int, list[Any]]]] = [[] for _ in pipeline.units]
+        self.workers: dict[int, int] = {}
+        self.items = iter(items)
+        self.emitted: list[Any] = []
+        self.letters: list[Any] = []
+        self.ids = itertools.count(1 << 30)
+        self.now = 0.0
+        self.apply(self.core.start())
+
+    def apply(self, instructions: list[Any]) -> None:
+        for instruction in instructions:
+            if isinstance(instruction, Spawn):
+                self.workers[instruction.worker] = instruction.stage
+                self.apply(self.core.handle(Ready(instruction.worker, 1, self.now)))
+            elif isinstance(instruction, Send):
+                self.queues[0].append((instruction.frame, [instruction.segment]))
+            elif isinstance(instruction, Emit):
+                self.emitted.extend(instruction.values)
+            elif isinstance(instruction, DeadLetter):
+                self.letters.append(instruction.failure)
+            elif isinstance(instruction, Abort):
+                raise instruction.error
+
+    def step(self) -> None:
+        self.now += 0.001
+        room = self.core.room()
+        if room and self.rng.random() < 0.5:
+            batch = list(itertools.islice(self.items, self.rng.randint(1, max(1, room))))
+            self.apply(self.core.handle(Fed(batch, self.now, end=not batch)))
+            return
+        busy = [s for s, q in enumerate(self.queues) if q]
+        if not busy:
+            self.apply(self.core.handle(Tick(self.now)))
+            return
+        stage = self.rng.choice(busy)
+        queue = self.queues[stage]
+        frame_id, segments = queue.pop(self.rng.randrange(len(queue)))
+        worker = self.rng.choice([w for w, s in self.workers.items() if s == stage])
+        parts = [(s[0], s[2]) for s in segments]
+        self.apply(self.core.handle(Taken(worker, frame_id, parts, self.now)))
+        dies = self.rng.random() < self.death
+        if dies and self.rng.random() >= self.ghost:
+            self._die(worker)
+            return
+        kernel, outputs, returns, failures = self.kernels[stage], [], [], []
+        for segment in segments:
+            results, failed = kernel.results(segment[5])
+            out, back, bad = settle(kernel, segment, results, failed)
+            outputs += [out] if out else []
+            returns += [back] if back else []
+            failures += bad
+        if stage + 1 < len(self.queues):
+            for piece in (p for s in outputs for p in split(s, self.rng.randint(1, 3))):
+                self.queues[stage + 1].append((next(self.ids), [piece]))
+        elif outputs:
+            self.apply(self.core.handle(Arrived(outputs, self.now)))
+        if dies:  # pushed its outputs, then died before its report
+            self._die(worker)
+            return
+        self.apply(self.core.handle(Done(worker, [frame_id], returns, failures, self.now)))
+
+    def _die(self, worker: int) -> None:
+        del self.workers[worker]
+        self.apply(self.core.handle(Exited(worker, clean=False, now=self.now, cause="chaos")))
+
+    def run(self) -> None:
+        for _ in range(200_000):
+            if self.core.finished:
+                return
+            self.step()
+            assert self.core.in_flight <= self.core.policy.max_frames
+        raise AssertionError("the model did not finish")
+
+
+pipelines = st.lists(st.sampled_from(sorted(UNITS)), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=pipelines, count=st.integers(0, 60), ordered=st.booleans(),
+       seed=st.integers(0, 10**6), death=st.sampled_from([0.0, 0.05, 0.2]),
+       ghost=st.sampled_from([0.0, 0.5, 1.0]))
+def test_invariants_hold_whatever_dies_when(names: list[str], count: int, ordered: bool,
+                                            seed: int, death: float, ghost: float) -> None:
+    pipeline = Pipeline([UNITS[n].with_replicas(1) for n in names], name="model") \
+        if len(set(names)) == len(names) else Pipeline(
+            [unit(UNITS[n].fn, name=f"{n}{i}", kind=UNITS[n].kind) for i, n in enumerate(names)])
+    items = list(range(count))
+    policy = Policy(ordered=ordered, max_attempts=4, max_frames=6, ordered_window=16)
+    model = AdversarialEngine(pipeline, items, policy, random.Random(seed), death, ghost)
+    model.run()
+    core = model.core
+    lost = {f.item for f in model.letters if f.kind == "poison"}
+    poison = [f for f in model.letters if f.kind == "poison"]
+    # 1, 2: every item settled once; outputs exactly once, none missing
+    assert core.completed == count and not core.frames
+    _exactly_once(pipeline, items, lost, model.emitted, ordered)
+    # 4: attempts bounded; the last death makes poison
+    assert all(f.attempt == policy.max_attempts for f in poison)
+    assert core.retries <= count * policy.max_attempts
+    errors = [f for f in model.letters if f.kind == "error"]
+    assert all(f.unit.startswith("boom") and f.input % 7 == 0 for f in errors)
+
+
+def _exactly_once(pipeline: Pipeline, items: list[int], poisoned: set[int],
+                  emitted: list[Any], ordered: bool) -> None:
+    """Every output of a settled item emitted once (in order if asked); a poisoned item may
+    have passed some outputs on before it was given up, but none twice."""
+    expected = [out for i in items if i not in poisoned for out in _serial(pipeline, i)]
+    extra = Counter(emitted) - Counter(expected)
+    assert Counter(expected) - Counter(emitted) == Counter()
+    assert extra <= Counter(out for i in poisoned for out in _serial(pipeline, i))
+    if ordered and not extra:
+        assert emitted == expected
+
+
+def _serial(pipeline: Pipeline, item: int) -> list[Any]:
+    """What a run yields for ``item``: the serial reference, less the outputs whose path
+    failed somewhere (those are dead-lettered one by one, not the whole item)."""
+    values = [item]
+    for stage in pipeline.units:
+        kernel, after = Kernel(stage), []
+        for value in values:
+            result = kernel.result(value)
+            if type(result) is not Failed:
+                after.extend(kernel.outputs(value, result))
+        values = after
+    return values
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=pipelines, count=st.integers(1, 300), ordered=st.booleans(),
+       seed=st.integers(0, 1000))
+def test_the_simulated_engine_keeps_the_invariants_under_random_kills(
+        names: list[str], count: int, ordered: bool, seed: int) -> None:
+    seen: list[RunCore] = []
+    pipeline = Pipeline([unit(UNITS[n].fn, name=f"{n}{i}", kind=UNITS[n].kind)
+                         for i, n in enumerate(names)])
+    items = list(range(count))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shell_module, "RunCore", _checked(seen))
+        with fitwork.run(pipeline, items, engine="sim", kill_rate=2.0, seed=seed,
+                         ordered=ordered, max_attempts=6) as result:
+            outputs = list(result)
+    record = result.record
+    lost = {f.item for f in record.failed_items if f.kind == "poison"}
+    _exactly_once(pipeline, items, lost, outputs, ordered)
+    assert record.items_completed == count
+    assert seen and seen[0].settled
+
+
+def _checked(seen: list[RunCore]) -> Callable[..., RunCore]:
+    class Checked(RunCore):
+        def handle(self, event: Any) -> list[Any]:
+            out = super().handle(event)
+            assert self.in_flight <= self.policy.max_frames
+            if self.policy.ordered:
+                assert self.fed - self.released <= self.policy.ordered_window
+            return out
+
+    def make(*args: Any, **kwargs: Any) -> RunCore:
+        core = Checked(*args, **kwargs)
+        seen.append(core)
+        return core
+
+    return make
