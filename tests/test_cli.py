@@ -45,6 +45,19 @@ PIPELINE = textwrap.dedent("""
         return n
 
     sleepy = Pipeline(slow, name="sleepy")
+
+    @unit
+    def picky(row):
+        if int(row["n"]) % 10 == 3:
+            raise ValueError(f"missing columns [x] in row {row['n']}")
+        return row
+
+    picky_pipeline = Pipeline(picky, name="picky")
+
+    def plain(row):
+        n = int(row["n"])
+        doubled = n * 2
+        return {"n": n, "doubled": doubled}
 """)
 
 
@@ -149,7 +162,8 @@ def test_malformed_workers_option(project: Path) -> None:
 
 @pytest.mark.parametrize("reference, message", [
     ("no_such_module:pipeline", "cannot import module 'no_such_module'"),
-    ("squares.py:missing", "has no 'missing'; its pipelines are pipeline, sizes, sleepy"),
+    ("squares.py:missing",
+     "has no 'missing'; its pipelines are picky_pipeline, pipeline, sizes, sleepy"),
     ("absent.py:pipeline", "no such file"),
 ])
 def test_pipeline_reference_that_does_not_resolve(project: Path, reference: str,
@@ -162,16 +176,78 @@ def test_pipeline_reference_that_does_not_resolve(project: Path, reference: str,
 def test_ctrl_c_stops_the_cli_and_keeps_outputs(project: Path) -> None:
     (project / "many.jsonl").write_text("".join(f"{i}\n" for i in range(2000)))
     command = [sys.executable, "-m", "fitwork.cli", "run", "squares.py:sleepy", "--input",
-               "many.jsonl", "--output", "o.jsonl", "-q"]
+               "many.jsonl", "--output", "o.jsonl", "--record", "run.json", "-q"]
     process = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     time.sleep(2.5)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
-    assert "interrupted" in err
+    assert "interrupted" in err and "run record in run.json" in err
     written = read_jsonl(project / "o.jsonl")
     assert 0 < len(written) < 2000
+    record = RunRecord.load(project / "run.json")
+    assert record.status == "interrupted" and record.outputs >= len(written)
+
+
+def test_sigterm_leaves_a_valid_parquet_file_and_a_record(project: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    (project / "many.jsonl").write_text("".join(f"{i}\n" for i in range(2000)))
+    command = [sys.executable, "-m", "fitwork.cli", "run", "squares.py:sleepy", "--input",
+               "many.jsonl", "--output", "o.parquet", "--record", "run.json", "-q"]
+    process = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 143, err
+    assert "terminated" in err
+    rows = pq.read_table(project / "o.parquet").num_rows
+    assert 0 < rows < 2000
+    assert RunRecord.load(project / "run.json").status == "interrupted"
+
+
+def test_failed_items_exit_non_zero_unless_allowed(project: Path) -> None:
+    done = fitwork("run", "squares.py:picky_pipeline", "--input", "in.jsonl", "--output",
+                   "o.jsonl", "-q", cwd=project)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1
+    assert "5 items failed; dead letters in o.jsonl.dead-letters.jsonl" in errors[0]
+    letters = read_jsonl(project / "o.jsonl.dead-letters.jsonl")
+    assert len(letters) == 5 and "missing columns [x]" in letters[0]["error"]
+    assert len({letter["run_id"] for letter in letters}) == 1
+    allowed = fitwork("run", "squares.py:picky_pipeline", "--input", "in.jsonl", "--output",
+                      "o.jsonl", "-q", "--max-failures", "5", cwd=project)
+    assert allowed.returncode == 0, allowed.stderr
+    assert "5 failed items in o.jsonl.dead-letters.jsonl" in allowed.stdout
+    stopped = fitwork("run", "squares.py:picky_pipeline", "--input", "in.jsonl", "--output",
+                      "o.jsonl", "-q", "--max-failures", "2", cwd=project)
+    assert stopped.returncode == 1 and "more than max_failures=2" in stopped.stderr
+
+
+def test_square_brackets_in_errors_survive(project: Path) -> None:
+    done = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "--workers", "parse[2]=2", cwd=project)
+    assert done.returncode == 1 and "no unit 'parse[2]'" in done.stderr, done.stderr
+
+
+def test_decompose_before_the_target_still_finds_the_target(project: Path) -> None:
+    done = fitwork("run", "--decompose", "squares.py:plain", "--input", "in.jsonl",
+                   "--output", "o.jsonl", "-q", cwd=project)
+    assert done.returncode == 0, done.stderr
+    rows = read_jsonl(project / "o.jsonl")
+    assert sorted(r["doubled"] for r in rows) == [2 * n for n in range(50)]
+
+
+def test_results_go_to_stdout_and_errors_to_stderr(project: Path) -> None:
+    profiled = fitwork("profile", "squares.py:pipeline", "--input", "in.jsonl", "--samples",
+                       "4", "-o", "p.json", cwd=project)
+    assert profiled.returncode == 0 and "profile of squares" in profiled.stdout
+    assert "wrote profile to p.json" in profiled.stdout
+    ran = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
+                  "-q", cwd=project)
+    assert "throughput" in ran.stdout and "wrote 25 outputs" in ran.stdout
+    assert "throughput" not in ran.stderr
 
 
 def test_fleet_local_prints_this_host_and_writes_yaml(tmp_path: Path) -> None:

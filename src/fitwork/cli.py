@@ -135,7 +135,8 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
     except KeyboardInterrupt as stop:
         what = "terminated" if isinstance(stop, Terminated) else "interrupted"
         saved = f"; run record in {record_path}" if record_path and record else ""
-        _fail(f"{what}: workers stopped; outputs so far are in {output_path}{saved}", code=130)
+        _fail(f"{what}: workers stopped; outputs so far are in {output_path}{saved}",
+              code=143 if isinstance(stop, Terminated) else 130)
     except FitworkError as exc:
         saved = f" (run record in {record_path})" if record_path and record else ""
         _fail(f"{exc}{saved}")
@@ -149,7 +150,11 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
                       f"realized {record.throughput:,.1f} "
                       f"({record.throughput / predicted:.2f}x)", markup=False)
     console.print(f"wrote {writer.count:,} outputs to {output_path}"
-                  + (f", run record to {record_path}" if record_path else ""), markup=False)
+                  + (f", run record to {record_path}" if record_path else ""), markup=False,
+                  soft_wrap=True)
+    if record.failures:
+        console.print(f"{record.failures} failed items in {record.dead_letter} (this run: "
+                      f"{record.run_id})", markup=False, soft_wrap=True)
     if record.failures and max_failures is None:
         _fail(f"{record.failures} items failed; dead letters in {record.dead_letter}; pass "
               "--max-failures N to accept up to N failed items")
@@ -204,12 +209,15 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
 @click.option("--target", type=float, help="Items/s to reach at least cost (min_cost).")
 @click.option("--time-limit", type=float, default=10.0, show_default=True,
               help="Seconds the solver may take.")
+@click.option("--max-latency", type=float, default=None,
+              help="Seconds one call (a whole batch) of any unit may take: batch sizes "
+                   "slower than this are not planned.")
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("plan.json"), show_default=True)
 @decompose_option
 def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective: str,
-         target: float | None, time_limit: float, output_path: Path,
-         decompose: str | None) -> None:
+         target: float | None, time_limit: float, max_latency: float | None,
+         output_path: Path, decompose: str | None) -> None:
     """Fit the pipeline's units to a fleet; print it beside the monolithic baseline."""
     from fitwork.fit.plan import fit
     from fitwork.hardware.discover import discover_local
@@ -224,7 +232,7 @@ def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective
         profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
         fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
         result = fit(profiled, fleet_, objective=objective,  # type: ignore[arg-type]
-                     target=target, time_limit=time_limit)
+                     target=target, time_limit=time_limit, max_latency=max_latency)
     except FitworkError as exc:
         _fail(exc)
     result.save(output_path)

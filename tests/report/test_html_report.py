@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import fitwork
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import fitwork
 from fitwork import InputError, Pipeline, RunRecord, unit
 from fitwork.fit.plan import Plan, fit
 from fitwork.hardware.catalog import catalog
@@ -21,7 +23,16 @@ from fitwork.hardware.discover import discover_local
 from fitwork.profiling import profile_pipeline
 from fitwork.report.cli_report import report
 from fitwork.report.html import SECTIONS, cost_per_million, render_report, run_price
-from fitwork.report.svg import BarSeries, GanttRow, LineSeries, bar_chart, gantt, line_chart
+from fitwork.report.svg import (
+    BarSeries,
+    GanttRow,
+    LineSeries,
+    Marker,
+    bar_chart,
+    gantt,
+    legend_height,
+    line_chart,
+)
 from fitwork.telemetry.utilization import ClassFigures, RunFigures, run_figures
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -47,6 +58,14 @@ def odd(x: int) -> bool:
 
 PIPELINE = Pipeline(wait, crunch, odd, name="small")
 ITEMS = 120
+SCREEN = (1400, 5200)  # tall enough for the whole report of two runs without device samples
+
+
+def this_host() -> dict[str, object]:
+    """This host as a run record describes it, for records written before the engine did."""
+    return {"name": platform.node() or "localhost", "cores": os.cpu_count() or 1,
+            "cpu_class": "cpu-x86" if platform.machine() in ("x86_64", "AMD64") else "cpu-arm",
+            "cpu_model": platform.processor() or platform.machine(), "gpus": []}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +78,10 @@ def runs() -> tuple[list[RunRecord], Plan]:
                      PIPELINE.with_workers({"wait": 3})):
         with fitwork.run(pipeline, range(ITEMS)) as result:
             assert len(list(result)) == ITEMS // 2
-        records.append(result.record)
+        record = result.record
+        if record.host is None:
+            record = record.model_copy(update={"host": this_host()})
+        records.append(record)
     return records, plan
 
 
@@ -99,13 +121,22 @@ def sections(html: str) -> dict[str, dict[str, int]]:
 def check_sections(html: str, records: list[RunRecord]) -> None:
     found = sections(html)
     assert list(found) == list(SECTIONS)
-    for name in ("timeline", "utilization", "throughput", "queues"):
+    for name in ("timeline", "utilization", "throughput", "queues", "replicas"):
         assert found[name].get("svg", 0) >= 1, name
+    assert found["headline"] == {"p": 1, "strong": 1, "span": 1}
+    assert found["correctness"] == {"p": 1}
     assert found["timeline"]["svg"] == len(records)
     assert found["timeline"]["rect"] > sum(len(r.workers) for r in records)
-    assert found["utilization"]["svg"] == 2  # fleet and server capacity; no FLOPs, no MFU
-    assert found["throughput"]["polyline"] == len(records) + 2  # runs and both predictions
+    # fleet, cores busy of the host and server capacity; no FLOPs, no MFU
+    assert found["utilization"]["svg"] == 3
+    # measured runs, and both predictions unless they are off the measured scale
+    drawn = 0 if "left off this chart" in html else 2
+    assert found["throughput"]["svg"] == 2  # throughput over time, latency bars
+    assert found["throughput"]["polyline"] == len(records) + drawn
+    assert found["replicas"]["svg"] == len(records)
+    assert found["devices"].get("svg", 0) == 0  # no GPU sampled in these runs
     assert found["queues"]["svg"] == len(records)
+    assert found["setup"]["table"] == 2
     assert found["summary"]["tr"] == len(records) + 1
     assert found["cost"]["tr"] == len(records) + 3  # runs, both predictions, the head
 
@@ -117,6 +148,11 @@ def test_every_section_is_there_with_its_plots(page: str,
     assert page.count('class="idle"') == sum(len(r.workers) for r in records)
     assert "predicted: plan fitted" in page and "predicted: plan monolithic" in page
     assert "monolithic" in page and "fitted" in page
+    mono, fitted = records
+    assert (f"fitted {fitted.throughput:,.1f} items/s vs monolithic "
+            f"{mono.throughput:,.1f} items/s") in page
+    assert "Correctness: monolithic 120 in, 120 completed, 60 outputs, 0 failures" in page
+    assert "Cores busy of the host" in page
 
 
 def test_the_page_is_self_contained(page: str) -> None:
@@ -129,7 +165,7 @@ def test_the_page_is_self_contained(page: str) -> None:
 
 def test_every_svg_is_well_formed_xml(page: str) -> None:
     charts = re.findall(r"<svg.*?</svg>", page, re.S)
-    assert len(charts) >= 6
+    assert len(charts) >= 9
     for chart in charts:
         ET.fromstring(chart)
 
@@ -140,7 +176,7 @@ def test_text_from_records_and_labels_is_escaped(runs: tuple[list[RunRecord], Pl
     assert "<b>mono</b>" not in html
     assert "&lt;b&gt;mono&lt;/b&gt;" in html and "fit &amp; ted" in html
     assert "given: $1/h" in html
-    assert sections(html)["utilization"]["svg"] == 1  # no plan: no capacity figure
+    assert sections(html)["utilization"]["svg"] == 2  # no plan: no capacity figure
 
 
 def test_mfu_is_drawn_when_flops_are_known(runs: tuple[list[RunRecord], Plan]) -> None:
@@ -148,7 +184,7 @@ def test_mfu_is_drawn_when_flops_are_known(runs: tuple[list[RunRecord], Plan]) -
     flops = [{"small_fused": 6e3}, {"crunch": 6e3}]
     given = [run_figures(r, plan, f) for r, f in zip(records, flops, strict=True)]
     html = render_report(records, ["monolithic", "fitted"], plan, given)
-    assert sections(html)["utilization"]["svg"] == 3
+    assert sections(html)["utilization"]["svg"] == 4
     assert "Model-FLOPs utilization (MFU) per device class" in html
     with pytest.raises(InputError, match="1 sets of figures for 2 run records"):
         render_report(records, figures=given[:1])
@@ -209,12 +245,27 @@ def test_svg_charts_are_well_formed_on_their_own() -> None:
         line_chart([LineSeries("l", [(0, 1), (1, 3)], "#333333", step=True),
                     LineSeries("d", [(0, 2), (2, 2)], "#444444", dashed=True)], 2.0),
         line_chart([], 0.0),
+        bar_chart(["p95"], [BarSeries("a", {"p95": 47.0}, "#111111"),
+                            BarSeries("b", {"p95": 1234.5}, "#222222")], percent=False,
+                  unit=" ms"),
+        line_chart([LineSeries("n", [(0, 1), (1, 1)], "#333333", step=True, nudge=5)], 1.0,
+                   y_max=4.0, markers=[Marker(0.5, "re-fit 1", "why <this>")]),
     ]
     for chart in charts:
         root = ET.fromstring(chart)
         assert root.tag == "svg"
     assert "g &amp; h" in charts[0] and "t&lt;&gt;" in charts[0]
     assert "170.0%" in charts[1] and ">180%<" in charts[1]
+    assert ">47.0 ms<" in charts[4] and ">1,234 ms<" in charts[4]
+    assert charts[5].count('class="marker"') == 1 and "why &lt;this&gt;" in charts[5]
+    assert ">4<" in charts[5]  # the y axis runs to y_max
+
+
+def test_legends_take_fewer_columns_for_long_names() -> None:
+    assert legend_height(["a", "b", "c", "d"]) == 16
+    assert legend_height(["a", "b", "c", "d", "e"]) == 32
+    long = ["predicted: plan monolithic (10,333.5 items/s)"] * 4
+    assert legend_height(long) > 16
 
 
 def test_report_command(tmp_path: Path, runs: tuple[list[RunRecord], Plan]) -> None:
@@ -229,6 +280,7 @@ def test_report_command(tmp_path: Path, runs: tuple[list[RunRecord], Plan]) -> N
                                   str(tmp_path / "plan.json"), "-o", str(out)])
     assert done.exit_code == 0, done.output
     assert "wrote report of 2 runs" in done.output
+    assert "fitted" in done.output and "vs monolithic" in done.output  # the headline
     check_sections(out.read_text(), records)
     missing = runner.invoke(report, [str(tmp_path / "nope.json")])
     assert missing.exit_code == 1 and "no such file" in missing.output
@@ -288,7 +340,7 @@ def test_chromium_renders_the_report(tmp_path: Path, page: str,
     check_sections(dom, records)
 
     shot = tmp_path / "report.png"
-    done = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,2400",
+    done = chromium(tmp_path, f"--screenshot={shot}", f"--window-size={SCREEN[0]},{SCREEN[1]}",
                     "--hide-scrollbars", path.as_uri())
     assert done.returncode == 0, done.stderr[-2000:]
     assert shot.exists() and shot.stat().st_size > 20_000
@@ -296,7 +348,7 @@ def test_chromium_renders_the_report(tmp_path: Path, page: str,
     shutil.copyfile(shot, SCREENSHOT_COPY)
     image_module = pytest.importorskip("PIL.Image")
     with image_module.open(shot) as image:
-        assert image.size == (1400, 2400)
+        assert image.size == SCREEN
         colours = image.convert("RGB").getcolors(maxcolors=1 << 20) or []
     assert len(colours) > 50
     orange = sum(count for count, rgb in colours if rgb == FITTED_ORANGE)

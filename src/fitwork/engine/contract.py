@@ -23,7 +23,7 @@ class Run(Protocol):
     def events(self) -> Iterator[Any]: ...
     def record(self) -> RunRecord: ...
     def close(self) -> None: ...
-    def worker_pids(self) -> list[int]: ...
+    def worker_pids(self, unit: str | None = None) -> list[int]: ...
     def resize(self, unit: str, replicas: int) -> None: ...
 
 
@@ -39,9 +39,10 @@ class RunResult:
         self._outputs = run.events()
         self._record: RunRecord | None = None
 
-    def worker_pids(self) -> list[int]:
-        """Process ids of the workers running now (for operators, and for fault tests)."""
-        return self._run.worker_pids()
+    def worker_pids(self, unit: str | None = None) -> list[int]:
+        """Process ids of the workers running now, of one unit if named (for operators,
+        and for fault tests)."""
+        return self._run.worker_pids(unit)
 
     def resize(self, unit: str, replicas: int) -> None:
         """Run ``replicas`` replicas of ``unit`` from now on (added or retired live)."""

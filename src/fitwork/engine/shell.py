@@ -120,6 +120,8 @@ class Shell:
         self.dead = DeadLetters(options.dead_letter)
         self.core: RunCore | None = None
         self.device_samples: list[DeviceSample] = []
+        self.sampler: Any = None
+        self.host: dict[str, Any] | None = None
         self.handlers: dict[type, Callable[[Any], None]] = {
             Send: self._send, Spawn: self.spawn, Retire: self.retire,
             DeadLetter: lambda i: self.dead.write(i.failure),
@@ -174,8 +176,28 @@ class Shell:
     def release(self) -> None:
         """Free whatever the engine holds (processes, actors, memory); safe to call twice."""
 
-    def worker_pids(self) -> list[int]:
-        """Process ids of the workers running now."""
+    def describe_host(self) -> dict[str, Any] | None:
+        """The machine the run's record describes (this host, for the local engine)."""
+        from fitwork.hardware.discover import host_summary
+
+        with contextlib.suppress(Exception):
+            return host_summary()
+        return None
+
+    def start_devices(self) -> Any:
+        """Start sampling accelerators (this host's GPUs through NVML; nothing without one)."""
+        from fitwork.telemetry.devices import DeviceSampler
+
+        assert self.core is not None
+        interval = max(0.5, self.options.sample_interval)
+        return DeviceSampler(interval, self.core.t0, clock=self.clock).start()
+
+    def stop_devices(self) -> list[DeviceSample]:
+        """Stop sampling and return the samples (each engine's sampler, in its own way)."""
+        return list(self.sampler.stop()) if self.sampler is not None else []
+
+    def worker_pids(self, unit: str | None = None) -> list[int]:
+        """Process ids of the workers running now (of ``unit`` only, if named)."""
         return []
 
     # -- the loop --------------------------------------------------------------------------
@@ -189,6 +211,9 @@ class Shell:
             self.core = RunCore(stages_of(self.pipeline, self.placement), self.placement,
                                 self.policy, self.run_id, self.clock())
             self.started_at = time.time()
+            self.host = self.describe_host()
+            if self.options.sample_devices:
+                self.sampler = self.start_devices()
             self.execute(self.core.start())
         except BaseException:
             self.shutdown()
@@ -324,6 +349,9 @@ class Shell:
             return
         self.shut = True
         try:
+            with contextlib.suppress(Exception):
+                self.device_samples = self.stop_devices()
+            self.sampler = None
             self.release()
         finally:
             self.dead.close()
@@ -346,4 +374,4 @@ class Shell:
         return assemble(self.core, pipeline=self.pipeline.name, engine=self.engine_name,
                         now=self.ended or self.clock(), started_at=self.started_at,
                         status=self.status, error=self.error, dead_letter=dead,
-                        device_samples=self.device_samples)
+                        device_samples=self.device_samples, host=self.host)

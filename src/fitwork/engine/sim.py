@@ -105,6 +105,12 @@ class SimRun(Shell):
         self.random = random.Random(sim.seed)
         self.kernels: dict[int, Kernel] = {}
 
+    def describe_host(self) -> dict[str, Any] | None:
+        return {"name": "simulated", "cores": None, "memory": None}
+
+    def start_devices(self) -> Any:
+        return None  # virtual time: there is no device to read
+
     # -- time ------------------------------------------------------------------------------
 
     def at(self, when: float, happening: Callable[[], None]) -> None:
@@ -175,8 +181,6 @@ class SimRun(Shell):
             self.queues[0].append(frame)
         self._dispatch(0)
 
-    def worker_pids(self) -> list[int]:
-        return []
 
     # -- simulated replicas ----------------------------------------------------------------
 

@@ -466,3 +466,17 @@ def discover_local(env: Mapping[str, str] | None = None, known: Catalog | None =
         context={"catalog": known},
     )
     return Fleet(name="local", node_types=[node])
+
+
+def host_summary(fleet: Fleet | None = None) -> dict[str, object]:
+    """This host as a run record describes it: name, usable cores and memory, classes."""
+    node = (fleet or discover_local()).node_types[0]
+    model = ""
+    text = _read(PurePosixPath("/proc/cpuinfo")) or ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            model = line.partition(":")[2].strip()
+            break
+    return {"name": node.name, "cores": node.cores, "memory": node.memory,
+            "cpu_class": node.cpu_class, "cpu_model": model or platform.processor(),
+            "devices": dict(node.devices)}

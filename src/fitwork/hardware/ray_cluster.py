@@ -72,7 +72,8 @@ def live_nodes(timeout: float = 30.0) -> list[dict[str, Any]]:
         raise
     except Exception as exc:
         raise EngineError(f"Ray did not answer the node table within {timeout:g} s "
-                          f"({type(exc).__name__}); check the cluster (ray status)") from None
+                          f"({type(exc).__name__}: {str(exc)[:200]}); check the cluster "
+                          "(ray status)") from None
     nodes = []
     for info in table.values():
         if info.state != type(info).ALIVE:

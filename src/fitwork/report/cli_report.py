@@ -40,8 +40,9 @@ def _parse_classes(values: tuple[str, ...]) -> dict[str, str]:
 def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path | None,
            price_per_hour: float | None, device_classes: tuple[str, ...],
            output_path: Path) -> None:
-    """Write one HTML report of run records: timeline, utilization, throughput, cost."""
-    from fitwork.report.html import render_report
+    """Write one HTML report of run records: the verdict, correctness, host and workload,
+    throughput and latency, utilization, timeline, replicas, devices, queues, cost."""
+    from fitwork.report.html import default_labels, headline, render_report
 
     console = Console(stderr=True)
     classes = _parse_classes(device_classes)
@@ -57,10 +58,12 @@ def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path |
             plan = Plan.load(plan_path)
         page = render_report(loaded, list(labels) or None, plan,
                              price_per_hour=price_per_hour, classes=classes or None)
+        verdict = headline(loaded, list(labels) or default_labels(loaded), plan)
     except FitworkError as exc:
         console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
         sys.exit(1)
     output_path.parent.mkdir(parents=True, exist_ok=True)
     output_path.write_text(page, encoding="utf-8")
+    console.print(verdict.text, soft_wrap=True, highlight=False, markup=False)
     console.print(f"wrote report of {len(loaded)} run{'s' if len(loaded) > 1 else ''} to "
                   f"{output_path}")

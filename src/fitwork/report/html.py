@@ -1,50 +1,101 @@
-"""One self-contained HTML report of run records: timeline, utilization, throughput, queues, cost.
+"""One self-contained HTML report of run records: the verdict first, then the figures behind it.
 
 ``render_report`` returns a single page with inline CSS and inline SVG (no scripts, nothing
 fetched when it is viewed).  Its sections carry stable ids::
 
-    summary      one row per run: items, wall seconds, throughput, latency, failures
-    timeline     every worker's busy intervals per unit and run (grey where alive and idle)
-    utilization  the three figures, never mixed: fleet, MFU, server capacity; predicted
+    headline     one line: the compared run's items/s vs the baseline's, the ratio, its
+                 basis (measured, same host?, same input?), latency when worse, the plan's
+                 prediction; plainly marked when the compared (fitted) run loses
+    correctness  items in / completed / outputs / failures per run; whether outputs match
+    setup        the host each run had and the workload: pipeline, units, replicas, items
+    summary      one row per run: status, items, wall seconds, items/s, latency, ratios
+    throughput   measured source items/s over time per run (and the plan's prediction);
+                 latency p50 / p95 per run beside it
+    utilization  fleet utilization, cores busy of the host, MFU, server capacity; predicted
                  beside realized when a plan is given
-    throughput   source items/s over time per run (and the plan's prediction)
+    timeline     every worker's busy intervals per unit and run (grey where alive and idle)
+    replicas     live replicas per unit over time, with each re-fit marked
+    devices      accelerator utilization and memory over time, from device samples
     queues       items waiting in front of each unit over time, per run
     cost         cost per million items per run, with the price's basis
+
+The run labelled ``monolithic`` (else the first) is the baseline; the others, those
+labelled ``fitted`` first, are compared with it.  The arithmetic is in
+`fitwork.report.figures`.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
+from typing import Any, Literal
 
 from fitwork.errors import InputError
 from fitwork.fit.plan import Plan, PlanSide
 from fitwork.hardware.catalog import Catalog, catalog
+from fitwork.report.figures import (
+    Refit,
+    baseline_index,
+    comparable,
+    compare_hosts,
+    compared,
+    comparison_basis,
+    completion_rates,
+    cores_busy_of_host,
+    cpu_seconds,
+    device_figures,
+    device_key,
+    host_cores,
+    outputs_match,
+    refits,
+    replica_steps,
+    speedup,
+)
 from fitwork.report.svg import (
     BarSeries,
     GanttRow,
     LineSeries,
+    Marker,
     bar_chart,
     colour,
     gantt,
+    legend_height,
     line_chart,
 )
-from fitwork.telemetry.figures import merge_intervals
-from fitwork.telemetry.record import RunRecord
-from fitwork.telemetry.utilization import RunFigures, run_figures, throughput_series
+from fitwork.telemetry.figures import merge_intervals, ratio
+from fitwork.telemetry.record import DeviceSample, RunRecord
+from fitwork.telemetry.utilization import RunFigures, run_figures
 
-SECTIONS = ("summary", "timeline", "utilization", "throughput", "queues", "cost")
+SECTIONS = ("headline", "correctness", "setup", "summary", "throughput", "utilization",
+            "timeline", "replicas", "devices", "queues", "cost")
 THROUGHPUT_BUCKETS = 30
+OFF_SCALE = 3.0  # a prediction above this many times the highest measured rate is not drawn
 CHART_WIDTH = 1100
+GIB = 2**30
+Tone = Literal["win", "lose", "mixed", "even", "doubt"]
+ORDER: tuple[Tone, ...] = ("lose", "doubt", "mixed", "win")  # the tone of several comparisons
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1180px;
        color: #222; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 32px; border-bottom: 1px solid #ccc; }
+h3 { font-size: 14px; margin: 14px 0 4px; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f4f4f4; } td.l, th.l { text-align: left; }
 p.basis { color: #555; font-size: 12px; margin: 4px 0 12px; }
+p.verdict { font-size: 16px; margin: 8px 0; padding: 8px 12px;
+            border-left: 6px solid #9a9a9a; background: #f6f6f6; }
+p.verdict.win { border-color: #59a14f; background: #eef6ec; }
+p.verdict.lose { border-color: #e15759; background: #fcebeb; }
+p.verdict.doubt, p.verdict.mixed { border-color: #edc948; background: #fdf7e3; }
+p.verdict strong { font-size: 17px; } span.details { color: #333; }
+p.check { font-size: 14px; margin: 4px 0; padding: 6px 12px; border-left: 6px solid #59a14f;
+          background: #f6f6f6; }
+p.check.warn { border-color: #e15759; background: #fcebeb; }
+p.check.unknown { border-color: #edc948; }
+p.note { font-size: 13px; margin: 4px 0 8px; }
 svg { display: block; margin: 6px 0; }
 """
 
@@ -142,19 +193,423 @@ def _basis(text: str) -> str:
     return f'<p class="basis">{escape(text)}</p>'
 
 
-def _summary(records: Sequence[RunRecord], labels: Sequence[str]) -> str:
-    rows = []
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:,.1f} ms"
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}\u00d7"
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.1f} items/s"
+
+
+def _prediction(plan: Plan) -> str:
+    predicted = speedup(plan.fitted.throughput, plan.monolithic.throughput)
+    low, high = plan.fitted.throughput_range
+    spread = f" (range {low:,.1f}-{high:,.1f})" if (low, high) != (
+        plan.fitted.throughput, plan.fitted.throughput) else ""
+    return (f"plan predicted {_times(predicted)}: fitted {_rate(plan.fitted.throughput)}"
+            f"{spread} vs monolithic {_rate(plan.monolithic.throughput)}")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The report's verdict: the comparison itself, the clauses that qualify it, its tone."""
+
+    lead: str
+    details: list[str]
+    tone: Tone
+
+    @property
+    def text(self) -> str:
+        """The verdict as one line."""
+        return "; ".join([self.lead, *self.details])
+
+
+def headline(records: Sequence[RunRecord], labels: Sequence[str],
+             plan: Plan | None = None) -> Headline:
+    """The report's verdict in one line, and its tone: ``win``, ``lose``, ``even``,
+    ``mixed`` (more items/s but worse p95 latency), or ``doubt`` when the runs are not
+    comparable at face value (see `comparable`).
+
+    Each compared run against the baseline: items/s both, the ratio, and what it rests on;
+    the compared run's p95 latency when it is worse; the plan's predicted ratio when given.
+    """
+    base = baseline_index(labels)
+    b, b_label = records[base], labels[base]
+    prediction = [_prediction(plan)] if plan is not None else []
+    if len(records) == 1:
+        return Headline(f"{b_label}: {_rate(b.throughput)} ({b.items_completed:,} items in "
+                        f"{b.wall_s:.2f} s; measured, one run, nothing to compare with)",
+                        prediction, "even")
+    leads: list[str] = []
+    details: list[str] = []
+    tones: list[Tone] = []
+    for index in compared(labels):
+        c, c_label = records[index], labels[index]
+        times = speedup(c.throughput, b.throughput)
+        basis = ", ".join(comparison_basis(b, c))
+        lead = (f"{c_label} {_rate(c.throughput)} vs {b_label} {_rate(b.throughput)}: "
+                f"{_times(times)} ({basis})")
+        if times is not None and times < 1:
+            lead = f"{c_label} LOSES to {b_label}, {1 / times:.2f}\u00d7 slower: " + lead
+            tones.append("lose")
+        elif not comparable(b, c):
+            lead = f"NOT LIKE FOR LIKE: {lead}"
+            tones.append("doubt")
+        else:
+            tones.append("win" if times is not None and times > 1 else "even")
+        leads.append(lead)
+        worse = speedup(c.latency_p95_s, b.latency_p95_s)
+        if worse is not None and worse > 1:
+            if tones[-1] == "win":
+                tones[-1] = "mixed"
+            details.append(f"{c_label}'s p95 latency is {worse:.2f}\u00d7 worse "
+                           f"({_ms(c.latency_p95_s)} vs {_ms(b.latency_p95_s)})")
+    tone: Tone = next((t for t in ORDER if t in tones), "even")
+    return Headline("; ".join(leads), details + prediction, tone)
+
+
+def _headline(records: Sequence[RunRecord], labels: Sequence[str], plan: Plan | None) -> str:
+    verdict = headline(records, labels, plan)
+    details = "".join(f"; {escape(d)}" for d in verdict.details)
+    return (f'<section id="headline"><p class="verdict {verdict.tone}">'
+            f"<strong>{escape(verdict.lead)}</strong>"
+            f'<span class="details">{details}</span></p></section>')
+
+
+def correctness(records: Sequence[RunRecord], labels: Sequence[str]) -> tuple[str, str]:
+    """What each run did with its items and whether the outputs match, in one line; and
+    its tone: ``ok``, ``warn`` (a run failed items, stopped early or outputs differ) or
+    ``unknown`` (outputs not checked)."""
+    runs, trouble = [], False
+    for label, r in zip(labels, records, strict=True):
+        text = (f"{label} {r.items_in:,} in, {r.items_completed:,} completed, {r.outputs:,} "
+                f"outputs, {r.failures:,} failures")
+        if r.status != "completed":
+            text += f" (run {r.status.upper()}" + (f": {r.error}" if r.error else "") + ")"
+        trouble |= r.status != "completed" or r.failures > 0 or r.items_completed < r.items_in
+        runs.append(text)
+    check = outputs_match([r.output_digest for r in records])
+    if check == "same":
+        digest = records[0].output_digest or ""
+        outputs = f"same outputs (digest {digest[:12]}{'...' if len(digest) > 12 else ''})"
+    elif check == "different":
+        outputs = "DIFFERENT OUTPUTS: " + ", ".join(
+            f"{label} {(r.output_digest or 'none')[:12]}" for label, r in
+            zip(labels, records, strict=True))
+        trouble = True
+    else:
+        missing = [label for label, r in zip(labels, records, strict=True)
+                   if not r.output_digest]
+        outputs = ("outputs not checked (" + ("one run" if len(records) < 2 else
+                   "no output digest recorded for " + ", ".join(missing)) + ")")
+    tone = "warn" if trouble else "ok" if check == "same" else "unknown"
+    return "Correctness: " + "; ".join(runs) + "; " + outputs, tone
+
+
+def _correctness(records: Sequence[RunRecord], labels: Sequence[str]) -> str:
+    text, tone = correctness(records, labels)
+    mark = "\u26a0 " if tone == "warn" else ""
+    return (f'<section id="correctness"><p class="check {tone}">{escape(mark + text)}</p>'
+            "</section>")
+
+
+def _memory(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value / GIB:,.1f} GiB" if value >= 2**20 else f"{value:g}"
+    return "-" if value is None else str(value)
+
+
+def _gpus(value: Any) -> str:
+    """GPUs as a host lists them (names, or dicts with a name and memory), counted."""
+    if not value:
+        return "none"
+    if not isinstance(value, list):
+        return str(value)
+    counts: dict[str, int] = {}
+    for gpu in value:
+        if isinstance(gpu, Mapping):
+            name = str(gpu.get("name") or gpu.get("device_class") or "GPU")
+            if gpu.get("memory") or gpu.get("memory_total"):
+                name += f" ({_memory(gpu.get('memory') or gpu.get('memory_total'))})"
+        else:
+            name = str(gpu)
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{n} x {name}" for name, n in counts.items())
+
+
+def _cpu(host: Mapping[str, Any]) -> str:
+    model, kind = host.get("cpu_model"), host.get("cpu_class")
+    if model and kind:
+        return f"{model} ({kind})"
+    return str(model or kind or "-")
+
+
+def _replicas_text(record: RunRecord, unit: str, planned: int) -> str:
+    counts = record.replicas.counts.get(unit) or []
+    low, high = (min(counts), max(counts)) if counts else (planned, planned)
+    return f"{planned}" if low == high == planned else f"{planned} ({low}-{high} over the run)"
+
+
+def _setup(records: Sequence[RunRecord], labels: Sequence[str]) -> str:
+    hosts = []
     for label, r in zip(labels, records, strict=True):
         started = datetime.datetime.fromtimestamp(r.started_at, datetime.UTC)
-        latency = ("-" if r.latency_p50_s is None or r.latency_p95_s is None else
-                   f"{r.latency_p50_s * 1000:.1f} / {r.latency_p95_s * 1000:.1f}")
-        rows.append([label, r.pipeline, " -> ".join(f"{u.name} x{u.replicas}" for u in r.units),
-                     started.strftime("%Y-%m-%d %H:%M:%S UTC"), f"{r.items_completed:,}",
-                     f"{r.outputs:,}", f"{r.wall_s:.2f}", f"{r.throughput:,.1f}", latency,
+        h = r.host or {}
+        cores = host_cores(r.host)
+        hosts.append([label, str(h.get("name") or "not recorded"),
+                      "-" if cores is None else f"{cores:g}", _memory(h.get("memory")),
+                      _cpu(h), _gpus(h.get("gpus")) if h else "-", r.engine,
+                      started.strftime("%Y-%m-%d %H:%M:%S UTC")])
+    same = compare_hosts([r.host for r in records]) if len(records) > 1 else ""
+    units = []
+    for label, r in zip(labels, records, strict=True):
+        placed = str((r.placement or {}).get("source") or "-")
+        for u in r.units:
+            units.append([label, u.name, u.kind, _replicas_text(r, u.name, u.replicas),
+                          "-" if u.batch_size is None else f"{u.batch_size:,}",
+                          f"{u.resources.get('cpu', 0.0):g}", f"{u.resources.get('gpu', 0.0):g}",
+                          f"{u.items_in:,}", f"{u.items_out:,}", placed])
+    items = ", ".join(f"{label} {r.items_in:,}" for label, r in zip(labels, records,
+                                                                       strict=True))
+    pipelines = ", ".join(dict.fromkeys(r.pipeline for r in records))
+    return _section(
+        "setup", "Host and workload",
+        "<h3>Host</h3>",
+        _table(["run", "host", "cores", "memory", "CPU", "GPUs", "engine", "started"], hosts,
+               left=(0, 1, 4, 5, 6, 7)),
+        _basis(f"Runs compared: {same}." if same else "As the run record describes its host."),
+        "<h3>Workload</h3>",
+        f'<p class="note">Pipeline {escape(pipelines)}; source items: {escape(items)}.</p>',
+        _table(["run", "unit", "kind", "replicas", "batch size", "cores each", "GPU share each",
+                "items in", "items out", "placement"], units, left=(0, 1, 2, 9)),
+        _basis("Replicas as placed at the start; a range where re-fits changed them."))
+
+
+def _summary(records: Sequence[RunRecord], labels: Sequence[str]) -> str:
+    base = records[baseline_index(labels)]
+    rows = []
+    for label, r in zip(labels, records, strict=True):
+        is_base = r is base
+        rows.append([label, r.status, f"{r.items_completed:,}", f"{r.outputs:,}",
+                     f"{r.wall_s:.2f}", f"{r.throughput:,.1f}",
+                     "baseline" if is_base else _times(speedup(r.throughput, base.throughput)),
+                     _ms(r.latency_p50_s), _ms(r.latency_p95_s),
+                     "baseline" if is_base else
+                     _times(speedup(r.latency_p95_s, base.latency_p95_s)),
                      f"{r.failures} ({r.poisoned} poison)"])
     return _section("summary", "Runs", _table(
-        ["run", "pipeline", "units x replicas", "started", "items", "outputs", "wall s",
-         "items/s", "latency p50 / p95 ms", "failures"], rows, left=(0, 1, 2, 3)))
+        ["run", "status", "items", "outputs", "wall s", "items/s", "items/s vs baseline",
+         "latency p50", "latency p95", "p95 vs baseline", "failures"], rows, left=(0, 1)),
+        _basis("Ratios are each run's figure over the baseline's: above 1 is more items/s, "
+               "or for latency, slower items."))
+
+
+def _throughput(records: Sequence[RunRecord], labels: Sequence[str], plan: Plan | None,
+                x_max: float) -> str:
+    width = x_max / THROUGHPUT_BUCKETS
+    series, notes = [], []
+    for i, (label, record) in enumerate(zip(labels, records, strict=True)):
+        done = record.completions
+        if not done.times_s:
+            notes.append(f"{label}: the record has no measured completions, so no curve.")
+            continue
+        points = [p for start, end, rate in completion_rates(done.times_s, done.completed,
+                                                              width, record.wall_s)
+                  for p in ((start, rate), (end, rate))]
+        series.append(LineSeries(f"{label} ({record.throughput:,.1f} items/s overall)",
+                                 points, colour(i)))
+    peak = max([0.0] + [y for s in series for _, y in s.points])
+    off_scale = []
+    for side, grey in _predicted_sides(plan):
+        if peak and side.throughput > OFF_SCALE * peak:
+            off_scale.append(f"{side.label} {_rate(side.throughput)}")
+            continue
+        series.append(LineSeries(f"predicted: plan {side.label} ({side.throughput:,.1f})",
+                                 [(0.0, side.throughput), (x_max, side.throughput)],
+                                 _side_colour(side, labels, grey), dashed=True))
+    chart = line_chart(series, x_max, width=CHART_WIDTH,
+                       height=260 + legend_height([s.name for s in series], CHART_WIDTH),
+                       label="Throughput over time (measured completions)",
+                       x_caption="seconds from the start", y_caption="source items/s")
+    parts = [chart, _basis(
+        f"Source items settled per second in {width:.3g} s buckets, counted from each run's "
+        "measured completions (the moments its feed frames settled).")]
+    if off_scale:
+        notes.append(f"The plan predicts {' and '.join(off_scale)}: more than {OFF_SCALE:g}"
+                     f"\u00d7 the highest measured rate ({peak:,.1f} items/s), so the "
+                     "prediction is left off this chart rather than flatten the measured "
+                     "curves.")
+    parts += [f'<p class="note">{escape(note)}</p>' for note in notes]
+    latency = [BarSeries(label, {name: value * 1000 for name, value in
+                                 (("p50", r.latency_p50_s), ("p95", r.latency_p95_s))
+                                 if value is not None}, colour(i))
+               for i, (label, r) in enumerate(zip(labels, records, strict=True))]
+    latency = [s for s in latency if s.values]
+    if latency:
+        parts.append(bar_chart(["p50", "p95"], latency, width=CHART_WIDTH, percent=False,
+                               unit=" ms", label="Item latency per run",
+                               caption="milliseconds from an item's feed to its settling"))
+        parts.append(f'<p class="note">{escape(_latency_line(records, labels))}</p>')
+    else:
+        parts.append(_basis("No latency figures in these records."))
+    return _section("throughput", "Throughput and latency", *parts)
+
+
+def _latency_line(records: Sequence[RunRecord], labels: Sequence[str]) -> str:
+    base = baseline_index(labels)
+    b, b_label = records[base], labels[base]
+    lines = []
+    for index in compared(labels):
+        c = records[index]
+        times = speedup(c.latency_p95_s, b.latency_p95_s)
+        if times is None:
+            continue
+        verdict = (f"{times:.2f}\u00d7 WORSE" if times > 1 else
+                   f"{1 / times:.2f}\u00d7 better" if times < 1 else "the same")
+        lines.append(f"p95 latency: {labels[index]} {_ms(c.latency_p95_s)} vs {b_label} "
+                     f"{_ms(b.latency_p95_s)}, {verdict} for {labels[index]} (p50 ratio "
+                     f"{_times(speedup(c.latency_p50_s, b.latency_p50_s))})")
+    return "; ".join(lines) or "One run: no latency ratio."
+
+
+def _is_cpu_class(name: str, known: Catalog) -> bool:
+    return known.get(name).is_cpu if name in known else name.startswith("cpu-")
+
+
+def _host_use(records: Sequence[RunRecord], labels: Sequence[str],
+              figures: Sequence[RunFigures], known: Catalog) -> list[str]:
+    """Cores busy of the host beside fleet CPU utilization: a chart, a table, a caption."""
+    rows, bars, allocated_text, host_text = [], [], [], []
+    for i, (label, r, f) in enumerate(zip(labels, records, figures, strict=True)):
+        cpu_rows = [c for c in f.classes if _is_cpu_class(c.device_class, known)]
+        allocated = sum(c.allocated for c in cpu_rows)
+        fleet = ratio(sum(c.busy_s for c in cpu_rows), sum(c.allocated_s for c in cpu_rows))
+        used = cpu_seconds(r)
+        cores = host_cores(r.host)
+        share = cores_busy_of_host(used, cores, r.wall_s)
+        rows.append([label, f"{used:,.2f}", f"{r.wall_s:.2f}", f"{allocated:g}",
+                     _pct(fleet if cpu_rows else None), "-" if cores is None else f"{cores:g}",
+                     _pct(share)])
+        if share is not None:
+            bars.append(BarSeries(label, {"cores busy of the host": share}, colour(i)))
+        allocated_text.append(f"{label} {allocated:g}")
+        host_text.append(f"{label} {'not recorded' if cores is None else f'{cores:g}'}")
+    parts = []
+    if bars:
+        parts.append(bar_chart(["cores busy of the host"], bars, width=CHART_WIDTH,
+                               label="Cores busy of the host",
+                               caption="CPU seconds used / (host cores x wall seconds)"))
+    parts.append(_table(["run", "CPU s used", "wall s", "cores allocated",
+                         "fleet CPU utilization", "host cores", "cores busy of the host"],
+                        rows))
+    parts.append(_basis(
+        "Fleet CPU utilization divides CPU seconds by the cores each run allocated ("
+        + ", ".join(allocated_text) + "); cores busy of the host divides them by all the "
+        "host's cores (" + ", ".join(host_text) + "), the same for every run on one host. "
+        "So compare runs by cores busy of the host: a run that allocates fewer cores can "
+        "show the higher fleet utilization while keeping less of the host busy."
+        + ("" if bars else " No record describes its host's cores, so there is no figure.")))
+    return parts
+
+
+def _replicas(records: Sequence[RunRecord], labels: Sequence[str], colours: dict[str, str],
+              x_max: float) -> str:
+    parts, table = [], []
+    for label, record in zip(labels, records, strict=True):
+        found = refits(record)
+        series = [LineSeries(unit, replica_steps(record.replicas.times_s, counts,
+                                                 record.wall_s),
+                             colours.get(unit, "#777777"), step=True, nudge=2.5 * i)
+                  for i, (unit, counts) in enumerate(
+                      (u, c) for u, c in record.replicas.counts.items() if c)]
+        if not series:
+            parts.append(_basis(f"{label}: no replica series in the record."))
+            continue
+        markers = [Marker(f.t_s, f"re-fit {n}", _refit_text(f))
+                   for n, f in enumerate(found, start=1)]
+        peak = max(y for s in series for _, y in s.points)
+        parts.append(line_chart(series, x_max, width=CHART_WIDTH,
+                                height=184 + legend_height([s.name for s in series],
+                                                           CHART_WIDTH),
+                                label=f"{label}: live replicas per unit"
+                                + (f", {len(found)} re-fits" if found else ""),
+                                x_caption="seconds from the start", y_caption="replicas",
+                                y_max=peak + 1, markers=markers))
+        table += [[label, f"{n}", f"{f.t_s:.2f}", f.reason,
+                   ", ".join(f"{u} {a}->{b}" for u, (a, b) in f.changes().items()) or "none",
+                   "-" if f.predicted_before is None else f"{f.predicted_before:,.1f}",
+                   "-" if f.predicted_after is None else f"{f.predicted_after:,.1f}"]
+                  for n, f in enumerate(found, start=1)]
+    if table:
+        parts.append(_table(["run", "re-fit", "at s", "reason", "replicas changed",
+                             "predicted items/s before", "after"], table, left=(0, 3, 4)))
+        parts.append(_basis("Dashed red lines mark re-fits (hover for the reason and the "
+                            "prediction). Lines at one count are drawn a few pixels apart."))
+    else:
+        parts.append(_basis("No re-fits recorded: each unit kept the replicas it was placed "
+                            "with, apart from restarts. Lines at one count are drawn a few "
+                            "pixels apart."))
+    return _section("replicas", "Replicas per unit over time", *parts)
+
+
+def _refit_text(refit: Refit) -> str:
+    changes = ", ".join(f"{u} {a} -> {b}" for u, (a, b) in refit.changes().items())
+    predicted = ""
+    if refit.predicted_before is not None or refit.predicted_after is not None:
+        predicted = (f"; predicted {refit.predicted_before or 0:,.1f} -> "
+                     f"{refit.predicted_after or 0:,.1f} items/s")
+    return f"re-fit at {refit.t_s:.2f} s: {refit.reason}; {changes or 'no change'}{predicted}"
+
+
+def _device_name(sample: DeviceSample) -> str:
+    where = f"{sample.node} " if sample.node else ""
+    return f"{where}GPU {sample.device} ({sample.name})"
+
+
+def _devices(records: Sequence[RunRecord], labels: Sequence[str], x_max: float) -> str:
+    if not any(r.device_samples for r in records):
+        return _section("devices", "Accelerators (device samples)", _basis(
+            "No device samples in these records: no GPU was sampled (none visible, or NVML "
+            "not installed: pip install 'fitwork[nvml]')."))
+    parts, rows = [], []
+    for label, record in zip(labels, records, strict=True):
+        if not record.device_samples:
+            parts.append(_basis(f"{label}: no device samples."))
+            continue
+        devices: dict[tuple[str, int], list[DeviceSample]] = {}
+        for sample in sorted(record.device_samples, key=lambda s: s.t_s):
+            devices.setdefault(device_key(sample), []).append(sample)
+        ordered = sorted(devices.items())
+        busy = [LineSeries(_device_name(s[0]), [(x.t_s, x.utilization * 100) for x in s],
+                           colour(i)) for i, (_, s) in enumerate(ordered)]
+        memory = [LineSeries(f"{_device_name(s[0])} used", [(x.t_s, x.memory_used / GIB)
+                                                              for x in s], colour(i))
+                  for i, (_, s) in enumerate(ordered)]
+        total = max(x.memory_total for x in record.device_samples) / GIB
+        height = 204 + legend_height([s.name for s in memory], CHART_WIDTH)
+        parts.append(line_chart(busy, x_max, width=CHART_WIDTH, height=height,
+                                label=f"{label}: GPU utilization", y_max=100.0,
+                                x_caption="seconds from the start",
+                                y_caption="% of time a kernel ran"))
+        parts.append(line_chart(memory, x_max, width=CHART_WIDTH, height=height,
+                                label=f"{label}: GPU memory used (of {total:,.1f} GiB)",
+                                y_max=total or None, x_caption="seconds from the start",
+                                y_caption="GiB"))
+        rows += [[label, f"{'' if d.node is None else d.node + ' '}GPU {d.device}", d.name,
+                  f"{d.samples:,}", _pct(d.mean_utilization),
+                  f"{d.peak_memory / GIB:,.2f} of {d.memory_total / GIB:,.1f} GiB",
+                  "-" if d.mean_power_w is None else f"{d.mean_power_w:,.0f} W"]
+                 for d in device_figures(record.device_samples)]
+    parts.append(_table(["run", "device", "name", "samples", "mean utilization",
+                         "peak memory", "mean power"], rows, left=(0, 1, 2)))
+    parts.append(_basis("Read through NVML while the run went on: utilization is the share "
+                        "of each sample period in which a kernel ran; memory is what the "
+                        "device held, from every process."))
+    return _section("devices", "Accelerators (device samples)", *parts)
 
 
 def _timeline(records: Sequence[RunRecord], labels: Sequence[str], colours: dict[str, str],
@@ -193,8 +648,8 @@ def _predicted_sides(plan: Plan | None) -> list[tuple[PlanSide, str]]:
     return [(plan.monolithic, "#9a9a9a"), (plan.fitted, "#444444")]
 
 
-def _utilization(labels: Sequence[str], figures: Sequence[RunFigures],
-                 plan: Plan | None) -> str:
+def _utilization(records: Sequence[RunRecord], labels: Sequence[str],
+                 figures: Sequence[RunFigures], plan: Plan | None, known: Catalog) -> str:
     sides = _predicted_sides(plan)
     fleet = [BarSeries(label, {c.device_class: c.utilization for c in f.classes}, colour(i))
              for i, (label, f) in enumerate(zip(labels, figures, strict=True))]
@@ -206,7 +661,8 @@ def _utilization(labels: Sequence[str], figures: Sequence[RunFigures],
     parts = [bar_chart(classes, fleet, width=CHART_WIDTH, label="Fleet utilization per "
                        "device class", caption="busy device-seconds / allocated device-seconds"),
              _basis("; ".join(sorted({f"{c.device_class}: {c.basis}" for f in figures
-                                      for c in f.classes})))]
+                                      for c in f.classes}))),
+             *_host_use(records, labels, figures, known)]
     mfu = [BarSeries(label, {c.device_class: c.mfu for c in f.classes if c.mfu is not None},
                      colour(i)) for i, (label, f) in enumerate(zip(labels, figures, strict=True))]
     mfu += [BarSeries(f"predicted: plan {side.label}", dict(side.mfu),
@@ -243,29 +699,8 @@ def _utilization(labels: Sequence[str], figures: Sequence[RunFigures],
     parts.append(_table(["run", "device class", "devices", "busy device-s",
                          "allocated device-s", "fleet utilization", "FLOPs needed", "MFU",
                          "server capacity"], rows, left=(0, 1)))
-    return _section("utilization", "Utilization: three figures, never mixed", *parts)
-
-
-def _throughput(records: Sequence[RunRecord], labels: Sequence[str], plan: Plan | None,
-                x_max: float) -> str:
-    width = x_max / THROUGHPUT_BUCKETS
-    series = []
-    for i, (label, record) in enumerate(zip(labels, records, strict=True)):
-        points = [p for start, rate in throughput_series(record, width)
-                  for p in ((start, rate), (min(start + width, record.wall_s), rate))]
-        series.append(LineSeries(f"{label} ({record.throughput:,.1f} items/s overall)",
-                                 points, colour(i)))
-    for side, grey in _predicted_sides(plan):
-        series.append(LineSeries(f"predicted: plan {side.label} ({side.throughput:,.1f})",
-                                 [(0.0, side.throughput), (x_max, side.throughput)],
-                                 _side_colour(side, labels, grey), dashed=True))
-    chart = line_chart(series, x_max, width=CHART_WIDTH, height=300,
-                       label="Throughput over time", x_caption="seconds from the start",
-                       y_caption="source items/s")
-    return _section("throughput", "Throughput over time", chart, _basis(
-        f"Source items completed per second in {width:.3g} s buckets. A record keeps busy "
-        "intervals, not completion times, so each run's last working unit is taken to finish "
-        "items at a constant rate while busy, scaled to the run's completed items."))
+    return _section("utilization", "Utilization: fleet, host, MFU, server capacity (never "
+                    "mixed)", *parts)
 
 
 def _queues(records: Sequence[RunRecord], labels: Sequence[str], colours: dict[str, str],
@@ -334,10 +769,15 @@ def render_report(records: list[RunRecord], labels: list[str] | None = None,
     title = title or "fitwork report: " + ", ".join(dict.fromkeys(r.pipeline for r in records))
     body = [
         f"<h1>{escape(title)}</h1>",
+        _headline(records, labels, plan),
+        _correctness(records, labels),
+        _setup(records, labels),
         _summary(records, labels),
-        _timeline(records, labels, colours, x_max),
-        _utilization(labels, figures, plan),
         _throughput(records, labels, plan, x_max),
+        _utilization(records, labels, figures, plan, known),
+        _timeline(records, labels, colours, x_max),
+        _replicas(records, labels, colours, x_max),
+        _devices(records, labels, x_max),
         _queues(records, labels, colours, x_max),
         _cost(records, labels, figures, plan, price_per_hour, known),
     ]

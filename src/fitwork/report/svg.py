@@ -18,6 +18,7 @@ AXIS = "#555555"
 GRID = "#dddddd"
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 LEFT, RIGHT, TOP, BOTTOM = 170, 24, 28, 34
+CHAR_PX = 6.5  # the widest a character of FONT takes, on average, in a legend
 
 
 def colour(index: int) -> str:
@@ -42,6 +43,13 @@ def _num(value: float) -> str:
 def _text(x: float, y: float, content: str, anchor: str = "start", extra: str = "") -> str:
     return (f'<text x="{_num(x)}" y="{_num(y)}" text-anchor="{anchor}" {FONT}{extra}>'
             f"{escape(content)}</text>")
+
+
+def _figure(value: float) -> str:
+    """A value as a table would show it: 1,234 / 105.7 / 47.0 / 0.123."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
 def _open(width: int, height: int, label: str) -> str:
@@ -85,7 +93,8 @@ def gantt(rows: Sequence[GanttRow], x_max: float, *, width: int = 1100, label: s
     keys = [("idle (alive, not busy)", IDLE, "solid")]
     keys += list({row.group: (f"busy: {row.group}", row.colour, "solid")
                   for row in rows}.values())
-    height = TOP + len(rows) * (row_height + 4) + BOTTOM + 24 + legend_height(len(keys))
+    height = (TOP + len(rows) * (row_height + 4) + BOTTOM + 24
+              + legend_height([k[0] for k in keys], width))
     parts = [_open(width, height, label or "worker timeline")]
     parts.append(_text(LEFT, 16, label, extra=' font-weight="bold"'))
     bottom = TOP + len(rows) * (row_height + 4)
@@ -118,8 +127,12 @@ class BarSeries:
 
 def bar_chart(categories: Sequence[str], series: Sequence[BarSeries], *, width: int = 1100,
               label: str = "", caption: str = "", percent: bool = True,
-              bar_height: int = 14) -> str:
-    """Horizontal bars, one group per category, one bar per series that has a value."""
+              bar_height: int = 14, unit: str = "") -> str:
+    """Horizontal bars, one group per category, one bar per series that has a value.
+
+    Values are shares shown as percentages, or with ``percent=False`` numbers shown to
+    three significant figures followed by ``unit``.
+    """
     top = max([1.0 if percent else 0.0]
               + [v for s in series for v in s.values.values() if math.isfinite(v)])
     ticks = nice_ticks(top, 6 if not percent else max(2, math.ceil(top / 0.2) + 1))
@@ -128,7 +141,7 @@ def bar_chart(categories: Sequence[str], series: Sequence[BarSeries], *, width: 
     rows = sum(len(g) for g in groups) + len(categories)
     bottom = TOP + rows * (bar_height + 3)
     legend_y = bottom + 52
-    height = legend_y + 10 + legend_height(len(series))
+    height = legend_y + 10 + legend_height([s.name for s in series], width)
     parts = [_open(width, height, label or "bar chart"),
              '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
              'patternTransform="rotate(45)"><rect width="6" height="6" fill="#ffffff"/>'
@@ -145,7 +158,7 @@ def bar_chart(categories: Sequence[str], series: Sequence[BarSeries], *, width: 
             value = s.values[category]
             fill = "url(#hatch)" if s.hatched else s.colour
             stroke = f' stroke="{s.colour}" stroke-width="1.5"' if s.hatched else ""
-            text = _tick_label(value, percent) if not percent else f"{value:.1%}"
+            text = f"{value:.1%}" if percent else _figure(value) + unit
             parts.append(f'<rect class="bar" x="{LEFT}" y="{_num(y)}" '
                          f'width="{_num(max(0.5, value * scale))}" height="{bar_height}" '
                          f'fill="{fill}"{stroke}><title>{escape(s.name)}: {escape(text)}'
@@ -161,23 +174,44 @@ def bar_chart(categories: Sequence[str], series: Sequence[BarSeries], *, width: 
 
 @dataclass(frozen=True)
 class LineSeries:
-    """One line of a line chart: ``(x, y)`` points in order, optionally dashed."""
+    """One line of a line chart: ``(x, y)`` points in order, optionally dashed.
+
+    ``nudge`` shifts the line up by that many pixels, so lines at one value stay apart.
+    """
 
     name: str
     points: Sequence[tuple[float, float]]
     colour: str
     dashed: bool = False
     step: bool = False
+    nudge: float = 0.0
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A moment marked on a line chart's time axis: a dashed vertical line and a label."""
+
+    x: float
+    label: str
+    tooltip: str = ""
+
+
+MARKER = "#b22222"
 
 
 def line_chart(series: Sequence[LineSeries], x_max: float, *, width: int = 1100,
                height: int = 240, label: str = "", x_caption: str = "",
-               y_caption: str = "") -> str:
-    """Lines on axes from 0: x to ``x_max``, y to the largest value, with a legend."""
-    y_top = max([0.0] + [y for s in series for _, y in s.points if math.isfinite(y)])
+               y_caption: str = "", y_max: float | None = None,
+               markers: Sequence[Marker] = ()) -> str:
+    """Lines on axes from 0: x to ``x_max``, y to ``y_max`` (else the largest value).
+
+    ``step`` series hold each value until the next point; ``markers`` are vertical lines.
+    """
+    y_top = y_max if y_max is not None else max(
+        [0.0] + [y for s in series for _, y in s.points if math.isfinite(y)])
     x_ticks, y_ticks = nice_ticks(x_max), nice_ticks(y_top or 1.0, 5)
     x_scale = (width - LEFT - RIGHT) / x_ticks[-1]
-    bottom = height - BOTTOM - 24 - legend_height(len(series))
+    bottom = height - BOTTOM - 24 - legend_height([s.name for s in series], width)
     y_scale = (bottom - TOP) / y_ticks[-1]
     parts = [_open(width, height, label or "line chart"),
              _text(LEFT, 16, label, extra=' font-weight="bold"')]
@@ -195,24 +229,39 @@ def line_chart(series: Sequence[LineSeries], x_max: float, *, width: int = 1100,
         if s.step:
             points = [p for i, (x, y) in enumerate(points)
                       for p in ([(x, points[i - 1][1])] if i else []) + [(x, y)]]
-        coords = " ".join(f"{_num(LEFT + x * x_scale)},{_num(bottom - y * y_scale)}"
+        coords = " ".join(f"{_num(LEFT + x * x_scale)},{_num(bottom - y * y_scale - s.nudge)}"
                           for x, y in points)
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         parts.append(f'<polyline class="line" points="{coords}" fill="none" '
                      f'stroke="{s.colour}" stroke-width="2"{dash}>'
                      f"<title>{escape(s.name)}</title></polyline>")
+    for marker in markers:
+        x = _num(LEFT + marker.x * x_scale)
+        parts.append(f'<g class="marker"><title>{escape(marker.tooltip or marker.label)}'
+                     f'</title><line x1="{x}" y1="{TOP - 4}" x2="{x}" y2="{_num(bottom)}" '
+                     f'stroke="{MARKER}" stroke-width="1.5" stroke-dasharray="3 3"/>'
+                     + _text(LEFT + marker.x * x_scale + 3, TOP + 6, marker.label,
+                             extra=f' fill="{MARKER}"') + "</g>")
     parts += _legend([(s.name, s.colour, "dashed" if s.dashed else "solid")
                       for s in series], bottom + 52, width)
     parts.append("</svg>")
     return "".join(parts)
 
 
+def _legend_columns(names: Sequence[str], width: int) -> int:
+    """Swatches per legend row: four, or fewer when the longest name would not fit."""
+    longest = max((len(name) for name in names), default=0)
+    needed = 24 + CHAR_PX * longest + 16
+    return max(1, min(4, int((width - LEFT - RIGHT) // needed)))
+
+
 def _legend(entries: Sequence[tuple[str, str, str]], y: float, width: int) -> list[str]:
-    """Swatches four to a row: ``(name, colour, style)`` with style solid, hatched or dashed."""
+    """Swatches in rows: ``(name, colour, style)`` with style solid, hatched or dashed."""
     parts = ['<g class="legend">']
-    column = (width - LEFT - RIGHT) / 4
+    columns = _legend_columns([name for name, _, _ in entries], width)
+    column = (width - LEFT - RIGHT) / columns
     for i, (name, fill, style) in enumerate(entries):
-        x, row = LEFT + (i % 4) * column, y + (i // 4) * 16
+        x, row = LEFT + (i % columns) * column, y + (i // columns) * 16
         if style == "dashed":
             parts.append(f'<line x1="{_num(x)}" y1="{_num(row - 4)}" x2="{_num(x + 18)}" '
                          f'y2="{_num(row - 4)}" stroke="{fill}" stroke-width="2" '
@@ -227,6 +276,6 @@ def _legend(entries: Sequence[tuple[str, str, str]], y: float, width: int) -> li
     return parts
 
 
-def legend_height(entries: int) -> int:
-    """Pixels a legend of ``entries`` swatches takes, four to a row."""
-    return 16 * math.ceil(entries / 4)
+def legend_height(names: Sequence[str], width: int = 1100) -> int:
+    """Pixels a legend of swatches named ``names`` takes in a chart ``width`` wide."""
+    return 16 * math.ceil(len(names) / _legend_columns(names, width))

@@ -23,6 +23,7 @@ from fitwork.telemetry.record import RunRecord
 if TYPE_CHECKING:
     from fitwork.fit.cost import RateEstimate
     from fitwork.fit.plan import Plan
+    from fitwork.fit.result import Placement as Replicas
 
 
 class ProgressView:
@@ -66,9 +67,7 @@ def summary(record: RunRecord) -> Group:
                  f"{record.outputs:,} outputs)")
     head.add_row("latency", latency)
     head.add_row("failures", f"{record.failures} ({record.poisoned} poison), "
-                 f"{record.retries} retried, {record.worker_restarts} workers replaced"
-                 + (f"; dead letters: {record.dead_letter}"
-                    if record.failures and record.dead_letter else ""))
+                 f"{record.retries} retried, {record.worker_restarts} workers replaced")
 
     units = Table(title="units", title_justify="left")
     for column in ("unit", "kind", "replicas", "items in", "items out", "busy", "cpu s"):
@@ -134,6 +133,11 @@ def _error(rate: RateEstimate | None) -> str:
     return f"{rate.error_median:.0%}, p90 {rate.error_p90:.0%}"
 
 
+def _cores(cores: float, reserved: bool) -> str:
+    """A replica's cores: ``2 reserved``, or its fluid share such as ``0.31``."""
+    return f"{cores:g} reserved" if reserved else f"{cores:.3g}"
+
+
 def plan_table(plan: Plan) -> Group:
     """Monolithic and fitted side by side (throughput, range, utilization, cost), then replicas.
 
@@ -166,26 +170,36 @@ def plan_table(plan: Plan) -> Group:
     table.add_row("bound, gap", *(f"{s.result.bound:,.1f}, {s.result.gap:.1%}" for s in sides))
 
     replicas = Table(title="fitted replicas", title_justify="left")
-    for column in ("unit", "device class", "node type", "replicas", "items/s", "rate source",
+    numbers = ("replicas", "batch", "items/s", "cores each")
+    for column in ("unit", "device class", "node type", *numbers, "rate source",
                    "rate error (median, p90)"):
-        replicas.add_column(column, justify="right" if column in ("replicas", "items/s")
-                            else "left")
-    rates = {(r.unit, r.device_class): r for r in plan.rates}
+        replicas.add_column(column, justify="right" if column in numbers else "left")
+    own = {(r.unit, r.device_class): r for r in plan.rates}
+    batched = {(r.unit, r.device_class, r.batch_size): r
+               for r in [*plan.rates, *plan.batch_rates]}
+
+    def rate_of(p: Replicas) -> RateEstimate | None:
+        return batched.get((p.unit, p.device_class, p.batch_size),
+                           own.get((p.unit, p.device_class)))
+
     for p in plan.fitted.result.replicas:
         if p.replicas:
-            rate = rates.get((p.unit, p.device_class))
+            rate = rate_of(p)
             source = "" if rate is None else rate.method + (
                 f" from {rate.source_class}" if rate.source_class else "")
             replicas.add_row(p.unit, p.device_class, p.node_type, str(p.replicas),
-                             f"{p.items_per_s:,.1f}", source, _error(rate))
+                             str(p.batch_size or "-"), f"{p.items_per_s:,.1f}",
+                             _cores(p.cores, p.reserved), source, _error(rate))
     fitted = plan.fitted
     lines = [Text(f"bottleneck: {fitted.result.bottleneck} "
                   f"({fitted.result.bottleneck_reason})"),
+             Text(f"cores are planned fluid (what the load uses, 'reserved' where a unit "
+                  f"holds them) up to {plan.core_ceiling:.0%} of each node's unreserved "
+                  "cores, the ceiling the profile's run-queue wait gives"),
              Text(capacity_line(plan)),
              Text(f"fitted rates measured: {', '.join(fitted.measured) or 'none'}; "
                   f"transferred: {', '.join(fitted.transferred) or 'none'}")]
-    placed = [rates[p.unit, p.device_class] for p in fitted.result.replicas
-              if p.replicas and (p.unit, p.device_class) in rates]
+    placed = [r for p in fitted.result.replicas if p.replicas and (r := rate_of(p)) is not None]
     moved = [r for r in placed if r.transferred]
     if moved:
         worst = max(moved, key=lambda r: r.error_p90)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from fitwork.engine.core.machine import RunCore
 from fitwork.telemetry.record import (
@@ -35,7 +36,8 @@ def replica_seconds(core: RunCore, wall: float) -> list[float]:
 def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_at: float,
              status: RunStatus = "completed", error: str | None = None,
              dead_letter: str | None = None,
-             device_samples: Sequence[DeviceSample] = ()) -> RunRecord:
+             device_samples: Sequence[DeviceSample] = (),
+             host: dict[str, Any] | None = None) -> RunRecord:
     """The record of a run whose books ``core`` kept, ended (or interrupted) at ``now``."""
     wall = max(now - core.t0, 1e-9)
     workers = [
@@ -75,4 +77,4 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
         units=units, resources=resource_utilization(units, wall), workers=workers,
         queue=queue, failed_items=list(core.failed_items), dead_letter=dead_letter,
         status=status, error=error, completions=completions, replicas=replicas,
-        placement=core.placement.to_json(), device_samples=list(device_samples))
+        placement=core.placement.to_json(), device_samples=list(device_samples), host=host)

@@ -80,6 +80,7 @@ class Policy:
     max_frame: int = 256
     io_frame_share: float = 0.5
     quiet_after: float | None = 1.0
+    whole_path: bool = False
     sample_interval: float = 0.1
     progress_interval: float | None = None
 
@@ -550,10 +551,13 @@ class RunCore:
         self.stage_busy[stage] += counters.busy_s - before.busy_s
         if intervals:
             worker.intervals.extend((s - self.t0, e - self.t0) for s, e in intervals)
-        size = self._frame_size(stage)
-        if size != self.sizes[stage]:
-            self.sizes[stage] = size
-            self.out.append(FrameSizes(tuple(self.sizes)))
+        sizes = list(self.sizes)
+        sizes[stage] = self._frame_size(stage)
+        if self.policy.whole_path:
+            sizes[0] = self._frame_size(0)
+        if sizes != self.sizes:
+            self.sizes = sizes
+            self.out.append(FrameSizes(tuple(sizes)))
 
     def _idle(self) -> bool:
         """Every live worker is up and holds nothing: nothing can be in flight."""
@@ -561,11 +565,18 @@ class RunCore:
         return bool(live) and all(w.ready and not w.held for w in live)
 
     def _frame_size(self, stage: int) -> int:
-        """Items per frame into ``stage``: about ``frame_time`` of its measured work."""
+        """Items per frame into ``stage``: about ``frame_time`` of its measured work.
+
+        With ``whole_path`` (engines whose call into the first unit returns only once its
+        items are through the whole pipeline, as Ray's), the first unit's frames are sized
+        by the work of every stage per source item, so a call stays ~``frame_time`` long.
+        """
         items = self.stage_items[stage]
         if not items:
             return self.sizes[stage]
         per_item = max(self.stage_busy[stage] / items, 1e-7)
+        if stage == 0 and self.policy.whole_path:
+            per_item = max(sum(self.stage_busy) / items, 1e-7)
         size = int(min(self.policy.max_frame, max(1, self.policy.frame_time / per_item)))
         io = self.stages[stage].io
         if io:

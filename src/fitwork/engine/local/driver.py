@@ -151,8 +151,9 @@ class LocalRun(Shell):
         for channel in self.channels:
             channel.restore_credits()
 
-    def worker_pids(self) -> list[int]:
-        return [h.pid for h in self.handles.values() if not h.reported and h.pid]
+    def worker_pids(self, unit: str | None = None) -> list[int]:
+        return [h.pid for h in self.handles.values() if not h.reported and h.pid
+                and (unit is None or self.names[h.stage] == unit)]
 
     # -- turning I/O into events -----------------------------------------------------------
 

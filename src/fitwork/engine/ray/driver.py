@@ -56,6 +56,7 @@ from fitwork.hardware.ray_cluster import (
     cluster_resources,
     connect,
     labelled_node_types,
+    live_nodes,
 )
 from fitwork.placement import Group, Placement
 from fitwork.resources import Resources
@@ -114,7 +115,7 @@ class RayRun(Shell):
         policy = Policy(ordered=options.ordered, max_attempts=options.max_attempts,
                         max_failures=options.max_failures,
                         max_frames=self.limits[0] * first * 2, frame_time=FRAME_TIME,
-                        max_frame=MAX_FRAME, quiet_after=None,
+                        max_frame=MAX_FRAME, quiet_after=None, whole_path=True,
                         sample_interval=max(options.sample_interval, 0.2),
                         progress_interval=options.progress_interval if options.progress
                         else None)
@@ -232,6 +233,24 @@ class RayRun(Shell):
                                  if a.stage == 0 and not a.ended], self.version)
         self.started = True
 
+    def describe_host(self) -> dict[str, Any] | None:
+        nodes = live_nodes(self.timeout)
+        devices: dict[str, float] = {}
+        for node in nodes:
+            for name, amount in node["Resources"].items():
+                if name == "GPU" or name.startswith("accelerator_type:"):
+                    devices[name] = devices.get(name, 0.0) + amount
+        return {"name": f"Ray cluster of {len(nodes)} nodes",
+                "cores": sum(n["Resources"].get("CPU", 0.0) for n in nodes),
+                "memory": int(sum(n["Resources"].get("memory", 0.0) for n in nodes)),
+                "devices": devices}
+
+    def start_devices(self) -> Any:
+        from fitwork.engine.ray.devices import ClusterSamplers
+
+        return ClusterSamplers(max(0.5, self.options.sample_interval), self.started_at,
+                               self.timeout)
+
     def _registry(self, method: str, *args: Any) -> Any:
         try:
             return ray.get(getattr(self.registry, method).remote(*args), timeout=self.timeout)
@@ -303,8 +322,9 @@ class RayRun(Shell):
         segment = send.segment
         self.handle(Taken(worker, call, [(segment[0], segment[2])], time.monotonic()))
 
-    def worker_pids(self) -> list[int]:
-        return [a.pid for a in self.actors.values() if not a.ended and a.pid]
+    def worker_pids(self, unit: str | None = None) -> list[int]:
+        return [a.pid for a in self.actors.values() if not a.ended and a.pid
+                and (unit is None or self.names[a.stage] == unit)]
 
     # -- turning Ray into events -----------------------------------------------------------
 
