@@ -102,6 +102,7 @@ def test_run_jsonl_to_jsonl_with_record(project: Path) -> None:
     assert outputs == [{"n": n, "square": n * n} for n in range(1, 50, 2)]
     record = RunRecord.load(project / "run.json")
     assert record.items_completed == 50 and record.outputs == 25
+    assert record.output_digest is not None and record.output_digest.startswith("25:")
     assert record.unit("parse").replicas == 2
     assert "throughput" in done.stdout and "utilization" in done.stdout
 

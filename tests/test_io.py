@@ -430,3 +430,18 @@ def test_parquet_writer_refuses_a_field_missing_from_the_first_batch(tmp_path: P
 
     assert str(caught.value).startswith(f"output {path}: rows 10001-10001: field 'extra'")
     assert pq.ParquetFile(path).metadata.num_rows == 10_000  # the first batch survived
+
+
+def test_the_output_digest_ignores_order_and_sees_any_difference() -> None:
+    from fitwork.io import OutputDigest
+
+    def digest(values: list) -> str:
+        made = OutputDigest()
+        for value in values:
+            made.add(value)
+        return made.hexdigest()
+
+    rows = [{"a": 1, "b": [1, 2]}, {"b": [1, 2], "a": 1}, 3, "x"]
+    assert digest(rows) == digest(list(reversed(rows)))
+    assert digest(rows) != digest([*rows[:3], "y"])
+    assert digest(rows) != digest(rows[:3]) and digest(rows).startswith("4:")

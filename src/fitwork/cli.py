@@ -89,7 +89,7 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         quiet: bool, metrics_port: int | None, metrics_host: str,
         decompose: str | None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
-    from fitwork.io import count_items, open_writer, read_items
+    from fitwork.io import OutputDigest, count_items, open_writer, read_items
     from fitwork.report.terminal import ProgressView, summary
     from fitwork.runner import run as run_pipeline
 
@@ -124,12 +124,15 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
                 pipeline, items, engine=engine, placement=placement, workers=replicas,
                 ordered=ordered, dead_letter=dead_letter, max_failures=max_failures,
                 progress=combine_progress(live, exporter), **options)
+            digest = OutputDigest()
             try:
                 with result:
                     for output in result:
                         writer.write(output)
+                        digest.add(output)
             finally:
-                record = result.record
+                record = result.record.model_copy(
+                    update={"output_digest": digest.hexdigest()})
                 if record_path:
                     record.save(record_path)
     except KeyboardInterrupt as stop:

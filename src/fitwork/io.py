@@ -6,6 +6,7 @@ import base64
 import csv
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -510,3 +511,27 @@ def open_writer(path: str | Path) -> OutputWriter:
     if _format(Path(path)) == "parquet":
         return ParquetOutputWriter(path)
     return JsonLinesWriter(path)
+
+
+class OutputDigest:
+    """An order-independent digest of a run's outputs: equal digests, equal multisets.
+
+    Each output is written as canonical JSON (sorted keys; what JSON cannot hold by its
+    ``repr``) and hashed with BLAKE2b to 64 bits; the digest is the sum of the hashes modulo
+    2**64, so it does not depend on the order outputs arrived in.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.count = 0
+
+    def add(self, value: Any) -> None:
+        """Count one output."""
+        text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
+        self.total = (self.total + int.from_bytes(
+            hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")) % (1 << 64)
+        self.count += 1
+
+    def hexdigest(self) -> str:
+        """``<count>:<16 hex digits>``."""
+        return f"{self.count}:{self.total:016x}"

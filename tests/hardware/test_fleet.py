@@ -53,9 +53,10 @@ def test_sizes_and_rates_are_held_as_bytes(tmp_path: Path) -> None:
 def test_capacity_and_device_counts_total_over_node_types() -> None:
     fleet = example_fleet()
     capacity = fleet.capacity()
-    assert capacity["cpu"] == 8 * 32 + 2 * 32 + 208
-    assert capacity["memory"] == (8 * 128 + 2 * 120 + 1872) * 2**30
-    assert capacity["V100"] == 8 and capacity["H100-SXM"] == 8
+    assert capacity.cpu == 8 * 32 + 2 * 32 + 208
+    assert capacity.memory == (8 * 128 + 2 * 120 + 1872) * 2**30
+    assert capacity.devices["V100"] == 8 and capacity.devices["H100-SXM"] == 8
+    assert capacity.gpu == 16
 
 
 def test_device_names_resolve_to_catalog_names() -> None:

@@ -17,6 +17,7 @@ they are tested on real-format text; ``discover_local`` is the thin shell that r
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import re
@@ -468,9 +469,13 @@ def discover_local(env: Mapping[str, str] | None = None, known: Catalog | None =
     return Fleet(name="local", node_types=[node])
 
 
-def host_summary(fleet: Fleet | None = None) -> dict[str, object]:
-    """This host as a run record describes it: name, usable cores and memory, classes."""
-    node = (fleet or discover_local()).node_types[0]
+@functools.cache
+def host_summary() -> dict[str, object]:
+    """This host as a run record describes it: name, usable cores and memory, classes.
+
+    Read once per process: a run starts often, and the host it runs on does not change.
+    """
+    node = discover_local().node_types[0]
     model = ""
     text = _read(PurePosixPath("/proc/cpuinfo")) or ""
     for line in text.splitlines():

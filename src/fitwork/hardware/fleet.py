@@ -40,6 +40,7 @@ from fitwork.errors import InputError
 from fitwork.hardware.catalog import Catalog, UnknownDeviceClass, catalog
 from fitwork.hardware.units import format_bytes, format_rate, parse_bytes, parse_rate
 from fitwork.hardware.validation import one_line
+from fitwork.resources import Resources
 
 __all__ = ["Fleet", "FleetError", "NodeType", "example_fleet"]
 
@@ -131,9 +132,10 @@ class NodeType(BaseModel):
             total += count * price
         return total
 
-    def capacity(self) -> dict[str, float]:
-        """One node's capacity by resource: ``cpu`` (vCPUs), ``memory`` (bytes), each class."""
-        return {"cpu": self.cores, "memory": float(self.memory), **self.devices}
+    def capacity(self) -> Resources:
+        """One node's capacity: vCPUs, memory, and its accelerators (``gpu`` counts them all)."""
+        return Resources(cpu=self.cores, gpu=float(sum(self.devices.values())),
+                         memory=self.memory, devices=dict(self.devices))
 
 
 class Fleet(BaseModel):
@@ -209,12 +211,11 @@ class Fleet(BaseModel):
                 counts[name] = counts.get(name, 0) + node.count * per_node
         return counts
 
-    def capacity(self) -> dict[str, float]:
-        """Total capacity by resource: ``cpu`` (vCPUs), ``memory`` (bytes), then each class."""
-        total: dict[str, float] = {"cpu": 0.0, "memory": 0.0}
+    def capacity(self) -> Resources:
+        """The whole fleet's capacity (every node of every type)."""
+        total = Resources()
         for node in self.node_types:
-            for resource, amount in node.capacity().items():
-                total[resource] = total.get(resource, 0.0) + node.count * amount
+            total = total + node.capacity() * node.count
         return total
 
     def hourly_price(self, known: Catalog | None = None) -> float | None:

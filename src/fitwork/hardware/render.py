@@ -66,8 +66,8 @@ def render_fleet(fleet: Fleet, known: Catalog | None = None) -> Group:
     devices = ", ".join(f"{n} x {name}" for name, n in fleet.device_counts().items()) or "none"
     nodes = fleet.node_count()
     table.caption = (
-        f"{nodes} node{'' if nodes == 1 else 's'}, {_cores(capacity['cpu'])} cores, "
-        f"{human_bytes(capacity['memory'])} memory, devices: {devices}, "
+        f"{nodes} node{'' if nodes == 1 else 's'}, {_cores(capacity.cpu)} cores, "
+        f"{human_bytes(capacity.memory)} memory, devices: {devices}, "
         f"{_money(fleet.hourly_price(known))}/h"
     )
     table.caption_justify = "left"
