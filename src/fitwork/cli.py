@@ -71,6 +71,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
               help="Run with the placement a `fitwork plan` gave (--workers still override).")
 @click.option("--node-type", help="Run only the plan's share on this node type (local runs "
               "of a multi-node plan).")
+@click.option("--adapt", is_flag=True, help="With --plan: compare each unit's live rate with "
+              "the plan's and re-fit replica counts while the run goes on.")
 @click.option("--monolithic", is_flag=True,
               help="Run the pipeline fused into one unit (named 'monolithic'; with --plan, "
                    "the plan's monolithic baseline): the baseline to compare with.")
@@ -85,7 +87,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         workers: tuple[str, ...], ordered: bool, dead_letter: Path | None,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
-        node_type: str | None, monolithic: bool, engine: str, ray_address: str | None,
+        node_type: str | None, adapt: bool, monolithic: bool, engine: str,
+        ray_address: str | None,
         quiet: bool, metrics_port: int | None, metrics_host: str,
         decompose: str | None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
@@ -101,13 +104,17 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
     try:
         pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
         pipeline = load_pipeline_for(pipeline_ref, decompose)
-        placement = None
+        placement: Any = None
+        if adapt and not plan_path:
+            raise click.UsageError("--adapt re-fits a plan while the run goes on: give "
+                                   "--plan FILE")
         if plan_path:
             from fitwork.fit.plan import Plan
 
             planned = Plan.load(plan_path)
             side = "monolithic" if monolithic else "fitted"
-            placement = planned.placement(node_type, side=side)
+            placement = planned if adapt and not monolithic and node_type is None \
+                else planned.placement(node_type, side=side)
         if monolithic:
             from fitwork.fit.monolithic import FUSED
 
@@ -123,7 +130,8 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
             result = run_pipeline(
                 pipeline, items, engine=engine, placement=placement, workers=replicas,
                 ordered=ordered, dead_letter=dead_letter, max_failures=max_failures,
-                progress=combine_progress(live, exporter), **options)
+                progress=combine_progress(live, exporter), adapt=adapt and not monolithic,
+                **options)
             digest = OutputDigest()
             try:
                 with result:

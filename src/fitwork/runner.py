@@ -9,6 +9,7 @@ from typing import Any
 from fitwork.engine.contract import RunResult
 from fitwork.engine.options import RunOptions, engine_options
 from fitwork.engine.registry import get_engine
+from fitwork.errors import UnitDefinitionError
 from fitwork.placement import Placement
 from fitwork.workload.pipeline import Pipeline
 
@@ -28,6 +29,7 @@ def run(
     progress_interval: float = 0.1,
     sample_interval: float = 0.1,
     sample_devices: bool = True,
+    adapt: bool = False,
     **options: Any,
 ) -> RunResult:
     """Run ``pipeline`` over ``source`` and return at once; iterate the result for outputs.
@@ -37,17 +39,28 @@ def run(
     overrides replica counts by unit name.  Other keyword arguments are the engine's own
     options (``channel_capacity``, ``gpus`` for ``local``; ``address``, ``startup_timeout``,
     ``call_timeout`` for ``ray``; ``rates`` for ``sim``), checked against it by name.
+    With ``adapt=True`` (and a plan as ``placement``) the run compares each unit's measured
+    rate with the plan's and re-fits itself while it goes on (`fitwork.engine.adapt`).
     """
     chosen = get_engine(engine)
     own = engine_options(engine, chosen.options, options)
+    replanner = None
     if placement is None:
         placed = Placement.declared(pipeline, workers)
     else:
         placed = placement if isinstance(placement, Placement) else placement.placement()
         placed = placed.with_workers(dict(workers or {}))
+    if adapt:
+        if placement is None or isinstance(placement, Placement):
+            raise UnitDefinitionError("adapt=True re-fits a plan while the run goes on: pass "
+                                      "the plan as placement= (fitwork run --plan FILE "
+                                      "--adapt)")
+        from fitwork.fit.replan import PlanReplanner
+
+        replanner = PlanReplanner(placement, placed)
     run_options = RunOptions(
         ordered=ordered, dead_letter=Path(dead_letter) if dead_letter else None,
         max_failures=max_failures, max_attempts=max_attempts, progress=progress,
         progress_interval=progress_interval, sample_interval=sample_interval,
-        sample_devices=sample_devices)
+        sample_devices=sample_devices, adapt=replanner)
     return chosen.run(pipeline, source, placed.check(pipeline), run_options, own)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,8 @@ class RunOptions:
     poison); a unit's own ``retry`` policy covers exceptions.  ``max_failures`` stops the run
     once more items than that have failed.  ``dead_letter`` is a JSON Lines file this run
     writes its failed items to (truncated when the run starts, each line with the run id).
+    ``adapt`` is a `fitwork.engine.adapt.Replanner` (built from a plan by `fitwork.run`
+    when ``adapt=True``): with one, the run re-fits itself while it goes on.
     """
 
     ordered: bool = False
@@ -29,6 +31,7 @@ class RunOptions:
     progress_interval: float = 0.1
     sample_interval: float = 0.1
     sample_devices: bool = True
+    adapt: Any = None
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -73,6 +76,10 @@ class SimOptions:
     rates; units with neither take ``default_seconds`` per item.  ``horizon`` stops the
     virtual clock (``None``: run the source dry).  ``kill_rate`` kills each replica at
     random, that many times per simulated second on average (``seed`` fixes the draw).
+    ``schedule`` changes rates while the run goes on: per unit, ``(from time, rate)`` steps
+    in simulated seconds (a unit that slows down, say, to test live re-fitting).
+    ``arrival_rate`` paces the source: item ``i`` is there from ``i / arrival_rate``
+    seconds on (``None``: the source is always ready).
     """
 
     rates: Mapping[str, float] | None = None
@@ -80,6 +87,8 @@ class SimOptions:
     horizon: float | None = None
     kill_rate: float = 0.0
     seed: int = 0
+    schedule: Mapping[str, Sequence[tuple[float, float]]] | None = None
+    arrival_rate: float | None = None
 
 
 def engine_options(engine: str, kind: type[Any], given: Mapping[str, Any]) -> Any:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from fitwork.engine.adapt import Adapter
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
     Abort,
@@ -122,6 +123,8 @@ class Shell:
         self.device_samples: list[DeviceSample] = []
         self.sampler: Any = None
         self.host: dict[str, Any] | None = None
+        self.adapter = Adapter(options.adapt) if options.adapt is not None else None
+        self.last_adapt = 0.0
         self.handlers: dict[type, Callable[[Any], None]] = {
             Send: self._send, Spawn: self.spawn, Retire: self.retire,
             DeadLetter: lambda i: self.dead.write(i.failure),
@@ -245,6 +248,8 @@ class Shell:
                 self.wait()
                 self.pump()
                 self.execute(core.handle(Tick(self.clock(), len(self.retries))))
+                if self.adapter is not None:
+                    self._adapt()
                 if self.out:
                     out, self.out = self.out, []
                     yield from out
@@ -290,7 +295,7 @@ class Shell:
             if self.reserved is not None:
                 self.unreserve(self.reserved)
                 self.reserved = None
-            if fed.end or self.retries:
+            if fed.end or self.retries or not fed.items:
                 return
 
     def take(self, count: int) -> Fed:
@@ -335,6 +340,17 @@ class Shell:
         self.pipeline.unit_named(unit)
         self.resizes.append((unit, replicas))
 
+    def _adapt(self) -> None:
+        """Let the adapter look at the books once per sample interval; apply what it says."""
+        assert self.core is not None and self.adapter is not None
+        now = self.clock()
+        if now - self.last_adapt < self.policy.sample_interval:
+            return
+        self.last_adapt = now
+        counts = self.adapter.observe(self.core, now)
+        for unit, replicas in (counts or {}).items():
+            self.handle(Resize(self.names.index(unit), replicas, now))
+
     def _apply_resizes(self) -> None:
         assert self.core is not None
         resizes, self.resizes = self.resizes, []
@@ -374,4 +390,5 @@ class Shell:
         return assemble(self.core, pipeline=self.pipeline.name, engine=self.engine_name,
                         now=self.ended or self.clock(), started_at=self.started_at,
                         status=self.status, error=self.error, dead_letter=dead,
-                        device_samples=self.device_samples, host=self.host)
+                        device_samples=self.device_samples, host=self.host,
+                        refits=self.adapter.refits if self.adapter is not None else ())

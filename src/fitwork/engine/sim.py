@@ -3,9 +3,11 @@
 Units really run (through the `Kernel`, in this process), so outputs are the real ones,
 but time is virtual: a replica holds a frame for ``items / rate`` seconds of simulated
 time, where ``rate`` is the plan's predicted items/s of one replica on its class (or
-``SimOptions.rates``, or ``1 / default_seconds``).  Stages are bounded queues, as the
-local engine's channels are, so backpressure, frame sizing, retries and resizes follow the
-same core as a real run.  With ``kill_rate`` replicas die at random (seeded), so the
+``SimOptions.rates``, or ``1 / default_seconds``).  Frame sizing, retries and resizes
+follow the same core as a real run.  Queues between units are not bounded (work in flight
+is, by the core's bound on frames fed), so a simulated replica never waits on its send, and
+an idle replica is picked at random for the next frame, as whichever reads a socket first.
+With ``kill_rate`` replicas die at random (seeded), so the
 core's fault handling can be exercised without processes.  A plan's predicted throughput
 and the simulated run's can then be compared exactly, without timing noise.
 """
@@ -26,6 +28,7 @@ from fitwork.engine.core import (
     Counters,
     Done,
     Exited,
+    Fed,
     FrameSizes,
     Policy,
     Ready,
@@ -89,7 +92,7 @@ class SimRun(Shell):
         replicas = sum(placement.replicas(u.name) for u in pipeline.units)
         policy = Policy(ordered=options.ordered, max_attempts=options.max_attempts,
                         max_failures=options.max_failures,
-                        max_frames=CAPACITY * (stages + 1) + 2 * replicas,
+                        max_frames=CAPACITY * (stages + 1) + 4 * replicas,
                         frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=None,
                         sample_interval=options.sample_interval,
                         progress_interval=options.progress_interval if options.progress
@@ -170,8 +173,27 @@ class SimRun(Shell):
     def frame_sizes(self, instruction: FrameSizes) -> None:
         self.hints[:len(instruction.sizes)] = list(instruction.sizes)
 
+    def capacity(self, stage: int) -> int:
+        """Frames a stage's queue holds: enough for two per replica, as the local channels."""
+        if stage >= len(self.queues):
+            return CAPACITY
+        replicas = sum(1 for w in self.workers.values() if w.stage == stage and not w.dead)
+        return max(CAPACITY, 2 * replicas)
+
     def reserve(self, alone: bool) -> Any:
-        return True if len(self.queues[0]) < CAPACITY else None
+        return True if len(self.queues[0]) < self.capacity(0) else None
+
+    def take(self, count: int) -> Fed:
+        """Up to ``count`` items that have arrived by now (all of them, unpaced)."""
+        rate = self.sim.arrival_rate
+        if rate is None:
+            return super().take(count)
+        assert self.core is not None
+        arrived = int(self.now * rate + 1e-9) + 1 - self.core.fed
+        if arrived <= 0:
+            self.at((self.core.fed) / rate, lambda: None)  # wake when the next one is in
+            return Fed([], self.now)
+        return super().take(min(count, arrived))
 
     def transmit(self, token: Any, send: Send) -> None:
         frame = (send.frame, [send.segment])
@@ -186,22 +208,32 @@ class SimRun(Shell):
 
     def _dispatch(self, stage: int) -> None:
         queue = self.queues[stage]
-        for worker in self.workers.values():
+        if not queue:
+            return
+        idle = [w for w in self.workers.values()
+                if w.stage == stage and not (w.busy or w.dead or w.retiring)]
+        self.random.shuffle(idle)  # whichever idle replica reads first, as on a socket
+        for worker in idle:
             if not queue:
                 return
-            if worker.stage != stage or worker.busy or worker.dead or worker.retiring:
-                continue
-            if stage + 1 < len(self.queues) and len(self.queues[stage + 1]) >= CAPACITY:
-                return  # downstream full: the replica would block on its send
             frame_id, segments = queue.popleft()
             worker.busy, worker.frame = True, (frame_id, segments)
             count = sum(len(s[5]) for s in segments)
             worker.items_in += count
             self.handle(Taken(worker.id, frame_id, [(s[0], s[2]) for s in segments], self.now))
-            took = count * worker.seconds
+            took = count * self._seconds(worker)
             worker.intervals.append((self.now, self.now + took))
             worker.busy_s += took
             self.at(self.now + took, lambda w=worker: self._finish(w))
+
+    def _seconds(self, worker: _Worker) -> float:
+        """Seconds per item for ``worker`` now: its rate, or the schedule's step in force."""
+        steps = (self.sim.schedule or {}).get(self.names[worker.stage], ())
+        rate = None
+        for start, value in sorted(steps):
+            if self.now >= start:
+                rate = value
+        return worker.seconds if rate is None else 1.0 / rate
 
     def _finish(self, worker: _Worker) -> None:
         if worker.dead or worker.frame is None:

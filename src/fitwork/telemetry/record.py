@@ -100,6 +100,17 @@ class DeviceSample(BaseModel):
     sm_clock_mhz: float | None = None
 
 
+class Refit(BaseModel):
+    """One live re-fit: when, why, replica counts before and after, predictions of both."""
+
+    t_s: float
+    reason: str
+    before: dict[str, int]
+    after: dict[str, int]
+    predicted_before: float
+    predicted_after: float
+
+
 RunStatus = Literal["completed", "aborted", "interrupted"]
 
 
@@ -139,6 +150,7 @@ class RunRecord(Document):
     device_samples: list[DeviceSample] = Field(default_factory=list)
     host: dict[str, Any] | None = None
     output_digest: str | None = None
+    refits: list[Refit] = Field(default_factory=list)
 
     def unit(self, name: str) -> UnitRecord:
         """The record of the unit called ``name``."""

@@ -10,6 +10,7 @@ from fitwork.telemetry.record import (
     CompletionSeries,
     DeviceSample,
     QueueSeries,
+    Refit,
     ReplicaSeries,
     RunRecord,
     RunStatus,
@@ -37,7 +38,7 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
              status: RunStatus = "completed", error: str | None = None,
              dead_letter: str | None = None,
              device_samples: Sequence[DeviceSample] = (),
-             host: dict[str, Any] | None = None) -> RunRecord:
+             host: dict[str, Any] | None = None, refits: Sequence[Refit] = ()) -> RunRecord:
     """The record of a run whose books ``core`` kept, ended (or interrupted) at ``now``."""
     wall = max(now - core.t0, 1e-9)
     workers = [
@@ -77,4 +78,5 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
         units=units, resources=resource_utilization(units, wall), workers=workers,
         queue=queue, failed_items=list(core.failed_items), dead_letter=dead_letter,
         status=status, error=error, completions=completions, replicas=replicas,
-        placement=core.placement.to_json(), device_samples=list(device_samples), host=host)
+        placement=core.placement.to_json(), device_samples=list(device_samples), host=host,
+        refits=list(refits))

@@ -80,7 +80,7 @@ class LocalRun(Shell):
         replicas = sum(placement.replicas(u.name) for u in pipeline.units)
         policy = Policy(ordered=options.ordered, max_attempts=options.max_attempts,
                         max_failures=options.max_failures,
-                        max_frames=capacity * (stages + 1) + 2 * replicas,
+                        max_frames=capacity * (stages + 1) + 4 * replicas,
                         frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=QUIET,
                         sample_interval=options.sample_interval,
                         progress_interval=options.progress_interval if options.progress
@@ -89,7 +89,9 @@ class LocalRun(Shell):
         self.local = local
         self.ctx = multiprocessing.get_context("fork")
         self.wire = Wire(f"fitwork-{self.run_id}")
-        self.channels = [Channel(self.ctx, capacity) for _ in range(stages + 1)]
+        # enough credits for two frames per replica reading each channel (the sink: one)
+        self.channels = [Channel(self.ctx, max(capacity, 2 * placement.replicas(u.name)))
+                         for u in pipeline.units] + [Channel(self.ctx, capacity)]
         self.control_send, self.control_recv = socket.socketpair(socket.AF_UNIX,
                                                                  socket.SOCK_DGRAM)
         self.control_recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)

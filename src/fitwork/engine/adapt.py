@@ -1,0 +1,126 @@
+"""Live re-fitting: compare each unit's measured rate with the plan's, re-solve, resize.
+
+Pure, like the core: it is given the core's books and a clock reading, and answers with
+the replica counts to run (or nothing).  The re-solving itself is a `Replanner` handed in
+(the fit layer's, built from the plan's fleet and profile)::
+
+    every tick:  measured rate per replica, per unit, over the last `window` seconds
+                 (items taken ÷ busy seconds of its replicas)
+    trigger:     some unit off its planned rate by more than `tolerance`, or throughput
+                 under `shortfall` x the plan's prediction while the source waits on the
+                 pipeline (a slow source is no reason to re-fit), for a whole window
+    re-solve:    the same solver and fleet, with the measured rates
+    apply:       only if the new plan predicts `gain` more than the current one does at the
+                 measured rates, and `interval` seconds after the last change
+
+Hysteresis (``gain``) and the minimum interval keep it from thrashing; every change is a
+`Refit` in the run record.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from fitwork.engine.core.machine import RunCore
+from fitwork.placement import Placement
+from fitwork.telemetry.record import Refit
+
+
+class Replanner(Protocol):
+    """What the adapter needs of a plan: its rates, its predictions, and a re-solve."""
+
+    def planned_rates(self) -> dict[str, float]:
+        """Items/s of one replica of each unit, as the plan predicted."""
+        ...
+
+    def predict(self, counts: dict[str, int], rates: dict[str, float]) -> float:
+        """Source items/s these replica counts sustain at these per-replica rates."""
+        ...
+
+    def refit(self, rates: dict[str, float]) -> Placement:
+        """A new placement for the same fleet with these measured per-replica rates."""
+        ...
+
+
+@dataclass(frozen=True)
+class AdaptPolicy:
+    """When the adapter acts (see the module docstring)."""
+
+    window: float = 2.0
+    tolerance: float = 0.25
+    shortfall: float = 0.8
+    gain: float = 0.1
+    interval: float = 3.0
+    min_items: int = 20
+
+
+class Adapter:
+    """Watches a run's books and proposes new replica counts."""
+
+    def __init__(self, replanner: Replanner, policy: AdaptPolicy | None = None) -> None:
+        self.replanner = replanner
+        self.policy = policy or AdaptPolicy()
+        self.rates = dict(replanner.planned_rates())
+        self.history: deque[tuple[float, list[int], list[float], int]] = deque()
+        self.last_change = float("-inf")
+        self.refits: list[Refit] = []
+        self.off_since: float | None = None
+
+    def observe(self, core: RunCore, now: float) -> dict[str, int] | None:
+        """Take a reading; return the replica counts to resize to, or None."""
+        items = list(core.stage_items)
+        busy = list(core.stage_busy)
+        self.history.append((now, items, busy, core.completed))
+        while len(self.history) > 2 and now - self.history[1][0] >= self.policy.window:
+            self.history.popleft()
+        start, items0, busy0, done0 = self.history[0]
+        span = now - start
+        if span < self.policy.window * 0.75 or now - self.last_change < self.policy.interval:
+            return None
+        measured = {}
+        for stage, name in enumerate(core.names):
+            taken, spent = items[stage] - items0[stage], busy[stage] - busy0[stage]
+            if taken >= self.policy.min_items and spent > 0:
+                measured[name] = taken / spent
+        counts = {name: core.live(stage) for stage, name in enumerate(core.names)}
+        saturated = core.room() == 0 and not core.source_done
+        reason = self._reason(measured, counts, (core.completed - done0) / span, saturated)
+        if reason is None:
+            self.off_since = None
+            return None
+        if self.off_since is None:
+            self.off_since = now
+        if now - self.off_since < self.policy.window:
+            return None
+        rates = {**self.rates, **measured}
+        current = self.replanner.predict(counts, rates)
+        proposal = self.replanner.refit(rates).counts()
+        proposal = {name: max(1, proposal.get(name, counts[name])) for name in counts}
+        expected = self.replanner.predict(proposal, rates)
+        self.off_since = None
+        if proposal == counts or expected < current * (1 + self.policy.gain):
+            self.rates = rates  # the plan's rates were wrong; these are the new reference
+            return None
+        self.rates = rates
+        self.last_change = now
+        self.history.clear()
+        self.refits.append(Refit(t_s=now - core.t0, reason=reason, before=counts,
+                                 after=proposal, predicted_before=current,
+                                 predicted_after=expected))
+        return proposal
+
+    def _reason(self, measured: dict[str, float], counts: dict[str, int],
+                throughput: float, saturated: bool) -> str | None:
+        tolerance = self.policy.tolerance
+        for name, rate in measured.items():
+            planned = self.rates.get(name)
+            if planned and abs(rate / planned - 1) > tolerance:
+                return (f"unit {name!r} runs at {rate:,.1f} items/s per replica, the plan "
+                        f"assumed {planned:,.1f}")
+        predicted = self.replanner.predict(counts, self.rates)
+        if saturated and predicted and throughput < self.policy.shortfall * predicted:
+            return (f"throughput {throughput:,.1f} items/s is under "
+                    f"{self.policy.shortfall:.0%} of the {predicted:,.1f} predicted")
+        return None

@@ -1,0 +1,136 @@
+"""Live re-fitting: a unit that slows down mid-run, a plan that follows it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import fitwork
+from fitwork import Pipeline, unit
+from fitwork.engine.adapt import Adapter, AdaptPolicy
+from fitwork.fit.plan import Plan, fit
+from fitwork.hardware.fleet import Fleet
+from fitwork.placement import Group, Placement
+from fitwork.profiling.record import PipelineProfile, UnitProfile
+
+FLEET = Fleet.parse({"name": "box", "node_types": [
+    {"name": "box", "count": 1, "cores": 8, "memory": "32GiB"}]})
+
+
+@unit
+def read(x: int) -> int:
+    return x
+
+
+@unit
+def work(x: int) -> int:
+    return x * 3
+
+
+@unit
+def write(x: int) -> int:
+    return x + 1
+
+
+PIPELINE = Pipeline(read, work, write, name="slowing")
+
+
+def profile(work_seconds: float) -> PipelineProfile:
+    def measured(name: str, seconds: float) -> UnitProfile:
+        return UnitProfile(name=name, kind="map", resources={"cpu": 1.0, "memory": 1 << 20},
+                           device_class="cpu-x86", samples=32, wall_s=seconds,
+                           cpu_s=seconds, bytes_in=100, bytes_out=100, output_ratio=1.0,
+                           peak_rss=1 << 20, reserve=True)
+
+    return PipelineProfile(fitwork_version="t", pipeline="slowing", host_class="cpu-x86",
+                           created_at=0.0, units=[measured("read", 0.001),
+                                                  measured("work", work_seconds),
+                                                  measured("write", 0.001)])
+
+
+def steady_rate(record: fitwork.RunRecord, start: float, end: float) -> float:
+    """Items/s settled between two moments, from the measured completions."""
+    times, done = record.completions.times_s, record.completions.completed
+    first = next(i for i, t in enumerate(times) if t >= start)
+    last = max(i for i, t in enumerate(times) if t <= end)
+    return (done[last] - done[first]) / (times[last] - times[first])
+
+
+def test_a_unit_four_times_slower_after_a_third_is_re_fitted_and_throughput_recovers() -> None:
+    plan = fit(profile(0.002), FLEET)
+    rates = {g.unit: g.rate for g in plan.placement().groups}
+    slow = rates["work"] / 4
+    items = list(range(12_000))
+    change = len(items) / plan.fitted.throughput / 3  # a third of the way through
+    schedule = {"work": [(change, slow)]}
+    fresh = fit(profile(0.008), FLEET).fitted.throughput
+
+    with fitwork.run(PIPELINE, items, engine="sim", placement=plan, schedule=schedule,
+                     adapt=True) as adapting:
+        outputs = list(adapting)
+    with fitwork.run(PIPELINE, items, engine="sim", placement=plan,
+                     schedule=schedule) as fixed:
+        list(fixed)
+    record, stuck = adapting.record, fixed.record
+
+    assert Counter(outputs) == Counter(x * 3 + 1 for x in items)
+    assert record.refits, "the slowdown should have been noticed"
+    refit = record.refits[0]
+    assert refit.t_s > change and refit.after["work"] > refit.before["work"]
+    assert "work" in refit.reason and refit.predicted_after > refit.predicted_before
+    end = record.wall_s
+    recovered = steady_rate(record, refit.t_s + 1.0, end * 0.95)
+    print(f"fresh plan {fresh:,.0f} items/s; adapted {recovered:,.0f}; fixed "
+          f"{steady_rate(stuck, change + 1.0, stuck.wall_s * 0.95):,.0f}")
+    assert recovered >= 0.8 * fresh
+    assert recovered > 1.2 * steady_rate(stuck, change + 1.0, stuck.wall_s * 0.95)
+    counts = record.replicas.counts["work"]
+    assert counts[0] == plan.placement().replicas("work") and max(counts) > counts[0]
+
+
+class FixedReplanner:
+    """A replanner with a known answer, to test the adapter's rules on their own."""
+
+    def __init__(self, rates: dict[str, float], answer: dict[str, int]) -> None:
+        self.rates, self.answer, self.calls = rates, answer, 0
+
+    def planned_rates(self) -> dict[str, float]:
+        return dict(self.rates)
+
+    def predict(self, counts: dict[str, int], rates: dict[str, float]) -> float:
+        return min(counts[n] * rates[n] for n in counts)
+
+    def refit(self, rates: dict[str, float]) -> Placement:
+        self.calls += 1
+        return Placement(tuple(Group(n, c) for n, c in self.answer.items()), "refit")
+
+
+def test_the_adapter_waits_a_window_and_keeps_to_its_interval() -> None:
+    from fitwork.engine.core import Measured, Policy, Resize, RunCore, Spawn
+    from fitwork.engine.core.events import Counters
+    from fitwork.engine.shell import stages_of
+
+    pipeline = Pipeline(read, work)
+    placement = Placement.declared(pipeline, {"read": 1, "work": 1})
+    core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0)
+    workers = {s.stage: s.worker for s in core.start() if isinstance(s, Spawn)}
+    replanner = FixedReplanner({"read": 100.0, "work": 100.0}, {"read": 1, "work": 3})
+    adapter = Adapter(replanner, AdaptPolicy(window=1.0, interval=5.0, min_items=5))
+    proposals = []
+    for tick in range(1, 40):
+        now = tick * 0.25
+        for stage, worker in workers.items():  # work runs at 25/s per replica, not 100
+            rate = 100.0 if stage == 0 else 25.0
+            core.handle(Measured(worker, Counters(items_in=int(rate * now), busy_s=now), now))
+        proposal = adapter.observe(core, now)
+        proposals.append((now, proposal))
+        for stage, name in enumerate(["read", "work"]):  # as the shell applies it
+            if proposal:
+                core.handle(Resize(stage, proposal[name], now))
+    made = [(t, p) for t, p in proposals if p]
+    assert made and made[0][1] == {"read": 1, "work": 3}
+    assert made[0][0] >= 1.5  # a window to measure, then a window of being off
+    assert len(made) == 1, "the same proposal is not made again and again"
+    assert adapter.refits[0].before == {"read": 1, "work": 1}
+    assert adapter.refits[0].predicted_after == pytest.approx(75.0)
