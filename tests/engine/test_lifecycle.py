@@ -116,3 +116,12 @@ def test_memory_stays_bounded_with_a_slow_sink(engine: str) -> None:
     assert peak_ahead < 1_000, peak_ahead
     assert peak_shm < 200 << 20, peak_shm
     assert fitwork_segments() - before == set()
+
+
+def test_a_replicas_thread_pools_are_held_to_its_cores() -> None:
+    """BLAS would start a thread per host core; a one-core replica uses one core at most."""
+    pipeline = Pipeline(u.matrix_work)
+    with fitwork.run(pipeline, range(24)) as result:
+        assert len(list(result)) == 24
+    cpu = result.record.resource("cpu")
+    assert cpu.allocated == 1 and 0 < cpu.utilization <= 1.05, cpu

@@ -156,3 +156,12 @@ def fail_with_arrays(x: int) -> np.ndarray:
 @unit(gpu=0.5, cpu=1)
 def which_gpu(x: int) -> tuple[int, str]:
     return x, os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+
+@unit
+def matrix_work(x: int) -> float:
+    a = np.random.default_rng(x).random((400, 400))
+    for _ in range(4):
+        a = a @ a
+        a /= np.abs(a).max()
+    return float(a.sum())

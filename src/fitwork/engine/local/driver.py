@@ -36,6 +36,7 @@ from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
 from fitwork.engine.options import LocalOptions, RunOptions
 from fitwork.engine.shell import Shell
+from fitwork.engine.threads import held_to
 from fitwork.placement import Placement
 from fitwork.workload.pipeline import Pipeline
 
@@ -130,7 +131,8 @@ class LocalRun(Shell):
             limiter=self.limiters[stage])
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
                                    name=f"fitwork-{unit.name}-{instruction.worker}")
-        process.start()
+        with held_to(cores):  # the child starts with its pools held to its cores
+            process.start()
         self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
                                                    pid=process.pid or 0)
 

@@ -39,7 +39,7 @@ from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
 from fitwork.engine.local.channel import STOP, Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.segment import Return, Segment, settle, split
-from fitwork.engine.threads import limit_threads
+from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
@@ -91,7 +91,7 @@ def worker_main(spec: WorkerSpec) -> None:
     os.environ.update(spec.env)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - a fresh lock after fork
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    limit_threads(spec.cores)
+    limit_torch(spec.cores)
     worker = Worker(spec)
     try:
         kernel = Kernel(spec.unit)

@@ -50,6 +50,7 @@ from fitwork.engine.ray.registry import Registry
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.shell import Shell
+from fitwork.engine.threads import variables
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
     NODE_TYPE_LABEL,
@@ -265,6 +266,7 @@ class RayRun(Shell):
         unit = self.units[stage]
         wanted = self.demand(stage, group)
         options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0,
+                                   "runtime_env": {"env_vars": variables(wanted.cpu)},
                                    **wanted.to_ray()}
         bundle = None
         if group is not None and group.node_type is not None:

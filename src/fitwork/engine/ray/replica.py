@@ -30,7 +30,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from fitwork.engine.ray.routing import Router
 from fitwork.engine.segment import Return, Segment, settle, split
-from fitwork.engine.threads import limit_threads
+from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe, portable
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
@@ -87,7 +87,7 @@ class Replica:
         self.error: str | None = None
         self.kernel: Kernel | None = None
         try:
-            limit_threads(cores)
+            limit_torch(cores)
             self.kernel = Kernel(unit)
         except Exception as exc:  # reported by hello(), in one line, by the driver
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
