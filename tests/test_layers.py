@@ -43,18 +43,21 @@ def imports() -> dict[str, set[str]]:
         found: set[str] = set()
 
         class Visitor(ast.NodeVisitor):
+            def __init__(self, found: set[str]) -> None:
+                self.found = found
+
             def visit_If(self, node: ast.If) -> None:
                 if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
                     self.generic_visit(node)
 
             def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
                 if node.level == 0 and node.module and node.module.startswith("fitwork"):
-                    found.add(node.module)
+                    self.found.add(node.module)
 
             def visit_Import(self, node: ast.Import) -> None:
-                found.update(a.name for a in node.names if a.name.startswith("fitwork"))
+                self.found.update(a.name for a in node.names if a.name.startswith("fitwork"))
 
-        Visitor().visit(ast.parse(path.read_text()))
+        Visitor(found).visit(ast.parse(path.read_text()))
         graph[name] = found - {name}
     return graph
 

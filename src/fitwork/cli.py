@@ -115,7 +115,7 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
             side = "monolithic" if monolithic else "fitted"
             placement = planned if adapt and not monolithic and node_type is None \
                 else planned.placement(node_type, side=side)
-        if monolithic:
+        if monolithic and placement is None:
             from fitwork.fit.monolithic import FUSED
 
             pipeline = pipeline.fused(name=FUSED)

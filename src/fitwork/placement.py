@@ -67,11 +67,16 @@ class Group:
 
 @dataclass(frozen=True)
 class Placement:
-    """Replica groups for every unit of a pipeline, and where they came from."""
+    """Replica groups for every unit of a pipeline, and where they came from.
+
+    ``fusion`` lists runs of consecutive units that run as ONE fused unit (a plan may find
+    that splitting them gains nothing); the groups then name the fused unit.
+    """
 
     groups: tuple[Group, ...]
     source: Source = "declared"
     notes: tuple[str, ...] = field(default=())
+    fusion: tuple[tuple[str, ...], ...] = ()
 
     @classmethod
     def declared(cls, pipeline: Pipeline, workers: Mapping[str, int] | None = None
@@ -116,7 +121,7 @@ class Placement:
                 done.add(group.unit)
                 groups.append(replace(group, replicas=workers[group.unit]))
         groups += [Group(name, count) for name, count in workers.items() if name not in done]
-        return Placement(tuple(groups), "workers", self.notes)
+        return Placement(tuple(groups), "workers", self.notes, self.fusion)
 
     def check(self, pipeline: Pipeline) -> Placement:
         """Raise unless every unit of ``pipeline`` has a replica and no group names another."""
@@ -136,13 +141,25 @@ class Placement:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {"source": self.source, "groups": [g.to_json() for g in self.groups],
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "fusion": [list(f) for f in self.fusion]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Placement:
         """The inverse of `to_json`."""
         return cls(tuple(Group.from_json(g) for g in data["groups"]),
-                   data.get("source", "plan"), tuple(data.get("notes", ())))
+                   data.get("source", "plan"), tuple(data.get("notes", ())),
+                   tuple(tuple(f) for f in data.get("fusion", ())))
+
+    def applied_to(self, pipeline: Pipeline) -> Pipeline:
+        """``pipeline`` with this placement's fusion done (itself when there is none)."""
+        if not self.fusion:
+            return pipeline
+        names = [u.name for u in pipeline.units]
+        if len(self.fusion) != 1 or list(self.fusion[0]) != names:
+            raise UnitDefinitionError(
+                f"placement fuses {self.fusion}; only fusing every unit "
+                f"({', '.join(names)}) is supported")
+        return pipeline.fused(name=self.units[0])
 
     @classmethod
     def of_groups(cls, groups: Iterable[Group], source: Source = "plan") -> Placement:

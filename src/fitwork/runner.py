@@ -50,6 +50,8 @@ def run(
     else:
         placed = placement if isinstance(placement, Placement) else placement.placement()
         placed = placed.with_workers(dict(workers or {}))
+    if adapt and getattr(placement, "fused", False):
+        adapt = False  # the plan chose to run the stages fused: nothing to re-balance
     if adapt:
         if placement is None or isinstance(placement, Placement):
             raise UnitDefinitionError("adapt=True re-fits a plan while the run goes on: pass "
@@ -58,6 +60,7 @@ def run(
         from fitwork.fit.replan import PlanReplanner
 
         replanner = PlanReplanner(placement, placed)
+    pipeline = placed.applied_to(pipeline)
     run_options = RunOptions(
         ordered=ordered, dead_letter=Path(dead_letter) if dead_letter else None,
         max_failures=max_failures, max_attempts=max_attempts, progress=progress,

@@ -9,7 +9,7 @@ import pytest
 import fitwork
 from fitwork import Pipeline, unit
 from fitwork.engine.adapt import Adapter, AdaptPolicy
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import fit
 from fitwork.hardware.fleet import Fleet
 from fitwork.placement import Group, Placement
 from fitwork.profiling.record import PipelineProfile, UnitProfile

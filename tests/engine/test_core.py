@@ -287,7 +287,8 @@ class AdversarialEngine:
 pipelines = st.lists(st.sampled_from(sorted(UNITS)), min_size=1, max_size=4)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(names=pipelines, count=st.integers(0, 60), ordered=st.booleans(),
        seed=st.integers(0, 10**6), death=st.sampled_from([0.0, 0.05, 0.2]),
        ghost=st.sampled_from([0.0, 0.5, 1.0]))
@@ -339,7 +340,8 @@ def _serial(pipeline: Pipeline, item: int) -> list[Any]:
     return values
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(names=pipelines, count=st.integers(1, 300), ordered=st.booleans(),
        seed=st.integers(0, 1000))
 def test_the_simulated_engine_keeps_the_invariants_under_random_kills(

@@ -62,7 +62,7 @@ def simulated_throughput(units: list[UnitDemand], result: FitResult, items: int)
     return (done[high] - done[low]) / (times[high] - times[low])
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(units=pipelines(), node_types=fleets())
 def test_every_plan_is_realized_by_the_simulated_run_within_two_percent(
@@ -73,7 +73,11 @@ def test_every_plan_is_realized_by_the_simulated_run_within_two_percent(
         assume(False)
         raise
     assume(result.throughput > 0)
-    items = 3000
+    # A steady state needs a run many times longer than the slowest replica's call: a plan
+    # that routes items to replicas taking a second each is not measured in two.
+    slowest = max(1 / p.rate for p in result.replicas if p.replicas)
+    items = max(3000, math.ceil(40 * result.throughput * slowest))
+    assume(items <= 20_000)
     simulated = simulated_throughput(units, result, items)
     assert simulated == pytest.approx(result.throughput, rel=0.02), (
         f"plan {result.throughput:.3f} items/s, simulated {simulated:.3f}")

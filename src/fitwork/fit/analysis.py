@@ -1,8 +1,9 @@
-"""Figures of a solved plan: routing, usage per node type, utilization, bottleneck and cost.
+"""Figures of a solved plan: usage per node type, utilization, bottleneck and replica rows.
 
-Pure arithmetic over a `Problem` and the replicas chosen for it. Load is routed to the
-replicas of a unit in proportion to their rates (how a least-loaded router spreads it),
-unless that would break a network row, in which case the solver's own routing is used.
+Pure arithmetic over a `Problem`, the replicas chosen for it and the load routed to each
+candidate (the solver's flows, scaled so each unit carries exactly ``m_u · T``).  Usage
+separates what replicas HOLD (reserved cores, memory, device slots) from what their load
+CONSUMES (core-seconds and device-seconds per second, network bytes).
 """
 
 from __future__ import annotations
@@ -13,40 +14,39 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fitwork.fit.candidates import Problem, format_bytes, format_number
+from fitwork.fit.packing import Packing
 from fitwork.fit.result import ClassUtilization, NodeUsage, Placement
-from fitwork.fit.spec import NodeType
 
 _TOL = 1e-6
+FULL = 0.98
+"""A shared pool counts as full from this share of it up: packing onto nodes may leave a
+plan a little short of the solver's fill (see solver.py)."""
 
 
 @dataclass
 class Usage:
-    """What a plan holds on one node type (all its nodes together)."""
+    """What a plan holds and consumes on one node type (all its nodes together)."""
 
-    cores: float = 0.0
+    reserved: float = 0.0
+    fluid: float = 0.0
     memory: float = 0.0
     devices: dict[str, float] = field(default_factory=dict)
+    time: dict[str, float] = field(default_factory=dict)
     net_out: float = 0.0
     net_in: float = 0.0
 
+    @property
+    def cores(self) -> float:
+        """Cores in use: reserved plus core-seconds per second consumed."""
+        return self.reserved + self.fluid
+
 
 def unit_capacity(problem: Problem, replicas: np.ndarray) -> list[float]:
-    """Items/s each unit's replicas can process together."""
+    """Items/s each unit's replicas can process together (every replica busy)."""
     caps = [0.0] * len(problem.unit_names)
     for i, cand in enumerate(problem.candidates):
         caps[cand.unit] += cand.rate * replicas[i]
     return caps
-
-
-def proportional_flows(problem: Problem, replicas: np.ndarray, t: float) -> np.ndarray:
-    """Items/s per candidate when each unit's load is spread in proportion to replica rates."""
-    caps = unit_capacity(problem, replicas)
-    flows = np.zeros(len(problem.candidates))
-    for i, cand in enumerate(problem.candidates):
-        if caps[cand.unit] > 0:
-            share = problem.multiplicity[cand.unit] * t / caps[cand.unit]
-            flows[i] = share * cand.rate * replicas[i]
-    return flows
 
 
 def scaled_flows(problem: Problem, flows: np.ndarray, t: float) -> np.ndarray:
@@ -61,56 +61,30 @@ def scaled_flows(problem: Problem, flows: np.ndarray, t: float) -> np.ndarray:
     return out
 
 
+def trim(problem: Problem, replicas: np.ndarray, flows: np.ndarray) -> np.ndarray:
+    """Drop replicas the routed load does not need (each candidate keeps ceil(load / rate))."""
+    need = np.array([math.ceil(flows[i] / cand.rate - _TOL) if flows[i] > _TOL * cand.rate
+                     else 0 for i, cand in enumerate(problem.candidates)], dtype=float)
+    return np.minimum(replicas, need)
+
+
 def usage(problem: Problem, replicas: np.ndarray, flows: np.ndarray) -> list[Usage]:
-    """Cores, memory, devices and network each node type's share of the plan holds."""
+    """What each node type's share of the plan holds and consumes."""
     out = [Usage() for _ in problem.node_types]
     for i, cand in enumerate(problem.candidates):
         here = out[cand.node]
-        here.cores += cand.cores * replicas[i]
+        here.reserved += cand.cores * replicas[i]
+        here.fluid += cand.cpu * flows[i]
         here.memory += cand.memory * replicas[i]
         if cand.devices > 0:
             here.devices[cand.device_class] = (
                 here.devices.get(cand.device_class, 0.0) + cand.devices * replicas[i])
+        if cand.device_time > 0:
+            here.time[cand.device_class] = (
+                here.time.get(cand.device_class, 0.0) + cand.device_time * flows[i])
         here.net_out += cand.bytes_out * flows[i]
         here.net_in += cand.bytes_in * flows[i]
     return out
-
-
-def network_fits(problem: Problem, used: list[Usage], nodes: np.ndarray) -> bool:
-    """Whether every node type's traffic stays within ``nodes`` NICs in each direction."""
-    for n, node in enumerate(problem.node_types):
-        if node.network is None:
-            continue
-        limit = node.network * nodes[n] * (1 + _TOL) + _TOL
-        if used[n].net_out > limit or used[n].net_in > limit:
-            return False
-    return True
-
-
-def route(problem: Problem, replicas: np.ndarray, solver_flows: np.ndarray | None, t: float,
-          nodes: np.ndarray) -> np.ndarray:
-    """Proportional routing if it respects the network, else the solver's (scaled) routing."""
-    flows = proportional_flows(problem, replicas, t)
-    if solver_flows is None or network_fits(problem, usage(problem, replicas, flows), nodes):
-        return flows
-    return scaled_flows(problem, solver_flows, t)
-
-
-def trim(problem: Problem, replicas: np.ndarray, flows: np.ndarray) -> np.ndarray:
-    """Drop replicas the routed load does not need (each candidate keeps ceil(load / rate))."""
-    need = np.array([math.ceil(flows[i] / cand.rate - _TOL) if flows[i] > 0 else 0
-                     for i, cand in enumerate(problem.candidates)], dtype=float)
-    return np.minimum(replicas, need)
-
-
-def nodes_needed(node: NodeType, used: Usage) -> int:
-    """Fewest nodes of ``node`` whose summed capacity covers ``used`` (at most ``count``)."""
-    ratios = [used.cores / node.cores if node.cores else 0.0,
-              used.memory / node.memory if node.memory else 0.0]
-    ratios += [v / node.devices[d] for d, v in used.devices.items() if node.devices.get(d)]
-    if node.network is not None:
-        ratios += [used.net_out / node.network, used.net_in / node.network]
-    return min(node.count, max(0, math.ceil(max(ratios) - _TOL)))
 
 
 def node_usage(problem: Problem, used: list[Usage], nodes: list[int]) -> list[NodeUsage]:
@@ -120,8 +94,10 @@ def node_usage(problem: Problem, used: list[Usage], nodes: list[int]) -> list[No
         rows.append(NodeUsage(
             node_type=node.name, count=node.count, nodes_used=nodes[n],
             cores_used=used[n].cores, cores_capacity=node.cores * node.count,
+            cores_reserved=used[n].reserved, cores_fluid=used[n].fluid,
+            core_ceiling=node.core_ceiling,
             memory_used=used[n].memory, memory_capacity=float(node.memory * node.count),
-            devices_used=dict(used[n].devices),
+            devices_used=dict(used[n].devices), devices_time=dict(used[n].time),
             devices_capacity={d: float(k * node.count) for d, k in node.devices.items()},
             network_out=used[n].net_out, network_in=used[n].net_in,
             network_capacity=None if node.network is None else node.network * node.count,
@@ -146,50 +122,106 @@ def utilization(problem: Problem, flows: np.ndarray, nodes: list[int]) -> list[C
         b, a = busy.get(device_class, 0.0), allocated.get(device_class, 0.0)
         if a > 0 or b > 0:
             out.append(ClassUtilization(device_class=device_class, busy=b, allocated=a,
-                                        utilization=b / a if a > 0 else 0.0))
+                                        utilization=min(1.0, b / a) if a > 0 else 0.0))
     return out
 
 
-def placements(problem: Problem, replicas: np.ndarray, flows: np.ndarray) -> list[Placement]:
-    """The non-zero replica counts, in pipeline order."""
+def placements(problem: Problem, replicas: np.ndarray, flows: np.ndarray,
+               packing: Packing | None = None) -> list[Placement]:
+    """The non-zero replica groups, in pipeline order, with what one replica asks for."""
     out = []
     for i, cand in enumerate(problem.candidates):
-        if replicas[i] > 0:
-            out.append(Placement(
-                unit=problem.unit_names[cand.unit], device_class=cand.device_class,
-                node_type=problem.node_types[cand.node].name, replicas=int(replicas[i]),
-                items_per_s=float(flows[i]),
-            ))
+        count = int(replicas[i])
+        if count <= 0:
+            continue
+        per = float(flows[i]) / count
+        out.append(Placement(
+            unit=problem.unit_names[cand.unit], device_class=cand.device_class,
+            node_type=problem.node_types[cand.node].name, replicas=count,
+            items_per_s=float(flows[i]), batch_size=cand.batch_size, rate=cand.rate,
+            cores=cand.cores if cand.reserve else cand.cpu * per, reserved=cand.reserve,
+            memory=cand.memory, device_share=cand.share if cand.devices > 0 else 0.0,
+            device_time=cand.device_time * per,
+            nodes=list(packing.nodes[i]) if packing is not None else [],
+        ))
     return out
 
 
-def _shortfall(problem: Problem, c: int, placed: float, used: Usage) -> str | None:
-    """The first resource on the candidate's node type too full for one more replica."""
+def _room_for_one(problem: Problem, c: int, placed: float, used: Usage) -> str | None:
+    """The first held resource on the candidate's node type too full for one more replica."""
     cand = problem.candidates[c]
     node = problem.node_types[cand.node]
     if placed + 1 > cand.per_node * node.count:
         return (f"{node.name}: {cand.per_node} replicas per node on {node.count} nodes "
                 "already")
     checks = [
-        ("cores", used.cores, cand.cores, node.cores * node.count, format_number),
+        ("cores", used.reserved + used.fluid / node.core_ceiling, cand.cores,
+         node.cores * node.count, format_number),
         ("memory", used.memory, cand.memory, node.memory * node.count, format_bytes),
     ]
     if cand.devices > 0:
-        checks.append((cand.device_class, used.devices.get(cand.device_class, 0.0), cand.devices,
-                       node.devices.get(cand.device_class, 0) * node.count, format_number))
+        checks.append((cand.device_class, used.devices.get(cand.device_class, 0.0),
+                       cand.devices, node.devices.get(cand.device_class, 0) * node.count,
+                       format_number))
     for resource, now, need, capacity, fmt in checks:
         if need > 0 and now + need > capacity * (1 + _TOL) + _TOL:
             return f"{node.name}: {resource} {fmt(now)}/{fmt(capacity)}"
     return None
 
 
+def _saturated(problem: Problem, used: list[Usage], flows: np.ndarray,
+               replicas: np.ndarray) -> list[tuple[str, dict[int, float]]]:
+    """Shared pools the plan fills: (what, load each unit puts on it)."""
+    full: list[tuple[str, dict[int, float]]] = []
+    cands = problem.candidates
+    for n, node in enumerate(problem.node_types):
+        here = [(i, k) for i, k in enumerate(cands) if k.node == n]
+        budget = node.core_ceiling * (node.cores * node.count - used[n].reserved)
+        if used[n].fluid > 0 and used[n].fluid >= budget * FULL:
+            load = {k.unit: 0.0 for _, k in here}
+            for i, k in here:
+                load[k.unit] += k.cpu * flows[i]
+            full.append((f"the cores of {node.name} ({format_number(used[n].fluid)} "
+                         f"core-seconds/s planned of {format_number(budget)} left after "
+                         f"reservations at a {node.core_ceiling:.0%} ceiling)", load))
+        for d, t in used[n].time.items():
+            cap = node.devices.get(d, 0) * node.count
+            if t >= cap * FULL:
+                load = {k.unit: 0.0 for _, k in here}
+                for i, k in here:
+                    load[k.unit] += k.device_time * flows[i]
+                full.append((f"the {d} time of {node.name} ({format_number(t)} of "
+                             f"{format_number(cap)} device-seconds/s)", load))
+        if node.network is not None:
+            limit = node.network * node.count * FULL
+            if used[n].net_out >= limit or used[n].net_in >= limit:
+                load = {k.unit: 0.0 for _, k in here}
+                for i, k in here:
+                    load[k.unit] += flows[i] * (k.bytes_out + k.bytes_in)
+                moved = max(used[n].net_out, used[n].net_in)
+                full.append((f"the network of {node.name} ({_bandwidth(moved)} of "
+                             f"{_bandwidth(node.network * node.count)})", load))
+    for u, name in enumerate(problem.unit_names):
+        most, per_s = problem.limits(u)
+        mine = [(i, k) for i, k in enumerate(cands) if k.unit == u]
+        if per_s is not None and sum(k.calls * flows[i] for i, k in mine) >= per_s * FULL:
+            full.append((f"unit {name!r}'s rate_limit of {format_number(per_s)} calls/s",
+                         {u: 1.0}))
+        step = max((k.concurrency for _, k in mine), default=1)
+        if most is not None and sum(k.concurrency * replicas[i] for i, k in mine) + step > most:
+            full.append((f"unit {name!r}'s max_concurrency of {most} calls in flight",
+                         {u: 1.0}))
+    return full
+
+
 def bottleneck(problem: Problem, replicas: np.ndarray, flows: np.ndarray, used: list[Usage],
                t: float, target: float | None) -> tuple[str | None, str]:
     """The unit that limits T, and one line on why it cannot grow.
 
-    When every unit's replicas could carry more than T, the network holds T: the unit moving
-    the most bytes through a saturated NIC is named. Otherwise it is the unit with the least
-    capacity per source item, and the reason lists what stops one more replica of it.
+    When every unit's replicas could carry more than T, a shared pool (a node type's cores,
+    a device's time, a network) or an external limit holds T: the first one full is named,
+    with the unit loading it most.  Otherwise it is the unit with the least replica capacity
+    per source item, and the reason says what stops one more replica of it.
     """
     caps = unit_capacity(problem, replicas)
     if t <= 0:
@@ -203,56 +235,45 @@ def bottleneck(problem: Problem, replicas: np.ndarray, flows: np.ndarray, used: 
     rate = format_number(t)
     if target is not None:
         return name, f"unit {name!r} has the least headroom: {held} for the target {rate}"
+    full = _saturated(problem, used, flows, replicas)
     if headroom[u] > t * (1 + 1e-4):
-        named, why = _network_bottleneck(problem, flows, used, t, min(headroom))
-        return named or name, why
+        if not full:
+            return name, (f"throughput {rate} items/s is below what every unit's replicas "
+                          f"carry (at least {format_number(min(headroom))}): the solver's gap")
+        what, load = full[0]
+        top = max(load, key=lambda k: load[k])
+        more = f" ({len(full) - 1} more full)" if len(full) > 1 else ""
+        return problem.unit_names[top], (
+            f"{what} holds throughput at {rate} items/s (every unit's replicas could carry "
+            f"{format_number(min(headroom))}){more}; unit {problem.unit_names[top]!r} uses "
+            "the most of it")
     blocked: dict[str, str] = {}
     room: list[int] = []
     for c, cand in enumerate(problem.candidates):
         if cand.unit != u:
             continue
-        short = _shortfall(problem, c, replicas[c], used[cand.node])
+        short = _room_for_one(problem, c, replicas[c], used[cand.node])
         if short is None:
             room.append(cand.node)
         else:
             blocked.setdefault(problem.node_types[cand.node].name, short)
+    most, _ = problem.limits(u)
+    if most is not None and (count + 1) * max(k.concurrency for k in problem.candidates
+                                              if k.unit == u) > most:
+        return name, (f"unit {name!r} limits throughput to {rate} items/s ({held}): its "
+                      f"max_concurrency of {most} calls in flight allows no more replicas")
     if not room:
         shown = list(blocked.values())
-        full = "; ".join(shown[:3]) + (f"; {len(shown) - 3} more" if len(shown) > 3 else "")
+        rest = "; ".join(shown[:3]) + (f"; {len(shown) - 3} more" if len(shown) > 3 else "")
         return name, (f"unit {name!r} limits throughput to {rate} items/s ({held}): no node "
-                      f"type it runs on has room for another replica ({full})")
-    saturated = sorted({problem.node_types[n].name for n in room
-                        if _network_full(problem.node_types[n], used[n])})
-    if saturated:
-        return name, (f"unit {name!r} limits throughput to {rate} items/s ({held}): the network "
-                      f"of {', '.join(saturated)} is saturated")
+                      f"type it runs on has room for another replica ({rest})")
+    if full:
+        return name, (f"unit {name!r} limits throughput to {rate} items/s ({held}): another "
+                      f"replica would fit, but {full[0][0]} is full")
     spare = sorted({problem.node_types[n].name for n in room})
     return name, (f"unit {name!r} has the least headroom at {rate} items/s ({held}); another "
                   f"replica would fit on {', '.join(spare)}, so T is held by the units sharing "
                   "its resources or by the solver's gap")
-
-
-def _network_bottleneck(problem: Problem, flows: np.ndarray, used: list[Usage], t: float,
-                        least: float) -> tuple[str | None, str]:
-    """Name the unit moving the most bytes through the NICs that are full."""
-    full = [n for n, node in enumerate(problem.node_types) if _network_full(node, used[n])]
-    moved: dict[int, float] = {}
-    for i, cand in enumerate(problem.candidates):
-        if cand.node in full:
-            moved[cand.unit] = moved.get(cand.unit, 0.0) + flows[i] * (
-                cand.bytes_out + cand.bytes_in)
-    if not moved:
-        return None, (f"throughput {format_number(t)} items/s is below what every unit's "
-                      f"replicas carry (at least {format_number(least)}): the solver's gap")
-    u = max(moved, key=lambda k: moved[k])
-    name = problem.unit_names[u]
-    nics = ", ".join(
-        f"{problem.node_types[n].name} {_bandwidth(max(used[n].net_out, used[n].net_in))} "
-        f"of {_bandwidth((problem.node_types[n].network or 0.0) * problem.node_types[n].count)}"
-        for n in full)
-    return name, (f"the network holds throughput at {format_number(t)} items/s (every unit's "
-                  f"replicas could carry {format_number(least)}): NICs full on {nics}; unit "
-                  f"{name!r} moves the most bytes through them")
 
 
 def _bandwidth(value: float) -> str:
@@ -260,10 +281,3 @@ def _bandwidth(value: float) -> str:
         if value >= scale:
             return f"{format_number(value / scale)} {unit}"
     return f"{format_number(value)} B/s"
-
-
-def _network_full(node: NodeType, used: Usage) -> bool:
-    if node.network is None:
-        return False
-    limit = node.network * node.count * (1 - _TOL)
-    return used.net_out >= limit or used.net_in >= limit

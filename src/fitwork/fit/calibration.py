@@ -47,7 +47,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
-from fitwork.fit.cost import (
+from fitwork.fit.roofline import (
     Bound,
     CostModelError,
     DevicePeaks,

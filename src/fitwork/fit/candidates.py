@@ -10,8 +10,8 @@ from fitwork.fit.errors import FitInputError, UnitFitsNowhere
 from fitwork.fit.spec import ClassDemand, NodeType, UnitDemand, is_cpu_class
 
 _EPS = 1e-9
-MOST_PER_NODE = 100_000
-"""Cap on replicas of one candidate per node when only fluid load bounds them (a bound for
+MOST_PER_NODE = 10_000
+"""Cap on replicas of one candidate per node when nothing it holds bounds them (a bound for
 HiGHS; a plan holds only the replicas its load needs)."""
 TIMES = "\u00d7"  # the multiplication sign, as in "1.0 x H100" but printed properly
 
@@ -96,29 +96,31 @@ def per_node(node: NodeType, device_class: str, *, cores: float, memory: float,
              share: float, load_cores: float = 0.0, load_device: float = 0.0) -> int:
     """How many replicas one node of ``node`` holds (0: not even one).
 
-    ``cores``, ``memory`` and ``share`` are held per replica; ``load_cores`` and
-    ``load_device`` are what one fully busy replica consumes of the fluid pools, which bound
-    only how many replicas the node can keep busy.
+    ``cores``, ``memory`` and ``share`` are held per replica and bound the count;
+    ``load_cores`` and ``load_device`` are what one fully busy replica consumes of the fluid
+    pools: they need the pool to exist but do not bound the count (replicas may outnumber
+    cores), so a replica that holds nothing is capped at ``MOST_PER_NODE``.
     """
     if not node.offers(device_class):
         return 0
-    limits: list[int] = []
+    if load_cores > 0 and node.core_ceiling * (node.cores - cores) <= 0:
+        return 0
+    devices = node.devices.get(device_class, 0)
+    if load_device > 0 and devices <= 0:
+        return 0
+    limits: list[int] = [MOST_PER_NODE]
     if cores > 0:
         limits.append(math.floor(node.cores / cores + _EPS))
     if memory > 0:
         limits.append(math.floor(node.memory / memory + _EPS))
-    devices = node.devices.get(device_class, 0)
     if share > 0:
         if share <= 1.0:
             limits.append(devices * math.floor(1.0 / share + _EPS))
         else:
             limits.append(math.floor(devices / packed_share(share) + _EPS))
-    if load_cores > 0:
-        limits.append(math.ceil(node.core_ceiling * max(node.cores - cores, 0.0) / load_cores
-                                - _EPS))
-    if load_device > 0:
-        limits.append(math.ceil(devices / load_device - _EPS))
-    return min(min(limits), MOST_PER_NODE) if limits else 0
+    if len(limits) == 1 and load_cores <= 0 and load_device <= 0:
+        return 0
+    return min(limits)
 
 
 def check_inputs(units: Sequence[UnitDemand], node_types: Sequence[NodeType]) -> None:
@@ -196,7 +198,7 @@ def build_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *
             within = within or bool(options)
             for _, demand in options:
                 for n, node in enumerate(fleet):
-                    cand = _candidate(u, n, node, name, demand, unit, bytes_in,
+                    cand = candidate(u, n, node, name, demand, unit, bytes_in,
                                       last=u + 1 == len(units), choice=choice, group=group)
                     if cand is not None:
                         found = True
@@ -218,7 +220,7 @@ def build_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *
     )
 
 
-def _candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
+def candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
                unit: UnitDemand, bytes_in: float, *, last: bool, choice: int,
                group: int) -> Candidate | None:
     cpu, device_time = fluid(demand, name)
@@ -279,7 +281,8 @@ def format_demand(device_class: str, demand: ClassDemand) -> str:
     return ", ".join(parts)
 
 
-def _format_node(node: NodeType) -> str:
+def format_node(node: NodeType) -> str:
+    """A node's capacity, e.g. ``64 cores, 512 GiB, 8 x A100-80GB``."""
     parts = [f"{node.cores:g} cores", format_bytes(node.memory)]
     parts += [f"{count} {TIMES} {name}" for name, count in node.devices.items() if count > 0]
     return ", ".join(parts)
@@ -296,6 +299,6 @@ def fits_nowhere_message(unit: str, classes: dict[str, ClassDemand],
     largest = max(fleet, key=lambda n: (n.memory, n.cores, sum(n.devices.values())))
     return (
         f"unit {unit!r} fits no node: needs {needs}; the largest node offers "
-        f"{_format_node(largest)} (node type {largest.name!r}); add a node type that offers "
+        f"{format_node(largest)} (node type {largest.name!r}); add a node type that offers "
         "this, or lower the unit's demand"
     )

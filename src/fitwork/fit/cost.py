@@ -37,34 +37,32 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel
 
-from fitwork.errors import FitworkError
+from fitwork.fit.roofline import (
+    DEFAULT_EFFICIENCY,
+    Bound,
+    CostModelError,
+    DevicePeaks,
+    Precision,
+    TransferKind,
+    checked_bandwidth,
+    checked_peak,
+    choose_bound,
+    peak_flops,
+    roofline_seconds,
+    scale_ratio,
+    transfer_rate,
+)
 from fitwork.profiling.record import UnitProfile
 
-Bound = Literal["compute", "memory"]
-Precision = Literal["fp16", "fp32"]
-TransferKind = Literal["bytes", "assumed", "flops", "cpu"]
-DEFAULT_EFFICIENCY = 0.35
-"""The efficiency assumed where nothing better is known (kept for callers that pass it)."""
-
-
-class DevicePeaks(Protocol):
-    """What the cost model reads of a device class (the catalog's `DeviceClass` has it)."""
-
-    name: str
-    kind: str
-    fp16_flops: float
-    fp32_flops: float | None
-    memory_bandwidth: float | None
-    memory_bytes: int
-
-
-class CostModelError(FitworkError, ValueError):
-    """A rate cannot be estimated from what the profile holds."""
-
+__all__ = [
+    "DEFAULT_EFFICIENCY", "Bound", "CostModelError", "DevicePeaks", "Precision",
+    "RateEstimate", "TransferKind", "batch_rates", "choose_bound", "peak_flops",
+    "roofline_seconds", "scale_ratio", "transfer_rate", "unit_rates",
+]
 
 class RateEstimate(BaseModel):
     """One entry of r(unit, class), with how it was obtained and how far to trust it.
@@ -107,71 +105,6 @@ class RateEstimate(BaseModel):
         low = self.rate if self.rate_low is None else self.rate_low
         high = self.rate if self.rate_high is None else self.rate_high
         return low, high
-
-
-def peak_flops(device: DevicePeaks, precision: Precision) -> float | None:
-    """The device's peak FLOP/s at ``precision`` (``None`` where none is published)."""
-    return device.fp16_flops if precision == "fp16" else device.fp32_flops
-
-
-def _peak(device: DevicePeaks, precision: Precision) -> float:
-    peak = peak_flops(device, precision)
-    if not peak:
-        raise CostModelError(f"device class {device.name}: the catalog has no {precision} peak; "
-                             "profile the unit there, or plan it at another precision")
-    return peak
-
-
-def _bandwidth(device: DevicePeaks) -> float:
-    if not device.memory_bandwidth:
-        raise CostModelError(f"device class {device.name}: the catalog has no memory bandwidth; "
-                             "memory-bound work cannot be carried there")
-    return device.memory_bandwidth
-
-
-def scale_ratio(source: DevicePeaks, target: DevicePeaks, bound: Bound,
-                precision: Precision = "fp32") -> float:
-    """How much longer the same work takes on ``target`` than on ``source`` (<1: faster).
-
-    The datasheet ratio: peak FLOP/s for compute-bound work, bandwidth for memory-bound.
-    """
-    if bound == "compute":
-        return _peak(source, precision) / _peak(target, precision)
-    return _bandwidth(source) / _bandwidth(target)
-
-
-def transfer_rate(rate: float, source: DevicePeaks, target: DevicePeaks, bound: Bound,
-                  precision: Precision = "fp32") -> float:
-    """A measured rate on ``source`` carried to ``target`` by the datasheet ratio."""
-    return rate / scale_ratio(source, target, bound, precision)
-
-
-def choose_bound(flops_per_item: float | None, bytes_per_item: float | None,
-                 device: DevicePeaks, precision: Precision = "fp32") -> tuple[Bound, str]:
-    """Compute- or memory-bound on ``device`` by its datasheet balance point, and why."""
-    if not flops_per_item or not bytes_per_item or bytes_per_item <= 0:
-        return "compute", "FLOPs or device bytes unknown: assumed compute-bound"
-    intensity = flops_per_item / bytes_per_item
-    balance = _peak(device, precision) / _bandwidth(device)
-    bound: Bound = "compute" if intensity >= balance else "memory"
-    return bound, f"intensity {intensity:.3g} FLOP/B vs balance {balance:.3g} on {device.name}"
-
-
-def roofline_seconds(flops: float | None, nbytes: float | None, device: DevicePeaks,
-                     precision: Precision, efficiency: tuple[float, float] = (1.0, 1.0)
-                     ) -> tuple[float, Bound]:
-    """Roofline time of ``flops`` FLOPs moving ``nbytes`` bytes, and the bound that sets it.
-
-    ``efficiency`` is (compute, memory) achieved / roofline; a ``None`` side is left out.
-    """
-    compute = memory = 0.0
-    if flops:
-        compute = flops / (_peak(device, precision) * efficiency[0])
-    if nbytes:
-        memory = nbytes / (_bandwidth(device) * efficiency[1])
-    if not flops and not nbytes:
-        raise CostModelError("roofline needs FLOPs or device bytes per item")
-    return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
 @dataclass(frozen=True)
@@ -376,7 +309,7 @@ def _gpu_estimate(profile: UnitProfile, at: _At, target: DevicePeaks, measured: 
 
 def _intensity(flops: float, nbytes: float, device: DevicePeaks, precision: Precision,
                efficiency: tuple[float, float]) -> str:
-    peak, bandwidth = _peak(device, precision), _bandwidth(device)
+    peak, bandwidth = checked_peak(device, precision), checked_bandwidth(device)
     effective = peak * efficiency[0] / (bandwidth * efficiency[1])
     return (f"intensity {flops / nbytes:.3g} FLOP/B vs balance {effective:.3g} on "
             f"{device.name} at calibrated efficiencies ({peak / bandwidth:.3g} by datasheet)")

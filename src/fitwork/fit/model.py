@@ -137,8 +137,13 @@ def node_rows(problem: Problem, lay: Layout, n: int
     return rows
 
 
-def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> MilpModel:
-    """The MILP for ``problem``: maximise T, or (``min_cost``) minimise price at T = target."""
+def build_model(problem: Problem, *, min_cost: bool, target: float | None,
+                derate: dict[tuple[int, str], float] | None = None) -> MilpModel:
+    """The MILP for ``problem``: maximise T, or (``min_cost``) minimise price at T = target.
+
+    ``derate`` maps (node type, row) to the share of that row's capacity the plan may use:
+    the cut a failed packing adds (see solver.py).
+    """
     cands = problem.candidates
     nodes = problem.node_types
     groups = choice_groups(problem)
@@ -188,15 +193,16 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
         for resource, capacity, demand in node_rows(problem, lay, n):
             if not any(v > 0 for _, v in demand):
                 continue
+            share = derate.get((n, resource), 1.0) if derate else 1.0
             terms = {}
             for col, v in demand:
                 _add(terms, col, v / capacity if capacity > 0 else v)
             if min_cost:
-                _add(terms, lay.y(n), -1.0 if capacity > 0 else 0.0)
+                _add(terms, lay.y(n), -share if capacity > 0 else 0.0)
                 rows.add(f"{resource}[{node.name}]", terms, -inf, 0.0)
             else:
                 rows.add(f"{resource}[{node.name}]", terms, -inf,
-                         float(node.count) if capacity > 0 else 0.0)
+                         share * node.count if capacity > 0 else 0.0)
         if min_cost:
             for i, cand in enumerate(cands):
                 if cand.node == n:
@@ -218,7 +224,7 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None) -> Mi
         rows.add(f"one_batch[{g}]", {column[k]: 1.0 for k in ids}, -inf, 1.0)
     for i, cand in enumerate(cands):
         if cand.choice in column:
-            rows.add(f"chosen[{i}]", {lay.x(i): 1.0, column[cand.choice]: -ub[lay.x(i)]},
+            rows.add(f"chosen[{i}]", {lay.x(i): 1.0 / ub[lay.x(i)], column[cand.choice]: -1.0},
                      -inf, 0.0)
 
     a = sp.csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), lay.size))

@@ -1,27 +1,37 @@
 """The monolithic baseline: the same work as ONE fused unit, replicated as far as the fleet allows.
 
 On a node type n and one of its accelerator classes d, every stage runs on whichever of d and
-n's CPU class gives it the higher rate. The fused replica holds the union of its stages'
-demands: cores summed, memory summed, and the largest device share of the stages on d. It
-runs the stages in sequence for each source item, so its rate is ``1 / sum_u m_u / rate_u``.
-For utilization it keeps its share of d busy only while a stage on d runs
-(``share · sum_{u on d} m_u / rate_u`` device-seconds per source item), and its CPU stages
-keep ``sum_{u on cpu} cores_u · m_u / rate_u`` core-seconds busy. A fused unit whose stages
-all run on CPU is a candidate on the CPU class. The fused unit is then solved by the same
-MILP as a plan (a one-unit pipeline: no traffic between units), so the two sit side by side.
+n's CPU class gives it the higher rate.  The fused replica runs the stages in sequence for
+each source item, so its rate is ``1 / sum_u m_u / rate_u``.  It is fitted under the SAME
+fluid model as a plan: it consumes its stages' measured CPU in sequence,
+``sum_u m_u · cpu_u`` core-seconds per source item, and ``sum_{u on d} m_u · a_u``
+device-seconds; so fused replicas may outnumber cores too, as a person runs more processes
+than cores to hide a stage's waiting.  It holds the union of its stages' memory (summed) and
+the largest device slot of the stages on d; if any stage reserves cores, the fused replica
+reserves the most any stage declares (one container, one request).  A stage's
+``max_concurrency`` bounds the fused replicas (each has at most one call of it in flight)
+and its ``rate_limit`` R bounds the fused rate to ``R / m_u``.  For utilization it keeps its
+slot of d busy only while a stage on d runs (``share · sum_{u on d} m_u / rate_u``
+device-seconds per source item) and its cores ``sum_u m_u · cpu_u``.  The engine's work per
+item per channel crossed (``hop_seconds``) is paid twice per source item (in, out), where a
+fitted chain of n units pays it n + 1 times.  A fused unit whose stages all run on CPU is a
+candidate on the CPU class.  It is then solved by the same MILP as a plan (a one-unit
+pipeline: no traffic between units), so the two sit side by side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from fitwork.fit.candidates import (
     Candidate,
     Problem,
+    candidate,
     check_inputs,
     fits_nowhere_message,
+    fluid,
     packed_share,
-    per_node,
 )
 from fitwork.fit.errors import UnitFitsNowhere
 from fitwork.fit.result import FitResult, Objective
@@ -35,10 +45,16 @@ Stage = tuple[str, ClassDemand, float]
 
 def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
                objective: Objective = "max_throughput", target: float | None = None,
-               time_limit: float = 10.0, mip_gap: float = 0.01) -> FitResult:
-    """The baseline plan: ``units`` fused into one unit named ``monolithic``, then fitted."""
-    return solve_problem(fused_problem(units, node_types), objective=objective, target=target,
-                         time_limit=time_limit, mip_gap=mip_gap)
+               time_limit: float = 10.0, mip_gap: float = 0.01,
+               hop_seconds: float = 0.0) -> FitResult:
+    """The baseline plan: ``units`` fused into one unit named ``monolithic``, then fitted.
+
+    ``hop_seconds`` is the engine's work per item per channel crossed: the fused unit pays it
+    twice per source item (in and out, in core-seconds and in its replica's time), where a
+    chain of n units pays it n + 1 times.
+    """
+    return solve_problem(fused_problem(units, node_types, 2 * hop_seconds), objective=objective,
+                         target=target, time_limit=time_limit, mip_gap=mip_gap)
 
 
 def _stages(units: Sequence[UnitDemand], accel: str | None,
@@ -55,32 +71,48 @@ def _stages(units: Sequence[UnitDemand], accel: str | None,
     return stages
 
 
-def _fused(stages: list[Stage],
-           accel: str | None) -> tuple[ClassDemand, tuple[tuple[str, float], ...]]:
+def _fused(stages: list[Stage], accel: str | None,
+           hop: float = 0.0) -> tuple[ClassDemand, tuple[tuple[str, float], ...]]:
     """The fused replica's demand and its busy device-seconds per source item, per class."""
-    seconds = sum(m / d.rate for _, d, m in stages)
-    on_accel = [(d, m) for cls, d, m in stages if cls == accel]
-    share = max((d.device_share for d, _ in on_accel), default=0.0)
+    seconds = sum(m / d.rate for _, d, m in stages) + hop
+    on_accel = [(cls, d, m) for cls, d, m in stages if cls == accel]
+    share = max((d.device_share for _, d, _ in on_accel), default=0.0)
+    reserve = any(d.reserve for _, d, _ in stages)
+    cpu = sum(m * d.core_seconds() for _, d, m in stages) + hop
+    device = sum(m * fluid(d, cls)[1] for cls, d, m in on_accel)
     demand = ClassDemand(
         rate=1.0 / seconds,
         cores=max(d.cores for _, d, _ in stages),  # the stages run in turn, not at once
         memory=sum(d.memory for _, d, _ in stages),
         device_share=share,
+        cpu_seconds=cpu,
+        device_seconds=device if on_accel and share <= 1.0 else None,
+        reserve=reserve,
     )
     busy: list[tuple[str, float]] = []
     if on_accel:
         assert accel is not None
-        busy.append((accel, packed_share(share) * sum(m / d.rate for d, m in on_accel)))
-    cpu = [(cls, d, m) for cls, d, m in stages if is_cpu_class(cls)]
-    if cpu:
-        busy.append((cpu[0][0], sum(d.cores * m / d.rate for _, d, m in cpu)))
+        busy.append((accel, packed_share(share) * sum(m / d.rate for _, d, m in on_accel)))
+    cpus = [cls for cls, _, _ in stages if is_cpu_class(cls)]
+    if cpus:
+        busy.append((cpus[0], cpu))
     return demand, tuple(busy)
 
 
-def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType]) -> Problem:
+def _limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
+    """The fused unit's (max_concurrency, rate_limit) from its stages'."""
+    most = [u.max_concurrency for u in units if u.max_concurrency is not None]
+    per_s = [u.rate_limit / u.multiplicity for u in units if u.rate_limit is not None]
+    return (min(most) if most else None), (min(per_s) if per_s else None)
+
+
+def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
+                  hop_seconds: float = 0.0) -> Problem:
     """The baseline as a one-unit `Problem`; raises `UnitFitsNowhere` if it fits no node."""
     check_inputs(units, node_types)
     fleet = tuple(n for n in node_types if n.count > 0)
+    most, per_s = _limits(units)
+    holder = UnitDemand(name=FUSED, classes={})
     candidates: list[Candidate] = []
     for n, node in enumerate(fleet):
         accels: list[str | None] = [None, *(d for d, k in node.devices.items() if k > 0)]
@@ -93,16 +125,11 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType]) -
                 continue
             cls = accel if uses_accel and accel is not None else node.cpu_class
             assert cls is not None
-            demand, busy = _fused(stages, accel)
-            fits = per_node(node, cls, demand.cores, demand.memory, demand.device_share)
-            if fits <= 0:
-                continue
-            candidates.append(Candidate(
-                unit=0, node=n, device_class=cls, rate=demand.rate, cores=demand.cores,
-                memory=float(demand.memory),
-                devices=packed_share(demand.device_share) if uses_accel else 0.0,
-                bytes_out=0.0, bytes_in=0.0, per_node=fits, busy=busy,
-            ))
+            demand, busy = _fused(stages, accel, hop_seconds)
+            cand = candidate(0, n, node, cls, demand, holder, 0.0, last=True,
+                              choice=len(candidates), group=len(candidates))
+            if cand is not None:
+                candidates.append(replace(cand, busy=busy))
     if not candidates:
         wanted = _wanted(units)
         if not wanted:
@@ -112,7 +139,7 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType]) -
                 "class or a class the others share"))
         raise UnitFitsNowhere(FUSED, fits_nowhere_message(FUSED, wanted, fleet))
     return Problem(unit_names=(FUSED,), multiplicity=(1.0,), node_types=fleet,
-                   candidates=tuple(candidates))
+                   candidates=tuple(candidates), max_concurrency=(most,), rate_limit=(per_s,))
 
 
 def _wanted(units: Sequence[UnitDemand]) -> dict[str, ClassDemand]:

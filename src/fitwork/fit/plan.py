@@ -1,44 +1,59 @@
 """Plans: a pipeline's profile fitted to a fleet, shown beside its monolithic baseline.
 
-``fit`` turns a profile and a fleet into solver inputs (rates from the cost model, demands
-from the units' declarations and measured memory, multiplicities from measured output
-ratios), solves the fitted pipeline and the fused baseline on the same fleet, and adds the
-figures the solver does not know: model-FLOPs utilization per device class and
-server-capacity utilization (throughput over the most these servers sustain for this
-workload, the fitted plan's bound).
+``fit`` turns a profile and a fleet into solver inputs (rates from the cost model at every
+measured batch size, consumption from the measured CPU and device seconds, held demands from
+the units' declarations and measured memory, multiplicities from measured output ratios),
+solves the fitted pipeline and the fused baseline on the same fleet under the same fluid
+model, and adds the figures the solver does not know: model-FLOPs utilization per device
+class and server-capacity utilization (throughput over the most these servers sustain for
+this workload, the fitted plan's bound).  ``refit`` re-solves a plan with rates measured
+during a run.
 
 Each side also states a predicted RANGE, because its rates rest on transfers that miss by
-tens of percent (``cost.py`` states each rate's error): the same replica counts, with every
-transferred rate at the low (then high) end of its range (the p10 and p90 of measured /
-predicted on its kind of transfer), give the bottleneck-limited throughput at each end.
-Measured rates keep their value.  Limits other than the rates (network, a min-cost target)
-are kept as solved.  The side lists which units' rates were measured and which transferred.
+tens of percent (``cost.py`` states each rate's error): every transferred rate at the low
+(then high) end of its range (the p10 and p90 of measured / predicted on its kind of
+transfer), measured rates as they are.  The fitted side is solved again at each end (its
+replicas are only what its load needs, so the same replicas would not show the high end);
+the fused baseline keeps its replica counts and gives the bottleneck-limited throughput at
+each end.  The side lists which units' rates were measured and which transferred.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
 from fitwork.document import Document
-from fitwork.errors import InputError
-from fitwork.fit.cost import Precision, RateEstimate, peak_flops, unit_rates
-from fitwork.fit.errors import FitInputError
+from fitwork.errors import FitworkError, InputError
+from fitwork.fit.candidates import format_bytes
+from fitwork.fit.cost import Precision, RateEstimate, peak_flops
+from fitwork.fit.errors import FitInputError, TargetUnreachable
+from fitwork.fit.inputs import (
+    HOP_SECONDS,
+    core_ceiling,
+    demands,
+    fleet_classes,
+    sequential,
+    solver_nodes,
+)
 from fitwork.fit.monolithic import FUSED, monolithic
 from fitwork.fit.result import FitResult, Objective
 from fitwork.fit.result import Placement as Replicas
 from fitwork.fit.solver import solve
-from fitwork.fit.spec import ClassDemand, UnitDemand
+from fitwork.fit.spec import ClassDemand, UnitDemand, is_cpu_class
 from fitwork.fit.spec import NodeType as SolverNode
-from fitwork.hardware.catalog import Catalog, DeviceClass, catalog
+from fitwork.hardware.catalog import Catalog, catalog
 from fitwork.hardware.fleet import Fleet
 from fitwork.placement import Group, Placement
 from fitwork.profiling.record import PipelineProfile
+from fitwork.resources import Resources
 from fitwork.version import __version__
 
+RAY_STEP = 1e-4
+"""Ray counts resources in steps of 1e-4: a replica's fluid cores are rounded up to one."""
 
 class PlanSide(BaseModel):
     """One way of running the work (fitted, or monolithic) and its predicted figures."""
@@ -66,7 +81,13 @@ class PlanSide(BaseModel):
 
 
 class Plan(Document):
-    """Replicas per unit, device class and node type, with the figures that justify them."""
+    """Replicas per unit, device class and node type, with the figures that justify them.
+
+    ``demands`` and ``nodes`` are the solver inputs the fitted side was solved from (what
+    `refit` re-solves), ``core_ceiling`` the oversubscription ceiling they carry,
+    ``hop_seconds`` the engine's work per item per channel they include, and ``max_latency``,
+    ``time_limit`` and ``mip_gap`` the options it was solved with.
+    """
 
     document_kind: ClassVar[str] = "plan"
     document_maker: ClassVar[str] = "`fitwork plan`"
@@ -82,6 +103,16 @@ class Plan(Document):
     flops: dict[str, float | None]
     fitted: PlanSide
     monolithic: PlanSide
+    batch_rates: list[RateEstimate] = Field(default_factory=list)
+    demands: list[UnitDemand] = Field(default_factory=list)
+    nodes: list[SolverNode] = Field(default_factory=list)
+    core_ceiling: float = 1.0
+    hop_seconds: float = 0.0
+    max_latency: float | None = None
+    time_limit: float = 10.0
+    mip_gap: float = 0.01
+    fused: bool = False
+    split: PlanSide | None = None
 
     def workers_for(self, node_type: str | None = None) -> dict[str, int]:
         """Replicas per unit on one node type (the only one used, when not named)."""
@@ -103,78 +134,116 @@ class Plan(Document):
     def placement(self, node_type: str | None = None, side: str = "fitted") -> Placement:
         """The plan as engines take it: replica groups per unit, device class and node type.
 
-        With ``node_type``, only the groups planned on that node type (for running one
-        host's share of a plan locally).  ``side="monolithic"`` gives the fused baseline's.
+        Each group carries its batch size, the predicted rate of one replica, the resources
+        one replica asks an engine for (`group_resources`) and the node index of each replica
+        within its node type.  With ``node_type``, only the groups planned on that node type
+        (for running one host's share of a plan locally).  ``side="monolithic"`` gives the
+        fused baseline's.
         """
         chosen = self.fitted if side == "fitted" else self.monolithic
         rates = {(r.unit, r.device_class): r.rate for r in self.rates}
-        groups = [Group(p.unit, p.replicas, device_class=p.device_class,
-                        node_type=p.node_type, rate=rates.get((p.unit, p.device_class)))
-                  for p in chosen.result.replicas
+        groups = [_group(p, rates) for p in chosen.result.replicas
                   if p.replicas and (node_type is None or p.node_type == node_type)]
         if node_type is not None and not groups:
             used = sorted({p.node_type for p in chosen.result.replicas if p.replicas})
             raise InputError(f"plan places nothing on node type {node_type!r}; it uses "
                              f"{', '.join(used) or 'none'}")
-        return Placement.of_groups(groups)
+        fused = side == "monolithic" or self.fused
+        return Placement(tuple(groups), "plan",
+                         fusion=(tuple(self.units),) if fused else ())
 
 
+def group_resources(p: Replicas) -> Resources:
+    """What one replica of a planned group asks an engine for.
 
-def fleet_classes(fleet: Fleet, known: Catalog) -> list[DeviceClass]:
-    """Every device class the fleet offers: its nodes' CPU classes and accelerators."""
-    names = {n.cpu_class for n in fleet.node_types if n.cores}
-    names |= {d for n in fleet.node_types for d, count in n.devices.items() if count}
-    return [known.get(name) for name in sorted(names)]
-
-
-def solver_nodes(fleet: Fleet, known: Catalog) -> list[SolverNode]:
-    """The fleet's node types as the solver takes them."""
-    return [
-        SolverNode(name=n.name, count=n.count, cores=n.cores, memory=n.memory,
-                   cpu_class=n.cpu_class, devices=dict(n.devices),
-                   network=n.network_bandwidth, price_per_hour=n.hourly_price(known) or 0.0)
-        for n in fleet.node_types
-    ]
-
-
-def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Catalog, *,
-            precision: Precision = "fp16", efficiency: float | None = None
-            ) -> tuple[list[UnitDemand], list[RateEstimate], dict[str, float]]:
-    """Solver inputs for each profiled unit: rates per class, demands, multiplicity."""
-    classes = list(classes)
-    units, rates, multiplicity = [], [], {}
-    m = 1.0
-    for u in profile.units:
-        measured = known.get(u.device_class)
-        estimates = unit_rates(u, classes, measured, precision=precision,
-                               efficiency=efficiency)
-        rates.extend(estimates)
-        memory = max(int(u.resources.get("memory", 0)), u.peak_rss)
-        share = u.resources.get("gpu", 0.0)
-        units.append(UnitDemand(name=u.name, multiplicity=max(m, 1e-9), classes={
-            e.device_class: ClassDemand(
-                rate=e.rate, cores=u.resources.get("cpu", 1.0), memory=memory,
-                device_share=0.0 if e.device_class.startswith("cpu-") else share,
-                bytes_out_per_item=u.bytes_out)
-            for e in estimates}))
-        multiplicity[u.name] = m
-        m *= u.output_ratio
-    return units, rates, multiplicity
-
-
-def sequential(units: list[UnitDemand], rates: list[RateEstimate]) -> list[UnitDemand]:
-    """The units as one container runs them today: a call at a time, whole devices.
-
-    A fused process calls each stage in turn, so an I/O stage overlaps nothing; and a
-    container that asks the orchestrator for a GPU is given a whole one (fractional shares
-    need MPS, MIG or time-slicing set up for them, which is what fitwork brings).
+    Cores: the reservation when the unit reserves them, else the cores its share of the load
+    is planned to use (rounded up to Ray's step, so a group never asks for 0).  GPU: its slot
+    on a device (whole devices above 1).  Memory: what it holds.
     """
-    seconds = {(r.unit, r.device_class): r.seconds_per_item for r in rates}
-    return [u.model_copy(update={"classes": {
-        name: d.model_copy(update={
-            "rate": 1 / seconds[u.name, name] if seconds.get((u.name, name)) else d.rate,
-            "device_share": float(math.ceil(d.device_share))})
-        for name, d in u.classes.items()}}) for u in units]
+    cores = p.cores if p.reserved else math.ceil(p.cores / RAY_STEP - 1e-9) * RAY_STEP
+    gpu = 0.0
+    if not is_cpu_class(p.device_class) and p.device_share > 0:
+        gpu = p.device_share if p.device_share <= 1 else float(math.ceil(p.device_share))
+    return Resources(cpu=max(cores, RAY_STEP), gpu=gpu, memory=int(p.memory))
+
+
+def _group(p: Replicas, rates: dict[tuple[str, str], float]) -> Group:
+    rate = p.rate or rates.get((p.unit, p.device_class))
+    resources = group_resources(p) if p.rate else None  # plans before fluid cores: none
+    return Group(p.unit, p.replicas, device_class=p.device_class, node_type=p.node_type,
+                 batch_size=p.batch_size, rate=rate, resources=resources,
+                 nodes=tuple(p.nodes))
+
+
+def refit(plan: Plan, measured: Mapping[str, float]) -> Placement:
+    """Re-solve ``plan`` with measured rates; the new placement (source ``refit``).
+
+    ``measured`` maps a unit to the items/s ONE of its replicas sustained on the class it
+    ran on (its largest planned group's class and batch size).  That unit's rate there is
+    replaced by the measurement, and its rates on every other class and batch size are
+    scaled by the same ratio (the measurement says how far its profile was off, not that
+    its classes rank differently); what it consumes per item stays as profiled.  Same
+    solver, fleet, objective and options; a ``min_cost`` target the measured rates can no
+    longer reach falls back to the most throughput, with a note saying so.
+    """
+    if not plan.demands or not plan.nodes:
+        raise InputError("this plan predates live re-fitting (it has no solver inputs); "
+                         "re-plan it with `fitwork plan`")
+    unknown = sorted(set(measured) - set(plan.units))
+    if unknown:
+        raise InputError(f"refit: {', '.join(unknown)} not in the plan; its units are "
+                         f"{', '.join(plan.units)}")
+    for name, rate in measured.items():
+        if not rate > 0:
+            raise InputError(f"refit: unit {name!r} measured {rate} items/s; give a rate > 0")
+    ran = _ran_on(plan.fitted.result)
+    units = [_rescaled(u, measured[u.name], ran.get(u.name)) if u.name in measured else u
+             for u in plan.demands]
+    notes: tuple[str, ...] = ()
+    try:
+        result = solve(units, plan.nodes, objective=plan.objective, target=plan.target,
+                       time_limit=plan.time_limit, mip_gap=plan.mip_gap,
+                       max_latency=plan.max_latency)
+    except TargetUnreachable as unreachable:
+        result = solve(units, plan.nodes, time_limit=plan.time_limit, mip_gap=plan.mip_gap,
+                       max_latency=plan.max_latency)
+        notes = (f"refit: {unreachable}; planned for the most throughput instead",)
+    groups = tuple(_group(p, {}) for p in result.replicas if p.replicas)
+    return Placement(groups, "refit", notes)
+
+
+def _ran_on(result: FitResult) -> dict[str, Replicas]:
+    """Each unit's largest group: the class and batch size a measured rate is for."""
+    out: dict[str, Replicas] = {}
+    for p in result.replicas:
+        if p.replicas and (p.unit not in out or p.replicas > out[p.unit].replicas):
+            out[p.unit] = p
+    return out
+
+
+def _pinned(demand: ClassDemand, device_class: str, ratio: float) -> ClassDemand:
+    """``demand`` at ``ratio`` times its rate, consuming what it did per item."""
+    seconds = demand.device_seconds
+    if seconds is None and not is_cpu_class(device_class) and demand.device_share <= 1:
+        seconds = demand.device_share / demand.rate if demand.rate > 0 else 0.0
+    return demand.model_copy(update={
+        "rate": demand.rate * ratio, "cpu_seconds": demand.core_seconds(),
+        "device_seconds": seconds,
+        "latency": None if demand.latency is None else demand.latency / ratio})
+
+
+def _rescaled(unit: UnitDemand, rate: float, ran: Replicas | None) -> UnitDemand:
+    planned = None
+    if ran is not None:
+        options = unit.options(ran.device_class) if ran.device_class in unit.classes else []
+        planned = next((d.rate for d in options if d.batch_size == ran.batch_size), None)
+    if not planned:
+        planned = max(d.rate for d in unit.classes.values())
+    ratio = rate / planned
+    return unit.model_copy(update={
+        "classes": {c: _pinned(d, c, ratio) for c, d in unit.classes.items()},
+        "alternatives": {c: [_pinned(d, c, ratio) for d in ds]
+                         for c, ds in unit.alternatives.items()}})
 
 
 def _mfu(result: FitResult, flops_per_item: dict[str, float], precision: Precision,
@@ -194,50 +263,97 @@ def _mfu(result: FitResult, flops_per_item: dict[str, float], precision: Precisi
     return figures
 
 
+def _no_plan(fleet: Fleet, units: Sequence[UnitDemand]) -> FitInputError:
+    """Why no plan holds one replica of every unit at once, resource by resource."""
+    def least(u: UnitDemand, key: str) -> float:
+        options = [d for c in u.classes for d in u.options(c) if d.rate > 0]
+        if key == "memory":
+            return min(float(d.memory) for d in options)
+        return min(d.cores if d.reserve else 0.0 for d in options)
+
+    for key, label, most, fmt in (
+            ("memory", "memory", max(n.memory for n in fleet.node_types), format_bytes),
+            ("cores", "reserved cores", max(n.cores for n in fleet.node_types),
+             lambda v: f"{v:g}")):
+        needs = {u.name: least(u, key) for u in units}
+        if sum(needs.values()) > most:
+            shown = ", ".join(f"{name} {fmt(v)}" for name, v in needs.items() if v)
+            return FitInputError(
+                f"fleet {fleet.name!r} gives no plan: one replica of every unit holds "
+                f"{label} ({shown}) beyond what one node holds (at most {fmt(most)}); lower "
+                "the units' demands, or plan for a larger fleet")
+    return FitInputError(
+        f"fleet {fleet.name!r} gives no plan: its nodes cannot hold one replica of every unit "
+        "at once (device slots or the units' limits); plan for a larger fleet")
+
+
 def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_throughput",
         target: float | None = None, precision: Precision = "fp16",
         efficiency: float | None = None, time_limit: float = 10.0,
-        mip_gap: float = 0.01, known: Catalog | None = None) -> Plan:
-    """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline."""
+        mip_gap: float = 0.01, known: Catalog | None = None,
+        max_latency: float | None = None, hop_seconds: float = HOP_SECONDS) -> Plan:
+    """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline.
+
+    ``max_latency`` (seconds) bounds each unit's call: batch sizes whose batch takes longer
+    are not planned.  ``hop_seconds`` is the engine's work per item per channel crossed
+    (`HOP_SECONDS`; a fitted chain of n units crosses n + 1, the fused baseline 2).
+    """
     known = known or catalog()
-    units, rates, multiplicity = demands(profile, fleet_classes(fleet, known), known,
-                                         precision=precision, efficiency=efficiency)
-    nodes = solver_nodes(fleet, known)
+    classes = fleet_classes(fleet, known)
+    units, rates, multiplicity, swept = demands(profile, classes, known, precision=precision,
+                                                efficiency=efficiency, hop=hop_seconds,
+                                                fleet=fleet)
+    stages, _, _, _ = demands(profile, classes, known, precision=precision,
+                              efficiency=efficiency, hop=0.0, fleet=fleet)
+    ceiling = core_ceiling(profile)
+    nodes = solver_nodes(fleet, known, ceiling)
     fitted = solve(units, nodes, objective=objective, target=target, time_limit=time_limit,
-                   mip_gap=mip_gap)
+                   mip_gap=mip_gap, max_latency=max_latency)
     if fitted.throughput <= 0:
-        need = ", ".join(f"{u.name} {min(d.cores for d in u.classes.values()):g}"
-                         for u in units)
-        most = max(n.cores for n in fleet.node_types)
-        raise FitInputError(
-            f"fleet {fleet.name!r} gives no plan: one replica of every unit needs cores "
-            f"({need}) beyond what its nodes hold (at most {most:g} per node); declare "
-            "smaller cpu= on light units, e.g. @unit(cpu=0.25), or plan for a larger fleet")
+        raise _no_plan(fleet, units)
     best = fitted if objective == "max_throughput" else solve(
-        units, nodes, time_limit=time_limit, mip_gap=mip_gap)
-    base = monolithic(sequential(units, rates), nodes, time_limit=time_limit, mip_gap=mip_gap)
+        units, nodes, time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency)
+    base = monolithic(sequential(stages, [*rates, *swept], profile), nodes, time_limit=time_limit,
+                      mip_gap=mip_gap,
+                      hop_seconds=hop_seconds)
     flops = {u.name: u.flops for u in profile.units}
     fused_flops = sum(multiplicity[n] * f for n, f in flops.items() if f)
     most = max(best.bound, best.throughput, base.throughput)
     estimates = {(r.unit, r.device_class): r for r in rates}
-    fitted_range = _fitted_range(fitted, estimates, multiplicity)
+    batched = {(r.unit, r.device_class, r.batch_size): r for r in [*rates, *swept]}
+    fitted_range = _fitted_range(
+        fitted, batched, multiplicity, units, nodes,
+        {"objective": objective, "target": target, "time_limit": time_limit,
+         "mip_gap": mip_gap, "max_latency": max_latency})
     base_range = _monolithic_range(base, estimates, multiplicity, fleet)
+    split = PlanSide(label="fitted", result=fitted,
+                     mfu=_mfu(fitted, {k: v for k, v in flops.items() if v}, precision, known),
+                     capacity_utilization=fitted.throughput / most, **fitted_range)
+    whole = PlanSide(label="monolithic", result=base,
+                     mfu=_mfu(base, {FUSED: fused_flops} if fused_flops else {}, precision,
+                              known),
+                     capacity_utilization=base.throughput / most, **base_range)
+    # Not splitting is one of the layouts a plan may choose: where running the stages in
+    # turn in one unit clearly sustains more (every stage trivial beside the cost of moving
+    # items), the fitted side IS the fused layout, and the split one is kept for the record.
+    # Near a tie the split layout stays: it overlaps waiting and batches where the model
+    # does not credit it.
+    fuse = objective == "max_throughput" and base.throughput > FUSE_MARGIN * fitted.throughput
     return Plan(
         fitwork_version=__version__, pipeline=profile.pipeline, units=[u.name for u in units],
         fleet=fleet, objective=objective, target=target, rates=rates,
         multiplicity=multiplicity, flops=flops,
-        fitted=PlanSide(label="fitted", result=fitted,
-                        mfu=_mfu(fitted, {k: v for k, v in flops.items() if v}, precision,
-                                 known),
-                        capacity_utilization=fitted.throughput / most, **fitted_range),
-        monolithic=PlanSide(label="monolithic", result=base,
-                            mfu=_mfu(base, {FUSED: fused_flops} if fused_flops else {},
-                                     precision, known),
-                            capacity_utilization=base.throughput / most, **base_range),
+        fitted=whole.model_copy(update={"label": "fitted"}) if fuse else split,
+        monolithic=whole, fused=fuse, split=split if fuse else None,
+        batch_rates=swept, demands=units, nodes=nodes, core_ceiling=ceiling,
+        hop_seconds=hop_seconds, max_latency=max_latency, time_limit=time_limit,
+        mip_gap=mip_gap,
     )
 
 
 Estimates = dict[tuple[str, str], RateEstimate]
+FUSE_MARGIN = 1.05
+"""How much more the fused layout must sustain before a plan runs the units fused."""
 
 
 def _ends(throughput: float, caps: dict[str, tuple[float, float, float]],
@@ -263,22 +379,49 @@ def _sources(units: dict[str, set[bool]], order: list[str]) -> dict[str, list[st
             "transferred": [u for u in order if True in units.get(u, set())]}
 
 
-def _fitted_range(result: FitResult, estimates: Estimates,
-                  multiplicity: dict[str, float]) -> dict[str, Any]:
-    caps: dict[str, tuple[float, float, float]] = {}
+def _fitted_range(result: FitResult,
+                  estimates: dict[tuple[str, str, int | None], RateEstimate],
+                  multiplicity: dict[str, float], units: list[UnitDemand],
+                  nodes: list[SolverNode], options: dict[str, Any]) -> dict[str, Any]:
+    """The fitted side's range: the fit solved again with every transferred rate at the low
+    (then high) end of its range, measured rates as they are.  Replicas are what the load
+    needs (none idle), so the same replicas at other rates would say nothing at the high
+    end; the range is what a plan for those rates would carry."""
     kinds: dict[str, set[bool]] = {}
     for p in result.replicas:
-        e = estimates.get((p.unit, p.device_class))
-        if not p.replicas or e is None:
+        e = estimates.get((p.unit, p.device_class, p.batch_size))
+        if p.replicas and e is not None:
+            kinds.setdefault(p.unit, set()).add(e.transferred)
+    ends = []
+    for end in (0, 1):
+        moved = [_at_end(u, estimates, end) for u in units]
+        if moved == units or result.throughput <= 0:
+            ends.append(result.throughput)
             continue
-        low, high = e.bounds()
-        point, lo, hi = caps.get(p.unit, (0.0, 0.0, 0.0))
-        caps[p.unit] = (point + p.replicas * e.rate, lo + p.replicas * low,
-                        hi + p.replicas * high)
-        kinds.setdefault(p.unit, set()).add(e.transferred)
-    low, high = _ends(result.throughput, caps, multiplicity)
+        try:
+            ends.append(solve(moved, nodes, **options).throughput)
+        except FitworkError:  # e.g. a min-cost target out of reach at the low end
+            ends.append(0.0 if end == 0 else result.throughput)
+    low, high = min(ends[0], result.throughput), max(ends[1], result.throughput)
     return {"throughput_low": low, "throughput_high": high,
             **_sources(kinds, list(multiplicity))}
+
+
+def _at_end(unit: UnitDemand, estimates: dict[tuple[str, str, int | None], RateEstimate],
+            end: int) -> UnitDemand:
+    """``unit`` with each transferred rate at its low (``end`` 0) or high (1) end."""
+    def moved(name: str, d: ClassDemand) -> ClassDemand:
+        e = estimates.get((unit.name, name, d.batch_size))
+        if e is None or not e.transferred or e.rate <= 0:
+            return d
+        bound = e.bounds()[end]
+        return d.model_copy(update={"rate": d.rate * bound / e.rate}) if bound > 0 else d
+
+    classes = {c: moved(c, d) for c, d in unit.classes.items()}
+    alternatives = {c: [moved(c, d) for d in ds] for c, ds in unit.alternatives.items()}
+    if classes == unit.classes and alternatives == unit.alternatives:
+        return unit
+    return unit.model_copy(update={"classes": classes, "alternatives": alternatives})
 
 
 def _stage(unit: str, classes: list[str | None],

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from fitwork.fit.spec import is_cpu_class
 
 Objective = Literal["max_throughput", "min_cost"]
-Status = Literal["optimal", "time_limit"]
+Status = Literal["optimal", "time_limit", "repaired"]
 Method = Literal["milp", "lp_round"]
 
 
 class Placement(BaseModel):
-    """Replicas of one unit on one device class of one node type, and the load they carry."""
+    """Replicas of one unit on one device class of one node type, and the load they carry.
+
+    Per replica: ``rate`` items/s when busy, at ``batch_size``; ``cores`` the cores it is
+    planned to use (its reservation when ``reserved``, else its share of the load's
+    core-seconds per second, e.g. 0.3); ``memory`` bytes held; ``device_share`` its slot on
+    a device of ``device_class`` and ``device_time`` the device-seconds per second its load
+    uses.  ``nodes`` is the node index (within the node type) of each replica, as packed.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -23,6 +30,14 @@ class Placement(BaseModel):
     node_type: str
     replicas: int
     items_per_s: float
+    batch_size: int | None = None
+    rate: float = 0.0
+    cores: float = 0.0
+    reserved: bool = False
+    memory: float = 0.0
+    device_share: float = 0.0
+    device_time: float = 0.0
+    nodes: list[int] = Field(default_factory=list)
 
 
 class ClassUtilization(BaseModel):
@@ -41,7 +56,14 @@ class ClassUtilization(BaseModel):
 
 
 class NodeUsage(BaseModel):
-    """One node type: what the plan holds against what all ``count`` nodes offer."""
+    """One node type: what the plan holds against what all ``count`` nodes offer.
+
+    ``cores_used`` is ``cores_reserved`` (held whole) plus ``cores_fluid`` (core-seconds per
+    second the planned load consumes); the fluid part stays within ``core_ceiling`` of the
+    cores left after reservations.  ``devices_used`` counts device slots held,
+    ``devices_time`` device-seconds per second consumed.  ``nodes_used`` is how many nodes
+    the packing put replicas on.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -53,6 +75,10 @@ class NodeUsage(BaseModel):
     memory_used: float
     memory_capacity: float
     devices_used: dict[str, float]
+    cores_reserved: float = 0.0
+    cores_fluid: float = 0.0
+    core_ceiling: float = 1.0
+    devices_time: dict[str, float] = Field(default_factory=dict)
     devices_capacity: dict[str, float]
     network_out: float
     network_in: float

@@ -199,6 +199,11 @@ def plan_table(plan: Plan) -> Group:
              Text(capacity_line(plan)),
              Text(f"fitted rates measured: {', '.join(fitted.measured) or 'none'}; "
                   f"transferred: {', '.join(fitted.transferred) or 'none'}")]
+    if plan.fused and plan.split is not None:
+        lines.insert(0, Text(
+            f"the plan runs the units fused: split into units it would sustain "
+            f"{plan.split.throughput:,.1f} items/s, fused {fitted.throughput:,.1f} (the "
+            "stages are too light to pay for moving items between them)", style="bold"))
     placed = [r for p in fitted.result.replicas if p.replicas and (r := rate_of(p)) is not None]
     moved = [r for r in placed if r.transferred]
     if moved:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import sys
 import time
 from collections.abc import Iterable
@@ -65,6 +66,7 @@ from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.05  # a Ray call costs ~1 ms of CPU: frames carry ~50 ms of work
 MAX_FRAME = 2048
+CPU_STEP = 0.001
 
 
 class RayEngine:
@@ -163,8 +165,11 @@ class RayRun(Shell):
         if group is not None and group.device_class and \
                 not group.device_class.startswith("cpu-"):
             devices.setdefault(group.device_class, wanted.gpu or 0.01)
-        return Resources(cpu=wanted.cpu, gpu=wanted.gpu if self.has_gpus else 0.0,
-                         memory=0, devices=devices)
+        # A plan's fluid cores fill a node to the brim; rounded down to a thousandth, the
+        # asks of one node's replicas never add up to more than it has.
+        cpu = max(CPU_STEP, math.floor(wanted.cpu / CPU_STEP) * CPU_STEP)
+        return Resources(cpu=cpu, gpu=wanted.gpu if self.has_gpus else 0.0, memory=0,
+                         devices=devices)
 
     def reserve_groups(self, labelled: set[str]) -> None:
         """One placement group per planned node type, a bundle per replica, packed.

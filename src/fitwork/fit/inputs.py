@@ -1,0 +1,226 @@
+"""Solver inputs from a profile and a fleet: demands per class and batch size, node types.
+
+Rates come from the cost model (``cost.py``) at every batch size the profile measured;
+consumption per item from the measured CPU and device seconds (`consumption`), plus the
+engine's own work per item (`HOP_SECONDS`); held demands from the units' declarations and
+measured memory; multiplicities from measured output ratios; and each node type's fluid core
+budget from the profile's run-queue wait (`core_ceiling`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from fitwork.fit.candidates import format_node
+from fitwork.fit.cost import Precision, RateEstimate, batch_rates, unit_rates
+from fitwork.fit.errors import UnitFitsNowhere
+from fitwork.fit.spec import ClassDemand, UnitDemand, is_cpu_class
+from fitwork.fit.spec import NodeType as SolverNode
+from fitwork.hardware.catalog import Catalog, DeviceClass
+from fitwork.hardware.fleet import Fleet
+from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
+
+HOP_SECONDS = 70e-6
+"""CPU seconds the engine spends on one item crossing one channel (the sender pickles and
+sends it, the receiver takes and unpickles it, the books are kept), charged as core time and
+as time in the replica: to every unit per item it takes in, and once more to the last unit
+for the item it hands to the driver (a chain of n units makes n + 1 crossings).  Measured
+on the local engine (this repository at 5925c81, a 2-core host), CPU per item with the
+start-up taken out by differencing two run lengths: a chain of three units whose own calls
+use 60 us per item (parse, a 20 ms sleep, square) took 286-310 us per item with 4 or 64
+replicas of the sleeping unit, 57-63 us per crossing; the same work fused into one unit took
+224 us per item with 64 replicas, 83 us per crossing.  That is the small-frame case fluid
+plans make (many replicas, each taking an item at a time); with large frames the engine
+spends about 1.3 us per item (``bench/overhead.py``), so for busy, batched units this is an
+upper bound.  The profile cannot see it: each unit is timed alone, in its own process."""
+
+
+
+def fleet_classes(fleet: Fleet, known: Catalog) -> list[DeviceClass]:
+    """Every device class the fleet offers: its nodes' CPU classes and accelerators."""
+    names = {n.cpu_class for n in fleet.node_types if n.cores}
+    names |= {d for n in fleet.node_types for d, count in n.devices.items() if count}
+    return [known.get(name) for name in sorted(names)]
+
+
+def solver_nodes(fleet: Fleet, known: Catalog, ceiling: float = 1.0) -> list[SolverNode]:
+    """The fleet's node types as the solver takes them, fluid cores at ``ceiling``."""
+    return [
+        SolverNode(name=n.name, count=n.count, cores=n.cores, memory=n.memory,
+                   cpu_class=n.cpu_class, devices=dict(n.devices),
+                   network=n.network_bandwidth, price_per_hour=n.hourly_price(known) or 0.0,
+                   core_ceiling=ceiling)
+        for n in fleet.node_types
+    ]
+
+
+def core_ceiling(profile: PipelineProfile) -> float:
+    """The share of a node's (unreserved) cores fluid load may be planned to use.
+
+    Derived from the profile's run-queue measurement.  Every unit was timed in its own
+    process; ``queued_s`` is the time per item it sat runnable in the kernel's run queue
+    while another process held the core, ``cpu_s`` the time it ran.  Weighted by how many
+    items each unit processes per source item (its multiplicity ``m_u``)::
+
+        q   = sum_u m_u·queued_u / sum_u m_u·(cpu_u + queued_u)
+        rho = 1 - q
+
+    ``q`` is the share of this pipeline's runnable time that found no free core: the cost,
+    in core time, of sharing cores with other processes, measured on this work.  A plan's
+    replicas are such processes (they may outnumber cores), so each node's fluid budget is
+    ``rho`` of its cores left after reservations, and a core planned past it would be
+    paid in run-queue waits instead of work.  A profile with no run-queue wait measured (or
+    none recorded) gives 1.0.  The figure is per profile, not per node type: the host the
+    profile ran on is the only place the wait was measured.
+    """
+    m, weighted_cpu, weighted_queue = 1.0, 0.0, 0.0
+    for u in profile.units:
+        weighted_cpu += m * u.cpu_s
+        weighted_queue += m * u.queued_s
+        m *= u.output_ratio
+    total = weighted_cpu + weighted_queue
+    return 1.0 if total <= 0 else max(0.05, 1.0 - weighted_queue / total)
+
+
+def _view(profile: UnitProfile, batch_size: int | None) -> BatchMeasurement:
+    """The profile's per-item figures at ``batch_size`` (its own when not swept)."""
+    for b in profile.batches:
+        if b.batch_size == (batch_size or 1):
+            return b
+    return BatchMeasurement(batch_size=profile.batch_size or 1, items=profile.samples,
+                            wall_s=profile.wall_s, cpu_s=profile.cpu_s,
+                            queued_s=profile.queued_s, accel_s=profile.accel_s)
+
+
+def consumption(profile: UnitProfile, estimate: RateEstimate) -> tuple[float, float | None]:
+    """(core-seconds, device-seconds or None) one item consumes on the estimate's class.
+
+    On a CPU class: the measured CPU seconds, or for a transferred class the estimate's
+    seconds less the measured waiting (which a faster core does not shorten).  On an
+    accelerator: the host CPU seconds measured beside the device (capped at the item's time
+    on the target when the profile had no accelerator, where the measured CPU seconds did
+    the device's work), and the device seconds measured or carried by the estimate.
+    """
+    at = _view(profile, estimate.batch_size)
+    seconds = estimate.seconds_per_item
+    if is_cpu_class(estimate.device_class):
+        if estimate.method == "measured":
+            return at.cpu_s, None
+        return max(seconds - max(at.wall_s - at.cpu_s, 0.0), 0.0), None
+    if at.accel_s:
+        device = at.accel_s if estimate.method == "measured" else max(
+            seconds - max(at.wall_s - at.accel_s, 0.0), 0.0)
+        return at.cpu_s, device
+    return min(at.cpu_s, seconds), seconds
+
+
+def _demand(profile: UnitProfile, estimate: RateEstimate, memory: int,
+            hop: float) -> ClassDemand:
+    """One option of a unit for the solver; ``hop`` seconds of engine work per item are added
+    to its core-seconds and to its replica's time per item (the rate), see `HOP_SECONDS`."""
+    cpu, device = consumption(profile, estimate)
+    share = 0.0 if is_cpu_class(estimate.device_class) else profile.resources.get("gpu", 0.0)
+    batch = estimate.batch_size or 1
+    rate = 1.0 / (1.0 / estimate.rate + hop) if estimate.rate > 0 else 0.0
+    latency = None if estimate.batch_latency_s is None else estimate.batch_latency_s + hop * batch
+    return ClassDemand(
+        rate=rate, cores=profile.resources.get("cpu", 1.0), memory=memory,
+        device_share=share, bytes_out_per_item=profile.bytes_out, cpu_seconds=cpu + hop,
+        device_seconds=device if share and share <= 1 else None, reserve=profile.reserve,
+        batch_size=estimate.batch_size, latency=latency)
+
+
+def _no_class(u: UnitProfile, needs: str, fleet: Fleet | None) -> str:
+    """One line: a unit no device class of the fleet can run, beside the largest node."""
+    where = ""
+    if fleet is not None and fleet.node_types:
+        node = max(fleet.node_types, key=lambda n: (n.memory, n.cores, sum(n.devices.values())))
+        shown = SolverNode(name=node.name, count=node.count, cores=node.cores,
+                           memory=node.memory, cpu_class=node.cpu_class,
+                           devices=dict(node.devices))
+        where = f"; the largest node offers {format_node(shown)} (node type {node.name!r})"
+    return (f"unit {u.name!r} fits no node: needs {needs}{where}; add a node type that offers "
+            "this, or lower the unit's demand")
+
+
+def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Catalog, *,
+            precision: Precision = "fp16", efficiency: float | None = None,
+            hop: float = HOP_SECONDS, fleet: Fleet | None = None
+            ) -> tuple[list[UnitDemand], list[RateEstimate], dict[str, float],
+                       list[RateEstimate]]:
+    """Solver inputs for each profiled unit: demands per class and batch size, the rates at
+    each unit's own batch size, multiplicities, and the rates at the other batch sizes.
+    Each demand carries ``hop`` seconds of engine work per item per channel it crosses
+    (`HOP_SECONDS`: one in, and the last unit's one out).  Raises
+    `UnitFitsNowhere` for a unit no class of ``classes`` runs (named beside ``fleet``'s
+    largest node)."""
+    classes = list(classes)
+    units, rates, others, multiplicity = [], [], [], {}
+    m = 1.0
+    for index, u in enumerate(profile.units):
+        crossings = 2 if index == len(profile.units) - 1 else 1  # the last hands items out
+        measured = known.get(u.device_class)
+        if u.resources.get("gpu", 0.0) > 0 and all(c.kind == "cpu" for c in classes):
+            raise UnitFitsNowhere(u.name, _no_class(
+                u, f"{u.resources['gpu']:g} of an accelerator", fleet))
+        estimates = unit_rates(u, classes, measured, precision=precision,
+                               efficiency=efficiency)
+        if estimates and not any(e.rate > 0 for e in estimates):
+            raise UnitFitsNowhere(u.name, _no_class(u, "; ".join(
+                f"{e.device_class}: {e.note}" for e in estimates), fleet))
+        rates.extend(estimates)
+        memory = max(int(u.resources.get("memory", 0)), u.peak_rss)
+        swept = []
+        if u.batch_size and len(u.batches) > 1:
+            swept = [e for e in batch_rates(u, classes, measured, precision=precision,
+                                            efficiency=efficiency)
+                     if e.batch_size != u.batch_size]
+        others.extend(swept)
+        alternatives: dict[str, list[ClassDemand]] = {}
+        for e in swept:
+            alternatives.setdefault(e.device_class, []).append(
+                _demand(u, e, memory, crossings * hop))
+        main = {e.device_class: _demand(u, e, memory, crossings * hop) for e in estimates}
+        units.append(UnitDemand(
+            name=u.name, multiplicity=max(m, 1e-9), classes=main,
+            alternatives={c: v for c, v in alternatives.items() if c in main},
+            concurrency=max(1, int(u.resources.get("io", 0))),
+            max_concurrency=u.max_concurrency, rate_limit=u.rate_limit))
+        multiplicity[u.name] = m
+        m *= u.output_ratio
+    return units, rates, multiplicity, others
+
+
+def sequential(units: list[UnitDemand], rates: list[RateEstimate],
+               profile: PipelineProfile | None = None) -> list[UnitDemand]:
+    """The units as one container runs them today: a call at a time, whole devices.
+
+    A fused process calls each stage in turn on one item, so a batched stage runs at its
+    batch-1 rate where the profile's sweep measured one (it cannot fill a batch), an I/O
+    stage overlaps nothing; and a container that asks the orchestrator for a GPU is given a
+    whole one (fractional shares need MPS, MIG or time-slicing set up for them, which is
+    what fitwork brings).  ``rates`` holds every estimate there is, at every batch size;
+    with ``profile``, a batched stage's CPU per item on a CPU class is its batch-1 figure too.
+    """
+    alone: dict[str, float] = {}
+    for measured in (profile.units if profile is not None else []):
+        ones = [b for b in measured.batches if b.batch_size == 1]
+        if measured.batch_size and ones:
+            alone[measured.name] = ones[0].cpu_s
+    seconds: dict[tuple[str, str], tuple[int, float]] = {}
+    for r in rates:
+        if not r.rate:
+            continue
+        size = r.batch_size or 1
+        known = seconds.get((r.unit, r.device_class))
+        if known is None or size < known[0]:
+            seconds[r.unit, r.device_class] = (size, r.seconds_per_item)
+    return [u.model_copy(update={"alternatives": {}, "concurrency": 1, "classes": {
+        name: d.model_copy(update={
+            "rate": 1 / seconds[u.name, name][1] if (u.name, name) in seconds else d.rate,
+            "batch_size": None, "latency": None,
+            "cpu_seconds": alone.get(u.name, d.cpu_seconds) if is_cpu_class(name)
+            else d.cpu_seconds,
+            "device_share": float(math.ceil(d.device_share))})
+        for name, d in u.classes.items()}}) for u in units]
