@@ -31,6 +31,7 @@ from typing import Any
 
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import Arrived, Exited, FrameSizes, Measured, Policy, Retire, Send, Spawn
+from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
@@ -98,8 +99,8 @@ class LocalRun(Shell):
         self.control_recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.control_recv.setblocking(False)
         self.hints: Any = self.ctx.Array("i", [1] * stages + [MAX_FRAME], lock=False)
-        self.limiters = [self.ctx.BoundedSemaphore(u.max_concurrency)
-                         if u.max_concurrency else None for u in pipeline.units]
+        self.gates = [shared_gate(self.ctx, u.max_concurrency, u.rate_limit)
+                      for u in pipeline.units]
         self.handles: dict[int, _Handle] = {}
         self.gpus = local.gpus if local.gpus is not None else visible_gpus()
         self.gpu_turns: dict[int, int] = {}
@@ -128,7 +129,7 @@ class LocalRun(Shell):
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
             parent_pid=os.getpid(), env=self.worker_env(stage), cores=cores,
-            limiter=self.limiters[stage])
+            gate=self.gates[stage])
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
                                    name=f"fitwork-{unit.name}-{instruction.worker}")
         with held_to(cores):  # the child starts with its pools held to its cores

@@ -80,7 +80,7 @@ class WorkerSpec:
     parent_pid: int
     env: dict[str, str] = field(default_factory=dict)
     cores: float = 1.0
-    limiter: Any = None
+    gate: Any = None
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -255,7 +255,7 @@ class Worker:
 
     def serve_plain(self, kernel: Kernel) -> None:
         """One frame at a time: every segment's items, then one busy interval, then send."""
-        limiter = self.spec.limiter
+        limiter = self.spec.gate
         while True:
             message = self.receive(timeout=1.0)
             if message is None:
@@ -285,7 +285,11 @@ class Worker:
         def run(batch: list[tuple[int, int, int]]) -> None:
             values = [frames[f][0][s][5][i] for f, s, i in batch]
             start = time.monotonic()
-            results, _ = kernel.call_batch(values)
+            if self.spec.gate is not None:
+                with self.spec.gate:
+                    results, _ = kernel.call_batch(values)
+            else:
+                results, _ = kernel.call_batch(values)
             self.mark_busy(start, time.monotonic())
             finished = []
             for (f, s, i), result in zip(batch, results, strict=True):
@@ -335,7 +339,7 @@ class Worker:
         limit = kernel.unit.io
         submit = _async_submitter(kernel) if kernel.is_async else \
             _thread_submitter(kernel, limit)
-        limiter = self.spec.limiter
+        limiter = self.spec.gate
         finished: SimpleQueue[tuple[int, int, int, Any]] = SimpleQueue()
         wake_read, wake_write = os.pipe()
         selector = selectors.DefaultSelector()
@@ -401,7 +405,7 @@ class Worker:
 
 
 def _limited(limiter: Any, kernel: Kernel, values: list[Any]) -> tuple[list[Any], int]:
-    """Results one item at a time, each call holding a slot of the unit's shared limit."""
+    """Results one item at a time, each call passing the unit's shared gate."""
     results = []
     for value in values:
         with limiter:

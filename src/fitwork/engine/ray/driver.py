@@ -285,12 +285,9 @@ class RayRun(Shell):
                     placement_group=chosen.group, placement_group_bundle_index=chosen.index)
         batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
         replicas = max(1, self.placement.replicas(unit.name))
-        slots = unit.io
-        if unit.max_concurrency:  # the bound of all replicas, split evenly among them
-            slots = max(1, min(unit.io or 1, unit.max_concurrency // replicas))
         handle = ray.remote(Replica).options(**options).remote(
             unit, stage, self.names, self.registry, self.options.max_attempts, self.limits,
-            batch, wanted.cpu, max(1, slots), self.timeout)
+            batch, wanted.cpu, max(1, unit.io), self.timeout, replicas)
         actor = _Actor(instruction.worker, stage, handle, bundle)
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker

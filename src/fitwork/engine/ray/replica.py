@@ -28,6 +28,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
+from fitwork.engine.limits import local_gate
 from fitwork.engine.ray.routing import Router
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.threads import limit_torch
@@ -79,7 +80,7 @@ class Replica:
 
     def __init__(self, unit: Unit, stage: int, names: list[str], registry: Any,
                  max_attempts: int, limits: list[int], batch_size: int | None,
-                 cores: float, slots: int, timeout: float) -> None:
+                 cores: float, slots: int, timeout: float, replicas: int = 1) -> None:
         self.unit, self.stage, self.names = unit, stage, names
         self.last = stage == len(names) - 1
         self.max_attempts = max_attempts
@@ -95,6 +96,7 @@ class Replica:
             stage + 1, limits[stage + 1], registry, timeout)
         self.lock = threading.Lock()
         self.compute = threading.Semaphore(1)
+        self.gate = local_gate(unit.max_concurrency, unit.rate_limit, replicas)
         self.pool = ThreadPoolExecutor(slots) if unit.is_io and not unit.is_async else None
         self.loop = _event_loop() if unit.is_async else None
         self.batcher = Batcher(self._run_batch, batch_size, unit.batch_wait) \
@@ -156,21 +158,29 @@ class Replica:
 
     def _run_batch(self, batch: list[tuple[Any, Future[Any]]]) -> None:
         assert self.kernel is not None
+        if self.gate is not None:
+            self.gate.acquire()
         self._begin()
         try:
             results, _ = self.kernel.call_batch([value for value, _ in batch])
         finally:
             self._end()
+            if self.gate is not None:
+                self.gate.release()
         for (_, future), result in zip(batch, results, strict=True):
             future.set_result(result)
 
     def _timed(self, value: Any) -> Any:
         assert self.kernel is not None
+        if self.gate is not None:
+            self.gate.acquire()
         self._begin()
         try:
             return self.kernel.result(value)
         finally:
             self._end()
+            if self.gate is not None:
+                self.gate.release()
 
     def _results(self, segment: Segment) -> list[Any]:
         """Raw results (or `Failed`) for a segment's values, by the unit's way of running."""
@@ -185,6 +195,8 @@ class Replica:
                        for v in values]
             return [f.result() for f in futures]
         with self.compute:
+            if self.gate is not None:
+                return [self._timed(v) for v in values]
             self._begin()
             try:
                 results, _ = self.kernel.results(values)
