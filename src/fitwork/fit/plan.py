@@ -486,3 +486,7 @@ def describe(plan: Plan) -> dict[str, Any]:
                          "cost_per_million": side.result.cost_per_million,
                          "capacity_utilization": side.capacity_utilization}
             for side in (plan.fitted, plan.monolithic)}
+
+
+plan_for = fit
+"""`fit` under the name the top-level package exports it by (``fitwork.fit`` is the package)."""
