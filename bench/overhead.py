@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import argparse
 import multiprocessing
 import time
@@ -10,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import fitwork
 from fitwork import Pipeline, unit
 
 TUNED_CHUNKSIZES = (256, 1000, 4096)  # the headline baseline is the best of these

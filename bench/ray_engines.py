@@ -20,8 +20,9 @@ Aim: fitwork on Ray at least matches the best tuned Ray Data.
 
 from __future__ import annotations
 
-import fitwork
 import os
+
+import fitwork
 
 # One BLAS/OpenMP thread per process for every contender, as Ray gives its workers: idle
 # OpenBLAS threads otherwise spin on the cores the pipelines need.  Set before numpy loads.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fitwork
 import argparse
 import contextlib
 import fcntl
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+import fitwork
 from fitwork import Pipeline, unit
 
 ELEMENTS = 8 * 1024 * 1024  # float64: 64 MiB per array

@@ -1,4 +1,4 @@
-"""A monolithic image classifier, written the way people write one; ``fitwork.decomposition`` splits it.
+"""A monolithic image classifier, written the way people write one; ``fitwork.decompose`` splits it.
 
 ``classify(item)`` does everything for one image, in one function: fetch the PNG over HTTP
 (I/O: the loopback server of ``thumbnails.py``, with its simulated storage latency), decode
@@ -15,7 +15,6 @@ On a host with a GPU, the model lines would be written in torch and marked
 
 from __future__ import annotations
 
-import fitwork
 import io
 import itertools
 import os
@@ -29,11 +28,13 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image
 
+import fitwork
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from thumbnails import BASE_URL_ENV, LATENCY_ENV, read_items, serve_images
 
-from fitwork.workload import Pipeline, unit
 from fitwork.decomposition import DecomposedPipeline, decompose, with_context
+from fitwork.workload import Pipeline, unit
 
 SIZE = 96
 LABELS = ["sky", "sea", "sand", "stone", "leaf", "fire", "snow", "dusk", "rust", "ink"]
