@@ -223,11 +223,13 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
 @click.option("--max-latency", type=float, default=None,
               help="Seconds one call (a whole batch) of any unit may take: batch sizes "
                    "slower than this are not planned.")
+@click.option("--no-fuse", is_flag=True, help="Keep the units split even where running them "
+              "fused would sustain more.")
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("plan.json"), show_default=True)
 @decompose_option
 def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective: str,
-         target: float | None, time_limit: float, max_latency: float | None,
+         target: float | None, time_limit: float, max_latency: float | None, no_fuse: bool,
          output_path: Path, decompose: str | None) -> None:
     """Fit the pipeline's units to a fleet; print it beside the monolithic baseline."""
     from fitwork.fit.plan import fit
@@ -243,7 +245,8 @@ def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective
         profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
         fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
         result = fit(profiled, fleet_, objective=objective,  # type: ignore[arg-type]
-                     target=target, time_limit=time_limit, max_latency=max_latency)
+                     target=target, time_limit=time_limit, max_latency=max_latency,
+                     fuse=not no_fuse)
     except FitworkError as exc:
         _fail(exc)
     result.save(output_path)

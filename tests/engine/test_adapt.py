@@ -58,13 +58,13 @@ def steady_rate(record: fitwork.RunRecord, start: float, end: float) -> float:
 
 
 def test_a_unit_four_times_slower_after_a_third_is_re_fitted_and_throughput_recovers() -> None:
-    plan = fit(profile(0.002), FLEET)
+    plan = fit(profile(0.002), FLEET, fuse=False)
     rates = {g.unit: g.rate for g in plan.placement().groups}
     slow = rates["work"] / 4
     items = list(range(12_000))
     change = len(items) / plan.fitted.throughput / 3  # a third of the way through
     schedule = {"work": [(change, slow)]}
-    fresh = fit(profile(0.008), FLEET).fitted.throughput
+    fresh = fit(profile(0.008), FLEET, fuse=False).fitted.throughput
 
     with fitwork.run(PIPELINE, items, engine="sim", placement=plan, schedule=schedule,
                      adapt=True) as adapting:

@@ -94,16 +94,31 @@ def test_a_unit_that_cannot_start_gives_one_line(engine: str, project: Path,
 
 def test_a_replacement_replica_of_a_later_stage_gets_traffic(ray_cluster: object) -> None:
     pipeline = Pipeline(u.double, u.slow_square)
-    outputs = []
+    seen: dict[str, int | None] = {"replaced_at": None}
+    fed = []
+
+    def source():  # runs on until the replacement has had 1,500 items' worth of time
+        for x in range(100_000):
+            if seen["replaced_at"] is not None and x > seen["replaced_at"] + 1500:
+                return
+            fed.append(x)
+            yield x
+
+    outputs: list[int] = []
     killed = None
-    with fitwork.run(pipeline, range(1500), engine="ray",
+    with fitwork.run(pipeline, source(), engine="ray",
                      workers={"slow_square": 2}) as result:
         for output in result:
             outputs.append(output)
             if len(outputs) == 30:
-                killed = result.worker_pids("slow_square")[0]
+                first = result.worker_pids("slow_square")
+                killed = first[0]
                 os.kill(killed, signal.SIGKILL)
-    assert Counter(outputs) == Counter((2 * x) ** 2 for x in range(1500))
+            elif (killed is not None and seen["replaced_at"] is None
+                  and len(outputs) % 50 == 0
+                  and set(result.worker_pids("slow_square")) - set(first)):
+                seen["replaced_at"] = len(fed)
+    assert Counter(outputs) == Counter((2 * x) ** 2 for x in fed)
     record = result.record
     squares = [w for w in record.workers if w.unit == "slow_square"]
     replacement = max(squares, key=lambda w: w.started_s)

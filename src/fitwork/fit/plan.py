@@ -291,12 +291,14 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         target: float | None = None, precision: Precision = "fp16",
         efficiency: float | None = None, time_limit: float = 10.0,
         mip_gap: float = 0.01, known: Catalog | None = None,
-        max_latency: float | None = None, hop_seconds: float = HOP_SECONDS) -> Plan:
+        max_latency: float | None = None, hop_seconds: float = HOP_SECONDS,
+        fuse: bool = True) -> Plan:
     """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline.
 
     ``max_latency`` (seconds) bounds each unit's call: batch sizes whose batch takes longer
     are not planned.  ``hop_seconds`` is the engine's work per item per channel crossed
     (`HOP_SECONDS`; a fitted chain of n units crosses n + 1, the fused baseline 2).
+    ``fuse=False`` keeps the units split even where running them fused would sustain more.
     """
     known = known or catalog()
     classes = fleet_classes(fleet, known)
@@ -338,7 +340,8 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     # items), the fitted side IS the fused layout, and the split one is kept for the record.
     # Near a tie the split layout stays: it overlaps waiting and batches where the model
     # does not credit it.
-    fuse = objective == "max_throughput" and base.throughput > FUSE_MARGIN * fitted.throughput
+    fuse = (fuse and objective == "max_throughput"
+            and base.throughput > FUSE_MARGIN * fitted.throughput)
     return Plan(
         fitwork_version=__version__, pipeline=profile.pipeline, units=[u.name for u in units],
         fleet=fleet, objective=objective, target=target, rates=rates,
