@@ -80,6 +80,15 @@ class DeadLetters:
             self.file = None
 
 
+def policy_for(options: RunOptions, **engine: Any) -> Policy:
+    """The core's policy: the run's portable options, and what the engine decides itself
+    (frames in flight, frame sizes, quiet detection, sample interval)."""
+    return Policy(ordered=options.ordered, max_attempts=options.max_attempts,
+                  max_failures=options.max_failures,
+                  progress_interval=options.progress_interval if options.progress else None,
+                  **{"sample_interval": options.sample_interval, **engine})
+
+
 def stages_of(pipeline: Pipeline, placement: Placement) -> list[Stage]:
     """What the core needs of each unit: its shape, and the batch size it runs at."""
     stages = []

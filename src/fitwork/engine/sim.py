@@ -30,7 +30,6 @@ from fitwork.engine.core import (
     Exited,
     Fed,
     FrameSizes,
-    Policy,
     Ready,
     Retire,
     Send,
@@ -39,7 +38,7 @@ from fitwork.engine.core import (
 )
 from fitwork.engine.options import RunOptions, SimOptions
 from fitwork.engine.segment import Segment, settle, split
-from fitwork.engine.shell import Shell
+from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
 from fitwork.placement import Placement
 from fitwork.workload.kernel import Failed, Kernel
@@ -90,13 +89,8 @@ class SimRun(Shell):
         self.now = 0.0
         stages = len(pipeline.units)
         replicas = sum(placement.replicas(u.name) for u in pipeline.units)
-        policy = Policy(ordered=options.ordered, max_attempts=options.max_attempts,
-                        max_failures=options.max_failures,
-                        max_frames=CAPACITY * (stages + 1) + 4 * replicas,
-                        frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=None,
-                        sample_interval=options.sample_interval,
-                        progress_interval=options.progress_interval if options.progress
-                        else None)
+        policy = policy_for(options, max_frames=CAPACITY * (stages + 1) + 4 * replicas,
+                            frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=None)
         super().__init__(pipeline, source, placement, options, policy, clock=lambda: self.now)
         self.sim = sim
         self.queues: list[deque[tuple[int, list[Segment]]]] = [deque() for _ in range(stages)]

@@ -30,13 +30,13 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from fitwork.engine.contract import RunResult
-from fitwork.engine.core import Arrived, Exited, FrameSizes, Measured, Policy, Retire, Send, Spawn
+from fitwork.engine.core import Arrived, Exited, FrameSizes, Measured, Retire, Send, Spawn
 from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
 from fitwork.engine.options import LocalOptions, RunOptions
-from fitwork.engine.shell import Shell
+from fitwork.engine.shell import Shell, policy_for
 from fitwork.engine.threads import held_to
 from fitwork.placement import Placement
 from fitwork.workload.pipeline import Pipeline
@@ -80,13 +80,8 @@ class LocalRun(Shell):
         stages = len(pipeline.units)
         capacity = local.channel_capacity
         replicas = sum(placement.replicas(u.name) for u in pipeline.units)
-        policy = Policy(ordered=options.ordered, max_attempts=options.max_attempts,
-                        max_failures=options.max_failures,
-                        max_frames=capacity * (stages + 1) + 4 * replicas,
-                        frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=QUIET,
-                        sample_interval=options.sample_interval,
-                        progress_interval=options.progress_interval if options.progress
-                        else None)
+        policy = policy_for(options, max_frames=capacity * (stages + 1) + 4 * replicas,
+                            frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=QUIET)
         super().__init__(pipeline, source, placement, options, policy)
         self.local = local
         self.ctx = multiprocessing.get_context("fork")

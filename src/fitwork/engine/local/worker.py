@@ -106,6 +106,40 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+class Waiting:
+    """Frames whose items finish one at a time (in batches, or as concurrent calls).
+
+    A frame is settled, every segment at once, when its last item's result comes in.
+    """
+
+    def __init__(self, worker: Worker, kernel: Kernel) -> None:
+        self.worker, self.kernel = worker, kernel
+        self.frames: dict[int, tuple[list[Segment], list[list[Any]], list[int]]] = {}
+
+    def add(self, frame_id: int, segments: list[Segment]) -> int:
+        """Start waiting for a frame's items; returns how many there are."""
+        count = sum(len(s[5]) for s in segments)
+        self.frames[frame_id] = (segments, [[None] * len(s[5]) for s in segments], [count])
+        return count
+
+    def value(self, frame_id: int, segment: int, item: int) -> Any:
+        """The input value of one item."""
+        return self.frames[frame_id][0][segment][5][item]
+
+    def put(self, frame_id: int, segment: int, item: int, result: Any) -> bool:
+        """One item's result; True (and the frame settled) when it was the frame's last."""
+        segments, slots, left = self.frames[frame_id]
+        slots[segment][item] = result
+        left[0] -= 1
+        if left[0]:
+            return False
+        for index, settled in enumerate(segments):
+            failed = sum(1 for r in slots[index] if type(r) is Failed)
+            self.worker.settle(self.kernel, settled, slots[index], failed)
+        del self.frames[frame_id]
+        return True
+
+
 class Worker:
     """The per-process loop; which loop runs depends on the unit (plain, batched, I/O)."""
 
@@ -279,11 +313,11 @@ class Worker:
         """Fill batches to ``size`` or until ``batch_wait`` passes, then call once."""
         wait = kernel.unit.batch_wait
         waiting: list[tuple[int, int, int]] = []   # (frame id, segment index, item index)
-        frames: dict[int, tuple[list[Segment], list[list[Any]], list[int]]] = {}
+        frames = Waiting(self, kernel)
         deadline = 0.0
 
         def run(batch: list[tuple[int, int, int]]) -> None:
-            values = [frames[f][0][s][5][i] for f, s, i in batch]
+            values = [frames.value(*place) for place in batch]
             start = time.monotonic()
             if self.spec.gate is not None:
                 with self.spec.gate:
@@ -291,17 +325,8 @@ class Worker:
             else:
                 results, _ = kernel.call_batch(values)
             self.mark_busy(start, time.monotonic())
-            finished = []
-            for (f, s, i), result in zip(batch, results, strict=True):
-                segments, slots, left = frames[f]
-                slots[s][i] = result
-                left[0] -= 1
-                if not left[0]:
-                    for index, segment in enumerate(segments):
-                        failed = sum(1 for r in slots[index] if type(r) is Failed)
-                        self.settle(kernel, segment, slots[index], failed)
-                    del frames[f]
-                    finished.append(f)
+            finished = [place[0] for place, result in zip(batch, results, strict=True)
+                        if frames.put(*place, result)]
             self.flush()
             if finished:
                 self.report(finished)
@@ -316,8 +341,7 @@ class Worker:
                 return
             if isinstance(message, tuple):
                 frame_id, segments = message
-                frames[frame_id] = (segments, [[None] * len(s[5]) for s in segments],
-                                    [sum(len(s[5]) for s in segments)])
+                frames.add(frame_id, segments)
                 for s, segment in enumerate(segments):
                     for i in range(len(segment[5])):
                         if segment[1]:  # a retried item runs alone: poison hurts no other
@@ -345,7 +369,7 @@ class Worker:
         selector = selectors.DefaultSelector()
         selector.register(wake_read, selectors.EVENT_READ, "wake")
         inbox = self.spec.inbox.recv_end
-        frames: dict[int, tuple[list[Segment], list[list[Any]], list[int]]] = {}
+        frames = Waiting(self, kernel)
         in_flight, busy_since, stopping, listening = 0, 0.0, False, False
 
         def on_done(frame_id: int, s: int, i: int, future: Future[Any]) -> None:
@@ -370,9 +394,7 @@ class Worker:
                     stopping = True
                 elif isinstance(message, tuple):
                     frame_id, segments = message
-                    count = sum(len(s[5]) for s in segments)
-                    frames[frame_id] = (segments, [[None] * len(s[5]) for s in segments],
-                                        [count])
+                    count = frames.add(frame_id, segments)
                     if in_flight == 0:
                         busy_since = time.monotonic()
                     in_flight += count
@@ -387,14 +409,7 @@ class Worker:
             while not finished.empty():
                 frame_id, s, i, result = finished.get()
                 in_flight -= 1
-                segments, slots, left = frames[frame_id]
-                slots[s][i] = result
-                left[0] -= 1
-                if not left[0]:
-                    for index, segment in enumerate(segments):
-                        failed = sum(1 for r in slots[index] if type(r) is Failed)
-                        self.settle(kernel, segment, slots[index], failed)
-                    del frames[frame_id]
+                if frames.put(frame_id, s, i, result):
                     done_frames.append(frame_id)
             if in_flight == 0 and busy_since:
                 self.mark_busy(busy_since, time.monotonic())

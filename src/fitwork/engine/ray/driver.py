@@ -39,7 +39,6 @@ from fitwork.engine.core import (
     FrameSizes,
     Lost,
     Measured,
-    Policy,
     Ready,
     Retire,
     Send,
@@ -50,7 +49,7 @@ from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.registry import Registry
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
-from fitwork.engine.shell import Shell
+from fitwork.engine.shell import Shell, policy_for
 from fitwork.engine.threads import variables
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
@@ -115,13 +114,9 @@ class RayRun(Shell):
         self.limits = [max(ray_options.in_flight, u.batch_size or 0, u.io)
                        for u in pipeline.units]
         first = max(1, placement.replicas(pipeline.units[0].name))
-        policy = Policy(ordered=options.ordered, max_attempts=options.max_attempts,
-                        max_failures=options.max_failures,
-                        max_frames=self.limits[0] * first * 2, frame_time=FRAME_TIME,
-                        max_frame=MAX_FRAME, quiet_after=None, whole_path=True,
-                        sample_interval=max(options.sample_interval, 0.2),
-                        progress_interval=options.progress_interval if options.progress
-                        else None)
+        policy = policy_for(options, max_frames=self.limits[0] * first * 2,
+                            frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=None,
+                            whole_path=True, sample_interval=max(options.sample_interval, 0.2))
         super().__init__(pipeline, source, placement, options, policy)
         self.ray_options = ray_options
         self.timeout = ray_options.call_timeout
