@@ -58,7 +58,7 @@ def test_every_figure_is_stated_and_sourced(name: str) -> None:
 
 def test_prices_are_known_for_all_but_the_unlisted_parts() -> None:
     unpriced = {d.name for d in catalog().classes if d.price_per_hour is None}
-    assert unpriced == {"GB300", "MI250X", "MI250", "Gaudi2", "Max-1550", "SN40L"}
+    assert unpriced == {"GB300", "MI250X", "MI250", "GH200", "Gaudi2", "Max-1550", "SN40L"}
 
 
 def test_prices_are_on_one_stated_basis_the_accelerator_with_its_host_share() -> None:
