@@ -98,10 +98,11 @@ class FixedReplanner:
     def planned_rates(self) -> dict[str, float]:
         return dict(self.rates)
 
-    def predict(self, counts: dict[str, int], rates: dict[str, float]) -> float:
+    def predict(self, counts: dict[str, int], rates: dict[str, float],
+                cpu: dict[str, float] | None = None, cores: float | None = None) -> float:
         return min(counts[n] * rates[n] for n in counts)
 
-    def refit(self, rates: dict[str, float]) -> Placement:
+    def refit(self, rates: dict[str, float], cpu: dict[str, float] | None = None) -> Placement:
         self.calls += 1
         return Placement(tuple(Group(n, c) for n, c in self.answer.items()), "refit")
 
@@ -134,3 +135,34 @@ def test_the_adapter_waits_a_window_and_keeps_to_its_interval() -> None:
     assert len(made) == 1, "the same proposal is not made again and again"
     assert adapter.refits[0].before == {"read": 1, "work": 1}
     assert adapter.refits[0].predicted_after == pytest.approx(75.0)
+
+
+def test_a_unit_slowed_by_waiting_for_cores_gets_no_more_replicas() -> None:
+    """Its rate per replica halves, but its CPU per item does not: the cores are the limit,
+    and more replicas would only queue for them (a busier host, not a slower unit)."""
+    from fitwork.engine.core import Measured, Policy, RunCore, Spawn
+    from fitwork.engine.core.events import Counters
+    from fitwork.engine.shell import stages_of
+    from fitwork.fit.replan import PlanReplanner
+
+    two = Fleet.parse({"name": "two", "node_types": [
+        {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
+    busy = profile(0.010).model_copy(update={"units": [
+        u.model_copy(update={"reserve": False}) for u in profile(0.010).units]})
+    plan = fit(busy, two, fuse=False)
+    placement = plan.placement()
+    core = RunCore(stages_of(PIPELINE, placement), placement, Policy(), "r", 0.0)
+    workers = {s.worker: s.stage for s in core.start() if isinstance(s, Spawn)}
+    adapter = Adapter(PlanReplanner(plan, placement), AdaptPolicy(window=1.0, interval=1.0))
+    seconds = {0: 0.001, 1: 0.010, 2: 0.001}
+    replicas = {stage: list(workers.values()).count(stage) for stage in seconds}
+    made = []
+    for tick in range(1, 30):
+        now = tick * 0.25
+        for worker, stage in workers.items():  # 100 items/s through; each call takes twice
+            items = int(100 * now / replicas[stage])  # its CPU time: it waits for a core
+            cpu = items * seconds[stage]
+            core.handle(Measured(worker, Counters(items_in=items, busy_s=2 * cpu, cpu_s=cpu,
+                                                  queued_s=cpu), now))
+        made.append(adapter.observe(core, now))
+    assert not any(made), adapter.refits

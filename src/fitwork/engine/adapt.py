@@ -9,7 +9,9 @@ the replica counts to run (or nothing).  The re-solving itself is a `Replanner` 
     trigger:     some unit off its planned rate by more than `tolerance`, or throughput
                  under `shortfall` x the plan's prediction while the source waits on the
                  pipeline (a slow source is no reason to re-fit), for a whole window
-    re-solve:    the same solver and fleet, with the measured rates
+    re-solve:    the same solver and fleet, with the measured rates and CPU per item; where
+                 replicas waited for cores (run-queue time), the cores they got are the
+                 budget, so a unit slowed by a busier host shows no gain from more replicas
     apply:       only if the new plan predicts `gain` more than the current one does at the
                  measured rates, and `interval` seconds after the last change
 
@@ -35,12 +37,16 @@ class Replanner(Protocol):
         """Items/s of one replica of each unit, as the plan predicted."""
         ...
 
-    def predict(self, counts: dict[str, int], rates: dict[str, float]) -> float:
-        """Source items/s these replica counts sustain at these per-replica rates."""
+    def predict(self, counts: dict[str, int], rates: dict[str, float],
+                cpu: dict[str, float] | None = None, cores: float | None = None) -> float:
+        """Source items/s these replica counts sustain at these per-replica rates, within
+        the core budget (``cores``, if fewer are to be had) at ``cpu`` seconds per item."""
         ...
 
-    def refit(self, rates: dict[str, float]) -> Placement:
-        """A new placement for the same fleet with these measured per-replica rates."""
+    def refit(self, rates: dict[str, float],
+              cpu: dict[str, float] | None = None) -> Placement:
+        """A new placement for the same fleet with these measured per-replica rates and
+        CPU seconds per item."""
         ...
 
 
@@ -53,7 +59,8 @@ class AdaptPolicy:
     shortfall: float = 0.8
     gain: float = 0.1
     interval: float = 3.0
-    min_items: int = 20
+    min_items: int = 5
+    starved: float = 0.2
 
 
 class Adapter:
@@ -63,27 +70,29 @@ class Adapter:
         self.replanner = replanner
         self.policy = policy or AdaptPolicy()
         self.rates = dict(replanner.planned_rates())
-        self.history: deque[tuple[float, list[int], list[float], int]] = deque()
+        self.history: deque[tuple[float, list[int], list[float], list[float], float, int]] = \
+            deque()
         self.last_change = float("-inf")
         self.refits: list[Refit] = []
         self.off_since: float | None = None
 
     def observe(self, core: RunCore, now: float) -> dict[str, int] | None:
         """Take a reading; return the replica counts to resize to, or None."""
-        items = list(core.stage_items)
-        busy = list(core.stage_busy)
-        self.history.append((now, items, busy, core.completed))
+        items, busy, used = list(core.stage_items), list(core.stage_busy), list(core.stage_cpu)
+        waited = sum(core.stage_queued)
+        self.history.append((now, items, busy, used, waited, core.completed))
         while len(self.history) > 2 and now - self.history[1][0] >= self.policy.window:
             self.history.popleft()
-        start, items0, busy0, done0 = self.history[0]
+        start, items0, busy0, used0, waited0, done0 = self.history[0]
         span = now - start
         if span < self.policy.window * 0.75 or now - self.last_change < self.policy.interval:
             return None
-        measured = {}
+        measured, cpu = {}, {}
         for stage, name in enumerate(core.names):
             taken, spent = items[stage] - items0[stage], busy[stage] - busy0[stage]
             if taken >= self.policy.min_items and spent > 0:
                 measured[name] = taken / spent
+                cpu[name] = max(0.0, used[stage] - used0[stage]) / taken
         counts = {name: core.live(stage) for stage, name in enumerate(core.names)}
         saturated = core.room() == 0 and not core.source_done
         reason = self._reason(measured, counts, (core.completed - done0) / span, saturated)
@@ -95,10 +104,16 @@ class Adapter:
         if now - self.off_since < self.policy.window:
             return None
         rates = {**self.rates, **measured}
-        current = self.replanner.predict(counts, rates)
-        proposal = self.replanner.refit(rates).counts()
+        # Replicas that spent a good share of their busy time waiting for a core had all the
+        # cores they could get: that much CPU is the budget, more processes would only queue.
+        spent = sum(busy) - sum(busy0)
+        obtained = (sum(used) - sum(used0)) / span
+        cores = obtained if spent > 0 and (waited - waited0) > self.policy.starved * spent \
+            else None
+        current = self.replanner.predict(counts, rates, cpu, cores)
+        proposal = self.replanner.refit(rates, cpu).counts()
         proposal = {name: max(1, proposal.get(name, counts[name])) for name in counts}
-        expected = self.replanner.predict(proposal, rates)
+        expected = self.replanner.predict(proposal, rates, cpu, cores)
         self.off_since = None
         if proposal == counts or expected < current * (1 + self.policy.gain):
             self.rates = rates  # the plan's rates were wrong; these are the new reference

@@ -175,14 +175,16 @@ def _group(p: Replicas, rates: dict[tuple[str, str], float]) -> Group:
                  nodes=tuple(p.nodes))
 
 
-def refit(plan: Plan, measured: Mapping[str, float]) -> Placement:
+def refit(plan: Plan, measured: Mapping[str, float],
+          cpu: Mapping[str, float] | None = None) -> Placement:
     """Re-solve ``plan`` with measured rates; the new placement (source ``refit``).
 
     ``measured`` maps a unit to the items/s ONE of its replicas sustained on the class it
     ran on (its largest planned group's class and batch size).  That unit's rate there is
     replaced by the measurement, and its rates on every other class and batch size are
     scaled by the same ratio (the measurement says how far its profile was off, not that
-    its classes rank differently); what it consumes per item stays as profiled.  Same
+    its classes rank differently).  ``cpu`` gives the CPU seconds per item a unit was
+    measured to use; without it, what a unit consumes per item stays as profiled.  Same
     solver, fleet, objective and options; a ``min_cost`` target the measured rates can no
     longer reach falls back to the most throughput, with a note saying so.
     """
@@ -197,8 +199,9 @@ def refit(plan: Plan, measured: Mapping[str, float]) -> Placement:
         if not rate > 0:
             raise InputError(f"refit: unit {name!r} measured {rate} items/s; give a rate > 0")
     ran = _ran_on(plan.fitted.result)
-    units = [_rescaled(u, measured[u.name], ran.get(u.name)) if u.name in measured else u
-             for u in plan.demands]
+    cpu = cpu or {}
+    units = [_rescaled(u, measured[u.name], ran.get(u.name), cpu.get(u.name))
+             if u.name in measured else u for u in plan.demands]
     notes: tuple[str, ...] = ()
     try:
         result = solve(units, plan.nodes, objective=plan.objective, target=plan.target,
@@ -221,18 +224,22 @@ def _ran_on(result: FitResult) -> dict[str, Replicas]:
     return out
 
 
-def _pinned(demand: ClassDemand, device_class: str, ratio: float) -> ClassDemand:
-    """``demand`` at ``ratio`` times its rate, consuming what it did per item."""
+def _pinned(demand: ClassDemand, device_class: str, ratio: float,
+            cpu: float | None = None) -> ClassDemand:
+    """``demand`` at ``ratio`` times its rate, consuming what it did per item (or ``cpu``
+    core-seconds per item, as measured)."""
     seconds = demand.device_seconds
     if seconds is None and not is_cpu_class(device_class) and demand.device_share <= 1:
         seconds = demand.device_share / demand.rate if demand.rate > 0 else 0.0
     return demand.model_copy(update={
-        "rate": demand.rate * ratio, "cpu_seconds": demand.core_seconds(),
+        "rate": demand.rate * ratio,
+        "cpu_seconds": cpu if cpu is not None else demand.core_seconds(),
         "device_seconds": seconds,
         "latency": None if demand.latency is None else demand.latency / ratio})
 
 
-def _rescaled(unit: UnitDemand, rate: float, ran: Replicas | None) -> UnitDemand:
+def _rescaled(unit: UnitDemand, rate: float, ran: Replicas | None,
+              cpu: float | None = None) -> UnitDemand:
     planned = None
     if ran is not None:
         options = unit.options(ran.device_class) if ran.device_class in unit.classes else []
@@ -241,8 +248,8 @@ def _rescaled(unit: UnitDemand, rate: float, ran: Replicas | None) -> UnitDemand
         planned = max(d.rate for d in unit.classes.values())
     ratio = rate / planned
     return unit.model_copy(update={
-        "classes": {c: _pinned(d, c, ratio) for c, d in unit.classes.items()},
-        "alternatives": {c: [_pinned(d, c, ratio) for d in ds]
+        "classes": {c: _pinned(d, c, ratio, cpu) for c, d in unit.classes.items()},
+        "alternatives": {c: [_pinned(d, c, ratio, cpu) for d in ds]
                          for c, ds in unit.alternatives.items()}})
 
 

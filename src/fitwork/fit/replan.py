@@ -13,7 +13,9 @@ class PlanReplanner:
 
     Predictions follow the plan's own rule for a chain: a unit sustains its replicas times
     one replica's rate, divided by how many items it sees per source item; the pipeline
-    sustains the least of those.
+    sustains the least of those, and no more than the fleet's core budget (its cores under
+    the plan's ceiling) divided by the CPU seconds one source item costs in all.  A unit
+    slowed by waiting for a core (a busier host) then shows no gain from more replicas.
     """
 
     def __init__(self, plan: Plan, placement: Placement) -> None:
@@ -31,13 +33,25 @@ class PlanReplanner:
                 rates[name] = sum(g.rate * g.replicas for g in groups) / count  # type: ignore[operator]
         return rates
 
-    def predict(self, counts: Mapping[str, int], rates: Mapping[str, float]) -> float:
-        """Source items/s these counts sustain at these per-replica rates."""
+    def predict(self, counts: Mapping[str, int], rates: Mapping[str, float],
+                cpu: Mapping[str, float] | None = None, cores: float | None = None) -> float:
+        """Source items/s these counts sustain at these per-replica rates (and, with
+        ``cpu`` seconds per item measured, within the core budget: the fleet's, or
+        ``cores`` where fewer were to be had)."""
         sustained = [counts.get(name, 0) * rates[name] / max(self.multiplicity.get(name, 1.0),
                                                               1e-12)
                      for name in self.plan.units if name in rates]
-        return min(sustained) if sustained else 0.0
+        best = min(sustained) if sustained else 0.0
+        per_item = sum(self.multiplicity.get(name, 1.0) * seconds
+                       for name, seconds in (cpu or {}).items())
+        if per_item > 0:
+            budget = sum(n.count * n.cores * n.core_ceiling for n in self.plan.nodes)
+            if cores is not None:
+                budget = min(budget, cores)
+            best = min(best, budget / per_item)
+        return best
 
-    def refit(self, rates: Mapping[str, float]) -> Placement:
+    def refit(self, rates: Mapping[str, float],
+              cpu: Mapping[str, float] | None = None) -> Placement:
         """The plan re-solved with these measured rates (same solver, same fleet)."""
-        return refit(self.plan, dict(rates))
+        return refit(self.plan, dict(rates), dict(cpu or {}))

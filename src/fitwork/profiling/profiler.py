@@ -37,6 +37,7 @@ from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.onnx import Runs, watch_runs
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
 from fitwork.profiling.timers import Timers
+from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.pipeline import Pipeline
@@ -202,15 +203,6 @@ def _size(value: Any) -> int:
         return len(pickle.dumps(value, protocol=5))
     except Exception:
         return 0
-
-
-def run_queue_seconds() -> float:
-    """Seconds this process has waited in the kernel's run queue (0 where not reported)."""
-    try:
-        with open("/proc/self/schedstat") as stats:
-            return int(stats.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def _rss() -> int:

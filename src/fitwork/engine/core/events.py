@@ -24,6 +24,7 @@ class Counters(NamedTuple):
     busy_s: float = 0.0
     blocked_s: float = 0.0
     cpu_s: float = 0.0
+    queued_s: float = 0.0
 
 
 class Fed(NamedTuple):

@@ -138,6 +138,8 @@ class RunCore:
         self.sizes = [1] * len(self.stages)
         self.stage_items = [0] * len(self.stages)
         self.stage_busy = [0.0] * len(self.stages)
+        self.stage_cpu = [0.0] * len(self.stages)
+        self.stage_queued = [0.0] * len(self.stages)
         self.targets = [placement.replicas(name) for name in self.names]
         self.latencies: list[tuple[float, int]] = []
         self.completions: list[tuple[float, int]] = []
@@ -549,6 +551,8 @@ class RunCore:
         stage = worker.stage
         self.stage_items[stage] += counters.items_in - before.items_in
         self.stage_busy[stage] += counters.busy_s - before.busy_s
+        self.stage_cpu[stage] += counters.cpu_s - before.cpu_s
+        self.stage_queued[stage] += counters.queued_s - before.queued_s
         if intervals:
             worker.intervals.extend((s - self.t0, e - self.t0) for s, e in intervals)
         sizes = list(self.sizes)

@@ -41,6 +41,7 @@ from fitwork.engine.local.wire import Wire
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
+from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
 
@@ -163,9 +164,10 @@ class Worker:
         self.spec.control.send(data)
 
     def counters(self) -> Counters:
-        """Cumulative counters: items and bytes in and out, busy, blocked and CPU seconds."""
+        """Cumulative counters: items and bytes in and out; busy, blocked, CPU seconds, and
+        seconds spent waiting for a core."""
         return Counters(self.items_in, self.items_out, self.bytes_in, self.bytes_out,
-                        self.busy_s, self.blocked_s, time.process_time())
+                        self.busy_s, self.blocked_s, time.process_time(), run_queue_seconds())
 
     def report(self, finished: list[int]) -> None:
         """Tell the driver these frames are done, with what they returned and cost."""

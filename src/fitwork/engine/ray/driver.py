@@ -473,7 +473,8 @@ class RayRun(Shell):
 
 def _counters(stats: dict[str, Any]) -> Counters:
     return Counters(stats["items_in"], stats["items_out"], stats["bytes_in"],
-                    stats["bytes_out"], stats["busy_s"], stats["blocked_s"], stats["cpu_s"])
+                    stats["bytes_out"], stats["busy_s"], stats["blocked_s"], stats["cpu_s"],
+                    stats.get("queued_s", 0.0))
 
 
 __all__ = ["RayEngine", "RayRun"]

@@ -33,6 +33,7 @@ from fitwork.engine.ray.routing import Router
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe, portable
+from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
 
@@ -123,7 +124,8 @@ class Replica:
             return {"items_in": self.items_in, "items_out": self.items_out,
                     "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
                     "busy_s": self.busy_s, "blocked_s": self.blocked_s,
-                    "cpu_s": time.process_time(), "intervals": intervals,
+                    "cpu_s": time.process_time(), "queued_s": run_queue_seconds(),
+                    "intervals": intervals,
                     "waiting": self.waiting}
 
     def drain(self, idle: float = 0.5, patience: float = 300.0) -> dict[str, Any]:
