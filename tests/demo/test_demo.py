@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
+import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,18 +17,21 @@ pytest.importorskip("rapidocr_onnxruntime")
 pytest.importorskip("PIL")
 
 from fitwork.demo import ACCURACY_THRESHOLD, DemoConfig, DemoResult, run_demo
+from fitwork.demo.config import AIM_MONOLITH
 from fitwork.demo.documents import Document, make_documents, page_text, score
 from fitwork.demo.flops import spread
-from fitwork.demo.gpu import NvmlSampler, onnxruntime_gpu_installed
-from fitwork.demo.layouts import Flops, joint, split
+from fitwork.demo.gpu import mean_busy, onnxruntime_gpu_installed, peak_memory
+from fitwork.demo.layouts import THREADED, Detect, Flops, Recognise, split, threaded
 from fitwork.demo.ocr import layout_lines, recognition_input
-from fitwork.demo.run import fits_once
+from fitwork.demo.run import process_counts
 from fitwork.demo.server import get_document, put_text, serve
-from fitwork.hardware.fleet import Fleet, NodeType
+from fitwork.demo.sweep import MemoryWatch, working_rate
 from fitwork.profiling.onnx import node_flops, profile_flops
-from fitwork.telemetry.record import RunRecord
+from fitwork.telemetry.record import DeviceSample, RunRecord
 
-PAGES = 12
+PAGES = 6
+LATENCIES = (5.0, 20.0)
+DEMO = Path(__file__).resolve().parents[2] / "src" / "fitwork" / "demo"
 
 
 def _box(left: float, top: float, right: float, bottom: float) -> np.ndarray:
@@ -100,18 +105,90 @@ def test_store_serves_pages_and_keeps_texts() -> None:
             get_document("doc-99999")
 
 
-def test_split_layout_does_not_fit_two_cores_but_joint_does() -> None:
-    small = Fleet(name="two", node_types=[NodeType(name="vm", cores=2, memory=2**33)])
-    assert "2.2 cores" in (fits_once(split(Flops()), small) or "")
-    assert fits_once(joint(Flops()), small) is None
+def test_the_monolith_sweep_spans_one_to_k_processes_and_the_plans_count() -> None:
+    def plan(replicas: int) -> SimpleNamespace:
+        return SimpleNamespace(monolithic=SimpleNamespace(result=SimpleNamespace(
+            replicas=[SimpleNamespace(replicas=replicas)])))
+
+    assert process_counts(plan(5), DemoConfig(), cores=2) == [1, 2, 4, 5, 8]
+    assert process_counts(plan(9), DemoConfig(), cores=2) == [1, 2, 4, 8, 9]
+    assert process_counts(plan(9), DemoConfig(max_processes=2), cores=2) == [1, 2]
+    assert process_counts(plan(3), DemoConfig(max_processes=3), cores=2) == [1, 2, 3]
 
 
-def test_nvml_sampler_is_harmless_without_nvml() -> None:
-    with NvmlSampler(interval_s=0.01) as sampler:
-        pass
-    if importlib.util.find_spec("pynvml") is None:
-        assert sampler.result.samples == [] and "NVML" in sampler.result.note
-        assert sampler.result.mean_busy is None
+def test_hand_layouts_parse_from_the_command_line() -> None:
+    import click
+
+    from fitwork.demo.cli import _hand
+
+    assert _hand(("1x2", "2X3b1")) == ((1, 2, None), (2, 3, 1))
+    with pytest.raises(click.BadParameter, match="DETECTxRECOGNISE"):
+        _hand(("1y2",))
+
+
+def test_the_rate_leaves_out_the_startup_but_not_the_fill() -> None:
+    workers = [SimpleNamespace(busy_intervals=[(3.0, 4.5)]),
+               SimpleNamespace(busy_intervals=[(2.0, 6.0)]), SimpleNamespace(busy_intervals=[])]
+    record = SimpleNamespace(throughput=1.0, items_completed=12, workers=workers,
+                             completions=SimpleNamespace(times_s=[5.5, 6.0],
+                                                         completed=[10, 12]))
+    assert working_rate(record) == pytest.approx(12 / 4.0)  # type: ignore[arg-type]
+    idle = SimpleNamespace(throughput=1.0, items_completed=0, workers=[],
+                           completions=SimpleNamespace(times_s=[], completed=[]))
+    assert working_rate(idle) == 1.0  # type: ignore[arg-type]
+
+
+def test_memory_watch_sums_the_processes_it_is_given() -> None:
+    with MemoryWatch(lambda: [os.getpid()], interval=0.01) as watch:
+        watch.sample()
+    assert watch.samples >= 1 and watch.peak_rss > 2**20
+    if Path(f"/proc/{os.getpid()}/smaps_rollup").exists():
+        assert watch.peak_pss is not None and 0 < watch.peak_pss <= watch.peak_rss * 1.01
+    gone = MemoryWatch(lambda: [2**22 + 7])
+    gone.sample()
+    assert gone.peak_rss == 0
+
+
+def test_device_sample_figures() -> None:
+    samples = [DeviceSample(t_s=0.1 * i, device=0, name="NVIDIA H100", utilization=u,
+                            memory_used=m, memory_total=2**34)
+               for i, (u, m) in enumerate([(0.5, 2**30), (1.0, 2**31)])]
+    assert mean_busy(samples) == pytest.approx(0.75)
+    assert peak_memory(samples) == 2**31
+    assert mean_busy([]) is None and peak_memory([]) is None
+
+
+def test_split_units_each_load_only_their_model_and_read_the_page() -> None:
+    page = make_documents(1, seed=5)[0]
+    detect, recognise = Detect(), Recognise()
+    assert detect.models.rec_session is None and detect.models.detector is not None
+    assert recognise.models.detector is None and recognise.models.rec_session is not None
+    (out,) = recognise([detect({"id": page.id, "png": page.png})])
+    assert out == {"id": page.id, "lines": list(page.lines)}
+
+
+def test_the_threaded_monolith_is_the_monolith_fused_with_threads() -> None:
+    pipeline = threaded(Flops(), io=3)
+    (fused,) = pipeline.units
+    assert fused.name == THREADED and fused.io == 3 and fused.resources.cpu == 1.0
+    assert [u.name for u in split(Flops()).units] == ["fetch", "detect", "recognise", "store"]
+
+
+def test_the_demo_uses_only_the_public_api() -> None:
+    """No engine internals, and no private names, imported anywhere in the demo."""
+    found = []
+    for path in sorted(DEMO.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.startswith("fitwork.engine"):
+                    found.append(f"{path.name}: from {node.module}")
+                found += [f"{path.name}: {a.name} from {node.module}" for a in node.names
+                          if node.module.startswith("fitwork") and a.name.startswith("_")]
+            elif isinstance(node, ast.Import):
+                found += [f"{path.name}: import {a.name}" for a in node.names
+                          if a.name.startswith("fitwork.engine")]
+    assert found == []
+    assert "accel_s" not in (DEMO / "run.py").read_text()  # no relabelled profiles
 
 
 def test_models_use_cuda_where_onnxruntime_gpu_sees_a_gpu() -> None:
@@ -131,62 +208,89 @@ def test_models_use_cuda_where_onnxruntime_gpu_sees_a_gpu() -> None:
 
 
 @pytest.mark.slow
-def test_decompose_cuts_the_monolith_where_the_joint_layout_does() -> None:
+def test_decompose_cuts_the_monolith_at_the_store_calls() -> None:
     from fitwork.decomposition import decompose
     from fitwork.demo.ocr import ocr_document
 
     pages = make_documents(3)
     with serve({d.id: d.png for d in pages}, latency_ms=20):
         made = decompose(ocr_document, sample=[{"id": d.id} for d in pages])
-    explicit = joint(Flops())
-    assert [u.is_io for u in made.units] == [u.is_io for u in explicit.units] \
-        == [True, False, True]
-    assert made.units[1].resources.cpu == explicit.units[1].resources.cpu == 1.0
+    assert [u.is_io for u in made.units] == [True, False, True]
+    assert made.units[1].resources.cpu == 1.0
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
     out = tmp_path_factory.mktemp("demo")
-    return run_demo(DemoConfig(images=PAGES, latency_ms=5, out=out, samples=4))
+    return run_demo(DemoConfig(images=PAGES, latencies_ms=LATENCIES, repeats=2,
+                               max_processes=2, io_threads=(2,), hand=((1, 1, None),),
+                               samples=3, out=out))
 
 
 @pytest.mark.slow
-def test_demo_reads_the_same_text_both_ways(result: DemoResult) -> None:
+def test_demo_reads_the_same_text_in_every_trial(result: DemoResult) -> None:
     assert result.failures == []
-    assert result.same_text
-    assert result.monolithic.outputs == result.fitted.outputs
-    assert len(result.fitted.outputs) == PAGES
-    for side in (result.monolithic, result.fitted):
-        assert side.score.line_accuracy >= ACCURACY_THRESHOLD
-        assert side.stored
-        assert side.record.items_completed == PAGES and side.record.failures == 0
+    assert result.same_text and result.ok
+    pages = {d.id: list(d.lines) for d in result.documents}
+    for trial in result.trials:
+        assert trial.record.items_completed == PAGES and trial.record.failures == 0
+        assert trial.stored and not trial.capped
+        assert result.score(trial).line_accuracy >= ACCURACY_THRESHOLD
+        assert trial.outputs == result.trials[0].outputs
+    exact = sum(pages[k] == v for k, v in result.trials[0].outputs.items())
+    assert exact >= ACCURACY_THRESHOLD * PAGES
 
 
 @pytest.mark.slow
-def test_demo_figures(result: DemoResult) -> None:
-    assert result.flops.detect and result.flops.recognise
-    assert result.plan.workers_for() == result.fitted.replicas
-    for side in (result.monolithic, result.fitted):
-        cpu = side.figures.of(result.busiest_class)
-        assert 0 < cpu.utilization <= 1.05
-        assert cpu.mfu is not None and cpu.mfu > 0
-        assert side.figures.capacity_utilization is not None
-        assert side.cost_per_million is not None and side.cost_per_million > 0
-        assert side.predicted > 0
+def test_the_sweep_ran_every_layout_twice_in_alternating_order(result: DemoResult) -> None:
+    assert [s.latency_ms for s in result.sweeps] == list(LATENCIES)
+    for sweep in result.sweeps:
+        keys = [c.layout.key for c in sweep.contenders]
+        assert {"monolith-p1", "monolith-p2", "threaded-2x2", "hand-d1-r1", "fitted"} \
+            <= set(keys)
+        assert all(len(c.trials) == 2 for c in sweep.contenders)
+        mine = [t for t in result.trials if t.latency_ms == sweep.latency_ms]
+        first = [t.layout for t in mine if t.repeat == 0]
+        second = [t.layout for t in mine if t.repeat == 1]
+        assert first == keys and second == keys[::-1]
+        best = max(sweep.family("monolith"), key=lambda c: c.rate)
+        assert sweep.best_monolith is best
+        assert sweep.over_monolith == pytest.approx(sweep.fitted.rate / best.rate)
+        fitted = sweep.fitted
+        assert fitted.layout.adapt and fitted.layout.placement is sweep.plan
+        assert fitted.layout.predicted == sweep.plan.fitted.throughput
+        for trial in fitted.trials:
+            assert trial.record.placement is not None
+            assert trial.record.placement["source"] == "plan"
+            assert trial.peak_rss > 0
+        assert best.peak_rss > 0 and sweep.memory_ratio is not None
 
 
 @pytest.mark.slow
-def test_demo_writes_records_and_report(result: DemoResult) -> None:
+def test_demo_writes_records_summary_and_reports(result: DemoResult) -> None:
     out = result.config.out
-    for name in ("monolithic", "fitted"):
-        record = RunRecord.load(out / f"{name}.record.json")
-        assert record.items_completed == PAGES
-    page = (out / "report.html").read_text()
-    assert 'id="utilization"' in page and 'id="cost"' in page
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["same_text"] is True and summary["pages"] == PAGES
+    assert summary["same_text"] is True and summary["pages_per_trial"] == PAGES
+    assert summary["trials"] == len(result.trials)
+    for sweep, entry in zip(result.sweeps, summary["latencies"], strict=True):
+        tag = f"{sweep.latency_ms:g}ms"
+        assert entry["latency_ms"] == sweep.latency_ms
+        assert entry["best_monolith"]["key"] == sweep.best_monolith.layout.key
+        assert entry["fitted_over_best_monolith"] == pytest.approx(sweep.over_monolith)
+        assert entry["aims_met"]["over_monolith"] == (sweep.over_monolith >= AIM_MONOLITH)
+        assert entry["fitted"]["peak_rss"] > 0
+        assert len(entry["contenders"]) == len(sweep.contenders)
+        for contender in sweep.contenders:
+            for repeat in (1, 2):
+                path = out / "records" / tag / f"{contender.layout.key}.{repeat}.record.json"
+                assert RunRecord.load(path).items_completed == PAGES
+        assert (out / f"plan-{tag}.json").is_file() and (out / f"profile-{tag}.json").is_file()
+        page = (out / f"report-{tag}.html").read_text()
+        assert 'id="utilization"' in page and "best monolith" in page
+        assert "same outputs" in page
+    assert (out / "report.html").read_text() == (out / "report-20ms.html").read_text()
     texts = [json.loads(line) for line in (out / "texts.jsonl").read_text().splitlines()]
-    assert len(texts) == PAGES and all(t["fitted"] == t["monolithic"] for t in texts)
+    assert len(texts) == PAGES and all(t["read"] is not None for t in texts)
 
 
 def _demo_command() -> list[str]:
@@ -201,10 +305,12 @@ def _demo_command() -> list[str]:
 def test_cli_runs_the_demo(tmp_path: Path) -> None:
     out = tmp_path / "cli"
     done = subprocess.run(
-        [*_demo_command(), "--images", str(PAGES), "--latency-ms", "5", "--out", str(out),
-         "--seed", "3", "--quiet"],
+        [*_demo_command(), "--images", "4", "--latency-ms", "5", "--repeats", "1",
+         "--max-processes", "1", "--io-threads", "1", "--hand", "1x1", "--samples", "2",
+         "--out", str(out), "--seed", "3", "--quiet"],
         capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "same text both ways on every page: yes" in done.stdout
-    assert (out / "report.html").is_file()
-    assert (out / "fitted.record.json").is_file() and (out / "monolithic.record.json").is_file()
+    assert "same text in every trial on every page: yes" in done.stdout
+    assert "vs best monolith (" in done.stdout
+    assert (out / "report.html").is_file() and (out / "summary.json").is_file()
+    assert (out / "records" / "5ms" / "fitted.1.record.json").is_file()

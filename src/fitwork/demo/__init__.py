@@ -1,10 +1,11 @@
-"""``fitwork demo``: OCR of generated pages, run monolithic and fitted on this host, compared.
+"""``fitwork demo``: OCR of generated pages on this host, fitted vs the best swept layouts.
 
 Install the extra (``pip install 'fitwork[demo]'``), then ``fitwork demo`` or, in Python::
 
     from fitwork.demo import DemoConfig, run_demo
-    result = run_demo(DemoConfig(images=240, latency_ms=150))
-    print(result.fitted.record.throughput, result.monolithic.record.throughput)
+    result = run_demo(DemoConfig(images=24, latencies_ms=(30, 150)))
+    for sweep in result.sweeps:
+        print(sweep.latency_ms, sweep.best_monolith.layout.title, sweep.over_monolith)
 
 Names load on first use, so importing the command (``fitwork.demo.cli``) stays light.
 """

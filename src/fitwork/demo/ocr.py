@@ -71,11 +71,14 @@ def cuda_session(path: str) -> Any:
 class Models:
     """rapidocr's text detector and recogniser, one single-threaded session each.
 
-    With ``gpu`` the sessions rapidocr builds are swapped for `cuda_session` ones (same
-    models, same inputs and outputs); ``providers`` says what the recogniser runs on.
+    ``detect`` and ``recognise`` say which of the two to load (a unit that runs one model
+    holds only that one).  With ``gpu`` the sessions rapidocr builds are swapped for
+    `cuda_session` ones (same models, same inputs and outputs); ``providers`` says what the
+    loaded sessions run on.
     """
 
-    def __init__(self, gpu: bool = False) -> None:
+    def __init__(self, gpu: bool = False, *, detect: bool = True, recognise: bool = True
+                 ) -> None:
         import cv2
         from rapidocr_onnxruntime.ch_ppocr_det import TextDetector
         from rapidocr_onnxruntime.ch_ppocr_rec import TextRecognizer
@@ -85,18 +88,28 @@ class Models:
         cv2.setNumThreads(1)
         config = update_model_path(read_yaml(DEFAULT_CFG_PATH))
         session = {"intra_op_num_threads": 1, "inter_op_num_threads": 1}
-        self.detector = TextDetector({**config["Det"], **session, "limit_type": "max",
-                                      "limit_side_len": DET_LIMIT})
-        recogniser = TextRecognizer({**config["Rec"], **session})
-        if gpu:
-            self.detector.infer.session = cuda_session(config["Det"]["model_path"])
-            recogniser.session.session = cuda_session(config["Rec"]["model_path"])
-        self.rec_session = recogniser.session
-        self.decode_text = recogniser.postprocess_op
-        self.providers: list[str] = list(self.rec_session.session.get_providers())
+        self.detector: Any = None
+        self.rec_session: Any = None
+        self.decode_text: Any = None
+        self.providers: list[str] = []
+        if detect:
+            self.detector = TextDetector({**config["Det"], **session, "limit_type": "max",
+                                          "limit_side_len": DET_LIMIT})
+            if gpu:
+                self.detector.infer.session = cuda_session(config["Det"]["model_path"])
+            self.providers = list(self.detector.infer.session.get_providers())
+        if recognise:
+            recogniser = TextRecognizer({**config["Rec"], **session})
+            if gpu:
+                recogniser.session.session = cuda_session(config["Rec"]["model_path"])
+            self.rec_session = recogniser.session
+            self.decode_text = recogniser.postprocess_op
+            self.providers = list(self.rec_session.session.get_providers())
 
     def detect(self, image: np.ndarray) -> list[Box]:
         """Text boxes on ``image``, top to bottom, then left to right."""
+        if self.detector is None:
+            raise RuntimeError("these models were loaded without the detector")
         boxes, _ = self.detector(image)
         if boxes is None or len(boxes) == 0:
             return []
@@ -105,6 +118,8 @@ class Models:
 
     def recognise(self, crops: Sequence[np.ndarray]) -> list[tuple[str, float]]:
         """(text, score) for each crop; crops of equal padded width share a batch."""
+        if self.rec_session is None:
+            raise RuntimeError("these models were loaded without the recogniser")
         inputs = [recognition_input(c) for c in crops]
         by_width: dict[int, list[int]] = {}
         for index, tensor in enumerate(inputs):
@@ -121,9 +136,10 @@ class Models:
 
 
 @functools.cache
-def process_models() -> Models:
-    """This process's models, loaded on first use (on the GPU when ``GPU_ENV`` is 1)."""
-    return Models(gpu=os.environ.get(GPU_ENV) == "1")
+def process_models(detect: bool = True, recognise: bool = True) -> Models:
+    """This process's models (both, or the one asked for), loaded on first use, on the GPU
+    when ``GPU_ENV`` is 1."""
+    return Models(gpu=os.environ.get(GPU_ENV) == "1", detect=detect, recognise=recognise)
 
 
 def decode(png: bytes) -> np.ndarray:

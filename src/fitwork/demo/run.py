@@ -1,22 +1,25 @@
-"""The demo: the same OCR work run monolithic and fitted on this host, checked and compared.
+"""The demo: OCR of the same pages in every layout on this host, swept, checked and compared.
 
 ::
 
     pages ──▶ store (loopback HTTP, latency per request) ◀──── GET page / PUT text ────┐
       │                                                                                  │
       ├─ FLOPs counted from the ONNX graphs (forked child)                              │
-      ├─ each layout of ``layouts.LAYOUTS`` that fits the host: profiled, fitted ─▶ plan │
-      ├─ monolithic: ``ocr_document`` x N processes (N: the plan's monolithic replicas) ─┤
-      └─ fitted: the best plan's units and replicas ─────────────────────────────────────┘
+      └─ at each store latency:                                                         │
+           profile the split units (fitwork.profile_pipeline) ─▶ fit(profile, fleet)    │
+           layouts: monolith x 1..k processes, threaded monolith (fused, io=N),          │
+                    hand layouts of the split units, the fitted plan (adapt=True) ───────┤
+           every layout run ``repeats`` times, in alternating order ─────────────────────┘
                  │
                  ▼
-    checks (same text both ways, accuracy, the store holds every page) ─▶ figures ─▶ files
+    checks (same text in every trial, accuracy, the store holds every page) ─▶ figures ─▶ files
 
-Display stays out: a `Listener` hears phases and run progress.  Files written to the
-output folder: ``monolithic.record.json``, ``fitted.record.json`` (run records),
-``plan.json``, ``profile.json``, ``report.html``, ``texts.jsonl`` (known and recognised
-lines per page), ``summary.json`` (the figures printed), and ``*.gpu-samples.json`` where
-NVML sampled GPUs.
+Only the public API runs the work: `fitwork.profile_pipeline`, `fitwork.fit.plan.fit`,
+`fitwork.run` (with the plan as placement, or replica counts), `fitwork.render_report`.
+The best monolithic layout and the best hand layout at each latency are the ones with the
+most pages per second over their trials, startup left out (see ``sweep``); the fitted is
+compared with both.  Display stays out: a `Listener` hears phases and run progress.
+Files written to the output folder are listed in `write_files`.
 """
 
 from __future__ import annotations
@@ -25,35 +28,44 @@ import contextlib
 import importlib.util
 import json
 import os
+import statistics
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from fitwork.demo import flops as flop_count
-from fitwork.demo.config import ACCURACY_THRESHOLD, PRECISION, DemoConfig
+from fitwork.demo.config import ACCURACY_THRESHOLD, AIM_HAND, AIM_MONOLITH, PRECISION, DemoConfig
 from fitwork.demo.documents import Document, Score, make_documents, score
-from fitwork.demo.gpu import GpuSamples, NvmlSampler, gpu_ready
-from fitwork.demo.layouts import LAYOUTS, MONOLITHIC, Flops, flops_per_item, model_units
-from fitwork.demo.layouts import monolithic as monolithic_pipeline
+from fitwork.demo.gpu import gpu_ready, mean_busy
+from fitwork.demo.layouts import (
+    MONOLITHIC,
+    RECOGNISE_BATCH,
+    THREADED,
+    Flops,
+    Layout,
+    flops_per_item,
+    monolithic,
+    split,
+    threaded,
+)
 from fitwork.demo.ocr import GPU_ENV
-from fitwork.demo.server import DocumentStore, serve
+from fitwork.demo.server import serve
+from fitwork.demo.sweep import Trial, run_trial
 from fitwork.errors import FitworkError
 from fitwork.fit.plan import Plan, fit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile
-from fitwork.runner import run as run_pipeline
-from fitwork.telemetry.record import Progress, RunRecord
+from fitwork.telemetry.record import Progress
 from fitwork.telemetry.utilization import RunFigures, run_figures
-from fitwork.workload import Pipeline
 
 NEEDS = {"rapidocr_onnxruntime": "rapidocr-onnxruntime", "onnxruntime": "onnxruntime",
          "cv2": "opencv-python", "PIL": "pillow"}
 
 
 class DemoError(FitworkError):
-    """The demo cannot run here (a missing dependency, no layout that fits the host)."""
+    """The demo cannot run here (a missing dependency)."""
 
 
 def missing_dependencies() -> list[str]:
@@ -81,8 +93,8 @@ class Listener(Protocol):
     def run_progress(self, label: str, snapshot: Progress) -> None:
         """A run's progress."""
 
-    def run_finished(self, label: str) -> None:
-        """A run ended."""
+    def run_finished(self, label: str, outcome: str) -> None:
+        """A run ended; ``outcome`` says how it went in a few words."""
 
 
 class Quiet:
@@ -97,42 +109,162 @@ class Quiet:
     def run_progress(self, label: str, snapshot: Progress) -> None:
         """Ignore."""
 
-    def run_finished(self, label: str) -> None:
+    def run_finished(self, label: str, outcome: str) -> None:
         """Ignore."""
 
 
 @dataclass
-class Candidate:
-    """One layout considered for the fitted run, and what became of it."""
+class Contender:
+    """One layout at one latency and its trials."""
 
-    layout: str
-    units: list[str]
-    predicted: float | None
-    note: str
+    layout: Layout
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """Mean pages/s over the trials, startup left out (the figure layouts are ranked by)."""
+        return statistics.fmean(t.rate for t in self.trials) if self.trials else 0.0
+
+    @property
+    def items_per_s(self) -> float:
+        """Mean whole-run pages/s over the trials (the run records' throughput)."""
+        return statistics.fmean(t.items_per_s for t in self.trials) if self.trials else 0.0
+
+    @property
+    def peak_rss(self) -> int:
+        """The most summed worker RSS any trial reached."""
+        return max((t.peak_rss for t in self.trials), default=0)
+
+    @property
+    def peak_pss(self) -> int | None:
+        """The most summed worker PSS any trial reached (``None`` where unreadable)."""
+        values = [t.peak_pss for t in self.trials]
+        return None if not values or None in values else max(v for v in values if v)
+
+    @property
+    def cores_busy(self) -> float:
+        """Mean cores kept busy by the workers over the trials."""
+        return statistics.fmean(t.cores_busy for t in self.trials) if self.trials else 0.0
+
+    @property
+    def others_cores(self) -> float:
+        """Mean cores the rest of the host kept busy during the trials."""
+        return statistics.fmean(t.others_cores for t in self.trials) if self.trials else 0.0
+
+    @property
+    def cpu_per_page(self) -> float:
+        """Worker CPU seconds per page, over all trials."""
+        pages = sum(t.record.items_completed for t in self.trials)
+        cpu = sum(u.cpu_s for t in self.trials for u in t.record.units)
+        return cpu / pages if pages else 0.0
+
+    @property
+    def realized_share(self) -> float | None:
+        """Pages/s (startup left out) over the plan's prediction, where it made one."""
+        if not self.layout.predicted:
+            return None
+        return self.rate / self.layout.predicted
+
+    @property
+    def last(self) -> Trial:
+        """The latest trial (its record goes in the report)."""
+        return max(self.trials, key=lambda t: t.repeat)
 
 
 @dataclass
-class Side:
-    """One run (monolithic or fitted), its checks and its figures."""
+class Sweep:
+    """Every layout at one store latency, the plan the fitted one ran, and the verdicts."""
 
-    label: str
-    replicas: dict[str, int]
-    record: RunRecord
-    figures: RunFigures
-    predicted: float
-    outputs: dict[str, list[str]]
-    score: Score
-    stored: bool
-    host_cpu_share: float
-    price_per_hour: float | None
-    price_basis: str
-    cost_per_million: float | None
-    gpu: GpuSamples | None = None
+    latency_ms: float
+    profile: PipelineProfile
+    plan: Plan
+    contenders: list[Contender]
+
+    def family(self, name: str) -> list[Contender]:
+        """The contenders of one family (``monolith``, ``hand``, ``fitted``)."""
+        return [c for c in self.contenders if c.layout.family == name]
 
     @property
-    def realized_share(self) -> float:
-        """Realized items/s over the plan's prediction."""
-        return self.record.throughput / self.predicted if self.predicted > 0 else 0.0
+    def best_monolith(self) -> Contender:
+        """The monolithic layout with the most pages/s (startup left out)."""
+        return max(self.family("monolith"), key=lambda c: c.rate)
+
+    @property
+    def best_hand(self) -> Contender | None:
+        """The hand layout with the most pages/s (startup left out) (``None``: no hand layout)."""
+        return max(self.family("hand"), key=lambda c: c.rate, default=None)
+
+    @property
+    def fitted(self) -> Contender:
+        """The fitted layout."""
+        return self.family("fitted")[0]
+
+    @property
+    def over_monolith(self) -> float:
+        """Fitted pages/s (startup left out) over the best monolith's."""
+        best = self.best_monolith.rate
+        return self.fitted.rate / best if best > 0 else 0.0
+
+    @property
+    def over_hand(self) -> float | None:
+        """Fitted pages/s (startup left out) over the best hand layout's."""
+        best = self.best_hand
+        return self.fitted.rate / best.rate if best and best.rate > 0 else None
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """Fitted peak worker memory over the best monolith's: PSS where read, else RSS."""
+        fitted, mono = self.fitted, self.best_monolith
+        if fitted.peak_pss and mono.peak_pss:
+            return fitted.peak_pss / mono.peak_pss
+        return fitted.peak_rss / mono.peak_rss if mono.peak_rss else None
+
+    @property
+    def rss_ratio(self) -> float | None:
+        """Fitted peak summed worker RSS over the best monolith's."""
+        mono = self.best_monolith.peak_rss
+        return self.fitted.peak_rss / mono if mono else None
+
+    @property
+    def profile_cpu_per_page(self) -> float:
+        """CPU seconds per page the profile measured (every unit alone in its process), at
+        the batch sizes the plan runs (one, where it runs the units fused)."""
+        batch = {g.unit: g.batch_size for g in self.plan.placement().groups}
+        m, total = 1.0, 0.0
+        for u in self.profile.units:
+            size = 1 if self.plan.fused else batch.get(u.name) or u.batch_size
+            cpu = next((b.cpu_s for b in u.batches if b.batch_size == size), u.cpu_s)
+            total += m * cpu
+            m *= u.output_ratio
+        return total
+
+    @property
+    def plan_in_hand_grid(self) -> Contender | None:
+        """The hand layout with the plan's replicas and batch sizes, if the grid has it."""
+        if self.plan.fused:
+            return None
+        groups = self.plan.placement().groups
+        counts = {g.unit: sum(h.replicas for h in groups if h.unit == g.unit) for g in groups}
+        batch = next((g.batch_size for g in groups if g.unit == "recognise"), None)
+        for c in self.family("hand"):
+            size = c.layout.pipeline.unit_named("recognise").batch_size
+            if c.layout.workers == counts and size == (batch or size):
+                return c
+        return None
+
+    @property
+    def baseline(self) -> Contender | None:
+        """The monolith with the plan's monolithic replica count (its prediction's test)."""
+        return next((c for c in self.family("monolith") if c.layout.predicted), None)
+
+    def aims(self) -> dict[str, bool | None]:
+        """Whether each aim was met: speed over the best monolith and the best hand layout,
+        and peak memory no more than the best monolith's (PSS, and RSS as asked)."""
+        pss, rss = self.memory_ratio, self.rss_ratio
+        return {"over_monolith": self.over_monolith >= AIM_MONOLITH,
+                "over_hand": None if self.over_hand is None else self.over_hand >= AIM_HAND,
+                "memory": None if pss is None else pss <= 1.0,
+                "memory_rss": None if rss is None else rss <= 1.0}
 
 
 @dataclass
@@ -145,41 +277,48 @@ class DemoResult:
     gpu_class: str | None
     flops: Flops
     flops_note: str
-    layout: str
-    candidates: list[Candidate]
-    plan: Plan
-    monolithic: Side
-    fitted: Side
+    sweeps: list[Sweep]
+    documents: list[Document]
     mismatched: list[str]
+    load_average: tuple[float, float]
     wall_s: float
     files: dict[str, Path] = field(default_factory=dict)
 
     @property
-    def same_text(self) -> bool:
-        """Both runs gave the same lines for every page."""
-        return not self.mismatched
+    def trials(self) -> list[Trial]:
+        """Every trial, in the order they ran."""
+        return sorted((t for s in self.sweeps for c in s.contenders for t in c.trials),
+                      key=lambda t: t.finished_at)
 
     @property
-    def busiest_class(self) -> str:
-        """The device class the work leans on: the GPU class when models use one, else CPU."""
-        return self.gpu_class or self.plan.fleet.node_types[0].cpu_class
+    def same_text(self) -> bool:
+        """Every trial read the same lines off every page it read."""
+        return not self.mismatched
+
+    def score(self, trial: Trial) -> Score:
+        """How much of the known text of the pages it read ``trial`` got exactly."""
+        read = [d for d in self.documents if d.id in trial.outputs]
+        return score(read, trial.outputs)
 
     @property
     def failures(self) -> list[str]:
         """Each check that failed, in words (empty when the demo passed)."""
         found = []
         if not self.same_text:
-            found.append(f"{len(self.mismatched)} pages read differently by the two runs "
-                         f"(first: {', '.join(self.mismatched[:5])})")
-        for side in (self.monolithic, self.fitted):
-            if side.score.line_accuracy < ACCURACY_THRESHOLD:
-                found.append(f"{side.label}: {side.score.line_accuracy:.1%} of lines exact, "
-                             f"under the {ACCURACY_THRESHOLD:.0%} required")
-            if side.record.failures or side.record.items_completed != self.pages:
-                found.append(f"{side.label}: {side.record.items_completed} of {self.pages} "
-                             f"pages done, {side.record.failures} failed")
-            if not side.stored:
-                found.append(f"{side.label}: the store does not hold every page's text")
+            found.append(f"{len(self.mismatched)} pages read differently by different "
+                         f"layouts (first: {', '.join(self.mismatched[:5])})")
+        for trial in self.trials:
+            name = f"{trial.layout} at {trial.latency_ms:g} ms, trial {trial.repeat + 1}"
+            record = trial.record
+            accuracy = self.score(trial).line_accuracy
+            if accuracy < ACCURACY_THRESHOLD:
+                found.append(f"{name}: {accuracy:.1%} of lines exact, under the "
+                             f"{ACCURACY_THRESHOLD:.0%} required")
+            if record.failures or record.items_completed != record.items_in:
+                found.append(f"{name}: {record.items_completed} of {record.items_in} pages "
+                             f"done, {record.failures} failed")
+            if not trial.stored:
+                found.append(f"{name}: the store does not hold every page's text")
         return found
 
     @property
@@ -204,100 +343,107 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = previous
 
 
-def fits_once(pipeline: Pipeline, fleet: Fleet) -> str | None:
-    """Why one replica of every unit cannot share a node of ``fleet`` (``None``: it can)."""
-    cores = sum(u.resources.cpu for u in pipeline.units)
-    gpus = sum(u.resources.gpu for u in pipeline.units)
-    for node in fleet.node_types:
-        devices = sum(node.devices.values())
-        if cores <= node.cores + 1e-9 and gpus <= devices + 1e-9:
-            return None
-    most = max(fleet.node_types, key=lambda n: n.cores)
-    return (f"one replica of each unit needs {cores:g} cores"
-            + (f" and {gpus:g} GPUs" if gpus else "")
-            + f"; the host has {most.cores:g} cores"
-            + (f" and {sum(most.devices.values())} GPUs" if gpus else ""))
+def plan_config(plan: Plan) -> str:
+    """What the plan runs, in words: units, replicas, batch sizes (or the fused unit)."""
+    groups = plan.placement().groups
+    parts = [f"{g.unit} x{g.replicas}" + (f" (batch {g.batch_size})" if g.batch_size else "")
+             for g in groups]
+    text = ", ".join(parts)
+    return f"fused: {text} (the plan chose not to split)" if plan.fused else text
 
 
-def on_gpu(profile: PipelineProfile, gpu_class: str) -> PipelineProfile:
-    """The profile with its GPU units marked as measured on ``gpu_class``.
-
-    fitwork's profiler times accelerators through torch only; onnxruntime's CUDA provider
-    runs synchronously, so a GPU unit's wall time is its time on the GPU class (host work
-    around the model calls included).
-    """
-    units = [u.model_copy(update={"device_class": gpu_class, "accel_s": u.wall_s})
-             if u.resources.get("gpu", 0.0) > 0 else u for u in profile.units]
-    return profile.model_copy(update={"units": units})
+def monolith_replicas(plan: Plan) -> int:
+    """Replicas of the plan's monolithic baseline."""
+    return sum(p.replicas for p in plan.monolithic.result.replicas) or 1
 
 
-def _plan_layouts(flops: Flops, gpu_class: str | None, fleet: Fleet, samples: list[Any],
-                  listener: Listener) -> tuple[str, Plan, PipelineProfile, list[Candidate]]:
-    """Profile and fit each layout that fits the host; the one predicting most items/s."""
+def process_counts(plan: Plan, config: DemoConfig, cores: float) -> list[int]:
+    """Monolith processes to sweep: powers of two up to k, k itself, and the plan's count."""
+    planned = monolith_replicas(plan)
+    k = config.max_processes or max(int(4 * cores), planned)
+    counts = {k} | {2 ** i for i in range(k.bit_length()) if 2 ** i < k}
+    if planned <= k:
+        counts.add(planned)
+    return sorted(counts)
+
+
+def layouts(plan: Plan, config: DemoConfig, cores: float, flops: Flops,
+            gpu: bool) -> list[Layout]:
+    """Every layout swept at one latency: monoliths, threaded monoliths, hand, fitted."""
+    planned = monolith_replicas(plan)
+    mono = monolithic(flops, gpu)
+    found = [Layout(key=f"monolith-p{p}", family="monolith", title=f"monolith x{p}",
+                    config=f"{MONOLITHIC}, {p} process{'es' if p > 1 else ''}",
+                    pipeline=mono, workers={MONOLITHIC: p},
+                    predicted=plan.monolithic.throughput if p == planned else None,
+                    note="the plan's monolithic baseline" if p == planned else "")
+             for p in process_counts(plan, config, cores)]
+    per_core = max(1, round(cores))
+    found += [Layout(key=f"threaded-{per_core}x{n}", family="monolith",
+                     title=f"threaded monolith {per_core}x{n}",
+                     config=f"{MONOLITHIC} fused with io={n}: {per_core} process"
+                            f"{'es' if per_core > 1 else ''} x {n} threads",
+                     pipeline=threaded(flops, n, gpu), workers={THREADED: per_core})
+              for n in config.io_threads]
+    for d, r, b in config.hand:
+        batch = b or RECOGNISE_BATCH
+        found.append(Layout(
+            key=f"hand-d{d}-r{r}" + (f"-b{b}" if b else ""), family="hand",
+            title=f"hand d{d} r{r}" + (f" b{b}" if b else ""),
+            config=f"fetch x1, detect x{d}, recognise x{r} (batch {batch}), store x1",
+            pipeline=split(flops, gpu, batch), workers={"fetch": 1, "detect": d,
+                                                        "recognise": r, "store": 1}))
+    pipeline = split(flops, gpu)
+    found.append(Layout(key="fitted", family="fitted", title="fitted", config=plan_config(plan),
+                        pipeline=pipeline, placement=plan, adapt=True,
+                        predicted=plan.fitted.throughput,
+                        note="planned by fit(profile, discover_local()), run with adapt=True"))
+    return found
+
+
+def sweep_latency(latency_ms: float, documents: list[Document], config: DemoConfig,
+                  fleet: Fleet, flops: Flops, gpu_class: str | None,
+                  listener: Listener) -> Sweep:
+    """Profile and fit at one store latency, then run every layout ``repeats`` times."""
     from fitwork.profiling import profile_pipeline
 
-    best: tuple[str, Plan, PipelineProfile] | None = None
-    candidates = []
-    for name, build in LAYOUTS.items():
-        pipeline = build(flops, gpu_class is not None)
-        units = [u.name for u in pipeline.units]
-        why = fits_once(pipeline, fleet)
-        if why:
-            candidates.append(Candidate(name, units, None, f"not profiled: {why}"))
-            continue
-        try:
-            profile = profile_pipeline(
-                pipeline, samples, samples=len(samples),
-                progress=lambda unit, n=name: listener.phase(f"profiling {n} layout: {unit}"))
-            if gpu_class:
-                profile = on_gpu(profile, gpu_class)
-            listener.phase(f"fitting the {name} layout to this host")
-            plan = fit(profile, fleet, precision=PRECISION)
-        except FitworkError as exc:
-            candidates.append(Candidate(name, units, None, f"no plan: {exc}"))
-            continue
-        candidates.append(Candidate(name, units, plan.fitted.throughput,
-                                    f"plan {plan.workers_for()}"))
-        if best is None or plan.fitted.throughput > best[1].fitted.throughput:
-            best = (name, plan, profile)
-    if best is None:
-        notes = "; ".join(f"{c.layout}: {c.note}" for c in candidates)
-        raise DemoError(f"no layout of the OCR units fits this host ({notes})")
-    return (*best, candidates)
+    cores = max(n.cores for n in fleet.node_types)
+    gpu = gpu_class is not None
+    items = [{"id": d.id} for d in documents]
+    count = min(config.samples, len(items))
+    samples = [items[i * len(items) // count] for i in range(count)]
+    with serve({d.id: d.png for d in documents}, latency_ms) as store:
+        profile = profile_pipeline(
+            split(flops, gpu), samples, samples=len(samples),
+            progress=lambda unit: listener.phase(f"{latency_ms:g} ms: profiling {unit}"))
+        listener.phase(f"{latency_ms:g} ms: fitting the split units to this host")
+        plan = fit(profile, fleet, precision=PRECISION)
+        contenders = [Contender(layout) for layout in layouts(plan, config, cores, flops, gpu)]
+        for repeat in range(config.repeats):
+            order = contenders if repeat % 2 == 0 else contenders[::-1]
+            for contender in order:
+                label = (f"{latency_ms:g} ms {contender.layout.title} "
+                         f"[{repeat + 1}/{config.repeats}]")
+                listener.run_started(label, len(items))
+                trial = run_trial(contender.layout, items, store, latency_ms, repeat,
+                                  cap_s=config.cap_s,
+                                  progress=lambda s, n=label: listener.run_progress(n, s))
+                listener.run_finished(label, f"{trial.rate:.2f} items/s, "
+                                             f"{trial.record.items_completed} pages, "
+                                             f"{trial.peak_rss / 2**20:,.0f} MiB RSS")
+                contender.trials.append(trial)
+    return Sweep(latency_ms=latency_ms, profile=profile, plan=plan, contenders=contenders)
 
 
-def _run(pipeline: Pipeline, items: list[dict[str, str]], workers: Mapping[str, int],
-         label: str, store: DocumentStore, listener: Listener, gpu: bool
-         ) -> tuple[RunRecord, dict[str, list[str]], bool, GpuSamples | None]:
-    store.clear_texts()
-    listener.run_started(label, len(items))
-    sampler = NvmlSampler() if gpu else contextlib.nullcontext()
-    with sampler, run_pipeline(pipeline, items, workers=workers,
-                               progress=lambda s: listener.run_progress(label, s)) as result:
-        outputs = {o["id"]: list(o["lines"]) for o in result}
-    listener.run_finished(label)
-    stored = dict(store.texts) == outputs and len(outputs) == len(items)
-    samples = sampler.result if isinstance(sampler, NvmlSampler) else None
-    return result.record, outputs, stored, samples
-
-
-def _side(label: str, record: RunRecord, outputs: dict[str, list[str]], stored: bool,
-          gpu_samples: GpuSamples | None, predicted: float, pipeline: Pipeline,
-          workers: Mapping[str, int], plan: Plan, documents: list[Document],
-          gpu_class: str | None, host_cores: float) -> Side:
-    from fitwork.report.html import cost_per_million, run_price
-
-    classes = {name: gpu_class for name in model_units(pipeline)} if gpu_class else None
-    figures = run_figures(record, plan, flops_per_item=flops_per_item(pipeline),
-                          classes=classes, precision=PRECISION)
-    price, basis = run_price(figures, plan)
-    busy_cores = sum(u.cpu_s for u in record.units)
-    return Side(
-        label=label, replicas=dict(workers), record=record, figures=figures,
-        predicted=predicted, outputs=outputs, score=score(documents, outputs), stored=stored,
-        host_cpu_share=busy_cores / (host_cores * record.wall_s) if record.wall_s else 0.0,
-        price_per_hour=price, price_basis=basis,
-        cost_per_million=cost_per_million(price, record.throughput), gpu=gpu_samples)
+def mismatched_pages(sweeps: list[Sweep], documents: list[Document]) -> list[str]:
+    """Pages that two trials read differently."""
+    found = []
+    trials = [t for s in sweeps for c in s.contenders for t in c.trials]
+    for document in documents:
+        seen = [t.outputs[document.id] for t in trials if document.id in t.outputs]
+        if any(lines != seen[0] for lines in seen[1:]):
+            found.append(document.id)
+    return found
 
 
 def run_demo(config: DemoConfig | None = None, listener: Listener | None = None) -> DemoResult:
@@ -311,6 +457,7 @@ def run_demo(config: DemoConfig | None = None, listener: Listener | None = None)
         raise DemoError(f"the demo needs {'; '.join(missing)}: install its extra with "
                         "pip install 'fitwork[demo]'")
     started = time.perf_counter()
+    load_start = os.getloadavg()[0]
     listener.phase(f"rendering {config.images} pages")
     documents = make_documents(config.images, config.seed)
     fleet = discover_local()
@@ -323,109 +470,206 @@ def run_demo(config: DemoConfig | None = None, listener: Listener | None = None)
                       f"MatMul/Gemm) on {min(len(documents), flop_count.SAMPLE_PAGES)} pages")
     except RuntimeError as exc:
         flops, flops_note = Flops(), f"not counted ({exc}): no MFU"
-    items = [{"id": d.id} for d in documents]
-    count = min(config.samples, len(items))
-    samples = [items[i * len(items) // count] for i in range(count)]  # spread over the pages
-    with serve({d.id: d.png for d in documents}, config.latency_ms) as store, \
-            _environment(GPU_ENV, "1" if gpu_class else None):
-        layout, plan, profile, candidates = _plan_layouts(flops, gpu_class, fleet, samples,
-                                                          listener)
-        fitted = LAYOUTS[layout](flops, gpu_class is not None)
-        fitted_workers = plan.workers_for()
-        planned_mono = sum(p.replicas for p in plan.monolithic.result.replicas) or 1
-        mono_count = config.workers or planned_mono
-        mono = monolithic_pipeline(flops, gpu_class is not None)
-        mono_workers = {MONOLITHIC: mono_count}
-        predicted_mono = plan.monolithic.throughput * mono_count / planned_mono
-        mono_run = _run(mono, items, mono_workers, "monolithic", store, listener,
-                        gpu_class is not None)
-        fitted_run = _run(fitted, items, fitted_workers, "fitted", store, listener,
-                          gpu_class is not None)
+    with _environment(GPU_ENV, "1" if gpu_class else None):
+        sweeps = [sweep_latency(latency, documents, config, fleet, flops, gpu_class, listener)
+                  for latency in config.latencies_ms]
     listener.phase("checking and writing")
-    sides = [
-        _side("monolithic", *mono_run, predicted_mono, mono, mono_workers, plan, documents,
-              gpu_class, host_cores),
-        _side("fitted", *fitted_run, plan.fitted.throughput, fitted, fitted_workers, plan,
-              documents, gpu_class, host_cores),
-    ]
-    mismatched = [d.id for d in documents
-                  if sides[0].outputs.get(d.id) != sides[1].outputs.get(d.id)]
     result = DemoResult(
         config=config, pages=len(documents), host_cores=host_cores, gpu_class=gpu_class,
-        flops=flops, flops_note=flops_note, layout=layout, candidates=candidates, plan=plan,
-        monolithic=sides[0], fitted=sides[1], mismatched=mismatched,
-        wall_s=time.perf_counter() - started)
-    result.files = write_files(result, profile, documents)
+        flops=flops, flops_note=flops_note, sweeps=sweeps, documents=documents,
+        mismatched=mismatched_pages(sweeps, documents),
+        load_average=(load_start, os.getloadavg()[0]), wall_s=time.perf_counter() - started)
+    result.files = write_files(result)
     result.wall_s = time.perf_counter() - started
     return result
 
 
-def summary(result: DemoResult) -> dict[str, Any]:
-    """The headline figures as plain JSON values (``summary.json``; the bench reads them)."""
-    def side(s: Side) -> dict[str, Any]:
-        busiest = next((c for c in s.figures.classes
-                        if c.device_class == result.busiest_class), None)
-        return {
-            "replicas": s.replicas, "items_per_s": s.record.throughput,
-            "predicted_items_per_s": s.predicted, "realized_share": s.realized_share,
-            "wall_s": s.record.wall_s, "latency_p50_s": s.record.latency_p50_s,
-            "fleet_utilization": {c.device_class: c.utilization for c in s.figures.classes},
-            "allocated": {c.device_class: c.allocated for c in s.figures.classes},
-            "mfu": {c.device_class: c.mfu for c in s.figures.classes if c.mfu is not None},
-            "busiest_utilization": busiest.utilization if busiest else None,
-            "host_cpu_share": s.host_cpu_share,
-            "capacity_utilization": s.figures.capacity_utilization,
-            "price_per_hour": s.price_per_hour, "price_basis": s.price_basis,
-            "cost_per_million": s.cost_per_million,
-            "line_accuracy": s.score.line_accuracy,
-            "page_accuracy": s.score.document_accuracy, "stored": s.stored,
-            "gpu_mean_busy": s.gpu.mean_busy if s.gpu else None,
-        }
+def _figures(result: DemoResult, sweep: Sweep, contender: Contender) -> RunFigures:
+    pipeline = contender.layout.pipeline
+    record = contender.last.record
+    names = {u.name for u in record.units}
+    classes = ({name: result.gpu_class for name in names
+                if name in ("detect", "recognise", MONOLITHIC, THREADED, "monolithic")}
+               if result.gpu_class else None)
+    per_item = {k: v for k, v in flops_per_item(pipeline, result.flops).items() if k in names}
+    if "monolithic" in names and result.flops.page:
+        per_item["monolithic"] = result.flops.page
+    return run_figures(record, sweep.plan, flops_per_item=per_item, classes=classes,
+                       precision=PRECISION)
 
+
+def diagnosis(sweep: Sweep) -> dict[str, Any]:
+    """What the fitted side's run says against its plan: rates per unit, CPU per page."""
+    fitted = sweep.fitted
+    record = fitted.last.record
+    planned = {g.unit: g.rate for g in sweep.plan.placement().groups if g.rate}
+    batch = {g.unit: g.batch_size for g in sweep.plan.placement().groups}
+    units = []
+    for u in record.units:
+        per_replica = u.items_in / u.busy_s if u.busy_s > 0 else None
+        units.append({"unit": u.name, "replicas": u.replicas, "batch_size": batch.get(u.name),
+                      "planned_rate_per_replica": planned.get(u.name),
+                      "measured_rate_per_replica": per_replica,
+                      "busy_fraction": u.busy_fraction,
+                      "cpu_s_per_item": u.cpu_s / u.items_in if u.items_in else None})
+    ceiling = sweep.profile_cpu_per_page
     return {
-        "pages": result.pages, "latency_ms": result.config.latency_ms,
-        "seed": result.config.seed, "host_cores": result.host_cores,
-        "gpu_class": result.gpu_class, "busiest_class": result.busiest_class,
-        "flops_per_page": {"detect": result.flops.detect, "recognise": result.flops.recognise},
-        "flops_note": result.flops_note, "layout": result.layout,
-        "candidates": [{"layout": c.layout, "units": c.units, "predicted": c.predicted,
-                        "note": c.note} for c in result.candidates],
-        "capacity_bound": result.fitted.figures.capacity_bound,
-        "accuracy_threshold": ACCURACY_THRESHOLD, "same_text": result.same_text,
-        "failures": result.failures, "wall_s": result.wall_s,
-        "monolithic": side(result.monolithic), "fitted": side(result.fitted),
+        "profile_cpu_s_per_page": ceiling,
+        "host_bound_items_per_s": (max(n.cores for n in sweep.plan.fleet.node_types) / ceiling
+                                   if ceiling > 0 else None),
+        "fitted_cpu_s_per_page": fitted.cpu_per_page,
+        "best_monolith_cpu_s_per_page": sweep.best_monolith.cpu_per_page,
+        "fitted_cores_busy": fitted.cores_busy,
+        "best_monolith_cores_busy": sweep.best_monolith.cores_busy,
+        "others_cores_busy": statistics.fmean(c.others_cores for c in sweep.contenders),
+        "core_ceiling": sweep.plan.core_ceiling,
+        "units": units,
+        "refits": [r.model_dump() for t in fitted.trials for r in t.record.refits],
     }
 
 
-def write_files(result: DemoResult, profile: PipelineProfile,
-                documents: list[Document]) -> dict[str, Path]:
-    """Write the records, plan, profile, texts, summary and HTML report; their paths."""
+def _contender(c: Contender) -> dict[str, Any]:
+    return {
+        "key": c.layout.key, "family": c.layout.family, "title": c.layout.title,
+        "config": c.layout.config, "processes": c.layout.processes, "note": c.layout.note,
+        "rate_items_per_s": c.rate,
+        "trials_rate_items_per_s": [t.rate for t in c.trials],
+        "whole_run_items_per_s": c.items_per_s,
+        "trials_whole_run_items_per_s": [t.items_per_s for t in c.trials],
+        "pages_per_trial": [t.record.items_completed for t in c.trials],
+        "capped": [t.capped for t in c.trials],
+        "predicted_items_per_s": c.layout.predicted, "realized_share": c.realized_share,
+        "peak_rss": c.peak_rss, "peak_pss": c.peak_pss, "cores_busy": c.cores_busy,
+        "others_cores_busy": c.others_cores,
+        "driver_cores_busy": statistics.fmean(t.driver_cores for t in c.trials)
+        if c.trials else None,
+        "cpu_s_per_page": c.cpu_per_page,
+        "latency_p50_s": statistics.fmean(
+            t.record.latency_p50_s or 0.0 for t in c.trials) if c.trials else None,
+        "refits": sum(len(t.record.refits) for t in c.trials),
+        "gpu_mean_busy": mean_busy([s for t in c.trials for s in t.record.device_samples]),
+    }
+
+
+def _brief(c: Contender | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"key": c.layout.key, "title": c.layout.title, "config": c.layout.config,
+            "rate_items_per_s": c.rate, "whole_run_items_per_s": c.items_per_s,
+            "peak_rss": c.peak_rss, "peak_pss": c.peak_pss}
+
+
+def summary(result: DemoResult) -> dict[str, Any]:
+    """The figures as plain JSON values (``summary.json``; the bench reads them)."""
+    latencies = []
+    for sweep in result.sweeps:
+        plan = sweep.plan
+        latencies.append({
+            "latency_ms": sweep.latency_ms,
+            "plan": {"fused": plan.fused, "config": plan_config(plan),
+                     "predicted_fitted_items_per_s": plan.fitted.throughput,
+                     "predicted_monolithic_items_per_s": plan.monolithic.throughput,
+                     "monolithic_replicas": monolith_replicas(plan),
+                     "core_ceiling": plan.core_ceiling,
+                     "groups": [g.to_json() for g in plan.placement().groups]},
+            "contenders": [_contender(c) for c in sweep.contenders],
+            "best_monolith": _brief(sweep.best_monolith),
+            "best_hand": _brief(sweep.best_hand),
+            "plan_in_hand_grid": (sweep.plan_in_hand_grid.layout.key
+                                  if sweep.plan_in_hand_grid else None),
+            "fitted": _brief(sweep.fitted),
+            "fitted_over_best_monolith": sweep.over_monolith,
+            "fitted_over_best_hand": sweep.over_hand,
+            "fitted_memory_over_best_monolith": sweep.memory_ratio,
+            "fitted_rss_over_best_monolith": sweep.rss_ratio,
+            "fitted_realized_over_predicted": sweep.fitted.realized_share,
+            "baseline_monolith_realized_over_predicted": (
+                sweep.baseline.realized_share if sweep.baseline else None),
+            "aims_met": sweep.aims(),
+            "diagnosis": diagnosis(sweep),
+        })
+    return {
+        "pages_per_trial": result.pages, "latencies_ms": list(result.config.latencies_ms),
+        "repeats": result.config.repeats, "seed": result.config.seed,
+        "host_cores": result.host_cores, "gpu_class": result.gpu_class,
+        "load_average": list(result.load_average),
+        "flops_per_page": {"detect": result.flops.detect, "recognise": result.flops.recognise},
+        "flops_note": result.flops_note,
+        "rate": "rate_items_per_s: pages over the time from the first moment a worker "
+                "started on a page to the last page out (the processes' startup left out; "
+                "layouts are ranked by it); whole_run_items_per_s: the run record's "
+                "throughput, pages over wall seconds",
+        "memory": "peak over the run of the summed RSS (psutil) and PSS (smaps_rollup) of "
+                  "the run's worker processes (RunResult.worker_pids), sampled every 0.2 s",
+        "aims": {"fitted_over_best_monolith": AIM_MONOLITH, "fitted_over_best_hand": AIM_HAND,
+                 "fitted_memory_over_best_monolith": 1.0},
+        "accuracy_threshold": ACCURACY_THRESHOLD, "same_text": result.same_text,
+        "failures": result.failures, "wall_s": result.wall_s,
+        "trials": len(result.trials),
+        "latencies": latencies,
+    }
+
+
+def write_files(result: DemoResult) -> dict[str, Path]:
+    """Write every trial's run record, each latency's plan, profile and HTML report, the
+    texts and the summary; their paths by name.
+
+    ``records/LATENCYms/LAYOUT.N.record.json`` for trial N of each layout;
+    ``plan-LATENCYms.json``, ``profile-LATENCYms.json``; ``report-LATENCYms.html`` (best
+    monolith, fitted, best hand) and ``report.html`` for the highest latency;
+    ``texts.jsonl`` (known and recognised lines per page); ``summary.json``.
+    """
     from fitwork.report.html import render_report
 
     out = result.config.out
     out.mkdir(parents=True, exist_ok=True)
-    files = {name: out / name for name in (
-        "monolithic.record.json", "fitted.record.json", "plan.json", "profile.json",
-        "texts.jsonl", "summary.json", "report.html")}
-    sides = (result.monolithic, result.fitted)
-    for side in sides:
-        side.record.save(files[f"{side.label}.record.json"])
-        if side.gpu is not None:
-            path = out / f"{side.label}.gpu-samples.json"
-            path.write_text(side.gpu.model_dump_json(indent=1))
+    files: dict[str, Path] = {}
+    for sweep in result.sweeps:
+        tag = f"{sweep.latency_ms:g}ms"
+        folder = out / "records" / tag
+        folder.mkdir(parents=True, exist_ok=True)
+        for contender in sweep.contenders:
+            for trial in contender.trials:
+                path = folder / f"{contender.layout.key}.{trial.repeat + 1}.record.json"
+                trial.record.save(path)
+        files[f"records/{tag}"] = folder
+        for name, document in (("plan", sweep.plan), ("profile", sweep.profile)):
+            path = out / f"{name}-{tag}.json"
+            document.save(path)
             files[path.name] = path
-    result.plan.save(files["plan.json"])
-    profile.save(files["profile.json"])
-    with files["texts.jsonl"].open("w", encoding="utf-8") as handle:
-        for document in documents:
-            handle.write(json.dumps({
-                "id": document.id, "known": list(document.lines),
-                "monolithic": result.monolithic.outputs.get(document.id),
-                "fitted": result.fitted.outputs.get(document.id)}) + "\n")
-    files["summary.json"].write_text(json.dumps(summary(result), indent=1))
-    page = render_report(
-        [s.record for s in sides], [s.label for s in sides], result.plan,
-        [s.figures for s in sides],
-        title=f"fitwork demo: OCR of {result.pages} pages, monolithic vs fitted")
-    files["report.html"].write_text(page, encoding="utf-8")
+        shown = [c for c in (sweep.best_monolith, sweep.fitted, sweep.best_hand) if c]
+        labels = [f"best monolith ({c.layout.title})" if c.layout.family == "monolith" else
+                  "fitted" if c.layout.family == "fitted" else f"best hand ({c.layout.title})"
+                  for c in shown]
+        page = render_report(
+            [c.last.record for c in shown], labels, sweep.plan,
+            [_figures(result, sweep, c) for c in shown],
+            title=f"fitwork demo: OCR of {result.pages} pages, store latency "
+                  f"{sweep.latency_ms:g} ms: best monolith vs fitted vs best hand layout "
+                  "(the latest trial of each; the demo's verdict averages every trial)")
+        path = out / f"report-{tag}.html"
+        path.write_text(page, encoding="utf-8")
+        files[path.name] = path
+        if sweep.latency_ms == max(result.config.latencies_ms):
+            files["report.html"] = out / "report.html"
+            files["report.html"].write_text(page, encoding="utf-8")
+    texts = out / "texts.jsonl"
+    trials = result.trials
+    with texts.open("w", encoding="utf-8") as handle:
+        for document in result.documents:
+            read = {f"{t.layout}@{t.latency_ms:g}ms#{t.repeat + 1}": t.outputs[document.id]
+                    for t in trials if document.id in t.outputs}
+            agreed = (next(iter(read.values()))
+                      if read and document.id not in result.mismatched else None)
+            handle.write(json.dumps({"id": document.id, "known": list(document.lines),
+                                     "read": agreed,
+                                     "by_trial": None if agreed is not None else read}) + "\n")
+    files[texts.name] = texts
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary(result), indent=1))
+    files[path.name] = path
     return files
+
+
+__all__ = ["Contender", "DemoError", "DemoResult", "Listener", "Quiet", "Sweep", "run_demo",
+           "summary"]
