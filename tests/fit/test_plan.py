@@ -106,7 +106,7 @@ def finish(x: int) -> int:
 def test_a_plan_for_this_host_is_realized_within_a_stated_factor() -> None:
     pipeline = Pipeline(prepare, slow_call, finish, name="waits")
     profiled = profile_pipeline(pipeline, range(16), samples=16)
-    plan = fit(profiled, discover_local())
+    plan = fit(profiled, discover_local(), fuse=False)  # the split layout is under test
     workers = plan.workers_for()
     # The waiting unit gets replicas to hide its sleep; cores are planned as the load uses
     # them (fluid), within the ceiling, however many processes that makes.

@@ -40,8 +40,15 @@ def test_kinds_are_measured_and_neighbours_fused_and_the_profile_fits() -> None:
     assert pipeline.profile is not None
     assert [u.name for u in pipeline.profile.units] == [u.name for u in pipeline.units]
     assert pipeline.profile.units[0].resources == {"cpu": io.resources.cpu, "io": 8.0}
+    names = {u.name for u in pipeline.units}
+    split = fit(pipeline.profile, discover_local(), fuse=False)
+    assert set(split.workers_for()) <= names and not split.fused
     plan = fit(pipeline.profile, discover_local())
-    assert set(plan.workers_for()) <= {u.name for u in pipeline.units}
+    if plan.fused:  # the fused layout sustained more on this host; the split one is kept
+        assert set(plan.workers_for()) == {"monolithic"} and plan.split is not None
+        assert plan.fitted.result.throughput >= plan.split.result.throughput
+    else:
+        assert set(plan.workers_for()) <= names
     with fitwork.run(pipeline, range(8), ordered=True) as result:
         assert list(result) == [wait_then_compute(x) for x in range(8)]
 
