@@ -1,0 +1,424 @@
+"""The LLM planner: prefill -> decode as a two-unit pipeline fitted by fitwork's solver.
+
+A request is two units: ``prefill`` (one per request) sends its KV cache to ``decode`` (the
+bytes between the units, ``kv_bytes_per_token x mean prompt``, against the fleet's network
+rows).  Per (phase, device class) the tensor-parallel degree with the most requests/s per GPU
+under the SLOs is offered to the solver (`fitwork.llm.options`); the SLOs enter as each
+replica's rate (prefill: the utilization at which the M/G/1 TTFT p90 meets the target;
+decode: the largest batch whose KV fits and whose step meets the TPOT target).  The solver
+(`fitwork.fit.solve`, HiGHS with a time limit and a relative gap) chooses classes and replica
+counts: ``max_goodput`` maximises requests/s, ``min_cost`` minimises the hourly price of the
+trace's rate.  The colocated baseline is one unit ``serve`` (`colocated_option`) fitted the
+same way on each single class and on all of them (the best mix).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+from fitwork.fit import ClassDemand, FitResult, TargetUnreachable, UnitDemand, solve
+from fitwork.fit.errors import FitInputError, UnitFitsNowhere
+from fitwork.fit.inputs import solver_nodes
+from fitwork.hardware.catalog import catalog
+from fitwork.hardware.fleet import Fleet
+from fitwork.llm.options import (
+    SLO,
+    Mix,
+    Option,
+    colocated_option,
+    decode_option,
+    prefill_option,
+)
+from fitwork.llm.phases import TP_DEGREES, LLMInputError, PhaseBook, default_book
+from fitwork.llm.queueing import QUANTILE, mg1_wait_quantile
+from fitwork.llm.trace import Trace
+
+Objective = Literal["max_goodput", "min_cost"]
+Mode = Literal["split", "colocated"]
+
+
+class Pool(BaseModel):
+    """Replicas of one phase on one device class of one node type."""
+
+    phase: str
+    device_class: str
+    node_type: str
+    tp: int
+    replicas: int
+    max_batch: int
+    rate_per_replica: float
+    load: float
+    source: str
+    limit: str
+    network: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
+
+
+class ClassFigures(BaseModel):
+    """One device class in a plan: GPUs held and the three utilization figures (busy time,
+    achieved / peak FLOP/s, achieved / peak HBM bandwidth), with KV+weights memory held."""
+
+    device_class: str
+    gpus: int
+    busy: float
+    compute: float
+    bandwidth: float
+    memory: float
+
+
+class LLMPlan(BaseModel):
+    """A fitted serving plan and its predicted figures (``goodput`` requests/s within SLO)."""
+
+    model: str
+    trace: str
+    mode: Mode
+    label: str
+    objective: Objective
+    slo: dict[str, float]
+    feasible: bool
+    goodput: float
+    tokens_per_s: float
+    cost_per_hour: float
+    cost_per_million_tokens: float | None
+    pools: list[Pool]
+    utilization: list[ClassFigures]
+    ttft_p90: float | None
+    tpot_p90: float | None
+    bottleneck: str
+    transferred: list[str]
+    solver: dict[str, float | str]
+    mean_prompt: float
+    mean_output: float
+
+
+class PlanSet(BaseModel):
+    """The phase-split plan beside the colocated baselines (each class, then the best mix)."""
+
+    split: LLMPlan
+    colocated: list[LLMPlan]
+
+    def best_colocated(self) -> LLMPlan:
+        """The colocated baseline with the most goodput (ties: the cheaper per token)."""
+        return max(self.colocated, key=lambda p: (p.goodput, -(p.cost_per_million_tokens or 0)))
+
+
+LLM_FLEETS = ("a100", "h100", "mixed")
+
+
+def load_fleet(ref: str) -> Fleet:
+    """A fleet by path, or one shipped in ``fitwork/llm/fleets`` (a100, h100, mixed), or a
+    fitwork example fleet by name."""
+    from importlib import resources
+    from pathlib import Path
+
+    from fitwork.hardware.fleet import example_fleet
+
+    if Path(ref).is_file():
+        return Fleet.from_yaml(ref)
+    if ref in LLM_FLEETS:
+        with resources.as_file(resources.files("fitwork.llm").joinpath("fleets",
+                                                                        f"{ref}.yaml")) as p:
+            return Fleet.from_yaml(p)
+    return example_fleet(ref)
+
+
+def _classes(fleet: Fleet) -> dict[str, int]:
+    """Accelerator classes of the fleet and the most of each one node holds."""
+    out: dict[str, int] = {}
+    for node in fleet.node_types:
+        for name, count in node.devices.items():
+            out[name] = max(out.get(name, 0), count)
+    return out
+
+
+def _network(fleet: Fleet, device_class: str) -> float | None:
+    """The slowest network of the node types offering ``device_class`` (None: not limited)."""
+    nets = [n.network_bandwidth for n in fleet.node_types if device_class in n.devices]
+    return None if any(n is None for n in nets) or not nets else float(min(nets))  # type: ignore
+
+
+def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase: str
+            ) -> dict[str, list[Option]]:
+    """Every (class, TP) option of ``phase`` on the fleet's classes, by class."""
+    out: dict[str, list[Option]] = {}
+    for name, per_node in _classes(fleet).items():
+        found = []
+        for tp in TP_DEGREES:
+            if tp > per_node:
+                continue
+            pm = book.get(model, name, tp)
+            if phase == "prefill":
+                if pm.kv_tokens() <= 0:
+                    continue
+                found.append(prefill_option(pm, mix, slo))
+            elif phase == "decode":
+                found.append(decode_option(pm, mix, slo, _network(fleet, name)))
+            else:
+                found.append(colocated_option(pm, mix, slo))
+        out[name] = found
+    return out
+
+
+def _best(opts: Sequence[Option]) -> Option | None:
+    runnable = [o for o in opts if o.rate > 0]
+    return max(runnable, key=lambda o: o.rate_per_gpu) if runnable else None
+
+
+def _demand(o: Option, bytes_out: float) -> ClassDemand:
+    return ClassDemand(rate=o.rate, cores=0.0, memory=0, device_share=float(o.model.tp),
+                       bytes_out_per_item=bytes_out,
+                       batch_size=o.max_batch if o.phase != "prefill" else None)
+
+
+def _unmet(phase: str, opts: dict[str, list[Option]], slo: SLO) -> LLMInputError:
+    every = [o for v in opts.values() for o in v]
+    if not every:
+        return LLMInputError(f"{phase}: no class of the fleet holds the model's weights at any "
+                             f"TP degree in {TP_DEGREES}; add larger or more GPUs per node")
+    ttft = min(every, key=lambda o: o.best_ttft)
+    tpot = min(every, key=lambda o: o.best_tpot)
+    best = []
+    if phase != "decode" and math.isfinite(ttft.best_ttft):
+        best.append(f"ttft_p90 {ttft.best_ttft:.3g}s ({ttft.model.device_class} "
+                    f"TP{ttft.model.tp}, no queueing)")
+    if phase != "prefill" and math.isfinite(tpot.best_tpot):
+        best.append(f"tpot_p90 {tpot.best_tpot * 1e3:.3g}ms ({tpot.model.device_class} "
+                    f"TP{tpot.model.tp}, batch 1)")
+    why = "; ".join(sorted({o.limit for o in every}))[:300]
+    return LLMInputError(f"SLO {slo.text()} cannot be met by {phase} on any class of the "
+                         f"fleet; best achievable: {', '.join(best) or 'none'} ({why}); relax "
+                         "the SLO or add faster GPUs")
+
+
+def _solve(units: list[UnitDemand], fleet: Fleet, objective: Objective, target: float | None,
+           time_limit: float, mip_gap: float) -> FitResult:
+    nodes = solver_nodes(fleet, catalog())
+    if objective == "max_goodput":
+        return solve(units, nodes, objective="max_throughput", time_limit=time_limit,
+                     mip_gap=mip_gap)
+    try:
+        return solve(units, nodes, objective="min_cost", target=target, time_limit=time_limit,
+                     mip_gap=mip_gap)
+    except TargetUnreachable as exc:
+        raise LLMInputError(f"the trace's rate {target:.3g} requests/s is beyond this fleet "
+                            f"under the SLO: it serves at most {exc.achievable:.3g}; scale "
+                            "the trace down (--rate-scale) or add nodes") from None
+
+
+def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix
+             ) -> list[ClassFigures]:
+    """The three utilization figures (and memory held) per class, from the pools' loads."""
+    acc: dict[str, dict[str, float]] = {}
+    for pool in pools:
+        pm = book.get(model, pool.device_class, pool.tp)
+        dev = pm.device
+        per = pool.load / pool.replicas
+        n = pm.shape.params
+        kv = pm.shape.kv_bytes_per_token
+        flops = bytes_ = busy = held = 0.0
+        if pool.phase in ("prefill", "colocated"):
+            service = pm.prefill_s(mix.prompt, 1.0)
+            busy += per * float(service.mean())
+            flops += per * 2 * n * mix.mean_prompt / pool.tp
+            bytes_ += per * (2 * n + kv * mix.mean_prompt) / pool.tp
+        if pool.phase in ("decode", "colocated"):
+            batch, step = _decode_batch(pm, mix, per, pool.phase == "colocated")
+            steps = per * mix.mean_output / max(batch, 1e-9)
+            busy += min(1.0, steps * step)
+            flops += per * mix.mean_output * 2 * n / pool.tp
+            bytes_ += steps * (2 * n + kv * batch * mix.mean_context) / pool.tp
+            held = kv * batch * mix.reserve_tokens
+        row = acc.setdefault(pool.device_class, {"gpus": 0, "busy": 0.0, "flops": 0.0,
+                                                 "bytes": 0.0, "mem": 0.0})
+        row["gpus"] += pool.gpus
+        row["busy"] += min(1.0, busy) * pool.gpus
+        row["flops"] += flops * pool.gpus
+        row["bytes"] += bytes_ * pool.gpus
+        row["mem"] += (pm.weight_bytes + held) * pool.replicas
+    out = []
+    for name, row in sorted(acc.items()):
+        dev = catalog().get(name)
+        g = row["gpus"]
+        out.append(ClassFigures(
+            device_class=name, gpus=int(g), busy=row["busy"] / g,
+            compute=row["flops"] / g / dev.fp16_flops,
+            bandwidth=row["bytes"] / g / (dev.memory_bandwidth or math.inf),
+            memory=row["mem"] / (g * dev.memory_bytes)))
+    return out
+
+
+def _decode_batch(pm, mix: Mix, per: float, colocated: bool) -> tuple[float, float]:
+    """Mean sequences in a replica's batch at ``per`` requests/s (Little's law on a step that
+    grows with the batch), and the step at that batch."""
+    d0, d1, d2 = pm.decode_linear(mix.mean_context)
+    slope = d1 + d2 * mix.mean_context
+    stall = 1.0
+    if colocated:
+        stall = max(1e-3, 1.0 - per * float(pm.prefill_s(mix.prompt, 1.0).mean()))
+    work = per * mix.mean_output / stall
+    batch = work * d0 / max(1e-9, 1.0 - work * slope)
+    return batch, d0 + slope * batch
+
+
+def _predicted(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix
+               ) -> tuple[float | None, float | None]:
+    """Predicted TTFT and TPOT p90 at the planned loads (the worst pool of each)."""
+    ttft: list[float] = []
+    tpot: list[float] = []
+    for pool in pools:
+        pm = book.get(model, pool.device_class, pool.tp)
+        per = pool.load / pool.replicas
+        service = pm.prefill_s(mix.prompt, 1.0)
+        mean, second = float(service.mean()), float((service ** 2).mean())
+        q = float(np.quantile(service, QUANTILE))
+        if pool.phase in ("prefill", "colocated"):
+            rho = min(0.999, per * mean)
+            extra = 0.0
+            if pool.phase == "colocated":
+                extra = _decode_batch(pm, mix, per, True)[1]
+            ttft.append(q + mg1_wait_quantile(rho, mean, second) + extra)
+        if pool.phase in ("decode", "colocated"):
+            step = _decode_batch(pm, mix, per, pool.phase == "colocated")[1]
+            if pool.phase == "colocated":
+                step = step / max(1e-3, 1.0 - per * mean)
+            many = mix.output > 1
+            xfer = mix.prompt[many] * pm.shape.kv_bytes_per_token / pool.network \
+                if pool.network and pool.phase == "decode" else np.zeros(int(many.sum()))
+            spread = float(np.quantile(xfer / (mix.output[many] - 1), QUANTILE)) \
+                if many.any() else 0.0
+            tpot.append(step + spread)
+    return (max(ttft) if ttft else None), (max(tpot) if tpot else None)
+
+
+def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mode: Mode,
+          label: str, model: str, trace: Trace, mix: Mix, fleet: Fleet, slo: SLO,
+          objective: Objective, book: PhaseBook, time_limit: float, mip_gap: float,
+          target: float | None) -> LLMPlan:
+    result = _solve(units, fleet, objective, target, time_limit, mip_gap)
+    nets = {n.name: n.network_bandwidth for n in fleet.node_types}
+    pools = []
+    for p in result.replicas:
+        o = chosen[p.unit, p.device_class]
+        pools.append(Pool(phase=p.unit if p.unit != "serve" else "colocated",
+                          device_class=p.device_class, node_type=p.node_type, tp=o.model.tp,
+                          replicas=p.replicas, max_batch=o.max_batch, rate_per_replica=o.rate,
+                          load=p.items_per_s, source=o.model.source, limit=o.limit,
+                          network=nets.get(p.node_type)))
+    goodput = result.throughput
+    tokens = goodput * (mix.mean_prompt + mix.mean_output)
+    cost = result.cost_per_hour
+    ttft, tpot = _predicted(pools, book, model, mix)
+    unit = result.bottleneck or ""
+    limits = sorted({f"{p.device_class} TP{p.tp}: {p.limit}" for p in pools
+                     if (p.phase == unit or (unit == "serve" and p.phase == "colocated"))})
+    bottleneck = f"{unit}: {result.bottleneck_reason}" + (f"; per replica {'; '.join(limits)}"
+                                                          if limits else "")
+    return LLMPlan(
+        model=model, trace=trace.name, mode=mode, label=label, objective=objective,
+        slo={"ttft_p90": slo.ttft_p90, "tpot_p90": slo.tpot_p90}, feasible=goodput > 0,
+        goodput=goodput, tokens_per_s=tokens, cost_per_hour=cost,
+        cost_per_million_tokens=cost / (tokens * 3600) * 1e6 if tokens > 0 else None,
+        pools=pools, utilization=_figures(pools, book, model, mix), ttft_p90=ttft,
+        tpot_p90=tpot, bottleneck=bottleneck,
+        transferred=sorted({f"{p.device_class} TP{p.tp}: {p.source}" for p in pools
+                            if p.source != "measured"}),
+        solver={"status": result.status, "method": result.method, "gap": result.gap,
+                "seconds": result.solve_seconds},
+        mean_prompt=mix.mean_prompt, mean_output=mix.mean_output)
+
+
+def _empty(mode: Mode, label: str, model: str, trace: Trace, mix: Mix, slo: SLO,
+           objective: Objective, why: str) -> LLMPlan:
+    return LLMPlan(model=model, trace=trace.name, mode=mode, label=label, objective=objective,
+                   slo={"ttft_p90": slo.ttft_p90, "tpot_p90": slo.tpot_p90}, feasible=False,
+                   goodput=0.0, tokens_per_s=0.0, cost_per_hour=0.0,
+                   cost_per_million_tokens=None, pools=[], utilization=[], ttft_p90=None,
+                   tpot_p90=None, bottleneck=why, transferred=[], solver={},
+                   mean_prompt=mix.mean_prompt, mean_output=mix.mean_output)
+
+
+def plan_split(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
+               objective: Objective = "max_goodput", book: PhaseBook | None = None,
+               time_limit: float = 10.0, mip_gap: float = 0.01) -> LLMPlan:
+    """The phase-split plan: prefill and decode pools fitted together by the solver."""
+    book = book or default_book()
+    mix = Mix.of(trace)
+    units, chosen = [], {}
+    for phase in ("prefill", "decode"):
+        opts = options(book, model, fleet, mix, slo, phase)
+        classes = {}
+        for name, found in opts.items():
+            best = _best(found)
+            if best is not None:
+                classes[name] = best
+                chosen[phase, name] = best
+        if not classes:
+            raise _unmet(phase, opts, slo)
+        out = book.get(model, next(iter(classes)), 1).shape.kv_bytes_per_token \
+            * mix.mean_prompt if phase == "prefill" else 0.0
+        units.append(UnitDemand(name=phase, classes={n: _demand(o, out)
+                                                     for n, o in classes.items()}))
+    target = trace.rate if objective == "min_cost" else None
+    try:
+        return _plan(units, chosen, mode="split", label="phase-split", model=model, trace=trace,
+                     mix=mix, fleet=fleet, slo=slo, objective=objective, book=book,
+                     time_limit=time_limit, mip_gap=mip_gap, target=target)
+    except (UnitFitsNowhere, FitInputError) as exc:
+        raise LLMInputError(f"the phase-split plan does not fit the fleet: {exc}") from None
+
+
+def plan_colocated(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
+                   classes: Sequence[str] | None = None, objective: Objective = "max_goodput",
+                   book: PhaseBook | None = None, time_limit: float = 10.0,
+                   mip_gap: float = 0.01) -> LLMPlan:
+    """The colocated baseline on ``classes`` (all of the fleet's: the best mix)."""
+    book = book or default_book()
+    mix = Mix.of(trace)
+    opts = options(book, model, fleet, mix, slo, "colocated")
+    if classes is not None:
+        opts = {k: v for k, v in opts.items() if k in set(classes)}
+    label = "colocated " + ("+".join(sorted(opts)) if classes is not None else "best mix")
+    chosen = {}
+    demands = {}
+    for name, found in opts.items():
+        best = _best(found)
+        if best is not None:
+            chosen["serve", name] = best
+            demands[name] = _demand(best, 0.0)
+    if not demands:
+        why = str(_unmet("colocated", opts, slo)) if any(opts.values()) else \
+            "no class of the fleet holds the model"
+        return _empty("colocated", label, model, trace, mix, slo, objective, why)
+    target = trace.rate if objective == "min_cost" else None
+    try:
+        return _plan([UnitDemand(name="serve", classes=demands)], chosen, mode="colocated",
+                     label=label, model=model, trace=trace, mix=mix, fleet=fleet, slo=slo,
+                     objective=objective, book=book, time_limit=time_limit, mip_gap=mip_gap,
+                     target=target)
+    except (LLMInputError, UnitFitsNowhere, FitInputError) as exc:
+        return _empty("colocated", label, model, trace, mix, slo, objective, str(exc))
+
+
+def plan_llm(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
+             objective: Objective = "max_goodput", book: PhaseBook | None = None,
+             time_limit: float = 10.0, mip_gap: float = 0.01) -> PlanSet:
+    """The phase-split plan and the colocated baselines (each single class, the best mix)."""
+    book = book or default_book()
+    book.get(model, next(iter(_classes(fleet)), "H100-SXM"), 8)  # unknown model: say so
+    split = plan_split(model, trace, fleet, slo, objective=objective, book=book,
+                       time_limit=time_limit, mip_gap=mip_gap)
+    kw = {"objective": objective, "book": book, "time_limit": time_limit, "mip_gap": mip_gap}
+    names = sorted(_classes(fleet))
+    colocated = [plan_colocated(model, trace, fleet, slo, classes=[n], **kw)  # type: ignore
+                 for n in names]
+    if len(names) > 1:
+        colocated.append(plan_colocated(model, trace, fleet, slo, **kw))  # type: ignore
+    return PlanSet(split=split, colocated=colocated)
