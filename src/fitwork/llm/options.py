@@ -112,16 +112,18 @@ def transfer_seconds(model: PhaseModel, prompt: np.ndarray, network: float | Non
     return prompt * model.shape.kv_bytes_per_token / network
 
 
-def prefill_option(model: PhaseModel, mix: Mix, slo: SLO) -> Option:
-    """Prompts one at a time, FCFS: the highest utilization whose M/G/1 TTFT p90 meets the SLO."""
+def prefill_option(model: PhaseModel, mix: Mix, slo: SLO, servers: int = 1) -> Option:
+    """Prompts one at a time from one FCFS queue over ``servers`` replicas: the highest
+    utilization whose M/G/c TTFT p90 meets the SLO."""
     service = model.prefill_s(mix.prompt, 1.0)
     best = float(np.quantile(service, QUANTILE))
-    rho = max_utilization(service, slo.ttft_p90)
+    rho = max_utilization(service, slo.ttft_p90, servers=servers)
     if rho <= 0:
         return Option("prefill", model, 0.0, 1, f"TTFT SLO: prefill alone takes {best:.3g}s at "
                       f"p90 > {slo.ttft_p90:g}s", best, math.inf)
     return Option("prefill", model, rho / float(service.mean()), 1,
-                  f"TTFT SLO holds each replica to {rho:.0%} busy (M/G/1 p90 wait)", best,
+                  f"TTFT SLO holds each replica to {rho:.0%} busy (M/G/{servers} p90 wait)",
+                  best,
                   math.inf)
 
 
@@ -160,12 +162,34 @@ def decode_option(model: PhaseModel, mix: Mix, slo: SLO, network: float | None) 
     return Option("decode", model, rate, b, why, math.inf, best_tpot, float(np.mean(xfer)))
 
 
+STALL_SAMPLE = 2000
+
+
+def colocated_tpot(step: np.ndarray, lam: np.ndarray, p_mean: float, output: np.ndarray,
+                   q: float = QUANTILE) -> np.ndarray:
+    """The ``q``-quantile over requests of TPOT on a colocated replica, per (step, lambda).
+
+    A request decoding ``o - 1`` tokens lasts about (o - 1) step / (1 - rho); the prefills
+    that pause it in that time are Poisson at lambda, each E[P] long; its TPOT is step plus
+    their time over o - 1.  Drawn (seed 0) for up to ``STALL_SAMPLE`` requests of the mix.
+    """
+    many = output[output > 1][:STALL_SAMPLE]
+    if len(many) == 0:
+        return step.copy()
+    rho = np.minimum(lam * p_mean, 0.999)
+    span = (many[None, :] - 1) * (step / (1 - rho))[:, None]
+    stalls = np.random.default_rng(0).poisson(lam[:, None] * span)
+    tpot = step[:, None] + stalls * p_mean / (many[None, :] - 1)
+    return np.quantile(tpot, q, axis=1)
+
+
 def colocated_option(model: PhaseModel, mix: Mix, slo: SLO) -> Option:
     """Each replica runs both phases, a prefill pausing the decode batch (prefill first).
 
     At N sequences in the batch a replica carries lambda = N / (E[o] step(N) + N E[P])
-    requests/s; its share of time in prefill is rho = lambda E[P]; TPOT = step(N) / (1 - rho);
-    TTFT p90 = P p90 + M/G/1 wait at rho + one decode step.  The N with the highest lambda
+    requests/s; its share of time in prefill is rho = lambda E[P]; TPOT p90 from the
+    prefills that pause each request (`colocated_tpot`); TTFT p90 = P p90 + M/G/1 wait at
+    rho + one decode step.  The N with the highest lambda
     that meets both SLOs is chosen.
     """
     kv_batch, kv_why = _kv_bound(model, mix)
@@ -179,7 +203,7 @@ def colocated_option(model: PhaseModel, mix: Mix, slo: SLO) -> Option:
     step = model.decode_s(batches, mix.mean_context)
     lam = batches / (mix.mean_output * step + batches * p_mean)
     rho = lam * p_mean
-    tpot = step / (1 - rho)
+    tpot = colocated_tpot(step, lam, p_mean, mix.output)
     ttft = np.array([p_q + mg1_wait_quantile(float(r), p_mean, second) + float(s)
                      for r, s in zip(rho, step, strict=True)])
     ok = np.flatnonzero((tpot <= slo.tpot_p90) & (ttft <= slo.ttft_p90))

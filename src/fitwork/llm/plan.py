@@ -31,11 +31,12 @@ from fitwork.llm.options import (
     Mix,
     Option,
     colocated_option,
+    colocated_tpot,
     decode_option,
     prefill_option,
 )
 from fitwork.llm.phases import TP_DEGREES, LLMInputError, PhaseBook, default_book
-from fitwork.llm.queueing import QUANTILE, mg1_wait_quantile
+from fitwork.llm.queueing import QUANTILE, mgc_wait_quantile
 from fitwork.llm.trace import Trace
 
 Objective = Literal["max_goodput", "min_cost"]
@@ -75,7 +76,14 @@ class ClassFigures(BaseModel):
 
 
 class LLMPlan(BaseModel):
-    """A fitted serving plan and its predicted figures (``goodput`` requests/s within SLO)."""
+    """A fitted serving plan and its predicted figures.
+
+    ``capacity`` is the requests/s the pools carry within the SLOs at a steady (Poisson)
+    rate; ``goodput`` is the mean rate of the trace they serve within the SLOs, capacity /
+    ``burst`` (the trace's 90th-percentile one-minute rate over its mean,
+    `Trace.burstiness`).  Cost per million tokens is at ``goodput``, prompt and output
+    tokens counted.
+    """
 
     model: str
     trace: str
@@ -97,6 +105,8 @@ class LLMPlan(BaseModel):
     solver: dict[str, float | str]
     mean_prompt: float
     mean_output: float
+    burst: float = 1.0
+    capacity: float = 0.0
 
 
 class PlanSet(BaseModel):
@@ -145,9 +155,10 @@ def _network(fleet: Fleet, device_class: str) -> float | None:
     return None if any(n is None for n in nets) or not nets else float(min(nets))  # type: ignore
 
 
-def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase: str
-            ) -> dict[str, list[Option]]:
-    """Every (class, TP) option of ``phase`` on the fleet's classes, by class."""
+def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase: str,
+            servers: dict[str, int] | None = None) -> dict[str, list[Option]]:
+    """Every (class, TP) option of ``phase`` on the fleet's classes, by class (prefill:
+    ``servers[class]`` replicas of it share the queue, 1 when not given)."""
     out: dict[str, list[Option]] = {}
     for name, per_node in _classes(fleet).items():
         found = []
@@ -158,7 +169,7 @@ def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase
             if phase == "prefill":
                 if pm.kv_tokens() <= 0:
                     continue
-                found.append(prefill_option(pm, mix, slo))
+                found.append(prefill_option(pm, mix, slo, (servers or {}).get(name, 1)))
             elif phase == "decode":
                 found.append(decode_option(pm, mix, slo, _network(fleet, name)))
             else:
@@ -284,11 +295,14 @@ def _predicted(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix
             extra = 0.0
             if pool.phase == "colocated":
                 extra = _decode_batch(pm, mix, per, True)[1]
-            ttft.append(q + mg1_wait_quantile(rho, mean, second) + extra)
+            servers = pool.replicas if pool.phase == "prefill" else 1
+            ttft.append(q + mgc_wait_quantile(rho, mean, second, servers) + extra)
         if pool.phase in ("decode", "colocated"):
             step = _decode_batch(pm, mix, per, pool.phase == "colocated")[1]
             if pool.phase == "colocated":
-                step = step / max(1e-3, 1.0 - per * mean)
+                tpot.append(float(colocated_tpot(np.array([step]), np.array([per]), mean,
+                                                 mix.output)[0]))
+                continue
             many = mix.output > 1
             xfer = mix.prompt[many] * pm.shape.kv_bytes_per_token / pool.network \
                 if pool.network and pool.phase == "decode" else np.zeros(int(many.sum()))
@@ -301,7 +315,8 @@ def _predicted(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix
 def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mode: Mode,
           label: str, model: str, trace: Trace, mix: Mix, fleet: Fleet, slo: SLO,
           objective: Objective, book: PhaseBook, time_limit: float, mip_gap: float,
-          target: float | None) -> LLMPlan:
+          burst: float) -> LLMPlan:
+    target = trace.rate * burst if objective == "min_cost" else None
     result = _solve(units, fleet, objective, target, time_limit, mip_gap)
     nets = {n.name: n.network_bandwidth for n in fleet.node_types}
     pools = []
@@ -312,7 +327,7 @@ def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mod
                           replicas=p.replicas, max_batch=o.max_batch, rate_per_replica=o.rate,
                           load=p.items_per_s, source=o.model.source, limit=o.limit,
                           network=nets.get(p.node_type)))
-    goodput = result.throughput
+    goodput = result.throughput / burst
     tokens = goodput * (mix.mean_prompt + mix.mean_output)
     cost = result.cost_per_hour
     ttft, tpot = _predicted(pools, book, model, mix)
@@ -332,7 +347,8 @@ def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mod
                             if p.source != "measured"}),
         solver={"status": result.status, "method": result.method, "gap": result.gap,
                 "seconds": result.solve_seconds},
-        mean_prompt=mix.mean_prompt, mean_output=mix.mean_output)
+        mean_prompt=mix.mean_prompt, mean_output=mix.mean_output, burst=burst,
+        capacity=result.throughput)
 
 
 def _empty(mode: Mode, label: str, model: str, trace: Trace, mix: Mix, slo: SLO,
@@ -347,13 +363,66 @@ def _empty(mode: Mode, label: str, model: str, trace: Trace, mix: Mix, slo: SLO,
 
 def plan_split(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
                objective: Objective = "max_goodput", book: PhaseBook | None = None,
-               time_limit: float = 10.0, mip_gap: float = 0.01) -> LLMPlan:
-    """The phase-split plan: prefill and decode pools fitted together by the solver."""
+               time_limit: float = 10.0, mip_gap: float = 0.01,
+               burst: float | None = None) -> LLMPlan:
+    """The phase-split plan: prefill and decode pools fitted together by the solver.
+
+    ``burst`` (None: the trace's `Trace.burstiness`; 1.0: a steady rate) is how far above
+    its mean rate the plan provisions."""
     book = book or default_book()
     mix = Mix.of(trace)
+    burst = trace.burstiness() if burst is None else burst
+
+    def attempt(servers: dict[str, int]) -> tuple[LLMPlan, dict[str, int]]:
+        units, chosen = _split_units(book, model, fleet, mix, slo, servers)
+        try:
+            plan = _plan(units, chosen, mode="split", label="phase-split", model=model,
+                         trace=trace, mix=mix, fleet=fleet, slo=slo, objective=objective,
+                         book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst)
+        except (UnitFitsNowhere, FitInputError) as exc:
+            raise LLMInputError(f"the phase-split plan does not fit the fleet: {exc}") from None
+        counts: dict[str, int] = {}
+        for pool in plan.pools:
+            if pool.phase == "prefill":
+                counts[pool.device_class] = counts.get(pool.device_class, 0) + pool.replicas
+        return plan, counts
+
+    best, first = attempt({})
+    lo, hi, share = 0.0, 1.0, 1.0
+    for _ in range(REFINE_ROUNDS):
+        assumed = {c: max(1, int(n * share)) for c, n in first.items()}
+        plan, counts = attempt(assumed)
+        if all(counts.get(c, 0) >= n for c, n in assumed.items() if c in counts):
+            lo = share
+            if _better(plan, best, objective):
+                best = plan
+            if share == 1.0:
+                break
+        else:
+            hi = share
+        share = (lo + hi) / 2
+    return best
+
+
+REFINE_ROUNDS = 5
+"""Rounds of the prefill queue refinement: the first plan assumes one replica per queue
+(M/G/1); later rounds assume a share of the prefill replicas that plan chose share one queue
+(M/G/c), bisecting on the share, and keep a plan only where it holds at least the replicas
+its queue model assumed."""
+
+
+def _better(a: LLMPlan, b: LLMPlan, objective: Objective) -> bool:
+    if objective == "max_goodput":
+        return a.goodput > b.goodput * (1 + 1e-9)
+    return a.cost_per_hour < b.cost_per_hour * (1 - 1e-9)
+
+
+def _split_units(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO,
+                 servers: dict[str, int]
+                 ) -> tuple[list[UnitDemand], dict[tuple[str, str], Option]]:
     units, chosen = [], {}
     for phase in ("prefill", "decode"):
-        opts = options(book, model, fleet, mix, slo, phase)
+        opts = options(book, model, fleet, mix, slo, phase, servers)
         classes = {}
         for name, found in opts.items():
             best = _best(found)
@@ -366,19 +435,13 @@ def plan_split(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
             * mix.mean_prompt if phase == "prefill" else 0.0
         units.append(UnitDemand(name=phase, classes={n: _demand(o, out)
                                                      for n, o in classes.items()}))
-    target = trace.rate if objective == "min_cost" else None
-    try:
-        return _plan(units, chosen, mode="split", label="phase-split", model=model, trace=trace,
-                     mix=mix, fleet=fleet, slo=slo, objective=objective, book=book,
-                     time_limit=time_limit, mip_gap=mip_gap, target=target)
-    except (UnitFitsNowhere, FitInputError) as exc:
-        raise LLMInputError(f"the phase-split plan does not fit the fleet: {exc}") from None
+    return units, chosen
 
 
 def plan_colocated(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
                    classes: Sequence[str] | None = None, objective: Objective = "max_goodput",
                    book: PhaseBook | None = None, time_limit: float = 10.0,
-                   mip_gap: float = 0.01) -> LLMPlan:
+                   mip_gap: float = 0.01, burst: float | None = None) -> LLMPlan:
     """The colocated baseline on ``classes`` (all of the fleet's: the best mix)."""
     book = book or default_book()
     mix = Mix.of(trace)
@@ -397,25 +460,27 @@ def plan_colocated(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
         why = str(_unmet("colocated", opts, slo)) if any(opts.values()) else \
             "no class of the fleet holds the model"
         return _empty("colocated", label, model, trace, mix, slo, objective, why)
-    target = trace.rate if objective == "min_cost" else None
     try:
         return _plan([UnitDemand(name="serve", classes=demands)], chosen, mode="colocated",
                      label=label, model=model, trace=trace, mix=mix, fleet=fleet, slo=slo,
                      objective=objective, book=book, time_limit=time_limit, mip_gap=mip_gap,
-                     target=target)
+                     burst=trace.burstiness() if burst is None else burst)
     except (LLMInputError, UnitFitsNowhere, FitInputError) as exc:
         return _empty("colocated", label, model, trace, mix, slo, objective, str(exc))
 
 
 def plan_llm(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
              objective: Objective = "max_goodput", book: PhaseBook | None = None,
-             time_limit: float = 10.0, mip_gap: float = 0.01) -> PlanSet:
+             time_limit: float = 10.0, mip_gap: float = 0.01,
+             burst: float | None = None) -> PlanSet:
     """The phase-split plan and the colocated baselines (each single class, the best mix)."""
     book = book or default_book()
     book.get(model, next(iter(_classes(fleet)), "H100-SXM"), 8)  # unknown model: say so
+    burst = trace.burstiness() if burst is None else burst
     split = plan_split(model, trace, fleet, slo, objective=objective, book=book,
-                       time_limit=time_limit, mip_gap=mip_gap)
-    kw = {"objective": objective, "book": book, "time_limit": time_limit, "mip_gap": mip_gap}
+                       time_limit=time_limit, mip_gap=mip_gap, burst=burst)
+    kw = {"objective": objective, "book": book, "time_limit": time_limit, "mip_gap": mip_gap,
+          "burst": burst}
     names = sorted(_classes(fleet))
     colocated = [plan_colocated(model, trace, fleet, slo, classes=[n], **kw)  # type: ignore
                  for n in names]

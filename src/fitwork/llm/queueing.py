@@ -31,10 +31,44 @@ def mg1_wait_quantile(rho: float, mean_s: float, second_moment: float,
     return w / rho * math.log(rho / (1 - q))
 
 
+def erlang_c(servers: int, rho: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue at utilization ``rho`` per server."""
+    if rho <= 0:
+        return 0.0
+    if rho >= 1:
+        return 1.0
+    a = servers * rho
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = a * b / (k + a * b)
+    return servers * b / (servers - a * (1 - b))
+
+
+def mgc_wait_quantile(rho: float, mean_s: float, second_moment: float, servers: int = 1,
+                      q: float = QUANTILE) -> float:
+    """The ``q``-quantile of the wait in an M/G/c queue (one FCFS queue, ``servers`` servers).
+
+    Allen-Cunneen: P(W > 0) = C (Erlang C), mean wait W = C E[S] / (c (1 - rho)) x
+    (1 + cs^2) / 2, and a wait, given there is one, exponential with mean W / C.  With one
+    server this is `mg1_wait_quantile`.
+    """
+    if servers <= 1:
+        return mg1_wait_quantile(rho, mean_s, second_moment, q)
+    if rho >= 1:
+        return math.inf
+    c = erlang_c(servers, rho)
+    if c <= 1 - q:
+        return 0.0
+    scv = second_moment / mean_s ** 2 - 1
+    w = c * mean_s / (servers * (1 - rho)) * (1 + scv) / 2
+    return w / c * math.log(c / (1 - q))
+
+
 def max_utilization(service: np.ndarray, slo: float, extra: float = 0.0,
-                    q: float = QUANTILE) -> float:
-    """The highest utilization of one FCFS server of these service times (one per request,
-    Poisson arrivals) at which ``q``-quantile service + wait + ``extra`` stays within ``slo``.
+                    q: float = QUANTILE, servers: int = 1) -> float:
+    """The highest utilization of ``servers`` FCFS servers sharing one queue of these service
+    times (one per request, Poisson arrivals) at which the ``q``-quantile service + wait +
+    ``extra`` stays within ``slo``.
 
     The quantile of the sum is bounded by the sum of the quantiles (conservative).  0 when
     the service alone misses the SLO.
@@ -43,12 +77,16 @@ def max_utilization(service: np.ndarray, slo: float, extra: float = 0.0,
     if base > slo:
         return 0.0
     mean, second = float(service.mean()), float((service ** 2).mean())
+
+    def wait(rho: float) -> float:
+        return mgc_wait_quantile(rho, mean, second, servers, q)
+
     lo, hi = 0.0, 0.999
-    if base + mg1_wait_quantile(hi, mean, second, q) <= slo:
+    if base + wait(hi) <= slo:
         return hi
     for _ in range(50):
         mid = (lo + hi) / 2
-        if base + mg1_wait_quantile(mid, mean, second, q) <= slo:
+        if base + wait(mid) <= slo:
             lo = mid
         else:
             hi = mid

@@ -54,10 +54,21 @@ class Trace:
         """The first ``n`` requests."""
         return Trace(self.name, self.arrival[:n], self.prompt[:n], self.output[:n])
 
+    def burstiness(self, window: float = 60.0, q: float = 0.99) -> float:
+        """The ``q``-quantile, over requests, of the rate in the ``window``-second window each
+        arrives in, over the mean rate (1 for a steady rate; the Azure conv trace: 1.53, code:
+        4.10).  The planner provisions for this much above the mean."""
+        if len(self) < 2 or self.duration <= window:
+            return 1.0
+        index = ((self.arrival - self.arrival[0]) // window).astype(int)
+        seen = np.bincount(index)[index]
+        mean = len(self) / (self.duration / window)
+        return max(1.0, float(np.quantile(seen, q)) / mean)
+
     def summary(self) -> dict[str, float]:
         """Count, duration, rate, and the length distributions (mean and quantiles)."""
         out: dict[str, float] = {"requests": float(len(self)), "duration_s": self.duration,
-                                 "rate_per_s": self.rate}
+                                 "rate_per_s": self.rate, "burstiness": self.burstiness()}
         for name, values in (("prompt", self.prompt), ("output", self.output)):
             out[f"{name}_mean"] = float(values.mean())
             for q in (50, 90, 99):
