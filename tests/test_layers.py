@@ -19,7 +19,7 @@ LAYERS = {
     "fitwork.decomposition": 5,
     "fitwork.fit": 6,
     "fitwork.engine": 7,
-    "fitwork.runner": 8, "fitwork.report": 8,
+    "fitwork.runner": 8, "fitwork.report": 8, "fitwork.orchestrate": 8,
     "fitwork.demo": 9,
     "fitwork.cli": 10, "fitwork": 10,
 }

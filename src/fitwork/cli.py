@@ -20,6 +20,7 @@ from fitwork.decomposition.cli import (
 from fitwork.demo.cli import demo
 from fitwork.engine.registry import ENGINES
 from fitwork.errors import FitworkError
+from fitwork.orchestrate.cli import deploy, fleet_k8s, fleet_slurm
 from fitwork.report.cli_report import report
 from fitwork.report.metrics import combine_progress, exporter_for, metrics_options
 from fitwork.version import __version__
@@ -322,6 +323,9 @@ class _Null:
 main.add_command(report)
 main.add_command(decompose_command)
 main.add_command(demo)
+fleet.add_command(fleet_k8s)
+fleet.add_command(fleet_slurm)
+main.add_command(deploy)
 
 
 if __name__ == "__main__":

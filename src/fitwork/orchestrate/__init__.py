@@ -1,0 +1,1 @@
+"""Orchestrators: read a Kubernetes or Slurm cluster as a fleet, and write a plan for them."""

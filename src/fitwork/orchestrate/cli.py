@@ -1,0 +1,245 @@
+"""CLI: ``fitwork fleet k8s|slurm`` read a cluster; ``fitwork deploy k8s|slurm`` write a plan."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import yaml
+
+from fitwork.errors import FitworkError
+from fitwork.orchestrate.cluster import ClusterError, ClusterFleet
+
+_NODES_HELP = {
+    "k8s": "The JSON of `kubectl get nodes -o json` [default: the live cluster of the current "
+           "kubeconfig context, read-only; needs fitwork[k8s]].",
+    "slurm": "The output of `scontrol show node --json`, `sinfo --json` or `scontrol show "
+             "node -o` [default: ask the controller].",
+}
+
+
+def _fail(message: object) -> NoReturn:
+    """One line on stderr, as the rest of the CLI prints errors, and exit 1."""
+    from rich.console import Console
+
+    Console(stderr=True).print(f"error: {message}", soft_wrap=True, highlight=False,
+                               markup=False, style="red")
+    sys.exit(1)
+
+
+def _read(path: Path, what: str, text: bool = False) -> Any:
+    """A file's parsed JSON/YAML (or its text); a `ClusterError` naming it otherwise."""
+    try:
+        content = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ClusterError(f"{what} {path}: cannot read: "
+                           f"{(exc.strerror or str(exc)).lower()}") from None
+    if text and not content.lstrip().startswith(("{", "[")):
+        return content
+    try:
+        return yaml.safe_load(content)
+    except yaml.YAMLError as exc:
+        raise ClusterError(f"{what} {path}: not JSON or YAML: "
+                           f"{' '.join(str(exc).split())[:200]}") from None
+
+
+def k8s_cluster(nodes: Path | None, slices: Path | None, tolerate: tuple[str, ...],
+                name: str | None) -> ClusterFleet:
+    """The Kubernetes cluster from files, or the live one."""
+    from fitwork.orchestrate.k8s_fleet import read_k8s, read_live
+
+    if nodes is None:
+        if slices is not None:
+            raise ClusterError("--slices goes with --nodes (a live cluster's ResourceSlices "
+                               "are read from the cluster)")
+        return read_live(name, tolerate)
+    slice_doc = _read(slices, "slices") if slices else None
+    return read_k8s(_read(nodes, "nodes"), slice_doc, name=name or nodes.stem,
+                    tolerate=tolerate, place=f"nodes {nodes}")
+
+
+def slurm_cluster(nodes: Path | None, name: str | None) -> ClusterFleet:
+    """The Slurm cluster from a file, or from the controller."""
+    from fitwork.orchestrate.slurm_fleet import read_live, read_slurm
+
+    if nodes is None:
+        return read_live(name or "slurm")
+    return read_slurm(_read(nodes, "nodes", text=True), name or nodes.stem,
+                      place=f"nodes {nodes}")
+
+
+def _show(read: Callable[[], ClusterFleet], output_path: Path | None) -> None:
+    from rich.console import Console
+
+    from fitwork.hardware.render import render_fleet
+
+    console = Console()
+    try:
+        cluster = read()
+        found = cluster.fleet()
+    except FitworkError as exc:
+        _fail(exc)
+    console.print(render_fleet(found))
+    for note in cluster.notes():
+        console.print(note, markup=False, soft_wrap=True)
+    if output_path:
+        output_path.write_text(found.to_yaml())
+        console.print(f"wrote {output_path}", markup=False)
+
+
+_OUTPUT = click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+                       help="Also write the fleet as YAML here (for `fitwork plan --fleet`).")
+_NAME = click.option("--name", help="The fleet's name [default: the file's or context's].")
+_SLICES = click.option("--slices", type=click.Path(path_type=Path),
+                       help="With --nodes: the JSON of `kubectl get resourceslices -o json` "
+                            "(DRA devices per node).")
+_TOLERATE = click.option("--tolerate", multiple=True, metavar="KEY",
+                         help="Keep nodes tainted with KEY (and tolerate it); GPU taints "
+                              "(nvidia.com/gpu, amd.com/gpu) always are. Repeatable.")
+
+
+@click.command("k8s")
+@click.option("--nodes", type=click.Path(path_type=Path), help=_NODES_HELP["k8s"])
+@_SLICES
+@_TOLERATE
+@_NAME
+@_OUTPUT
+def fleet_k8s(nodes: Path | None, slices: Path | None, tolerate: tuple[str, ...],
+              name: str | None, output_path: Path | None) -> None:
+    """A Kubernetes cluster's schedulable nodes, grouped into node types."""
+    _show(lambda: k8s_cluster(nodes, slices, tolerate, name), output_path)
+
+
+@click.command("slurm")
+@click.option("--nodes", type=click.Path(path_type=Path), help=_NODES_HELP["slurm"])
+@_NAME
+@_OUTPUT
+def fleet_slurm(nodes: Path | None, name: str | None, output_path: Path | None) -> None:
+    """A Slurm cluster's usable nodes, grouped into node types."""
+    _show(lambda: slurm_cluster(nodes, name), output_path)
+
+
+@click.group()
+def deploy() -> None:
+    """Write a plan for an orchestrator: KubeRay manifests, or an sbatch script."""
+
+
+_PLAN = click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+_DIR = click.option("--out-dir", "-o", "out_dir", required=True,
+                    type=click.Path(path_type=Path, file_okay=False),
+                    help="The folder to write into (created).")
+_RUN = [
+    click.option("--pipeline", "pipeline_ref", required=True, metavar="MODULE_OR_FILE:PIPELINE",
+                 help="The pipeline the job runs, as `fitwork run` takes it."),
+    click.option("--input", "input_path", required=True,
+                 help="The job's input, as the job's nodes see it."),
+    click.option("--output", "output_path", required=True,
+                 help="The job's output, as the job's nodes see it."),
+]
+
+
+def _run_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_RUN):
+        command = option(command)
+    return command
+
+
+def _plan(path: Path) -> Any:
+    from fitwork.fit.plan import Plan
+
+    return Plan.load(path)
+
+
+def _report(plan: Any, written: list[Path], then: str) -> None:
+    from rich.console import Console
+
+    from fitwork.orchestrate.shape import plan_shapes, summary
+
+    console = Console()
+    for path in written:
+        console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    for line in summary(plan, plan_shapes(plan)):
+        console.print(line, markup=False, soft_wrap=True)
+    console.print(then, markup=False, soft_wrap=True)
+
+
+@deploy.command("k8s")
+@_PLAN
+@_DIR
+@_run_options
+@click.option("--image", default=None, help="An image with fitwork, Ray and the pipeline "
+              "[default: fitwork:VERSION].")
+@click.option("--dra", is_flag=True, help="Ask for GPUs with DRA ResourceClaimTemplates "
+              "(resource.k8s.io/v1) instead of device-plugin resources.")
+@click.option("--queue", help="The queue: Kueue's LocalQueue (kueue.x-k8s.io/queue-name), or "
+              "Volcano's queue with --gang volcano.")
+@click.option("--gang", type=click.Choice(["volcano", "kueue"]),
+              help="Gang-schedule the whole cluster with Volcano, or admit it whole with Kueue.")
+@click.option("--name", help="The RayCluster's name [default: fitwork-PIPELINE].")
+@click.option("--namespace", help="The namespace of every object [default: kubectl's].")
+@click.option("--nodes", type=click.Path(path_type=Path), help=_NODES_HELP["k8s"])
+@_SLICES
+@_TOLERATE
+def deploy_k8s(plan_path: Path, out_dir: Path, pipeline_ref: str, input_path: str,
+               output_path: str, image: str | None, dra: bool, queue: str | None,
+               gang: str | None, name: str | None, namespace: str | None,
+               nodes: Path | None, slices: Path | None, tolerate: tuple[str, ...]) -> None:
+    """Write PLAN as a KubeRay RayCluster and RayJob (checked against the cluster)."""
+    from fitwork.orchestrate.kuberay import JobSpec, k8s_name, manifests
+    from fitwork.version import __version__
+
+    try:
+        plan = _plan(plan_path)
+        cluster = k8s_cluster(nodes, slices, tolerate, None)
+        spec = JobSpec(pipeline=pipeline_ref, input=input_path, output=output_path,
+                       image=image or f"fitwork:{__version__}",
+                       name=k8s_name(name or f"fitwork-{plan.pipeline}"), namespace=namespace,
+                       queue=queue, gang=gang, dra=dra)  # type: ignore[arg-type]
+        objects = manifests(plan, cluster, spec)
+    except FitworkError as exc:
+        _fail(exc)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for index, (kind, items) in enumerate(objects.items(), start=1):
+        path = out_dir / f"{index:02d}-{kind}.yaml"
+        path.write_text(yaml.safe_dump_all(items, sort_keys=False))
+        written.append(path)
+    _report(plan, written, f"apply with: kubectl apply {' '.join(f'-f {p}' for p in written)}")
+
+
+@deploy.command("slurm")
+@_PLAN
+@_DIR
+@_run_options
+@click.option("--time", "time_limit", help="The job's time limit (sbatch --time).")
+@click.option("--account", help="The account to charge (sbatch --account).")
+@click.option("--nodes", type=click.Path(path_type=Path), help=_NODES_HELP["slurm"])
+def deploy_slurm(plan_path: Path, out_dir: Path, pipeline_ref: str, input_path: str,
+                 output_path: str, time_limit: str | None, account: str | None,
+                 nodes: Path | None) -> None:
+    """Write PLAN as one sbatch heterogeneous job (checked against the cluster)."""
+    from fitwork.orchestrate.kuberay import k8s_name
+    from fitwork.orchestrate.sbatch import SlurmJob, sbatch_script
+
+    try:
+        plan = _plan(plan_path)
+        cluster = slurm_cluster(nodes, None)
+        target = out_dir.resolve()
+        job = SlurmJob(pipeline=pipeline_ref, input=input_path, output=output_path,
+                       plan_path=str(target / "plan.json"),
+                       name=k8s_name(f"fitwork-{plan.pipeline}"), time=time_limit,
+                       account=account, log=str(target / "fitwork-%j.out"))
+        script = sbatch_script(plan, cluster, job)
+    except FitworkError as exc:
+        _fail(exc)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if plan_path.resolve() != (target / "plan.json"):
+        shutil.copyfile(plan_path, target / "plan.json")
+    path = out_dir / "fitwork.sbatch"
+    path.write_text(script)
+    path.chmod(0o755)
+    _report(plan, [target / "plan.json", path], f"submit with: sbatch {path}")

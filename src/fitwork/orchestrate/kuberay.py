@@ -1,0 +1,251 @@
+"""A plan as Kubernetes objects: a KubeRay RayCluster, a RayJob, the plan's ConfigMap, DRA claims.
+
+One worker group per planned node type: as many pods as the plan uses nodes of it, one Ray
+node per pod, told the node type's cores and the devices its replicas need, with the
+``fitwork.node-type`` label and the device class as a Ray resource (what the Ray engine's
+placement groups select and ask for).  GPUs come as the device plugin's extended resource
+on nodes picked by the product label, as MIG slices where the node type's GPUs are all
+partitioned, or with ``dra`` as a ResourceClaimTemplate (resource.k8s.io/v1) selecting the
+product by the DRA driver's device attribute.  Fractional shares on whole GPUs are
+time-sliced: Ray packs the replicas' shares onto the devices the pod holds, as planned.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fitwork.fit.plan import Plan
+from fitwork.orchestrate.cluster import ClusterError, ClusterFleet, ClusterNodeType, DraDevice
+from fitwork.orchestrate.k8s_fleet import dra_default
+from fitwork.orchestrate.quantity import cpu_quantity, memory_quantity
+from fitwork.orchestrate.shape import NodeShape, plan_shapes
+
+PLAN_DIR = "/etc/fitwork"
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+VOLCANO_QUEUE = "volcano.sh/queue-name"
+SCHEDULER = "ray.io/scheduler-name"
+CONFIGMAP_LIMIT = 1_000_000
+Gang = Literal["volcano", "kueue"]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the RayJob runs: the pipeline reference, its input and output, the image."""
+
+    pipeline: str
+    input: str
+    output: str
+    image: str
+    name: str
+    namespace: str | None = None
+    queue: str | None = None
+    gang: Gang | None = None
+    dra: bool = False
+
+
+def k8s_name(text: str, limit: int = 50) -> str:
+    """``text`` as a DNS-1123 label: lower case letters, digits and '-', at most ``limit``."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-")
+    return name or "fitwork"
+
+
+def _meta(name: str, spec: JobSpec, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if spec.namespace:
+        meta["namespace"] = spec.namespace
+    meta["labels"] = {"app.kubernetes.io/managed-by": "fitwork", **(labels or {})}
+    return meta
+
+
+def _quoted_json(value: dict[str, int]) -> str:
+    """A JSON value as KubeRay wants it in rayStartParams: quoted for the shell it runs."""
+    return '"' + json.dumps(value).replace('"', '\\"') + '"'
+
+
+def _mig_slices(shape: NodeShape, cluster: ClusterNodeType) -> dict[str, int]:
+    """MIG slices one pod asks for: per fractional replica, the smallest profile holding it."""
+    accel = cluster.accelerators
+    assert accel is not None
+    if shape.whole_asks:
+        raise ClusterError(f"node type {cluster.name}: its GPUs are all MIG slices "
+                           f"({', '.join(p for p, _ in accel.mig)}), but the plan gives "
+                           "replicas whole GPUs there; re-plan, or repartition its GPUs")
+    profiles = sorted(accel.mig, key=lambda item: int(item[0].split("g.")[0]))
+    per_node = math.ceil(len(shape.shares) / max(1, shape.nodes))
+    wanted: dict[str, int] = {}
+    for share in sorted(shape.shares, reverse=True)[:per_node]:
+        fits = [p for p, _ in profiles if int(p.split("g.")[0]) / 7 >= share - 1e-9]
+        if not fits:
+            raise ClusterError(f"node type {cluster.name}: no MIG profile holds a share of "
+                               f"{share:.2f} of a GPU (it offers "
+                               f"{', '.join(p for p, _ in profiles)}); re-plan")
+        wanted[fits[0]] = wanted.get(fits[0], 0) + 1
+    offered = dict(accel.mig)
+    for profile, count in wanted.items():
+        if count > offered.get(profile, 0):
+            raise ClusterError(f"node type {cluster.name}: the plan needs {count} MIG "
+                               f"{profile} slices per node; it offers {offered.get(profile, 0)}")
+    return wanted
+
+
+def _dra_claim(shape: NodeShape, cluster: ClusterNodeType, name: str, spec: JobSpec,
+               mig: dict[str, int]) -> dict[str, Any]:
+    """A ResourceClaimTemplate asking for the devices of one pod, by product attribute."""
+    accel = cluster.accelerators
+    assert accel is not None
+    device: DraDevice = accel.dra or dra_default(accel)
+
+    def selector(extra: str = "") -> list[dict[str, Any]]:
+        attribute = f"device.attributes[{json.dumps(device.driver)}].{device.attribute}"
+        return [{"cel": {"expression": f"{attribute} == {json.dumps(device.value)}{extra}"}}]
+
+    requests: list[dict[str, Any]] = []
+    if mig:
+        mig_class = device.driver.replace("gpu.", "mig.", 1)
+        for profile, count in sorted(mig.items()):
+            profile_attr = f"device.attributes[{json.dumps(device.driver)}].profile"
+            requests.append({"name": k8s_name(f"mig-{profile}", 60), "exactly": {
+                "deviceClassName": mig_class, "allocationMode": "ExactCount", "count": count,
+                "selectors": selector(f" && {profile_attr} == {json.dumps(profile)}")}})
+    else:
+        requests.append({"name": "gpus", "exactly": {
+            "deviceClassName": device.driver, "allocationMode": "ExactCount",
+            "count": shape.device_slots, "selectors": selector()}})
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": _meta(name, spec),
+            "spec": {"spec": {"devices": {"requests": requests}}}}
+
+
+def _container(name: str, spec: JobSpec, requests: dict[str, str],
+               limits: dict[str, str], claims: list[str], mount: bool) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "image": spec.image,
+                                 "resources": {"requests": requests, "limits": limits}}
+    if claims:
+        container["resources"]["claims"] = [{"name": c} for c in claims]
+    if mount:
+        container["volumeMounts"] = [{"name": "fitwork-plan", "mountPath": PLAN_DIR,
+                                      "readOnly": True}]
+    return container
+
+
+def _worker_group(shape: NodeShape, cluster: ClusterNodeType, spec: JobSpec,
+                  objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """One worker group (and, with DRA, its claim template appended to ``objects``)."""
+    accel = cluster.accelerators
+    group = k8s_name(shape.name, 40)
+    requests = {"cpu": cpu_quantity(max(1.0, math.ceil(shape.cores_used * 10) / 10)),
+                "memory": memory_quantity(shape.memory_request())}
+    limits = {"cpu": cpu_quantity(shape.cores), "memory": memory_quantity(shape.node_type.memory)}
+    params = shape.ray_params()
+    annotations: dict[str, str] = {}
+    selector = dict(cluster.selector)
+    pod: dict[str, Any] = {}
+    claims: list[str] = []
+    if accel is not None and shape.device_slots:
+        mig = _mig_slices(shape, cluster) if accel.resource is None and accel.mig else {}
+        if mig:
+            params["num-gpus"] = str(sum(mig.values()))
+            params["resources"] = json.dumps({shape.device_class: sum(mig.values())})
+            annotations["fitwork.io/gpu-sharing"] = (
+                "MIG: " + ", ".join(f"{n} x {p}" for p, n in sorted(mig.items())))
+        elif shape.shares:
+            annotations["fitwork.io/gpu-sharing"] = (
+                f"time-slicing: {len(shape.shares)} replica(s) with shares of a GPU packed by "
+                f"Ray onto {shape.device_slots} device(s) per pod")
+        if spec.dra:
+            claim = k8s_name(f"{spec.name}-{group}-devices", 63)
+            objects.append(_dra_claim(shape, cluster, claim, spec, mig))
+            pod["resourceClaims"] = [{"name": "devices", "resourceClaimTemplateName": claim}]
+            claims = ["devices"]
+        else:
+            selector.update(dict(accel.selector))
+            if mig:
+                for profile, count in mig.items():
+                    resource = dict(accel.mig_resources)[profile]
+                    requests[resource] = limits[resource] = str(count)
+            elif accel.resource:
+                requests[accel.resource] = limits[accel.resource] = str(shape.device_slots)
+            else:
+                raise ClusterError(f"node type {cluster.name}: its GPUs are published only "
+                                   "through DRA (no device-plugin resource); deploy with --dra")
+    if "resources" in params:
+        params["resources"] = _quoted_json(json.loads(params["resources"]))
+    template: dict[str, Any] = {"spec": {
+        **({"nodeSelector": selector} if selector else {}),
+        **({"tolerations": cluster.tolerations} if cluster.tolerations else {}),
+        **pod,
+        "containers": [_container("ray-worker", spec, requests, limits, claims, False)]}}
+    if annotations:
+        template["metadata"] = {"annotations": annotations}
+    return {"groupName": group, "replicas": shape.nodes, "minReplicas": shape.nodes,
+            "maxReplicas": shape.nodes, "rayStartParams": params, "template": template}
+
+
+def manifests(plan: Plan, cluster: ClusterFleet, spec: JobSpec) -> dict[str, list[dict[str, Any]]]:
+    """The objects to apply, by file name: ``configmap``, ``resourceclaimtemplates`` (with
+    DRA), ``raycluster`` and ``rayjob``."""
+    if spec.gang == "kueue" and not spec.queue:
+        raise ClusterError("--gang kueue admits the cluster through a Kueue LocalQueue: give "
+                           "--queue NAME")
+    shapes = plan_shapes(plan)
+    pairs = [(s, cluster.get(s.name)) for s in shapes]
+    _check_fits(pairs)
+    text = plan.model_dump_json()
+    if len(text) > CONFIGMAP_LIMIT:
+        raise ClusterError(f"plan is {len(text):,} bytes; a ConfigMap holds at most "
+                           f"{CONFIGMAP_LIMIT:,}: bake the plan into the image instead")
+    claims: list[dict[str, Any]] = []
+    workers = [_worker_group(s, c, spec, claims) for s, c in pairs]
+    labels: dict[str, str] = {}
+    if spec.gang == "volcano":
+        labels[SCHEDULER] = "volcano"
+        if spec.queue:
+            labels[VOLCANO_QUEUE] = spec.queue
+    elif spec.queue:
+        labels[KUEUE_QUEUE] = spec.queue
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": _meta(f"{spec.name}-plan", spec),
+                 "data": {"plan.json": text}}
+    head = {"rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+            "template": {"spec": {
+                "containers": [_container("ray-head", spec, {"cpu": "1", "memory": "2Gi"},
+                                          {"cpu": "2", "memory": "4Gi"}, [], True)],
+                "volumes": [{"name": "fitwork-plan",
+                             "configMap": {"name": f"{spec.name}-plan"}}]}}}
+    raycluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                  "metadata": _meta(spec.name, spec, labels),
+                  "spec": {"headGroupSpec": head, "workerGroupSpecs": workers}}
+    if spec.queue and spec.gang != "volcano":
+        raycluster["spec"]["suspend"] = True  # Kueue resumes it once the queue admits it
+    command = ["fitwork", "run", spec.pipeline, "--input", spec.input, "--output",
+               spec.output, "--engine", "ray", "--plan", f"{PLAN_DIR}/plan.json", "--quiet"]
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+              "metadata": _meta(f"{spec.name}-run", spec),
+              "spec": {"entrypoint": shlex.join(command),
+                       "clusterSelector": {"ray.io/cluster": spec.name},
+                       "submissionMode": "K8sJobMode"}}
+    out = {"configmap": [configmap]}
+    if claims:
+        out["resourceclaimtemplates"] = claims
+    out["raycluster"] = [raycluster]
+    out["rayjob"] = [rayjob]
+    return out
+
+
+def _check_fits(pairs: list[tuple[NodeShape, ClusterNodeType]]) -> None:
+    """Each planned node type, as the cluster has it: as many nodes, the same devices."""
+    for shape, have in pairs:
+        if shape.nodes > have.count:
+            raise ClusterError(f"the plan uses {shape.nodes} nodes of type {shape.name}; the "
+                               f"cluster has {have.count}; re-plan for this cluster's fleet")
+        planned = shape.node_type.devices
+        offered = have.node_type().devices
+        if planned != offered:
+            raise ClusterError(f"node type {shape.name}: the plan has {planned or 'no devices'} "
+                               f"per node, the cluster {offered or 'no devices'}; re-plan for "
+                               "this cluster's fleet")

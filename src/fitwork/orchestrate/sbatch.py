@@ -1,0 +1,169 @@
+"""A plan as one sbatch script: a heterogeneous job with a component per planned node type.
+
+The batch step (on the first component's first node) starts the Ray head with no CPUs; an
+``srun`` step per component starts one Ray worker per node with the node type's label,
+cores and devices (the device class as a Ray resource); once every node has joined, the
+pipeline runs there with ``fitwork run --engine ray --plan``.  Ray is stopped however the
+job ends: the batch script's EXIT trap ends the worker steps, whose own traps stop the
+Ray processes of this job (found by its own Ray directory, /tmp/fwr-JOBID) on each node,
+since Ray's daemons outlive a job step under ``proctrack/linuxproc``.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+
+from fitwork.fit.plan import Plan
+from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL
+from fitwork.orchestrate.cluster import ClusterError, ClusterFleet, ClusterNodeType
+from fitwork.orchestrate.shape import NodeShape, plan_shapes
+
+SLURM_MB = 2**20
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What the job runs, where the plan lies, and the job's options."""
+
+    pipeline: str
+    input: str
+    output: str
+    plan_path: str
+    name: str
+    time: str | None = None
+    account: str | None = None
+    log: str = "fitwork-%j.out"
+    wait_timeout: float = 300.0
+
+
+def _component(shape: NodeShape, node: ClusterNodeType, job: SlurmJob,
+               first: bool) -> list[str]:
+    """The #SBATCH lines of one component."""
+    lines = []
+    if first:
+        lines += [f"--job-name={job.name}", f"--output={job.log}"]
+        if job.time:
+            lines.append(f"--time={job.time}")
+        if job.account:
+            lines.append(f"--account={job.account}")
+    if node.partition:
+        lines.append(f"--partition={node.partition}")
+    memory = math.floor(node.memory / SLURM_MB)
+    lines += [f"--nodes={shape.nodes}", "--ntasks-per-node=1",
+              f"--cpus-per-task={shape.cores}", f"--mem={memory}"]
+    accel = node.accelerators
+    if accel is not None and shape.device_slots:
+        lines.append(f"--gres={accel.gres or 'gpu'}:{shape.device_slots}")
+    if node.features:
+        lines.append(f"--constraint={'&'.join(node.features)}")
+    return [f"#SBATCH {line}" for line in lines]
+
+
+def _check(shape: NodeShape, node: ClusterNodeType) -> None:
+    if shape.nodes > node.count:
+        raise ClusterError(f"the plan uses {shape.nodes} nodes of type {shape.name}; the "
+                           f"cluster has {node.count}; re-plan for this cluster's fleet")
+    if shape.node_type.devices != node.node_type().devices:
+        raise ClusterError(f"node type {shape.name}: the plan has "
+                           f"{shape.node_type.devices or 'no devices'} per node, the cluster "
+                           f"{node.node_type().devices or 'no devices'}; re-plan for this "
+                           "cluster's fleet")
+
+
+WORKER = r"""
+tmp=$1; shift
+stop() {
+    pkill -TERM -f -- "$tmp" 2>/dev/null || true
+    sleep 2
+    pkill -KILL -f -- "$tmp" 2>/dev/null || true
+}
+trap stop EXIT
+trap 'exit 143' TERM INT HUP
+"$RAY" start "$@" --block &
+wait $!
+""".strip("\n")
+
+
+def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
+    """The sbatch script for ``plan`` on ``cluster``."""
+    shapes = plan_shapes(plan)
+    pairs = [(s, cluster.get(s.name)) for s in shapes]
+    for shape, node in pairs:
+        _check(shape, node)
+    header = ["#!/bin/bash", f"# fitwork: plan for pipeline {plan.pipeline!r}, "
+              f"{sum(s.nodes for s in shapes)} node(s); one hetjob component per node type"]
+    for index, (shape, node) in enumerate(pairs):
+        if index:
+            header.append("#SBATCH hetjob")
+        header.append(f"# component {index}: node type {shape.name} "
+                      f"(units {', '.join(shape.units)})")
+        header += _component(shape, node, job, index == 0)
+    run = ('"$PYTHON" -m fitwork.cli run '
+           + shlex.join([job.pipeline, "--input", job.input, "--output", job.output])
+           + ' --engine ray --ray-address "$ADDRESS" --plan "$PLAN" --quiet')
+    wanted = " ".join(f"{shlex.quote(s.name)}={s.nodes}" for s in shapes)
+    body = [
+        "set -euo pipefail",
+        'PYTHON=${FITWORK_PYTHON:-python3}',
+        'RAY=${RAY_BIN:-ray}',
+        f"PLAN=${{FITWORK_PLAN:-{shlex.quote(job.plan_path)}}}",
+        'RAY_TMP=/tmp/fwr-${SLURM_JOB_ID}',
+        'PORT=$((20000 + SLURM_JOB_ID % 20000))',
+        "HEAD_IP=${FITWORK_HEAD_IP:-$(hostname -I | awk '{print $1}')}",
+        'ADDRESS=$HEAD_IP:$PORT',
+        'export RAY_ADDRESS=$ADDRESS',
+        "WORKER=$(cat <<'FITWORK_WORKER'",
+        WORKER,
+        "FITWORK_WORKER",
+        ")",
+        "workers=()",
+        "cleanup() {",
+        "    status=$?",
+        "    trap - EXIT TERM INT HUP",
+        "    for pid in \"${workers[@]}\"; do kill -TERM \"$pid\" 2>/dev/null || true; done",
+        "    for _ in $(seq 30); do",
+        "        alive=0",
+        "        for pid in \"${workers[@]}\"; do kill -0 \"$pid\" 2>/dev/null && alive=1; done",
+        "        [ \"$alive\" = 0 ] && break",
+        "        sleep 1",
+        "    done",
+        "    pkill -TERM -f -- \"$RAY_TMP\" 2>/dev/null || true",
+        "    sleep 2",
+        "    pkill -KILL -f -- \"$RAY_TMP\" 2>/dev/null || true",
+        "    rm -rf \"$RAY_TMP\"",
+        "    echo \"fitwork: ray stopped; job exit $status\"",
+        "    exit \"$status\"",
+        "}",
+        "trap cleanup EXIT",
+        "trap 'exit 143' TERM INT HUP",
+        "",
+        "# The Ray head: on this (the batch) node, with no CPUs, so no replica lands on it.",
+        '"$RAY" start --head --node-ip-address="$HEAD_IP" --port="$PORT" --num-cpus=0 '
+        '--num-gpus=0 --temp-dir="$RAY_TMP" --include-dashboard=false --disable-usage-stats',
+        "",
+    ]
+    for index, (shape, _) in enumerate(pairs):
+        params = shape.ray_params()
+        args = ["--address=$ADDRESS", f"--num-cpus={params['num-cpus']}",
+                f"--num-gpus={params['num-gpus']}",
+                f"--labels={NODE_TYPE_LABEL}={shape.name}", "--disable-usage-stats"]
+        quoted = " ".join(a if "$" in a else shlex.quote(a) for a in args)
+        if "resources" in params:
+            quoted += " " + shlex.quote(f"--resources={params['resources']}")
+        env = "" if shape.device_slots else "env -u CUDA_VISIBLE_DEVICES "
+        body += [
+            f"# node type {shape.name}: {shape.nodes} Ray worker(s), one per node",
+            f"srun --het-group={index} --nodes={shape.nodes} --ntasks={shape.nodes} "
+            f"--ntasks-per-node=1 --overlap --kill-on-bad-exit=0 "
+            f'{env}bash -c "$WORKER" fitwork-ray "$RAY_TMP" {quoted} &',
+            "workers+=($!)",
+        ]
+    body += [
+        "",
+        f'"$PYTHON" -m fitwork.orchestrate.wait "$ADDRESS" {wanted} '
+        f"--timeout {job.wait_timeout:g}",
+        run,
+    ]
+    return "\n".join(header) + "\n\n" + "\n".join(body) + "\n"

@@ -1,0 +1,63 @@
+"""Validators for emitted objects: Kubernetes' own schemas (kubernetes-validate, strict) and
+KubeRay's CRD OpenAPI schemas (jsonschema), with unknown fields rejected as the API server's
+strict field validation does."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+CRDS = Path(__file__).parent / "data" / "kuberay-crds"
+K8S_VERSION = "1.34.0"  # resource.k8s.io/v1 (DRA) is GA from 1.34
+
+
+def _strict(schema: Any) -> Any:
+    """The schema with ``additionalProperties: false`` wherever it lists properties and does
+    not keep unknown fields (what `kubectl apply --validate=strict` enforces)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if ("properties" in out and "additionalProperties" not in out
+                and not out.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def crd_validator(kind: str) -> jsonschema.protocols.Validator:
+    """A validator for KubeRay ``kind`` (RayCluster, RayJob) at ray.io/v1."""
+    path = CRDS / f"ray.io_{kind.lower()}s.yaml"
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    assert crd["spec"]["names"]["kind"] == kind
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    return cls(schema)
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Raise if ``obj`` is not valid: built-in kinds by Kubernetes' schema, KubeRay's by its
+    CRD (and its metadata as Kubernetes' ObjectMeta)."""
+    if obj.get("apiVersion") == "ray.io/v1":
+        crd_validator(obj["kind"]).validate(obj)
+        holder = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}
+        kubernetes_validate.validate(holder, K8S_VERSION, strict=True)
+    else:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def errors(obj: dict[str, Any]) -> list[str]:
+    """What is wrong with ``obj`` (empty when valid)."""
+    try:
+        validate(obj)
+    except (jsonschema.ValidationError, kubernetes_validate.ValidationError) as exc:
+        return [str(exc).splitlines()[0]]
+    return []
