@@ -65,7 +65,8 @@ class Pool(BaseModel):
 
 class ClassFigures(BaseModel):
     """One device class in a plan: GPUs held and the three utilization figures (busy time,
-    achieved / peak FLOP/s, achieved / peak HBM bandwidth), with KV+weights memory held."""
+    achieved / peak FLOP/s, achieved / peak HBM bandwidth) at the trace's mean rate, with
+    the memory weights and KV cache hold."""
 
     device_class: str
     gpus: int
@@ -224,14 +225,14 @@ def _solve(units: list[UnitDemand], fleet: Fleet, objective: Objective, target: 
                             "the trace down (--rate-scale) or add nodes") from None
 
 
-def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix
+def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix, burst: float
              ) -> list[ClassFigures]:
-    """The three utilization figures (and memory held) per class, from the pools' loads."""
+    """The three utilization figures (and memory held) per class, at the pools' mean load
+    (their planned load over ``burst``)."""
     acc: dict[str, dict[str, float]] = {}
     for pool in pools:
         pm = book.get(model, pool.device_class, pool.tp)
-        dev = pm.device
-        per = pool.load / pool.replicas
+        per = pool.load / pool.replicas / burst
         n = pm.shape.params
         kv = pm.shape.kv_bytes_per_token
         flops = bytes_ = busy = held = 0.0
@@ -341,7 +342,7 @@ def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mod
         slo={"ttft_p90": slo.ttft_p90, "tpot_p90": slo.tpot_p90}, feasible=goodput > 0,
         goodput=goodput, tokens_per_s=tokens, cost_per_hour=cost,
         cost_per_million_tokens=cost / (tokens * 3600) * 1e6 if tokens > 0 else None,
-        pools=pools, utilization=_figures(pools, book, model, mix), ttft_p90=ttft,
+        pools=pools, utilization=_figures(pools, book, model, mix, burst), ttft_p90=ttft,
         tpot_p90=tpot, bottleneck=bottleneck,
         transferred=sorted({f"{p.device_class} TP{p.tp}: {p.source}" for p in pools
                             if p.source != "measured"}),

@@ -198,6 +198,7 @@ class SimResult(BaseModel):
     completed: int
     dropped: int
     duration_s: float
+    offered_s: float
     seed: int
     ttft: dict[str, float]
     tpot: dict[str, float]
@@ -404,7 +405,8 @@ def _result(plan: LLMPlan, trace: Trace, run: _Run, replicas: list[_Replica],
             busy_over_time=[float(v) for v in over / (BIN_S * pool.replicas)]))
     return SimResult(
         plan=plan.label, trace=trace.name, requests=n, completed=int(ok.sum()),
-        dropped=len(dropped), duration_s=span, seed=seed, ttft=t_q, tpot=p_q,
+        dropped=len(dropped), duration_s=span, offered_s=trace.duration, seed=seed,
+        ttft=t_q, tpot=p_q,
         slo=dict(plan.slo), ttft_attained=float(ttft_ok.mean()),
         tpot_attained=float(tpot_ok.mean()), attained=float(good.mean()),
         goodput=float(good.sum()) / trace.duration,
@@ -418,8 +420,9 @@ def _result(plan: LLMPlan, trace: Trace, run: _Run, replicas: list[_Replica],
 def compare(plan: LLMPlan, sim: SimResult) -> list[str]:
     """The planner's predictions beside the replay's, and which constraint the planner missed
     where they disagree."""
+    offered = sim.requests / max(sim.offered_s, 1e-9)
     lines = [f"goodput      plan {plan.goodput:8.3f} req/s   replay {sim.goodput:8.3f} req/s "
-             f"({sim.attained:.1%} of requests within both SLOs)"]
+             f"of {offered:.3f} offered ({sim.attained:.1%} of requests within both SLOs)"]
     for key, label in (("ttft_p90", "TTFT p90"), ("tpot_p90", "TPOT p90")):
         planned = plan.ttft_p90 if key == "ttft_p90" else plan.tpot_p90
         got = (sim.ttft if key == "ttft_p90" else sim.tpot).get("p90")

@@ -50,6 +50,20 @@ class Trace:
             raise LLMInputError(f"rate factor {factor}: must be > 0")
         return Trace(f"{self.name} x{factor:g}", self.arrival / factor, self.prompt, self.output)
 
+    def superposed(self, copies: int, seed: int = 0) -> Trace:
+        """``copies`` copies of the trace over the same span, each shifted by a random offset
+        (wrapping around): ``copies`` times the rate with the same duration and length mix."""
+        if copies < 1:
+            raise LLMInputError(f"copies {copies}: must be >= 1")
+        rng = np.random.default_rng(seed)
+        span = self.duration
+        shifts = np.concatenate([[0.0], rng.uniform(0, span, copies - 1)])
+        arrival = np.concatenate([(self.arrival + s) % span for s in shifts])
+        order = np.argsort(arrival, kind="stable")
+        tile = np.tile
+        return Trace(f"{self.name} +{copies}", arrival[order] - arrival[order][0],
+                     tile(self.prompt, copies)[order], tile(self.output, copies)[order])
+
     def head(self, n: int) -> Trace:
         """The first ``n`` requests."""
         return Trace(self.name, self.arrival[:n], self.prompt[:n], self.output[:n])

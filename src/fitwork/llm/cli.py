@@ -1,0 +1,197 @@
+"""`fitwork llm`: phase models, traces, the phase-split planner and the replay simulator."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from fitwork.errors import FitworkError
+
+
+def _fail(message: object) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _book(phase_data: Path | None):
+    from fitwork.llm.phases import PhaseBook, default_book, load_phase_csv, load_splitwise
+
+    if phase_data is None:
+        return default_book()
+    return PhaseBook([*load_splitwise(), *load_phase_csv(phase_data)])
+
+
+def _trace(ref: str, rate_scale: float):
+    from fitwork.llm.trace import load_trace
+
+    trace = load_trace(ref)
+    return trace.scaled(rate_scale) if rate_scale != 1.0 else trace
+
+
+@click.group("llm")
+def llm() -> None:
+    """LLM serving as units: prefill and decode fitted to GPU types under SLOs, replayed."""
+
+
+@llm.command("phases")
+@click.option("--phase-data", type=click.Path(path_type=Path),
+              help="More measured rows, in fitwork's phase CSV format (docs/llm.md).")
+def phases_command(phase_data: Path | None) -> None:
+    """Fitted phase models: fit error per (model, class, TP) and leave-one-class-out."""
+    from fitwork.llm.phases import leave_class_out
+
+    try:
+        book = _book(phase_data)
+        click.echo(f"{'model':<12} {'class':<10} {'TP':>3}  prefill fit error / decode fit error")
+        for (model, name, tp), m in book.fitted.items():
+            assert m.prefill_error is not None and m.decode_error is not None
+            click.echo(f"{model:<12} {name:<10} {tp:>3}  {m.prefill_error.line()} / "
+                       f"{m.decode_error.line()}")
+        for phase, err in book.fit_errors().items():
+            click.echo(f"all rows, {phase}: {err.line()}")
+        click.echo("leave one class out (roofline transfer from the other class):")
+        for (target, source, phase), err in leave_class_out(book.rows).items():
+            click.echo(f"  {phase:<8} {source} -> {target}: {err.line()}")
+    except FitworkError as exc:
+        _fail(exc)
+
+
+@llm.command("trace")
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("--rate-scale", type=float, default=1.0, show_default=True)
+def trace_command(trace_ref: str, rate_scale: float) -> None:
+    """Summarise a trace (shipped: conv, code; or an Azure-format CSV)."""
+    try:
+        summary = _trace(trace_ref, rate_scale).summary()
+    except FitworkError as exc:
+        _fail(exc)
+    for key, value in summary.items():
+        click.echo(f"{key:<14} {value:,.4g}")
+
+
+def _show(plan) -> None:
+    cost = f"${plan.cost_per_million_tokens:.3f}" if plan.cost_per_million_tokens else "-"
+    click.echo(f"\n{plan.label}: goodput {plan.goodput:.3f} req/s (capacity "
+               f"{plan.capacity:.3f} at a steady rate, burst x{plan.burst:.2f}), "
+               f"{plan.tokens_per_s:,.0f} tok/s, ${plan.cost_per_hour:.2f}/h, {cost}/Mtok")
+    if not plan.feasible:
+        click.echo(f"  infeasible: {plan.bottleneck}")
+        return
+    ttft = f"{plan.ttft_p90:.3f}s" if plan.ttft_p90 is not None else "-"
+    tpot = f"{plan.tpot_p90 * 1e3:.1f}ms" if plan.tpot_p90 is not None else "-"
+    click.echo(f"  predicted TTFT p90 {ttft}, TPOT p90 {tpot}")
+    for p in plan.pools:
+        click.echo(f"  {p.phase:<9} {p.device_class:<10} TP{p.tp} x{p.replicas:<4} on "
+                   f"{p.node_type:<10} max batch {p.max_batch:<4} {p.load:8.3f} req/s "
+                   f"[{p.source}] {p.limit}")
+    for u in plan.utilization:
+        click.echo(f"  {u.device_class:<10} {u.gpus:>5} GPUs  busy {u.busy:.0%}  compute "
+                   f"{u.compute:.0%}  HBM bandwidth {u.bandwidth:.0%}  memory {u.memory:.0%}")
+    click.echo(f"  bottleneck: {plan.bottleneck}")
+    if plan.transferred:
+        click.echo(f"  transferred (not measured): {'; '.join(plan.transferred)}")
+
+
+@llm.command("plan")
+@click.option("--model", required=True, help="e.g. llama2-70b, bloom-176b")
+@click.option("--trace", "trace_ref", required=True,
+              help="A shipped trace (conv, code) or an Azure-format CSV.")
+@click.option("--fleet", "fleet_ref", required=True,
+              help="A fleet YAML, or a shipped one: a100, h100, mixed.")
+@click.option("--slo", required=True, help="e.g. ttft_p90=2s,tpot_p90=150ms")
+@click.option("--objective", type=click.Choice(["max_goodput", "min_cost"]),
+              default="max_goodput", show_default=True)
+@click.option("--rate-scale", type=float, default=1.0, show_default=True,
+              help="Scale the trace's arrival rate (min_cost serves the scaled rate).")
+@click.option("--burst", type=float, default=None,
+              help="Provision this factor above the mean rate [default: the trace's "
+                   "99th-percentile one-minute rate over its mean]; 1 for a steady rate.")
+@click.option("--phase-data", type=click.Path(path_type=Path),
+              help="More measured rows, in fitwork's phase CSV format.")
+@click.option("--time-limit", type=float, default=10.0, show_default=True)
+@click.option("--mip-gap", type=float, default=0.01, show_default=True)
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              help="Write the plans (JSON) here, for `fitwork llm simulate`.")
+def plan_command(model: str, trace_ref: str, fleet_ref: str, slo: str, objective: str,
+                 rate_scale: float, burst: float | None, phase_data: Path | None,
+                 time_limit: float, mip_gap: float, output_path: Path | None) -> None:
+    """Fit prefill and decode pools to the fleet under the SLO, beside colocated baselines."""
+    from fitwork.llm.options import SLO
+    from fitwork.llm.plan import load_fleet, plan_llm
+
+    try:
+        trace = _trace(trace_ref, rate_scale)
+        plans = plan_llm(model, trace, load_fleet(fleet_ref), SLO.parse(slo),
+                         objective=objective,  # type: ignore[arg-type]
+                         book=_book(phase_data), time_limit=time_limit, mip_gap=mip_gap,
+                         burst=burst)
+    except FitworkError as exc:
+        _fail(exc)
+    click.echo(f"{model} on {fleet_ref}, trace {trace.name} ({len(trace):,} requests, "
+               f"{trace.rate:.3f}/s), SLO {SLO.parse(slo).text()}, {objective}")
+    _show(plans.split)
+    for p in plans.colocated:
+        _show(p)
+    best = plans.best_colocated()
+    if best.goodput > 0:
+        split_cost = plans.split.cost_per_million_tokens or 0.0
+        click.echo(f"\nphase-split vs best colocated ({best.label}): goodput x"
+                   f"{plans.split.goodput / best.goodput:.2f}, cost per token x"
+                   f"{split_cost / (best.cost_per_million_tokens or 1.0):.2f}")
+    if output_path is not None:
+        output_path.write_text(plans.model_dump_json(indent=1), encoding="utf-8")
+        click.echo(f"plans written to {output_path}")
+
+
+@llm.command("simulate")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--trace", "trace_ref", required=True)
+@click.option("--rate-scale", type=float, default=1.0, show_default=True)
+@click.option("--at-goodput", is_flag=True,
+              help="Scale the trace to each plan's planned goodput instead.")
+@click.option("--which", type=click.Choice(["split", "colocated", "all"]), default="all",
+              show_default=True, help="Replay the split plan, the best colocated one, or both.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the replay figures as JSON.")
+def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: bool,
+                     which: str, seed: int, as_json: bool) -> None:
+    """Replay a trace through the plans `fitwork llm plan -o` wrote; plan beside replay."""
+    from pydantic import ValidationError
+
+    from fitwork.llm.phases import LLMInputError
+    from fitwork.llm.plan import PlanSet
+    from fitwork.llm.sim import compare, simulate
+
+    try:
+        try:
+            plans = PlanSet.model_validate_json(plan_path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise LLMInputError(f"{plan_path}: cannot read: {exc.strerror or exc}") from None
+        except ValidationError as exc:
+            raise LLMInputError(f"{plan_path}: not a plan file from `fitwork llm plan -o` "
+                                f"({exc.error_count()} validation errors)") from None
+        trace = _trace(trace_ref, rate_scale)
+        chosen = {"split": [plans.split], "colocated": [plans.best_colocated()],
+                  "all": [plans.split, plans.best_colocated()]}[which]
+        out = []
+        for plan in chosen:
+            run = trace.scaled(plan.goodput / trace.rate) if at_goodput else trace
+            sim = simulate(plan, run, seed=seed)
+            out.append(sim)
+            if not as_json:
+                click.echo(f"\n{plan.label} replaying {run.name} ({len(run):,} requests, "
+                           f"seed {seed}, {sim.wall_s:.2f}s)")
+                for line in compare(plan, sim):
+                    click.echo(f"  {line}")
+                for p in sim.pools:
+                    click.echo(f"  {p.phase:<9} {p.device_class:<10} TP{p.tp} x{p.replicas:<4} "
+                               f"busy {p.busy:.0%} compute {p.compute:.0%} HBM bandwidth "
+                               f"{p.bandwidth:.0%}")
+    except FitworkError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps([s.model_dump() for s in out], indent=1))
