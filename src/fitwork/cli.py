@@ -327,6 +327,10 @@ fleet.add_command(fleet_k8s)
 fleet.add_command(fleet_slurm)
 main.add_command(deploy)
 
+from fitwork.llm.cli import llm  # noqa: E402 - the LLM group, wired here only
+
+main.add_command(llm)
+
 
 if __name__ == "__main__":
     main()
