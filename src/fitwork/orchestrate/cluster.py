@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from fitwork.errors import InputError
@@ -15,11 +16,25 @@ class ClusterError(InputError):
 
 @dataclass(frozen=True)
 class DraDevice:
-    """How a DRA driver publishes a product: driver, attribute, value (``productName``)."""
+    """How a DRA driver publishes a product: driver, attribute, value (``productName``).
+
+    ``spaces``, when set, is what the value writes for a space (a product known from a node
+    label, not from the driver's own ResourceSlice): the attribute is compared with its
+    spaces replaced so.
+    """
 
     driver: str
     attribute: str
     value: str
+    spaces: str | None = None
+
+    def cel(self) -> str:
+        """A CEL expression true for a device of this product."""
+        attribute = f"device.attributes[{json.dumps(self.driver)}].{self.attribute}"
+        if self.spaces is not None:
+            attribute += f".replace(' ', {json.dumps(self.spaces)})"
+        return f"device.driver == {json.dumps(self.driver)} && {attribute} == " \
+               f"{json.dumps(self.value)}"
 
 
 @dataclass(frozen=True)

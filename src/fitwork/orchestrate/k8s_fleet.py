@@ -161,11 +161,9 @@ def _accelerators(node: Mapping[str, Any], dra: list[tuple[str, str, str]],
     product = product or "(no product label)"
     memory = _memory(labels, vendor)
     count = whole.get(vendor, 0)
-    if mig:  # physical GPUs under the slices: their compute over 7 (GFD's count, if mixed)
-        listed = labels.get("nvidia.com/gpu.count", "") if not single else ""
-        count = max(int(listed) if listed.isdigit() else 0,
-                    count + math.ceil(sum(int(p.split("g.")[0]) * n
-                                          for p, n in mig.items()) / 7))
+    if mig:  # physical GPUs under the slices: 7 // g slices of a "<g>g.<mem>" profile per GPU
+        count += math.ceil(sum(n / max(1, 7 // int(p.split("g.")[0])) for p, n in mig.items())
+                           - 1e-9)
     if not count and drivers:
         count = len(drivers)
     device_class, suggestions = product_class(product, known, memory)
@@ -278,9 +276,11 @@ def _name(types: list[ClusterNodeType]) -> None:
 
 
 def dra_default(accel: Accelerators) -> DraDevice:
-    """The DRA device a node labelled by GFD / AMD's labeller most likely publishes."""
+    """The DRA device of a node whose product only its labels name: the vendor's driver, its
+    ``productName`` compared with spaces written as the label writes them ("NVIDIA-H100-...",
+    "AMD_Instinct_...")."""
     return DraDevice(_DRA_DRIVERS.get(accel.vendor, "gpu.nvidia.com"), "productName",
-                     accel.product)
+                     accel.product, spaces="_" if accel.vendor == "amd" else "-")
 
 
 def read_live(name: str | None = None, tolerate: Iterable[str] = (), timeout: float = 15.0,

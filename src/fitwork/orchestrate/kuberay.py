@@ -76,9 +76,8 @@ def _mig_slices(shape: NodeShape, cluster: ClusterNodeType) -> dict[str, int]:
                            f"({', '.join(p for p, _ in accel.mig)}), but the plan gives "
                            "replicas whole GPUs there; re-plan, or repartition its GPUs")
     profiles = sorted(accel.mig, key=lambda item: int(item[0].split("g.")[0]))
-    per_node = math.ceil(len(shape.shares) / max(1, shape.nodes))
     wanted: dict[str, int] = {}
-    for share in sorted(shape.shares, reverse=True)[:per_node]:
+    for share in shape.shares:
         fits = [p for p, _ in profiles if int(p.split("g.")[0]) / 7 >= share - 1e-9]
         if not fits:
             raise ClusterError(f"node type {cluster.name}: no MIG profile holds a share of "
@@ -101,8 +100,7 @@ def _dra_claim(shape: NodeShape, cluster: ClusterNodeType, name: str, spec: JobS
     device: DraDevice = accel.dra or dra_default(accel)
 
     def selector(extra: str = "") -> list[dict[str, Any]]:
-        attribute = f"device.attributes[{json.dumps(device.driver)}].{device.attribute}"
-        return [{"cel": {"expression": f"{attribute} == {json.dumps(device.value)}{extra}"}}]
+        return [{"cel": {"expression": device.cel() + extra}}]
 
     requests: list[dict[str, Any]] = []
     if mig:
@@ -138,7 +136,7 @@ def _worker_group(shape: NodeShape, cluster: ClusterNodeType, spec: JobSpec,
     """One worker group (and, with DRA, its claim template appended to ``objects``)."""
     accel = cluster.accelerators
     group = k8s_name(shape.name, 40)
-    requests = {"cpu": cpu_quantity(max(1.0, math.ceil(shape.cores_used * 10) / 10)),
+    requests = {"cpu": cpu_quantity(min(shape.cores, max(1, math.ceil(shape.cores_used - 1e-9)))),
                 "memory": memory_quantity(shape.memory_request())}
     limits = {"cpu": cpu_quantity(shape.cores), "memory": memory_quantity(shape.node_type.memory)}
     params = shape.ray_params()
@@ -155,8 +153,8 @@ def _worker_group(shape: NodeShape, cluster: ClusterNodeType, spec: JobSpec,
                 "MIG: " + ", ".join(f"{n} x {p}" for p, n in sorted(mig.items())))
         elif shape.shares:
             annotations["fitwork.io/gpu-sharing"] = (
-                f"time-slicing: {len(shape.shares)} replica(s) with shares of a GPU packed by "
-                f"Ray onto {shape.device_slots} device(s) per pod")
+                f"time-slicing: up to {len(shape.shares)} replica(s) per pod with shares of a "
+                f"GPU, packed by Ray onto its {shape.device_slots} device(s)")
         if spec.dra:
             claim = k8s_name(f"{spec.name}-{group}-devices", 63)
             objects.append(_dra_claim(shape, cluster, claim, spec, mig))

@@ -24,7 +24,8 @@ class NodeShape:
     against, and what Ray is told the node has, so the plan's bundles fit as planned);
     ``cores_used`` and ``memory_used`` are the most any one node's replicas are planned to
     use; ``device_slots`` the whole devices one node needs (its replicas' shares packed
-    per device, rounded up) and ``shares`` the fractional shares (< 1) planned on it.
+    per device, rounded up) and ``shares`` the fractional shares (< 1) of the replicas on
+    the node that has most of them.
     """
 
     node_type: NodeType
@@ -70,6 +71,7 @@ def plan_shapes(plan: Plan) -> list[NodeShape]:
     by_name = {n.name: n for n in plan.fleet.node_types}
     usage = {u.node_type: u for u in plan.fitted.result.nodes}
     per_node: dict[str, dict[int, list[float]]] = {}
+    shares: dict[str, dict[int, list[float]]] = {}
     shapes: dict[str, NodeShape] = {}
     for p in plan.fitted.result.replicas:
         if not p.replicas:
@@ -79,20 +81,22 @@ def plan_shapes(plan: Plan) -> list[NodeShape]:
         if shape is None:
             shape = shapes[p.node_type] = NodeShape(node, 0, 0.0, 0)
             per_node[p.node_type] = {}
+            shares[p.node_type] = {}
         asked = group_resources(p)
         indices = list(p.nodes) if len(p.nodes) == p.replicas else \
             [i % max(1, usage[p.node_type].nodes_used if p.node_type in usage else 1)
              for i in range(p.replicas)]
+        device = not is_cpu_class(p.device_class) and asked.gpu > 0
         for index in indices:
             row = per_node[p.node_type].setdefault(index, [0.0, 0.0, 0.0])
             row[0] += asked.cpu
             row[1] += asked.memory
             row[2] += asked.gpu
-        if not is_cpu_class(p.device_class) and asked.gpu > 0:
+            if device and asked.gpu < 1:
+                shares[p.node_type].setdefault(index, []).append(asked.gpu)
+        if device:
             shape.device_class = p.device_class
-            if asked.gpu < 1:
-                shape.shares += [asked.gpu] * p.replicas
-            else:
+            if asked.gpu >= 1:
                 shape.whole_asks += p.replicas
         if p.unit not in shape.units:
             shape.units.append(p.unit)
@@ -103,6 +107,7 @@ def plan_shapes(plan: Plan) -> list[NodeShape]:
                               usage[name].nodes_used if name in usage else 0))
         shape.cores_used = max(r[0] for r in rows)
         shape.memory_used = int(max(r[1] for r in rows))
+        shape.shares = max(shares[name].values(), key=len, default=[])
         have = shape.node_type.devices.get(shape.device_class or "", 0)
         shape.device_slots = min(have, max(math.ceil(r[2] - 1e-9) for r in rows)) \
             if shape.device_class else 0
