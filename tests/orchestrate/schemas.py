@@ -9,9 +9,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
+import pytest
 import yaml
+
+jsonschema = pytest.importorskip("jsonschema", reason="pip install -e '.[dev]'")
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]'")
 
 CRDS = Path(__file__).parent / "data" / "kuberay-crds"
 K8S_VERSION = "1.34.0"  # resource.k8s.io/v1 (DRA) is GA from 1.34
@@ -32,7 +34,7 @@ def _strict(schema: Any) -> Any:
 
 
 @functools.cache
-def crd_validator(kind: str) -> jsonschema.protocols.Validator:
+def crd_validator(kind: str) -> Any:
     """A validator for KubeRay ``kind`` (RayCluster, RayJob) at ray.io/v1."""
     path = CRDS / f"ray.io_{kind.lower()}s.yaml"
     crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
