@@ -14,7 +14,7 @@ import pytest
 
 from fitwork import InputError, Pipeline, unit
 from fitwork.fit import ClassDemand, FitInputError, NodeType, UnitDemand, solve
-from fitwork.fit.inputs import HOP_SECONDS, core_ceiling
+from fitwork.fit.inputs import HOP_SECONDS, core_ceiling, crossing_seconds
 from fitwork.fit.plan import Plan, fit, refit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import PipelineProfile, profile_pipeline
@@ -215,7 +215,9 @@ def test_a_plan_picks_batch_sizes_from_the_profiled_sweep() -> None:
     assert tight.max_latency == 0.02 and tight.fitted.throughput < free.fitted.throughput
     groups = {g.unit: g for g in tight.placement().groups}
     assert groups["embed"].batch_size == 4
-    assert groups["embed"].rate == pytest.approx(1 / (0.004 + 2 * HOP_SECONDS))  # in, out
+    # in and out, each a frame of one item (a 4 ms call fills the engine's frame)
+    assert groups["embed"].rate == pytest.approx(
+        1 / (0.004 + 2 * crossing_seconds(HOP_SECONDS, 0.004)))
 
 
 def test_the_placement_carries_what_engines_ask_for() -> None:
@@ -315,3 +317,44 @@ def test_a_fleet_without_the_device_a_unit_needs_says_so_in_one_line() -> None:
                                               r"40.0 GiB of device memory per replica; .*the "
                                               r"largest node offers 8 cores, 16 GiB"):
         fit(profile, small)
+
+
+def test_the_engine_charge_per_item_follows_the_frames_the_engines_send() -> None:
+    from fitwork.engine import sim
+    from fitwork.engine.local import driver
+    from fitwork.fit.inputs import (
+        FRAME_SECONDS,
+        ITEM_SHARE,
+        MAX_FRAME,
+        demands,
+        fleet_classes,
+        frame_items,
+    )
+    from fitwork.hardware.catalog import catalog
+
+    # The fit sizes frames as the engines do; if one changes, the other must follow.
+    assert FRAME_SECONDS == driver.FRAME_TIME == sim.FRAME_TIME
+    assert MAX_FRAME == driver.MAX_FRAME == sim.MAX_FRAME
+    assert frame_items(0.020) == 1 and frame_items(0.0005) == 10 and frame_items(0) == MAX_FRAME
+    assert frame_items(0.0001, io=16) == 8  # a replica's frames are half its calls in flight
+    # A cheap unit's items share a frame's cost; a slow one pays it whole.
+    assert crossing_seconds(HOP_SECONDS, 0.0005) < crossing_seconds(HOP_SECONDS, 0.020) / 5
+    # A chain pays each crossing at the smaller of its own frames and what arrives: a cheap
+    # unit after a slow one gets one-item frames and pays the whole charge.
+    def charge(order: list[tuple[str, float]]) -> dict[str, float]:
+        units = [UnitProfile(name=name, kind="map", resources={"cpu": 1.0},
+                             device_class="cpu-x86", samples=8, wall_s=wall, cpu_s=wall,
+                             bytes_in=100, bytes_out=100, output_ratio=1.0, peak_rss=1 << 20)
+                 for name, wall in order]
+        profile = PipelineProfile(fitwork_version="test", pipeline="chain",
+                                  host_class="cpu-x86", created_at=0.0, units=units)
+        known = catalog()
+        made, _, _, _ = demands(profile, fleet_classes(TWO_CORES, known), known)
+        return {u.name: u.classes["cpu-x86"].cpu_seconds - dict(order)[u.name] for u in made}
+
+    slow_first = charge([("slow", 0.020), ("cheap", 0.0005), ("end", 0.0005)])
+    cheap_first = charge([("cheap", 0.0005), ("slow", 0.020), ("end", 0.0005)])
+    whole = HOP_SECONDS * (1 + ITEM_SHARE)
+    assert slow_first["cheap"] == pytest.approx(whole)
+    assert cheap_first["cheap"] == pytest.approx(crossing_seconds(HOP_SECONDS, 0.0005))
+    assert slow_first["end"] == cheap_first["end"] == pytest.approx(2 * whole)  # in and out

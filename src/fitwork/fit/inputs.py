@@ -33,7 +33,37 @@ replicas of the sleeping unit, 57-63 us per crossing; the same work fused into o
 224 us per item with 64 replicas, 83 us per crossing.  That is the small-frame case fluid
 plans make (many replicas, each taking an item at a time); with large frames the engine
 spends about 1.3 us per item (``bench/overhead.py``), so for busy, batched units this is an
-upper bound.  The profile cannot see it: each unit is timed alone, in its own process."""
+upper bound.  The profile cannot see it: each unit is timed alone, in its own process.
+The charge per item is therefore `crossing_seconds`: this figure per frame, spread over the
+items a frame holds, plus a small per-item part."""
+
+FRAME_SECONDS = 0.005
+"""The work the engines put in one frame into a unit (the local and simulated engines'
+``FRAME_TIME``; a test keeps them equal): a unit that takes t seconds per item gets frames
+of about ``FRAME_SECONDS / t`` items."""
+MAX_FRAME = 4096
+"""The most items the engines put in one frame."""
+ITEM_SHARE = 0.02
+"""The part of `HOP_SECONDS` paid per item whatever the frame size (pickling the item and
+keeping its books): 1.4 us at 70 us, against about 0.4 us per crossing that
+``bench/overhead.py`` measures with frames of thousands of trivial items."""
+
+
+def frame_items(seconds_per_item: float, io: int = 0) -> int:
+    """Items per frame the engines send a replica that takes ``seconds_per_item`` per item;
+    a unit with ``io`` calls in flight gets frames of at most half that (the engines keep
+    frames to a share of a replica's threads so the work spreads over replicas)."""
+    size = MAX_FRAME if seconds_per_item <= 0 else FRAME_SECONDS / seconds_per_item
+    size = min(float(MAX_FRAME), max(1.0, size))
+    if io > 1:
+        size = min(size, max(1.0, io // 2))
+    return int(size)
+
+
+def crossing_seconds(hop: float, seconds_per_item: float, io: int = 0) -> float:
+    """The engine's work per item for one channel crossing into (or out of) a unit taking
+    ``seconds_per_item``: ``hop`` per frame spread over `frame_items`, plus `ITEM_SHARE`."""
+    return hop * (1.0 / frame_items(seconds_per_item, io) + ITEM_SHARE)
 
 
 
@@ -115,10 +145,32 @@ def consumption(profile: UnitProfile, estimate: RateEstimate) -> tuple[float, fl
     return min(at.cpu_s, seconds), seconds
 
 
+def _frame(profile: UnitProfile, estimate: RateEstimate) -> int:
+    """Items per frame the engines size for this option of a unit (`frame_items`)."""
+    io = int(profile.resources.get("io", 0))
+    if estimate.rate <= 0:
+        return 1
+    return frame_items(1.0 / (estimate.rate * max(io, 1)), io)
+
+
+def _hop(profile: UnitProfile, estimate: RateEstimate, hop: float, arriving: float,
+         last: bool) -> float:
+    """The engine's work per item of this option: its crossing in, at frames of its own size
+    or of what arrives from upstream if smaller (workers split frames, they do not merge
+    them), and for the last unit the crossing out to the driver as well."""
+    if not hop:
+        return 0.0
+    size = max(1.0, min(float(_frame(profile, estimate)), arriving))
+    seconds = hop * (1.0 / size + ITEM_SHARE)
+    if last:
+        seconds += hop * (1.0 / max(1.0, size * profile.output_ratio) + ITEM_SHARE)
+    return seconds
+
+
 def _demand(profile: UnitProfile, estimate: RateEstimate, memory: int,
             hop: float) -> ClassDemand:
-    """One option of a unit for the solver; ``hop`` seconds of engine work per item are added
-    to its core-seconds and to its replica's time per item (the rate), see `HOP_SECONDS`."""
+    """One option of a unit for the solver; ``hop`` seconds of engine work per item (from
+    `_hop`) are added to its core-seconds and to its replica's time per item (the rate)."""
     cpu, device = consumption(profile, estimate)
     share = 0.0 if is_cpu_class(estimate.device_class) else profile.resources.get("gpu", 0.0)
     batch = estimate.batch_size or 1
@@ -151,15 +203,16 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
                        list[RateEstimate]]:
     """Solver inputs for each profiled unit: demands per class and batch size, the rates at
     each unit's own batch size, multiplicities, and the rates at the other batch sizes.
-    Each demand carries ``hop`` seconds of engine work per item per channel it crosses
-    (`HOP_SECONDS`: one in, and the last unit's one out).  Raises
+    Each demand carries the engine's work per item per channel it crosses
+    (`crossing_seconds` of ``hop``: one in, and the last unit's one out).  Raises
     `UnitFitsNowhere` for a unit no class of ``classes`` runs (named beside ``fleet``'s
     largest node)."""
     classes = list(classes)
     units, rates, others, multiplicity = [], [], [], {}
     m = 1.0
+    arriving = float(MAX_FRAME)  # items per frame from upstream (the driver's are the unit's)
     for index, u in enumerate(profile.units):
-        crossings = 2 if index == len(profile.units) - 1 else 1  # the last hands items out
+        last = index == len(profile.units) - 1  # the last hands items out to the driver
         measured = known.get(u.device_class)
         if u.resources.get("gpu", 0.0) > 0 and all(c.kind == "cpu" for c in classes):
             raise UnitFitsNowhere(u.name, _no_class(
@@ -180,8 +233,12 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
         alternatives: dict[str, list[ClassDemand]] = {}
         for e in swept:
             alternatives.setdefault(e.device_class, []).append(
-                _demand(u, e, memory, crossings * hop))
-        main = {e.device_class: _demand(u, e, memory, crossings * hop) for e in estimates}
+                _demand(u, e, memory, _hop(u, e, hop, arriving, last)))
+        main = {e.device_class: _demand(u, e, memory, _hop(u, e, hop, arriving, last))
+                for e in estimates}
+        if any(e.rate > 0 for e in estimates):  # the smallest frames any option gets
+            arriving = min(arriving, min(_frame(u, e) for e in estimates if e.rate > 0))
+        arriving = max(1.0, arriving * u.output_ratio)
         units.append(UnitDemand(
             name=u.name, multiplicity=max(m, 1e-9), classes=main,
             alternatives={c: v for c, v in alternatives.items() if c in main},

@@ -13,8 +13,9 @@ reserves the most any stage declares (one container, one request).  A stage's
 and its ``rate_limit`` R bounds the fused rate to ``R / m_u``.  For utilization it keeps its
 slot of d busy only while a stage on d runs (``share · sum_{u on d} m_u / rate_u``
 device-seconds per source item) and its cores ``sum_u m_u · cpu_u``.  The engine's work per
-item per channel crossed (``hop_seconds``) is paid twice per source item (in, out), where a
-fitted chain of n units pays it n + 1 times.  A fused unit whose stages all run on CPU is a
+item per channel crossed (``hop_seconds`` per frame, spread over the frame's items by
+`crossing_seconds`) is paid twice per source item (in, out), where a fitted chain of n units
+pays it n + 1 times.  A fused unit whose stages all run on CPU is a
 candidate on the CPU class.  It is then solved by the same MILP as a plan (a one-unit
 pipeline: no traffic between units), so the two sit side by side.
 """
@@ -34,6 +35,7 @@ from fitwork.fit.candidates import (
     packed_share,
 )
 from fitwork.fit.errors import UnitFitsNowhere
+from fitwork.fit.inputs import crossing_seconds
 from fitwork.fit.result import FitResult, Objective
 from fitwork.fit.solver import solve_problem
 from fitwork.fit.spec import ClassDemand, NodeType, UnitDemand, is_cpu_class
@@ -74,7 +76,9 @@ def _stages(units: Sequence[UnitDemand], accel: str | None,
 def _fused(stages: list[Stage], accel: str | None,
            hop: float = 0.0) -> tuple[ClassDemand, tuple[tuple[str, float], ...]]:
     """The fused replica's demand and its busy device-seconds per source item, per class."""
-    seconds = sum(m / d.rate for _, d, m in stages) + hop
+    work = sum(m / d.rate for _, d, m in stages)
+    hop = crossing_seconds(hop, work) if hop else 0.0
+    seconds = work + hop
     on_accel = [(cls, d, m) for cls, d, m in stages if cls == accel]
     share = max((d.device_share for _, d, _ in on_accel), default=0.0)
     reserve = any(d.reserve for _, d, _ in stages)

@@ -303,8 +303,9 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline.
 
     ``max_latency`` (seconds) bounds each unit's call: batch sizes whose batch takes longer
-    are not planned.  ``hop_seconds`` is the engine's work per item per channel crossed
-    (`HOP_SECONDS`; a fitted chain of n units crosses n + 1, the fused baseline 2).
+    are not planned.  ``hop_seconds`` is the engine's work per frame per channel crossed
+    (`HOP_SECONDS`, spread over a frame's items by `crossing_seconds`; a fitted chain of n
+    units crosses n + 1, the fused baseline 2).
     ``fuse=False`` keeps the units split even where running them fused would sustain more.
     """
     known = known or catalog()
