@@ -1,0 +1,787 @@
+"""Fit quality: per pipeline, the plan (predicted, realized) vs the best monolith and by hand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psutil
+
+import fitwork
+from fitwork import Pipeline, unit
+from fitwork.fit.monolithic import FUSED
+from fitwork.fit.plan import Plan, fit
+from fitwork.placement import Placement
+from fitwork.profiling.record import PipelineProfile
+from fitwork.telemetry.record import RunRecord
+
+REALIZED_AIM = 0.9  # the plan's realized throughput against its own prediction
+HAND_AIM = 0.95  # the plan against the best hand layout of the grid
+SERVICE_LATENCY_S = 0.020  # the loopback service's storage-like latency per request
+PAYLOADS = 256  # distinct documents the service holds (item i gets document i % PAYLOADS)
+
+# ---------------------------------------------------------------------------------------
+# The loopback service the I/O-heavy pipeline calls (a forked process, started by main).
+
+SERVICE_PORT = 0  # set by start_service before anything forks, so every worker inherits it
+SERVICE_PID: int | None = None  # the service's process, whose CPU counts as this bench's
+
+
+def _documents() -> list[bytes]:
+    """The service's documents: JSON objects of 384 floats each."""
+    return [json.dumps({"id": n, "values": np.random.default_rng(n).normal(size=384).round(5)
+                        .tolist()}).encode() for n in range(PAYLOADS)]
+
+
+async def _answer(bodies: list[bytes], reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> None:
+    """One connection: read ``GET /doc/N``, wait the latency, send document N, close."""
+    try:
+        request = await reader.readline()
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass  # the headers
+        body = bodies[int(request.split()[1].rsplit(b"/", 1)[1]) % len(bodies)]
+        await asyncio.sleep(SERVICE_LATENCY_S)
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+    except (ConnectionError, IndexError, ValueError):
+        pass
+    finally:
+        writer.close()
+
+
+def _serve(ready: Any) -> None:
+    """The service process: an asyncio HTTP/1.0 server on a loopback port (a light one, since
+    it shares the host's cores with the pipeline; its CPU is reported per request)."""
+    bodies = _documents()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(lambda r, w: _answer(bodies, r, w), "127.0.0.1",
+                                            0, backlog=1024)
+        ready.send(server.sockets[0].getsockname()[1])
+        ready.close()
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+def start_service() -> multiprocessing.process.BaseProcess:
+    """Start the loopback service in its own process; sets `SERVICE_PORT` and `SERVICE_PID`."""
+    global SERVICE_PORT, SERVICE_PID
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_serve, args=(send,), daemon=True, name="fit-service")
+    process.start()
+    send.close()
+    SERVICE_PORT, SERVICE_PID = receive.recv(), process.pid
+    return process
+
+
+# ---------------------------------------------------------------------------------------
+# 1. I/O-heavy, declared: fetch from a service (20 ms a call), parse JSON, score.
+
+@unit(io=16)
+def fetch(number: int) -> bytes:
+    """One GET against the loopback service (a fresh connection, as a plain client makes)."""
+    connection = http.client.HTTPConnection("127.0.0.1", SERVICE_PORT, timeout=30)
+    try:
+        connection.request("GET", f"/doc/{number}")
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise OSError(f"service answered {response.status}")
+        return body
+    finally:
+        connection.close()
+
+
+@unit(cpu=1)
+def parse(body: bytes) -> np.ndarray:
+    """Decode the document and normalise its values (about a millisecond of CPU)."""
+    values = np.asarray(json.loads(body)["values"], dtype=np.float64)
+    for _ in range(150):
+        values = np.sin(values) + 0.5 * np.cos(values * 1.3)
+    return values
+
+
+@unit(cpu=1)
+def score(values: np.ndarray) -> float:
+    """A small summary of the document."""
+    return float(np.abs(np.fft.rfft(values))[:16].sum())
+
+
+# ---------------------------------------------------------------------------------------
+# 2. CPU-heavy, declared: make an array, a few ms of numpy on it, reduce.
+
+@unit(cpu=1)
+def make(seed: int) -> np.ndarray:
+    """A 16,384-float signal from a seed."""
+    return np.random.default_rng(seed).standard_normal(16_384)
+
+
+@unit(cpu=1)
+def transform(signal: np.ndarray) -> np.ndarray:
+    """The heavy stage: elementwise math and FFTs over the signal, a few ms."""
+    for _ in range(16):
+        signal = np.tanh(signal * 1.1) + np.sin(signal)
+        signal = np.fft.irfft(np.fft.rfft(signal) * 0.99, n=signal.size)
+    return signal
+
+
+@unit(cpu=1)
+def reduce_signal(signal: np.ndarray) -> float:
+    """Sort and sum a subsample: well under a millisecond."""
+    return float(np.sort(signal)[::128].sum())
+
+
+# ---------------------------------------------------------------------------------------
+# 3. A batched model unit: tokenize (pure Python), embed in batches of 16, pick a class.
+
+VOCAB = [f"w{n}" for n in range(4096)]
+WIDTH = 1024
+
+
+@unit(cpu=1)
+def tokenize(number: int) -> np.ndarray:
+    """A 1,200-word text from a seed, hashed into a bag-of-words vector (pure Python)."""
+    rng = np.random.default_rng(number)
+    words = [VOCAB[k] for k in rng.integers(0, len(VOCAB), 1200)]
+    vector = np.zeros(WIDTH, dtype=np.float32)
+    for word in words:
+        vector[hash(word) % WIDTH] += 1.0
+    return vector / len(words)
+
+
+class Embed:
+    """Four dense layers (1024 x 1024, float32); weights built once per replica."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(7)
+        self.layers = [rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) / WIDTH ** 0.5
+                       for _ in range(4)]
+
+    def __call__(self, batch: list[np.ndarray]) -> list[np.ndarray]:
+        hidden = np.stack(batch)
+        for weights in self.layers:
+            hidden = np.maximum(hidden @ weights, 0.0)
+        return list(hidden)
+
+
+embed = unit(batch_size=16, batch_wait=0.05, name="embed")(Embed)
+
+
+@unit(cpu=1)
+def classify(hidden: np.ndarray) -> float:
+    """The winning class's normalised score."""
+    scores = np.exp(hidden[:64] - hidden[:64].max())
+    return float(scores.max() / scores.sum())
+
+
+# ---------------------------------------------------------------------------------------
+# 4. A filter: generate, keep about a quarter after a cheap check, enrich what is kept.
+
+@unit(cpu=1)
+def draw(seed: int) -> np.ndarray:
+    """A 4,096-float record from a seed."""
+    return np.random.default_rng(seed).standard_normal(4096)
+
+
+@unit(kind="filter", cpu=1)
+def keep(record: np.ndarray) -> bool:
+    """Keep records whose low-frequency energy is in the top quarter (about 25%)."""
+    spectrum = np.abs(np.fft.rfft(record))
+    return bool(spectrum[:64].sum() > 1.0485 * spectrum[64:128].sum())
+
+
+@unit(cpu=1)
+def enrich(record: np.ndarray) -> np.ndarray:
+    """The expensive stage, on kept records only: repeated smoothing, several ms."""
+    for _ in range(240):
+        record = np.convolve(record, np.ones(9) / 9.0, mode="same")
+        record = np.tanh(record * 2.0)
+    return record
+
+
+@unit(cpu=1)
+def summarize(record: np.ndarray) -> float:
+    """A norm."""
+    return float(np.linalg.norm(record))
+
+
+# ---------------------------------------------------------------------------------------
+# 5. A flat-map: a document of eight paragraphs, split, each paragraph analysed.
+
+WORDS = ("data", "model", "unit", "fit", "core", "queue", "batch", "rate", "plan", "node",
+         "item", "stage", "cost", "time", "load", "share")
+
+
+@unit(cpu=1)
+def load_doc(number: int) -> list[str]:
+    """Eight paragraphs of 200 words each, from a seed."""
+    rng = np.random.default_rng(number)
+    return [" ".join(WORDS[k] for k in rng.integers(0, len(WORDS), 200)) for _ in range(8)]
+
+
+@unit(cpu=1)
+def paragraphs(document: list[str]) -> Iterator[str]:
+    """The flat-map: one output per paragraph."""
+    yield from document
+
+
+@unit(cpu=1)
+def analyze(paragraph: str) -> float:
+    """Word, bigram and character n-gram counts of a paragraph (pure Python, under a ms)."""
+    words = paragraph.split()
+    counts: dict[str, int] = {}
+    for word in words:
+        counts[word] = counts.get(word, 0) + 1
+    pairs: dict[tuple[str, str], int] = {}
+    for first, second in itertools.pairwise(words):
+        pairs[first, second] = pairs.get((first, second), 0) + 1
+    grams: dict[str, int] = {}
+    for n in (3, 4, 5):
+        for i in range(len(paragraph) - n + 1):
+            gram = paragraph[i:i + n]
+            grams[gram] = grams.get(gram, 0) + 1
+    return max(counts.values()) + max(pairs.values()) + max(grams.values()) / len(grams)
+
+
+# ---------------------------------------------------------------------------------------
+# 6. Undeclared: plain @unit everywhere; a call that waits on a service (sleep), numpy, pack.
+
+@unit
+def lookup(number: int) -> dict[str, Any]:
+    """Stands for a service call: 15 ms of waiting, then a small answer."""
+    time.sleep(0.015)
+    return {"id": number, "scale": 1.0 + (number % 7) / 10}
+
+
+@unit
+def crunch(answer: dict[str, Any]) -> np.ndarray:
+    """A few ms of numpy on the answer."""
+    values = np.random.default_rng(answer["id"]).standard_normal(8192) * answer["scale"]
+    for _ in range(28):
+        values = np.sqrt(np.abs(np.fft.irfft(np.fft.rfft(values), n=values.size))) - 0.5
+    return values
+
+
+@unit
+def pack(values: np.ndarray) -> float:
+    """A checksum of the result."""
+    return float(values[::32].sum())
+
+
+# ---------------------------------------------------------------------------------------
+# The bench pipelines and how each is searched by hand.
+
+@dataclass(frozen=True)
+class Spec:
+    """One bench pipeline: its shape, run size, monolith sweep and hand-layout grid.
+
+    The grid is what a person tuning by hand would try: one to four replicas of the units
+    that do the work, and one of those that do almost none (a second replica of a unit busy
+    2% of the time cannot help).
+    """
+
+    pipeline: Pipeline
+    shape: str
+    items: int
+    monolith: tuple[int, ...]
+    grid: dict[str, tuple[int, ...]]
+
+    @property
+    def name(self) -> str:
+        """The pipeline's name."""
+        return self.pipeline.name
+
+
+SPECS = (
+    Spec(Pipeline(fetch, parse, score, name="io_service"),
+         "I/O-heavy: 20 ms loopback HTTP call (io=16), ~1 ms parse", 2400,
+         (4, 8, 16, 32), {"fetch": (1, 2), "parse": (1, 2, 3), "score": (1,)}),
+    Spec(Pipeline(make, transform, reduce_signal, name="cpu_numpy"),
+         "CPU-heavy: numpy, ~5 ms in one stage", 1200,
+         (1, 2, 3, 4), {"make": (1, 2), "transform": (1, 2, 3, 4), "reduce_signal": (1,)}),
+    Spec(Pipeline(tokenize, embed, classify, name="batched_model"),
+         "batched model unit: 4 dense 1024x1024 layers, batch_size=16", 6000,
+         (1, 2, 3, 4), {"tokenize": (1, 2, 3), "embed": (1, 2), "classify": (1,)}),
+    Spec(Pipeline(draw, keep, enrich, summarize, name="filter"),
+         "filter keeps ~30%, ~4 ms stage after it", 3000,
+         (1, 2, 3, 4), {"draw": (1, 2), "keep": (1, 2), "enrich": (1, 2, 3),
+                        "summarize": (1,)}),
+    Spec(Pipeline(load_doc, paragraphs, analyze, name="flat_map"),
+         "flat-map: 8 paragraphs per document, ~0.5 ms each", 1500,
+         (1, 2, 3, 4), {"load_doc": (1, 2), "paragraphs": (1,), "analyze": (1, 2, 3, 4)}),
+    Spec(Pipeline(lookup, crunch, pack, name="undeclared"),
+         "UNDECLARED units: 15 ms wait (sleep), ~3 ms numpy, pack", 2000,
+         (4, 8, 16, 32), {"lookup": (4, 8, 12, 16), "crunch": (1, 2, 3), "pack": (1,)}),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Measuring.
+
+@dataclass
+class Run:
+    """One timed run: end-to-end wall (start-up and shutdown included), the record, the cores
+    this bench's processes (the service's included) and everything else on the host used
+    meanwhile, and the service's CPU per item."""
+
+    items: int
+    wall_s: float
+    outputs: int
+    checksum: float
+    record: RunRecord
+    own_cores: float = 0.0
+    other_cores: float = 0.0
+    service_cpu_s: float = 0.0  # the loopback service's CPU seconds per source item
+    driver_cpu_s: float = 0.0  # this (the driver's) process's CPU seconds per source item
+
+    @property
+    def rate(self) -> float:
+        """Source items per second, end to end."""
+        return self.items / self.wall_s
+
+    @property
+    def steady(self) -> float:
+        """Items/s between 10% and 90% of the items settled (start-up and drain left out)."""
+        series = list(zip(self.record.completions.times_s, self.record.completions.completed,
+                          strict=True))
+        marks = [next(((t, c) for t, c in series if c >= share * self.items), None)
+                 for share in (0.1, 0.9)]
+        if marks[0] is None or marks[1] is None or marks[1][0] <= marks[0][0]:
+            return self.record.throughput
+        return (marks[1][1] - marks[0][1]) / (marks[1][0] - marks[0][0])
+
+
+@dataclass
+class Contender:
+    """A layout to run: its label, its configuration in words, and how to run it."""
+
+    label: str
+    config: str
+    placement: Placement | Plan | None = None
+    workers: dict[str, int] | None = None
+    runs: list[Run] = field(default_factory=list)
+
+    def best(self) -> Run:
+        """The fastest run end to end (the least disturbed on a shared machine)."""
+        return max(self.runs, key=lambda r: r.rate)
+
+
+def host_busy_s() -> float:
+    """CPU seconds every process on this host has run so far (all cores together)."""
+    times = psutil.cpu_times()
+    return sum(getattr(times, name, 0.0) for name in
+               ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def service_cpu_s() -> float:
+    """CPU seconds the loopback service has used so far."""
+    if SERVICE_PID is None:
+        return 0.0
+    with contextlib.suppress(psutil.Error):
+        used = psutil.Process(SERVICE_PID).cpu_times()
+        return used.user + used.system
+    return 0.0
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process, its reaped children (the replicas) and the service."""
+    times = os.times()
+    return (times.user + times.system + times.children_user + times.children_system
+            + service_cpu_s())
+
+
+QUIET_CORES = 0.25  # others below this share of cores: a quiet host
+
+
+def others_now(window: float = 0.5) -> float:
+    """Cores everything else on the host used over the next ``window`` seconds."""
+    host0, own0 = host_busy_s(), own_cpu_s()
+    time.sleep(window)
+    return max(0.0, host_busy_s() - host0 - (own_cpu_s() - own0)) / window
+
+
+def settle(limit_s: float) -> float:
+    """Wait (at most ``limit_s``) until other processes use under `QUIET_CORES`; the wait."""
+    start = time.perf_counter()
+    while limit_s > 0 and others_now() > QUIET_CORES and time.perf_counter() - start < limit_s:
+        pass
+    return time.perf_counter() - start
+
+
+@dataclass
+class Settings:
+    """What the command line sets for every run."""
+
+    quiet_wait_s: float = 0.0  # before each run, wait up to this long for a quiet host
+
+
+SETTINGS = Settings()
+
+
+def measure(pipeline: Pipeline, items: int, contender: Contender) -> Run:
+    """Run ``contender`` over ``items`` source items, timed end to end."""
+    if SETTINGS.quiet_wait_s > 0:
+        settle(SETTINGS.quiet_wait_s)
+    host0, own0, service0 = host_busy_s(), own_cpu_s(), service_cpu_s()
+    driver0 = time.process_time()
+    start = time.perf_counter()
+    with fitwork.run(pipeline, range(items), placement=contender.placement,
+                     workers=contender.workers, sample_devices=False) as result:
+        outputs = list(result)
+    wall = time.perf_counter() - start
+    driver = time.process_time() - driver0
+    own = own_cpu_s() - own0
+    others = max(0.0, host_busy_s() - host0 - own)
+    run = Run(items, wall, len(outputs), math.fsum(float(o) for o in outputs), result.record,
+              own / wall, others / wall, (service_cpu_s() - service0) / items,
+              driver / items)
+    contender.runs.append(run)
+    return run
+
+
+def layout(counts: dict[str, int]) -> str:
+    """Replica counts in words: ``fetch=2 parse=1``."""
+    return " ".join(f"{name}={count}" for name, count in counts.items())
+
+
+def plan_layout(plan: Plan) -> str:
+    """The plan's replicas (and batch sizes), or the fused layout it chose."""
+    if plan.fused:
+        return f"fused x{sum(p.replicas for p in plan.fitted.result.replicas)}"
+    return " ".join(f"{p.unit}={p.replicas}" + (f"/b{p.batch_size}" if p.batch_size else "")
+                    for p in plan.fitted.result.replicas if p.replicas)
+
+
+def grid(spec: Spec) -> list[dict[str, int]]:
+    """The hand layouts: every combination of the grid's replica counts."""
+    names = list(spec.grid)
+    return [dict(zip(names, counts, strict=True))
+            for counts in itertools.product(*(spec.grid[n] for n in names))]
+
+
+@dataclass
+class Outcome:
+    """One pipeline's figures."""
+
+    spec: Spec
+    profile: PipelineProfile
+    plan: Plan
+    planned: Contender
+    monolith: Contender
+    hand: Contender
+    finalists: list[Contender]
+
+    @property
+    def realized(self) -> float:
+        """The plan's best run, as its record gives throughput (start-up included)."""
+        return self.planned.best().record.throughput
+
+    @property
+    def realized_share(self) -> float:
+        """The plan's realized throughput over its prediction."""
+        return self.realized / self.plan.fitted.throughput
+
+    @property
+    def hand_share(self) -> float:
+        """The plan's items/s over the best hand layout's, both end to end."""
+        return self.planned.best().rate / self.hand.best().rate
+
+    @property
+    def disturbed(self) -> str:
+        """How many final runs had others using a quarter of a core or more."""
+        runs = [r for c in self.finalists for r in c.runs]
+        return f"{sum(r.other_cores >= QUIET_CORES for r in runs)}/{len(runs)}"
+
+    @property
+    def others(self) -> float:
+        """Median cores other processes on the host used during the final runs."""
+        return statistics.median(r.other_cores for c in self.finalists for r in c.runs)
+
+
+def screen(spec: Spec, items: int, contenders: list[Contender], keep: int,
+           say: Callable[[str], None]) -> list[Contender]:
+    """One short run of each contender; the ``keep`` fastest go on to the final."""
+    for contender in contenders:
+        run = measure(spec.pipeline, items, contender)
+        say(f"    screen {contender.label:<9} {contender.config:<38} {run.rate:8.1f} items/s"
+            f" (cores: ours {run.own_cores:4.2f}, others {run.other_cores:4.2f})")
+    ranked = sorted(contenders, key=lambda c: c.best().rate, reverse=True)
+    for contender in ranked:
+        contender.runs.clear()  # the final compares full-length runs only
+    return ranked[:keep]
+
+
+def unqueued(profile: PipelineProfile) -> PipelineProfile:
+    """``profile`` with the run-queue wait taken out: each wall time less the time the unit
+    sat runnable while other processes held the cores, and no wait left to derate cores by."""
+    def less(wall: float, queued: float) -> float:
+        return wall - queued if wall - queued > 0 else wall
+
+    units = [u.model_copy(update={
+        "wall_s": less(u.wall_s, u.queued_s), "queued_s": 0.0,
+        "batches": [b.model_copy(update={"wall_s": less(b.wall_s, b.queued_s), "queued_s": 0.0})
+                    for b in u.batches]}) for u in profile.units]
+    return profile.model_copy(update={"units": units})
+
+
+WHAT_IF_HOP_S = 10e-6  # a seventh of the engine charge per frame per crossing the fit uses
+
+
+def what_ifs(profile: PipelineProfile, fleet: fitwork.Fleet) -> dict[str, Plan]:
+    """The plans the model would make with the profile's run-queue wait taken out, and with
+    that and a smaller engine charge per crossing (diagnostics, not contenders by default)."""
+    clean = unqueued(profile)
+    return {"no queue wait": fit(clean, fleet),
+            f"no queue wait, {WHAT_IF_HOP_S * 1e6:.0f} us/frame":
+                fit(clean, fleet, hop_seconds=WHAT_IF_HOP_S)}
+
+
+def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
+          say: Callable[[str], None]) -> Outcome:
+    """Profile and fit one pipeline, screen the sweeps, then the final alternation."""
+    items = max(64, int(spec.items * args.scale))
+    screen_items = max(32, items // 3)
+    say(f"\n== {spec.name}: {spec.shape}; {items} items per final run, load average "
+        f"{os.getloadavg()[0]:.2f}")
+    start = time.perf_counter()
+    profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + args.samples),
+                                       samples=args.samples)
+    plan = fit(profile, fleet)
+    say(f"  profile of {args.samples} samples and fit: {time.perf_counter() - start:.1f} s")
+    for u in profile.units:
+        sweep = " ".join(f"b{b.batch_size} {b.wall_s * 1e3:.3f}/{b.cpu_s * 1e3:.3f}"
+                         for b in u.batches) if u.batch_size else ""
+        say(f"  profile {u.name:<14} wall {u.wall_s * 1e3:7.3f} ms  cpu {u.cpu_s * 1e3:7.3f} ms"
+            f"  queued {u.queued_s * 1e3:6.3f} ms  out/in {u.output_ratio:5.2f}"
+            + (f"  wall/cpu ms per item by batch: {sweep}" if sweep else ""))
+    mono_count = sum(p.replicas for p in plan.monolithic.result.replicas)
+    say(f"  plan [{plan_layout(plan)}] predicts {plan.fitted.throughput:.1f} items/s "
+        f"(split layout {(plan.split or plan.fitted).throughput:.1f}, monolithic side "
+        f"{plan.monolithic.throughput:.1f} with {mono_count} replicas; core ceiling "
+        f"{plan.core_ceiling:.2f}; engine charge {plan.hop_seconds * 1e6:.0f} us per frame "
+        "per crossing)")
+    for p in plan.fitted.result.replicas:
+        if p.replicas:
+            say(f"    {p.unit:<14} x{p.replicas:<3} rate/replica {p.rate:9.1f}  cores/replica "
+                f"{p.cores:5.2f}  load {p.items_per_s:9.1f} items/s")
+
+    alternatives = what_ifs(profile, fleet)
+    for label, other in alternatives.items():
+        say(f"  what if ({label}): [{plan_layout(other)}] predicts "
+            f"{other.fitted.throughput:.1f} items/s (core ceiling {other.core_ceiling:.2f})")
+
+    base = plan.placement(side="monolithic")
+    monoliths = [Contender("monolith", f"{n} processes",
+                           placement=base.with_workers({FUSED: n})) for n in spec.monolith]
+    hands = [Contender("hand", layout(c), workers=c) for c in grid(spec)]
+    say(f"  screening: {len(monoliths)} monolith process counts and {len(hands)} hand "
+        f"layouts, one run of {screen_items} items each")
+    finalists = [*screen(spec, screen_items, monoliths, args.keep_monolith, say),
+                 *screen(spec, screen_items, hands, args.keep_hand, say)]
+    planned = Contender("plan", plan_layout(plan), placement=plan)
+    contenders = [planned, *finalists]
+    if args.what_if:  # each distinct what-if layout runs in the final too (not a headline)
+        seen = {plan_layout(plan)}
+        for label, other in alternatives.items():
+            if plan_layout(other) not in seen:
+                seen.add(plan_layout(other))
+                contenders.append(Contender("what-if", f"{plan_layout(other)} ({label})",
+                                            placement=other))
+    say(f"  final: {len(contenders)} contenders x {args.rounds} runs of {items} items, "
+        "alternating, best kept")
+    for round_ in range(args.rounds):
+        for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
+            run = measure(spec.pipeline, items, contender)
+            say(f"   {contender.label:<9} {contender.config:<38} {run.rate:8.1f} items/s "
+                f"(record {run.record.throughput:8.1f}, steady {run.steady:8.1f}, "
+                f"{run.wall_s:5.2f} s; cores: ours {run.own_cores:4.2f}, "
+                f"others {run.other_cores:4.2f})")
+    check(spec, contenders)
+    outcome = Outcome(spec, profile, plan, planned,
+                      max((c for c in finalists if c.label == "monolith"),
+                          key=lambda c: c.best().rate),
+                      max((c for c in finalists if c.label == "hand"),
+                          key=lambda c: c.best().rate), contenders)
+    explain(outcome, say)
+    return outcome
+
+
+def check(spec: Spec, contenders: Sequence[Contender]) -> None:
+    """Every final run gave as many outputs and the same sum of them (to 1e-6: a batched
+    matrix product rounds differently at another batch size)."""
+    runs = [r for c in contenders for r in c.runs]
+    first = runs[0]
+    for run in runs:
+        if run.outputs != first.outputs or not math.isclose(run.checksum, first.checksum,
+                                                            rel_tol=1e-6):
+            raise SystemExit(f"{spec.name}: runs disagree on their outputs: {run.outputs} "
+                             f"summing to {run.checksum!r} against {first.outputs} summing "
+                             f"to {first.checksum!r}")
+
+
+def _profiled_cpu(outcome: Outcome, name: str) -> float:
+    """CPU seconds the profile measured per item a unit takes in (per source item, fused)."""
+    plan, profiled = outcome.plan, {u.name: u for u in outcome.profile.units}
+    if name == FUSED:
+        return sum(plan.multiplicity[u] * _profiled_cpu(outcome, u) for u in plan.units)
+    u = profiled[name]
+    batch = next((p.batch_size for p in plan.fitted.result.replicas if p.unit == name), None)
+    return next((b.cpu_s for b in u.batches if b.batch_size == batch), u.cpu_s)
+
+
+def explain(outcome: Outcome, say: Callable[[str], None]) -> None:
+    """Per unit: what the plan assumed against what the plan's best run measured."""
+    run, plan = outcome.planned.best(), outcome.plan
+    planned_cores = sum(p.cores * p.replicas for p in plan.fitted.result.replicas)
+    say(f"  plan's best run: record {run.record.throughput:.1f} items/s over "
+        f"{run.record.wall_s:.2f} s (steady {run.steady:.1f}, end to end {run.rate:.1f}) "
+        f"against {plan.fitted.throughput:.1f} predicted; cores: ours {run.own_cores:.2f} "
+        f"(plan: {planned_cores:.2f} in replicas), others on the host {run.other_cores:.2f}; "
+        f"the driver used {run.driver_cpu_s * 1e6:.0f} us of CPU per item"
+        + (f"; the loopback service used {run.service_cpu_s * 1e3:.3f} ms of CPU per item, "
+           "on the same cores and unseen by the profile" if run.service_cpu_s > 1e-5 else ""))
+    planned = {p.unit: p for p in plan.fitted.result.replicas if p.replicas}
+    for u in run.record.units:
+        p = planned.get(u.name)
+        busy_rate = u.items_in / u.busy_s if u.busy_s else math.nan
+        cpu = u.cpu_s / u.items_in if u.items_in else math.nan
+        profiled = _profiled_cpu(outcome, u.name)
+        say(f"    {u.name:<14} x{u.replicas:<3} rate/replica planned "
+            f"{(p.rate if p else math.nan):8.1f}, measured when busy {busy_rate:8.1f} "
+            f"(busy {u.busy_fraction:5.1%}, blocked {u.blocked_s:5.2f} s); CPU per item in: "
+            f"profiled {profiled * 1e3:6.3f} ms, run {cpu * 1e3:6.3f} ms "
+            f"(+{(cpu - profiled) * 1e6:5.0f} us, start-up included)")
+
+
+def _predicted(contender: Contender) -> float:
+    """A plan contender's predicted items/s."""
+    assert isinstance(contender.placement, Plan)
+    return contender.placement.fitted.throughput
+
+
+def verdict(value: float, aim: float) -> str:
+    """``met`` or ``MISSED`` against an aim."""
+    return "met" if value >= aim else "MISSED"
+
+
+COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
+    ("monolith", ".1f", lambda o: o.monolith.best().rate),
+    ("predicted", ".1f", lambda o: o.plan.fitted.throughput),
+    ("realized", ".1f", lambda o: o.realized),
+    ("steady", ".1f", lambda o: o.planned.best().steady),
+    ("real/pred", ".2f", lambda o: o.realized_share),
+    ("stdy/pred", ".2f", lambda o: o.planned.best().steady / o.plan.fitted.throughput),
+    ("plan e2e", ".1f", lambda o: o.planned.best().rate),
+    ("best hand", ".1f", lambda o: o.hand.best().rate),
+    ("plan/hand", ".2f", lambda o: o.hand_share),
+    ("plan/mono", ".2f", lambda o: o.planned.best().rate / o.monolith.best().rate),
+    ("others", ".2f", lambda o: o.others),
+    ("busy", "", lambda o: o.disturbed),
+)
+
+
+def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
+    """The summary: a table of the figures, then each contender's configuration."""
+    print(f"\nfit quality on this host: {cores:g} cores (os.cpu_count {os.cpu_count()}); "
+          f"load average {os.getloadavg()[0]:.2f} at the end; best of {rounds} alternating "
+          "runs per contender; items/s end to end (start-up included) unless said")
+    print(f"{'pipeline':<14}" + "".join(f" {name:>9}" for name, _, _ in COLUMNS)
+          + f"  aims: real/pred >= {REALIZED_AIM}, plan/hand >= {HAND_AIM}")
+    for o in outcomes:
+        cells = "".join(f" {value(o):>9{spec}}" for _, spec, value in COLUMNS)
+        print(f"{o.spec.name:<14}{cells}  {verdict(o.realized_share, REALIZED_AIM)}, "
+              f"{verdict(o.hand_share, HAND_AIM)}")
+    print("columns: monolith = best of its process-count sweep; predicted = the plan's "
+          "items/s; realized = its best run's record (completed / run wall); steady = the "
+          "same run between 10% and 90% of items done; plan e2e, best hand = items/s end to "
+          "end; others = median cores used by other processes on the host during the final "
+          f"runs; busy = final runs during which others used {QUIET_CORES} cores or more")
+    print("configurations (each contender's best items/s, end to end):")
+    for o in outcomes:
+        print(f"  {o.spec.name:<14} plan [{o.planned.config}] {o.planned.best().rate:.1f}; "
+              f"best hand [{o.hand.config}] {o.hand.best().rate:.1f}; monolith "
+              f"[{o.monolith.config}] {o.monolith.best().rate:.1f}")
+        for c in o.finalists:
+            if c.label == "what-if":
+                print(f"  {'':<14} what-if [{c.config}] {c.best().rate:.1f} (predicted "
+                      f"{_predicted(c):.1f}, record {c.best().record.throughput:.1f})")
+    met = sum(o.realized_share >= REALIZED_AIM for o in outcomes)
+    won = sum(o.hand_share >= HAND_AIM for o in outcomes)
+    print(f"aims: realized >= {REALIZED_AIM} x predicted on {met}/{len(outcomes)}; plan >= "
+          f"{HAND_AIM} x best hand on {won}/{len(outcomes)}. Noisy: on a shared 2-core host "
+          "single runs move by 10% or more, more when others' cores are high")
+
+
+def main() -> None:
+    """Run every pipeline (or those named) and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help="a quarter of the items, one finalist per sweep: checks it works")
+    parser.add_argument("--only", default="", help="comma-separated pipeline names")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="final runs of each contender, alternating, best kept (min 2)")
+    parser.add_argument("--samples", type=int, default=64, help="profile samples")
+    parser.add_argument("--scale", type=float, default=1.0, help="items per run, times this")
+    parser.add_argument("--keep-hand", type=int, default=2, help="hand layouts in the final")
+    parser.add_argument("--keep-monolith", type=int, default=2,
+                        help="monolith process counts in the final")
+    parser.add_argument("--quiet-wait", type=float, default=0.0,
+                        help="before each run, wait up to this many seconds for other "
+                             "processes to use under a quarter of a core")
+    parser.add_argument("--what-if", action="store_true",
+                        help="also run the plans made without the profile's run-queue wait "
+                             "and with a smaller engine charge per crossing (diagnostics)")
+    parser.add_argument("--verbose", action="store_true", help="print every screening run")
+    args = parser.parse_args()
+    args.rounds = max(2, args.rounds)
+    SETTINGS.quiet_wait_s = args.quiet_wait
+    if args.quick:
+        args.scale *= 0.25
+        args.keep_hand = args.keep_monolith = 1
+    wanted = {n for n in args.only.split(",") if n}
+    unknown = wanted - {s.name for s in SPECS}
+    if unknown:
+        parser.error(f"unknown pipelines {sorted(unknown)}; there are "
+                     f"{', '.join(s.name for s in SPECS)}")
+    specs = [s for s in SPECS if not wanted or s.name in wanted]
+
+    def say(line: str) -> None:
+        if args.verbose or not line.startswith("    screen"):
+            print(line, flush=True)
+
+    fleet = fitwork.discover_local()
+    cores = sum(n.cores * n.count for n in fleet.node_types)
+    print(f"host: {cores:g} cores as granted ({fleet.node_types[0].discovered_from['cores']}); "
+          f"load average {os.getloadavg()[0]:.2f}, others using {others_now():.2f} cores "
+          "at the start")
+    service = start_service()
+    started = time.perf_counter()
+    try:
+        outcomes = [bench(spec, args, fleet, say) for spec in specs]
+    finally:
+        service.terminate()
+        service.join(5)
+    print(f"\nbench wall {time.perf_counter() - started:.0f} s")
+    table(outcomes, cores, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
