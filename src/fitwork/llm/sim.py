@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from fitwork.llm.phases import LLMInputError, PhaseBook, PhaseModel, default_book
-from fitwork.llm.plan import LLMPlan, Pool
+from fitwork.llm.plan import LLMPlan
 from fitwork.llm.trace import Trace
 
 BIN_S = 60.0
@@ -65,8 +65,11 @@ class _Replica:
 
 
 @dataclass
-class _Run:
-    """Per-request arrays the replay fills in."""
+class RequestTimes:
+    """Per-request arrays the replay fills in (seconds; NaN where it never happened):
+    ``ready`` when the request could join a decode batch (KV arrived), ``first`` its first
+    token, ``admitted`` when a batch took it, ``last`` its last token, ``transfer`` the KV
+    transfer time including the wait for the link."""
 
     arrival: np.ndarray
     prompt: np.ndarray
@@ -94,7 +97,7 @@ def _steps_within(s0: float, g: float, span: float) -> int:
     return k
 
 
-def _admit(r: _Replica, run: _Run, dropped: list[int]) -> None:
+def _admit(r: _Replica, run: RequestTimes, dropped: list[int]) -> None:
     """Admit waiting requests that are ready at ``r.now`` while batch and KV allow."""
     waiting = r.waiting
     while waiting:
@@ -131,7 +134,7 @@ def _admit(r: _Replica, run: _Run, dropped: list[int]) -> None:
         heapq.heappush(r.batch, (r.steps + int(run.output[i]) - 1, i))
 
 
-def _advance(r: _Replica, t: float, run: _Run, dropped: list[int]) -> None:
+def _advance(r: _Replica, t: float, run: RequestTimes, dropped: list[int]) -> None:
     """Run ``r`` through every iteration that ends by ``t`` (``inf``: until it drains)."""
     while True:
         _admit(r, run, dropped)
@@ -245,7 +248,15 @@ def _bins(starts: np.ndarray, ends: np.ndarray, width: float, count: int) -> np.
 
 def simulate(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None = None,
              keep_values: bool = False) -> SimResult:
-    """Replay ``trace`` through ``plan`` (see the module docstring); deterministic under seed."""
+    """Replay ``trace`` through ``plan`` (see the module docstring); deterministic under seed.
+
+    ``keep_values`` keeps every request's TTFT and TPOT in the result (for CDFs)."""
+    return replay(plan, trace, seed=seed, book=book, keep_values=keep_values)[0]
+
+
+def replay(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None = None,
+           keep_values: bool = False) -> tuple[SimResult, RequestTimes]:
+    """`simulate`, with the per-request times."""
     import time
 
     start = time.perf_counter()
@@ -253,7 +264,7 @@ def simulate(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | No
         raise LLMInputError(f"plan {plan.label}: no pools to replay (infeasible plan)")
     book = book or default_book()
     n = len(trace)
-    run = _Run(arrival=trace.arrival.astype(float), prompt=trace.prompt.astype(np.int64),
+    run = RequestTimes(arrival=trace.arrival.astype(float), prompt=trace.prompt.astype(np.int64),
                output=trace.output.astype(np.int64), ready=np.full(n, np.inf),
                first=np.full(n, np.nan), admitted=np.full(n, np.nan), last=np.full(n, np.nan),
                transfer=np.zeros(n))
@@ -312,10 +323,10 @@ def simulate(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | No
     for r in replicas:
         _advance(r, math.inf, run, dropped)
     return _result(plan, trace, run, replicas, prefill_busy, prefill_work, models, dropped,
-                   seed, time.perf_counter() - start, keep_values)
+                   seed, time.perf_counter() - start, keep_values), run
 
 
-def _prefill(plan: LLMPlan, models: dict[int, PhaseModel], run: _Run,
+def _prefill(plan: LLMPlan, models: dict[int, PhaseModel], run: RequestTimes,
              busy: dict[int, list[tuple[float, float]]],
              work: dict[int, list[float]]) -> np.ndarray:
     """One FCFS queue over every prefill replica; returns each request's first-token time."""
@@ -360,7 +371,7 @@ def _prefill(plan: LLMPlan, models: dict[int, PhaseModel], run: _Run,
     return first
 
 
-def _result(plan: LLMPlan, trace: Trace, run: _Run, replicas: list[_Replica],
+def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Replica],
             prefill_busy: dict[int, list[tuple[float, float]]],
             prefill_work: dict[int, list[float]], models: dict[int, PhaseModel],
             dropped: list[int], seed: int, wall: float, keep: bool) -> SimResult:
@@ -449,8 +460,3 @@ def compare(plan: LLMPlan, sim: SimResult) -> list[str]:
                                                           "decode batches ran fuller than "
                                                           "planned"))
     return lines
-
-
-def pools_of(plan: LLMPlan) -> list[Pool]:
-    """The plan's pools (for callers that build plans by hand)."""
-    return list(plan.pools)
