@@ -1,0 +1,44 @@
+"""LLM serving as units: prefill and decode fitted to GPU types under SLOs, replayed on traces."""
+
+from fitwork.llm.options import SLO
+from fitwork.llm.phases import (
+    LLMInputError,
+    PhaseBook,
+    PhaseModel,
+    PhaseRow,
+    default_book,
+    leave_class_out,
+    load_phase_csv,
+    load_splitwise,
+    write_phase_csv,
+)
+from fitwork.llm.plan import LLMPlan, PlanSet, load_fleet, plan_colocated, plan_llm, plan_split
+from fitwork.llm.sim import SimResult, compare, replay, simulate
+from fitwork.llm.trace import Trace, load_azure, load_trace, shipped_trace
+
+__all__ = [
+    "SLO",
+    "LLMInputError",
+    "LLMPlan",
+    "PhaseBook",
+    "PhaseModel",
+    "PhaseRow",
+    "PlanSet",
+    "SimResult",
+    "Trace",
+    "compare",
+    "default_book",
+    "leave_class_out",
+    "load_azure",
+    "load_fleet",
+    "load_phase_csv",
+    "load_splitwise",
+    "load_trace",
+    "plan_colocated",
+    "plan_llm",
+    "plan_split",
+    "replay",
+    "shipped_trace",
+    "simulate",
+    "write_phase_csv",
+]
