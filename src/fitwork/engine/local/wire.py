@@ -10,7 +10,10 @@ against the three or four of pickling through a pipe::
     pickle5 ──inline bytes──▶ [header | pickle stream | buf 0 | buf 1 …] ──mmap──▶ views
 
 Every file name starts with the run's prefix, so the driver can sweep whatever a killed
-process left behind.
+process left behind, and ends with 64 random bits, so no other user can guess a name and
+create the file first.  Files are created exclusively with mode 0600 (narrowed further by the
+umask); the receiver opens a name only inside this run's prefix, does not follow a symbolic
+link, and unpickles only a regular file owned by this user that no one else may read or write.
 """
 
 from __future__ import annotations
@@ -19,16 +22,25 @@ import itertools
 import mmap
 import os
 import pickle
+import secrets
+import stat
 import struct
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from fitwork.errors import EngineError
 
 INLINE_LIMIT = 64 * 1024
 OUT_OF_BAND_MIN = 1 << 20
 _ALIGN = 64
 _INLINE, _SPILLED = b"I", b"S"
 _HEADER = struct.Struct("<QQ")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class WireError(EngineError):
+    """A spilled frame's file is not this run's private file; it is never unpickled."""
 
 
 def shm_dir() -> Path:
@@ -65,11 +77,12 @@ class Wire:
         return self._spill(stream, [b.raw() for b in buffers])
 
     def _spill(self, stream: bytes, raws: list[memoryview]) -> tuple[bytes, int]:
-        name = f"{self.prefix}-{os.getpid()}-{next(self._counter)}"
+        name = f"{self.prefix}-{os.getpid()}-{next(self._counter)}-{secrets.token_hex(8)}"
         sizes = [raw.nbytes for raw in raws]
         header = _HEADER.pack(len(stream), len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
         offset = _aligned(len(header) + len(stream))
-        fd = os.open(self.directory / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(self.directory / name,
+                     os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | _NOFOLLOW, 0o600)
         try:
             _write_all(fd, header + stream)
             for raw in raws:
@@ -88,15 +101,21 @@ class Wire:
         """
         if data[:1] == _INLINE:
             return pickle.loads(memoryview(data)[1:]), len(data)
-        path = self.directory / data[1:].decode()
-        fd = os.open(path, os.O_RDONLY)
+        path = self._spilled_path(data)
         try:
-            size = os.fstat(fd).st_size
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW)
+        except OSError as exc:
+            raise WireError(f"shared-memory frame {path}: cannot open ({exc.strerror}); "
+                            "refusing the frame") from None
+        try:
+            info = os.fstat(fd)
+            _check_private(path, info)
+            size = info.st_size
             view = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE,
                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            os.unlink(path)
         finally:
             os.close(fd)
-            os.unlink(path)
         memory = memoryview(view)
         stream_len, count = _HEADER.unpack_from(memory, 0)
         sizes = struct.unpack_from(f"<{count}Q", memory, _HEADER.size)
@@ -108,6 +127,14 @@ class Wire:
             offset = _aligned(offset + size_i)
         return pickle.loads(stream, buffers=buffers), size
 
+    def _spilled_path(self, data: bytes) -> Path:
+        """The file a spilled datagram names, which must be one of this run's."""
+        name = data[1:].decode("utf-8", "replace")
+        if not name.startswith(f"{self.prefix}-") or "/" in name or "\0" in name:
+            raise WireError(f"shared-memory frame {name!r} is not one of this run's files "
+                            f"({self.prefix}-*); refusing the frame")
+        return self.directory / name
+
     def sweep(self) -> int:
         """Remove every file of this run still present; returns how many there were."""
         removed = 0
@@ -115,9 +142,21 @@ class Wire:
             try:
                 path.unlink()
                 removed += 1
-            except FileNotFoundError:
+            except OSError:
                 pass
         return removed
+
+
+def _check_private(path: Path, info: os.stat_result) -> None:
+    """Refuse a file that is not a regular file of this user's, closed to everyone else."""
+    if not stat.S_ISREG(info.st_mode):
+        raise WireError(f"shared-memory frame {path}: not a regular file; refusing the frame")
+    if info.st_uid != os.geteuid():
+        raise WireError(f"shared-memory frame {path}: owned by uid {info.st_uid}, not this "
+                        f"user ({os.geteuid()}); refusing to unpickle it")
+    if info.st_mode & 0o077:
+        raise WireError(f"shared-memory frame {path}: mode {stat.S_IMODE(info.st_mode):04o} "
+                        "lets other users in; refusing to unpickle it")
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
