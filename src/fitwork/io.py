@@ -26,6 +26,8 @@ PARQUET_EXTRA = "install the parquet extra: pip install 'fitwork[parquet]'"
 PARQUET_BATCH_ROWS = 10_000
 FLUSH_EVERY = 100
 _READ_BATCH_ROWS = 1_024
+MAX_LINE_BYTES = 256 << 20
+"""The longest JSON Lines line read; a longer one (or a binary file) is an error, not a hog."""
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -131,16 +133,22 @@ def _read_error(place: str, exc: OSError) -> InputError:
 
 def _read_jsonl(path: Path, place: str) -> Iterator[Any]:
     """Each non-blank line's JSON value; the error for a bad line names its 1-based number."""
+    limit = MAX_LINE_BYTES
     with _open_input(path, place) as handle:
         number = 0
         while True:
             try:
-                raw = handle.readline()
+                raw = handle.readline(limit + 1)
             except OSError as exc:
                 raise _read_error(place, exc) from exc
             if not raw:
                 return
             number += 1
+            if len(raw) > limit:
+                raise InputError(
+                    f"{place}:{number}: line longer than {limit:,} bytes; split the item, or "
+                    "check that the file is JSON Lines (one value per line)"
+                )
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
@@ -152,19 +160,36 @@ def _read_jsonl(path: Path, place: str) -> Iterator[Any]:
                 ) from exc
             if not text.strip():
                 continue
-            try:
-                item = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{place}:{number}: invalid JSON ({_one_line(exc.msg)} at column {exc.colno}); "
-                    "fix or remove that line"
-                ) from exc
-            yield item
+            yield _json_line(text, place, number)
+
+
+def _json_line(text: str, place: str, number: int) -> Any:
+    """One line's JSON value, or an InputError naming the line and what is wrong with it."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{place}:{number}: invalid JSON ({_one_line(exc.msg)} at column {exc.colno}); "
+            "fix or remove that line"
+        ) from exc
+    except RecursionError:
+        raise InputError(
+            f"{place}:{number}: JSON nested too deeply to read; flatten that item"
+        ) from None
+    except ValueError as exc:  # e.g. an integer past Python's digit limit
+        raise InputError(
+            f"{place}:{number}: unreadable JSON value ({_one_line(exc)}); fix that line"
+        ) from exc
 
 
 def _read_csv(path: Path, place: str) -> Iterator[dict[str, str]]:
-    """Each CSV row as a dict keyed by the header row; values stay strings."""
-    with _open_input(path, place, mode="r", encoding="utf-8-sig", newline="") as handle:
+    """Each CSV row as a dict keyed by the header row; values stay strings.
+
+    Bytes that are not UTF-8 are carried through as surrogates and reported on the row that
+    holds them, so every row before it is still yielded.
+    """
+    with _open_input(path, place, mode="r", encoding="utf-8-sig", errors="surrogateescape",
+                     newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader, None)
@@ -172,11 +197,13 @@ def _read_csv(path: Path, place: str) -> Iterator[dict[str, str]]:
                 raise InputError(
                     f"{place}: empty CSV, no header row; put the column names on the first line"
                 )
+            _check_utf8(header, place, reader.line_num)
             _check_header(header, place)
             width = len(header)
             for row in reader:
                 if not row:
                     continue
+                _check_utf8(row, place, reader.line_num)
                 if len(row) != width:
                     raise InputError(
                         f"{place}:{reader.line_num}: row has {len(row)} fields but the header has "
@@ -187,12 +214,18 @@ def _read_csv(path: Path, place: str) -> Iterator[dict[str, str]]:
             raise InputError(
                 f"{place}:{reader.line_num}: malformed CSV ({_one_line(exc)}); fix that row"
             ) from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"{place}: not valid UTF-8 near line {reader.line_num + 1}; save the file as UTF-8"
-            ) from exc
         except OSError as exc:
             raise _read_error(place, exc) from exc
+
+
+def _check_utf8(row: list[str], place: str, line: int) -> None:
+    """Refuse a row holding bytes that were not UTF-8 (decoded as lone surrogates)."""
+    try:
+        "".join(row).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(
+            f"{place}:{line}: not valid UTF-8; save the file as UTF-8 or fix that line"
+        ) from None
 
 
 def _check_header(header: list[str], place: str) -> None:
@@ -240,22 +273,26 @@ def _read_parquet(
     with _open_input(path, place) as handle:
         try:
             reader = parquet.ParquetFile(handle)
-        except (pyarrow.ArrowException, OSError, ValueError) as exc:
+        except (pyarrow.ArrowException, OSError, ValueError, MemoryError) as exc:
             raise InputError(
                 f"{place}: not a readable Parquet file ({_one_line(exc)}); check the file, or "
                 "rename it if it is not Parquet"
             ) from exc
         batches = reader.iter_batches(batch_size=_READ_BATCH_ROWS)
+        rows = 0
         while True:
             try:
                 batch = next(batches, None)
-            except (pyarrow.ArrowException, OSError, ValueError) as exc:
+                values = [] if batch is None else batch.to_pylist()
+            except (pyarrow.ArrowException, OSError, ValueError, MemoryError) as exc:
                 raise InputError(
-                    f"{place}: Parquet data is corrupt ({_one_line(exc)}); rewrite the file"
+                    f"{place}: row {rows + 1}: Parquet data is corrupt ({_one_line(exc)}); "
+                    "rewrite the file"
                 ) from exc
             if batch is None:
                 return
-            yield from batch.to_pylist()
+            rows += len(values)
+            yield from values
 
 
 def count_items(path: str | Path) -> int | None:
@@ -265,7 +302,10 @@ def count_items(path: str | Path) -> int | None:
     """
     path = Path(path)
     try:
-        if path.is_dir():
+        info = path.stat()
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            return None  # a pipe or device: counting would consume what the run reads
+        if stat.S_ISDIR(info.st_mode):
             with os.scandir(path) as entries:
                 return sum(
                     1 for entry in entries if not entry.name.startswith(".") and entry.is_file()
