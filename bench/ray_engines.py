@@ -294,7 +294,6 @@ def main() -> None:
     args = parser.parse_args()
     repeats = max(2, args.repeats)
     cores = os.cpu_count() or 2
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
     import ray.data
 

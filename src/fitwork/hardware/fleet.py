@@ -171,15 +171,22 @@ class Fleet(BaseModel):
     def from_yaml(cls, path: Path | str, known: Catalog | None = None) -> Fleet:
         """The fleet in the YAML file at ``path``; errors read ``fleet PATH: field: problem``."""
         place = f"fleet {path}"
+        remake = "fix it, or write one with `fitwork fleet local --output FILE`"
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise FleetError(f"{place}: cannot read: {reason}") from None
+        except UnicodeDecodeError as exc:
+            raise FleetError(f"{place}: not UTF-8 text (byte {exc.start + 1}); {remake}"
+                             ) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise FleetError(f"{place}: not valid YAML: {' '.join(str(exc).split())}") from None
+            raise FleetError(f"{place}: not valid YAML: {' '.join(str(exc).split())}; "
+                             f"{remake}") from None
+        except RecursionError:
+            raise FleetError(f"{place}: YAML nested too deeply to read; {remake}") from None
         return cls.parse(data, place, known)
 
     def to_dict(self) -> dict[str, Any]:

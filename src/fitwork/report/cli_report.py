@@ -60,7 +60,8 @@ def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path |
                              price_per_hour=price_per_hour, classes=classes or None)
         verdict = headline(loaded, list(labels) or default_labels(loaded), plan)
     except FitworkError as exc:
-        console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
+        console.print(f"error: {exc}", soft_wrap=True, highlight=False, markup=False,
+                      style="red")
         sys.exit(1)
     output_path.parent.mkdir(parents=True, exist_ok=True)
     output_path.write_text(page, encoding="utf-8")
