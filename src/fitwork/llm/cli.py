@@ -195,3 +195,39 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
         _fail(exc)
     if as_json:
         click.echo(json.dumps([s.model_dump() for s in out], indent=1))
+
+
+@llm.command("report")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--trace", "trace_ref", required=True)
+@click.option("--rate-scale", type=float, default=1.0, show_default=True)
+@click.option("--at-goodput", is_flag=True,
+              help="Scale the trace to each plan's planned goodput instead.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path), required=True)
+def report_command(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: bool,
+                   seed: int, output_path: Path) -> None:
+    """Replay the split plan and the best colocated one; write the HTML LLM report."""
+    from pydantic import ValidationError
+
+    from fitwork.llm.phases import LLMInputError
+    from fitwork.llm.plan import PlanSet
+    from fitwork.llm.report import render_llm_report
+    from fitwork.llm.sim import simulate
+
+    try:
+        try:
+            plans = PlanSet.model_validate_json(plan_path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise LLMInputError(f"{plan_path}: cannot read: {exc.strerror or exc}") from None
+        except ValidationError as exc:
+            raise LLMInputError(f"{plan_path}: not a plan file from `fitwork llm plan -o` "
+                                f"({exc.error_count()} validation errors)") from None
+        trace = _trace(trace_ref, rate_scale)
+        chosen = [p for p in (plans.split, plans.best_colocated()) if p.feasible]
+        sims = [simulate(p, trace.scaled(p.goodput / trace.rate) if at_goodput else trace,
+                         seed=seed, keep_values=True) for p in chosen]
+    except FitworkError as exc:
+        _fail(exc)
+    output_path.write_text(render_llm_report(chosen, sims), encoding="utf-8")
+    click.echo(f"report written to {output_path}")
