@@ -347,7 +347,7 @@ def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mod
         transferred=sorted({f"{p.device_class} TP{p.tp}: {p.source}" for p in pools
                             if p.source != "measured"}),
         solver={"status": result.status, "method": result.method, "gap": result.gap,
-                "seconds": result.solve_seconds},
+                "bound": result.bound, "seconds": result.solve_seconds},
         mean_prompt=mix.mean_prompt, mean_output=mix.mean_output, burst=burst,
         capacity=result.throughput)
 
