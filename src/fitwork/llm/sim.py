@@ -34,6 +34,7 @@ from fitwork.llm.plan import LLMPlan
 from fitwork.llm.trace import Trace
 
 BIN_S = 60.0
+"""Width of the busy-over-time bins: a minute, or a thirtieth of a replay shorter than 30."""
 
 
 class _Replica:
@@ -180,7 +181,7 @@ def _advance(r: _Replica, t: float, run: RequestTimes, dropped: list[int]) -> No
 
 class PoolFigures(BaseModel):
     """One pool in the replay: GPUs, busy share, achieved/peak FLOP/s and HBM bandwidth,
-    and busy share per ``BIN_S`` bin."""
+    and busy share per time bin (``SimResult.bin_s``)."""
 
     phase: str
     device_class: str
@@ -388,7 +389,8 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
     good = ttft_ok & tpot_ok
     end = float(np.nanmax(run.last[ok])) if ok.any() else trace.duration
     span = max(end - float(run.arrival[0]), 1e-9)
-    count = max(1, math.ceil(span / BIN_S))
+    width = min(BIN_S, max(1.0, span / 30))
+    count = max(1, math.ceil(span / width))
     admitted = run.admitted - run.ready
     t_q = _quantiles(ttft[ok])
     p_q = _quantiles(tpot[many])
@@ -407,13 +409,13 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
             flops = sum(r.flops for r in mine)
             nbytes = sum(r.bytes for r in mine)
         seconds = span * pool.replicas
-        over = _bins(starts - float(run.arrival[0]), ends - float(run.arrival[0]), BIN_S, count)
+        over = _bins(starts - float(run.arrival[0]), ends - float(run.arrival[0]), width, count)
         pools.append(PoolFigures(
             phase=pool.phase, device_class=pool.device_class, tp=pool.tp,
             replicas=pool.replicas, busy=busy / seconds,
             compute=flops / seconds / dev.fp16_flops,
             bandwidth=nbytes / seconds / (dev.memory_bandwidth or math.inf),
-            busy_over_time=[float(v) for v in over / (BIN_S * pool.replicas)]))
+            busy_over_time=[float(v) for v in over / (width * pool.replicas)]))
     return SimResult(
         plan=plan.label, trace=trace.name, requests=n, completed=int(ok.sum()),
         dropped=len(dropped), duration_s=span, offered_s=trace.duration, seed=seed,
@@ -423,7 +425,7 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
         goodput=float(good.sum()) / trace.duration,
         meets_p90=bool(t_q and p_q and t_q["p90"] <= slo_ttft and p_q["p90"] <= slo_tpot),
         admission_wait_p90=float(np.nanpercentile(admitted, 90)) if ok.any() else 0.0,
-        transfer_mean=float(run.transfer.mean()), pools=pools, bin_s=BIN_S, wall_s=wall,
+        transfer_mean=float(run.transfer.mean()), pools=pools, bin_s=width, wall_s=wall,
         ttft_values=[float(v) for v in ttft[ok]] if keep else [],
         tpot_values=[float(v) for v in tpot[many]] if keep else [])
 
