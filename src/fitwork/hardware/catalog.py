@@ -26,6 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from fitwork.errors import FitworkError
 from fitwork.hardware.validation import one_line
 
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML was built with it (about ten times faster), else
+PyYAML's own: the catalog is read at the start of every run."""
+
 __all__ = [
     "FIGURES",
     "Catalog",
@@ -237,7 +241,7 @@ def load_catalog(path: Path | str | None = None) -> Catalog:
     except OSError as exc:
         raise CatalogError(f"{place}: cannot read: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SAFE_LOADER)  # safe: no arbitrary objects
     except yaml.YAMLError as exc:
         raise CatalogError(f"{place}: not valid YAML: {' '.join(str(exc).split())}") from None
     return parse_catalog(data, place)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import selectors
 import signal
 import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from multiprocessing.connection import wait
 from typing import Any
 
 from fitwork.engine.contract import RunResult
@@ -44,6 +44,8 @@ from fitwork.workload.pipeline import Pipeline
 FRAME_TIME = 0.005
 MAX_FRAME = 4096
 QUIET = 1.0
+REAP_SCAN = 0.5
+"""Seconds between checks of every worker for an exit its sentinel did not show."""
 
 
 class LocalEngine:
@@ -99,6 +101,13 @@ class LocalRun(Shell):
         self.handles: dict[int, _Handle] = {}
         self.gpus = local.gpus if local.gpus is not None else visible_gpus()
         self.gpu_turns: dict[int, int] = {}
+        # One poll set for the run, changed as workers come and go (building one per wait
+        # cost the driver about as much as the rest of its work per frame).
+        self.selector = _selector()
+        self.selector.register(self.control_recv, selectors.EVENT_READ)
+        self.selector.register(self.channels[-1].recv_end, selectors.EVENT_READ)
+        self.exited: set[int] = set()  # workers whose sentinel showed an exit
+        self.scanned = time.monotonic()
 
     # -- sending and workers ---------------------------------------------------------------
 
@@ -131,6 +140,7 @@ class LocalRun(Shell):
             process.start()
         self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
                                                    pid=process.pid or 0)
+        self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
 
     def worker_env(self, stage: int) -> dict[str, str]:
         """Environment for a new replica: a GPU unit's replicas take visible GPUs in turn."""
@@ -158,9 +168,9 @@ class LocalRun(Shell):
     # -- turning I/O into events -----------------------------------------------------------
 
     def wait(self) -> None:
-        sentinels = [h.process.sentinel for h in self.handles.values() if not h.reported]
-        wait([self.control_recv, self.channels[-1].recv_end, *sentinels],
-             timeout=self.options.sample_interval)
+        for key, _ in self.selector.select(self.options.sample_interval):
+            if key.data is not None:  # a worker's sentinel: it exited
+                self.exited.add(key.data)
 
     def pump(self) -> None:
         self.drain_control()
@@ -201,11 +211,23 @@ class LocalRun(Shell):
             handle(Arrived(segments, time.monotonic()))
 
     def reap(self) -> None:
-        """Report workers that exited (a clean stop, or a death) to the core."""
-        for handle in list(self.handles.values()):
-            if handle.reported or handle.process.exitcode is None:
+        """Report workers that exited (a clean stop, or a death) to the core: those whose
+        sentinel showed it, and every worker now and then."""
+        now = time.monotonic()
+        check = set(self.exited)
+        if now - self.scanned >= REAP_SCAN:
+            self.scanned = now
+            check.update(w for w, h in self.handles.items() if not h.reported)
+        for worker in check:
+            handle = self.handles[worker]
+            if handle.reported:
+                self.exited.discard(worker)
                 continue
+            if handle.process.exitcode is None:
+                continue  # its sentinel closed a moment before the exit can be collected
+            self.exited.discard(worker)
             handle.reported = True
+            self.selector.unregister(handle.process.sentinel)
             code = handle.process.exitcode
             cause = (f"signal {signal.Signals(-code).name}" if code < 0
                      else f"exit code {code}")
@@ -235,10 +257,17 @@ class LocalRun(Shell):
         for handle in self.handles.values():
             handle.process.join(timeout=5)
         self.wire.sweep()
+        self.selector.close()
         for channel in self.channels:
             channel.close()
         self.control_send.close()
         self.control_recv.close()
+
+
+def _selector() -> selectors.BaseSelector:
+    """A poll set with no kernel object of its own (nothing for forked workers to inherit)."""
+    return selectors.PollSelector() if hasattr(selectors, "PollSelector") \
+        else selectors.SelectSelector()
 
 
 def visible_gpus(environ: dict[str, str] | None = None) -> tuple[str, ...]:
