@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from fitwork.errors import UnitDefinitionError
+from fitwork.errors import InputError, UnitDefinitionError
 from fitwork.resources import Resources
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.retry import NO_RETRY
@@ -100,6 +101,14 @@ class Pipeline:
         kernels = [Kernel(u) for u in self.units]
         for item in source:
             yield from _through(kernels, 0, item)
+
+    def take(self, source: Iterable[Any], n: int) -> list[Any]:
+        """The first ``n`` outputs, computed in this process (`serial`) from as few source
+        items as give them: a quick look at what the pipeline makes, no workers started."""
+        if n < 0:
+            raise InputError(f"take({n}): n must be 0 or more")
+        with self.run_context():
+            return list(itertools.islice(self.serial(source), n))
 
     def fused(self, name: str | None = None, io: int = 0) -> Pipeline:
         """The monolithic baseline: one unit that runs every stage in turn for each item.
