@@ -281,3 +281,14 @@ def test_profile_plan_and_run_with_the_plan_and_monolithic(project: Path) -> Non
     assert mono.returncode == 0, mono.stderr
     assert sorted(read_jsonl(project / "m.jsonl"), key=lambda r: r["n"]) == \
         sorted(read_jsonl(project / "o.jsonl"), key=lambda r: r["n"])
+
+
+def test_limit_runs_only_the_first_items(project: Path) -> None:
+    done = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "--limit", "10", "--record", "r.json", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert sorted(r["n"] for r in read_jsonl(project / "o.jsonl")) == [1, 3, 5, 7, 9]
+    assert RunRecord.load(project / "r.json").items_in == 10
+    refused = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output",
+                      "p.jsonl", "--limit", "0", cwd=project)
+    assert refused.returncode == 2 and "--limit" in refused.stderr

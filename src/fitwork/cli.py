@@ -83,6 +83,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 @click.option("--ray-address", help="The Ray cluster to join [default: RAY_ADDRESS, or a "
               "new one on this host].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Run only the first N input items (a quick look).")
 @metrics_options
 @decompose_option
 def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
@@ -90,9 +92,11 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
         node_type: str | None, adapt: bool, monolithic: bool, engine: str,
         ray_address: str | None,
-        quiet: bool, metrics_port: int | None, metrics_host: str,
+        quiet: bool, limit: int | None, metrics_port: int | None, metrics_host: str,
         decompose: str | None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
+    import itertools
+
     from fitwork.io import OutputDigest, count_items, open_writer, read_items
     from fitwork.report.terminal import ProgressView, summary
     from fitwork.runner import run as run_pipeline
@@ -121,9 +125,14 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
 
             pipeline = pipeline.fused(name=FUSED)
         items = read_items(input_path)
+        if limit is not None:
+            items = itertools.islice(items, limit)
         dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
         options = {"address": ray_address} if engine == "ray" and ray_address else {}
-        view = ProgressView(errors, None if quiet else count_items(input_path), pipeline.name)
+        total = None if quiet else count_items(input_path)
+        if limit is not None and total is not None:
+            total = min(total, limit)
+        view = ProgressView(errors, total, pipeline.name)
         with (open_writer(output_path) as writer, view if not quiet else _Null() as live,
               exporter_for(metrics_port, metrics_host) as exporter):
             if exporter is not None:
