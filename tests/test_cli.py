@@ -289,6 +289,8 @@ def test_limit_runs_only_the_first_items(project: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert sorted(r["n"] for r in read_jsonl(project / "o.jsonl")) == [1, 3, 5, 7, 9]
     assert RunRecord.load(project / "r.json").items_in == 10
+    # 10 source items, 5 outputs: throughput in both
+    assert "source items/s" in done.stdout and "outputs/s" in done.stdout
     refused = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output",
                       "p.jsonl", "--limit", "0", cwd=project)
     assert refused.returncode == 2 and "--limit" in refused.stderr

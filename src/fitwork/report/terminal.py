@@ -62,8 +62,9 @@ def summary(record: RunRecord) -> Group:
     head.add_column()
     latency = (f"p50 {record.latency_p50_s * 1000:.1f} ms, p95 {record.latency_p95_s * 1000:.1f} ms"
                if record.latency_p50_s is not None and record.latency_p95_s is not None else "-")
-    head.add_row("throughput", f"{record.throughput:,.1f} items/s "
-                 f"({record.items_completed:,} items in {record.wall_s:.2f} s, "
+    per_s = record.outputs / record.wall_s if record.wall_s > 0 else 0.0
+    head.add_row("throughput", f"{record.throughput:,.1f} source items/s, {per_s:,.1f} "
+                 f"outputs/s ({record.items_completed:,} items in {record.wall_s:.2f} s, "
                  f"{record.outputs:,} outputs)")
     head.add_row("latency", latency)
     head.add_row("failures", f"{record.failures} ({record.poisoned} poison), "
