@@ -54,6 +54,19 @@ def _import_pyarrow(place: str) -> tuple[ModuleType, ModuleType]:
     return pyarrow, pyarrow.parquet
 
 
+PYARROW_SAFE_SINCE = (14, 0, 1)
+"""pyarrow before this unpickles extension types found in a Parquet file (CVE-2023-47248)."""
+
+
+def pyarrow_reads_safely(version: str) -> bool:
+    """Whether this pyarrow release reads Parquet without unpickling anything in the file."""
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = re.match(r"\d*", piece)
+        parts.append(int(digits.group() or 0) if digits else 0)
+    return tuple(parts) >= PYARROW_SAFE_SINCE
+
+
 def _format(path: Path) -> str:
     """Which reader or writer a file path gets, from its suffix: "csv", "parquet" or "jsonl"."""
     suffix = path.suffix.lower()
@@ -101,6 +114,11 @@ def read_items(path: str | Path) -> Iterator[Any]:
         return _read_csv(path, place)
     if fmt == "parquet":
         pyarrow, parquet = _import_pyarrow(place)
+        if not pyarrow_reads_safely(pyarrow.__version__):
+            raise InputError(
+                f"{place}: pyarrow {pyarrow.__version__} can run code hidden in a Parquet file "
+                "(CVE-2023-47248); upgrade it: pip install 'pyarrow>=14.0.1'"
+            )
         return _read_parquet(path, place, pyarrow, parquet)
     return _read_jsonl(path, place)
 

@@ -6,9 +6,10 @@ one line naming what did not answer, never hang.  Ray itself is imported only wh
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from fitwork.errors import EngineError
@@ -42,13 +43,57 @@ def within(seconds: float, what: str, call: Callable[[], T]) -> T:
     return box["value"]  # type: ignore[no-any-return]
 
 
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+TOKEN_AUTH_SINCE = (2, 52)
+"""The first Ray release with token authentication."""
+
+
+def has_token_auth(ray_version: str) -> bool:
+    """Whether a Ray release of this version can authenticate with a token."""
+    parts: list[int] = []
+    for piece in ray_version.split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
+        parts.append(int(digits or 0))
+    return tuple(parts) >= TOKEN_AUTH_SINCE
+
+
+def local_auth_mode(environ: Mapping[str, str], ray_version: str) -> str | None:
+    """The ``RAY_AUTH_MODE`` to start a new cluster on this host with, or None to leave it.
+
+    A mode the user set is kept, "disabled" included; unset, it becomes "token" wherever Ray
+    has token authentication, whatever that release's own default.
+    """
+    if AUTH_MODE_ENV in environ or not has_token_auth(ray_version):
+        return None
+    return "token"
+
+
+def _set_auth_mode(mode: str) -> None:
+    """Set ``RAY_AUTH_MODE`` for this process and its children, as Ray itself does: the
+    environment, then Ray's cached config, read when ``ray`` was imported."""
+    os.environ[AUTH_MODE_ENV] = mode
+    try:
+        from ray._raylet import Config
+    except ImportError:
+        return
+    Config.initialize("")
+
+
 def connect(address: str | None = None, timeout: float = 60.0) -> None:
-    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start one on this host."""
+    """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start one on this host.
+
+    A cluster started here has Ray's token authentication on (Ray generates the token in
+    ``~/.ray/auth_token``) unless ``RAY_AUTH_MODE`` says otherwise; joining leaves the
+    cluster's own mode alone.
+    """
     import ray
 
     if ray.is_initialized():
         return
     target = address or os.environ.get("RAY_ADDRESS")
+    mode = None if target else local_auth_mode(os.environ, ray.__version__)
+    if mode is not None:
+        _set_auth_mode(mode)
     where = f"ray.init({target!r})" if target else "ray.init() on this host"
     within(timeout, where, lambda: ray.init(address=target, include_dashboard=False,
                                             log_to_driver=True))

@@ -1,0 +1,1 @@
+"""Tests of the trust model SECURITY.md states, and of hostile input."""
