@@ -5,8 +5,10 @@ The batch step (on the first component's first node) starts the Ray head with no
 cores and devices (the device class as a Ray resource); once every node has joined, the
 pipeline runs there with ``fitwork run --engine ray --plan``.  Ray is stopped however the
 job ends: the batch script's EXIT trap ends the worker steps, whose own traps stop the
-Ray processes of this job (found by its own Ray directory, /tmp/fwr-JOBID) on each node,
-since Ray's daemons outlive a job step under ``proctrack/linuxproc``.
+Ray processes of this job on each node (those whose command line names the node's own Ray
+directory: /tmp/fwr-JOBID for the head, /tmp/fwr-JOBID/NODENAME for a worker), since Ray's
+daemons outlive a job step under ``proctrack/linuxproc``.  A directory per Slurm node keeps
+the Ray nodes of several Slurm nodes on one host (a test cluster) from colliding.
 """
 
 from __future__ import annotations
@@ -73,15 +75,17 @@ def _check(shape: NodeShape, node: ClusterNodeType) -> None:
 
 
 WORKER = r"""
-tmp=$1; shift
+tmp=$1/${SLURMD_NODENAME:-$(hostname)}; shift
 stop() {
-    pkill -TERM -f -- "$tmp" 2>/dev/null || true
+    pkill -TERM -f -- "$tmp/" 2>/dev/null || true
     sleep 2
-    pkill -KILL -f -- "$tmp" 2>/dev/null || true
+    pkill -KILL -f -- "$tmp/" 2>/dev/null || true
 }
 trap stop EXIT
 trap 'exit 143' TERM INT HUP
-"$RAY" start "$@" --block &
+[ "${1:-}" = --stop ] && exit 0
+mkdir -p "$tmp"
+"$RAY" start "$@" --temp-dir="$tmp" --block &
 wait $!
 """.strip("\n")
 
@@ -108,6 +112,7 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "set -euo pipefail",
         'PYTHON=${FITWORK_PYTHON:-python3}',
         'RAY=${RAY_BIN:-ray}',
+        "export PYTHON RAY",
         f"PLAN=${{FITWORK_PLAN:-{shlex.quote(job.plan_path)}}}",
         'RAY_TMP=/tmp/fwr-${SLURM_JOB_ID}',
         'PORT=$((20000 + SLURM_JOB_ID % 20000))',
@@ -119,19 +124,31 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "FITWORK_WORKER",
         ")",
         "workers=()",
+        "stop_ray() {",
+        "    pkill -TERM -f -- \"$RAY_TMP/session_\" 2>/dev/null || true",
+        "    sleep 2",
+        "    pkill -KILL -f -- \"$RAY_TMP/session_\" 2>/dev/null || true",
+        "}",
         "cleanup() {",
         "    status=$?",
         "    trap - EXIT TERM INT HUP",
+        "    # a step on every node stops that node's Ray (none can start once the job is",
+        "    # cancelled: then each worker step's own trap does it)",
+        "    stops=()",
+        *[line for i, (s, _) in enumerate(pairs) for line in (
+            f"    timeout 30 srun --het-group={i} --nodes={s.nodes} --ntasks={s.nodes} "
+            "--ntasks-per-node=1 --overlap bash -c \"$WORKER\" fitwork-ray-stop \"$RAY_TMP\" "
+            "--stop >/dev/null 2>&1 &", "    stops+=($!)")],
+        "    stop_ray",
+        "    for pid in \"${stops[@]}\"; do wait \"$pid\" 2>/dev/null || true; done",
         "    for pid in \"${workers[@]}\"; do kill -TERM \"$pid\" 2>/dev/null || true; done",
-        "    for _ in $(seq 30); do",
+        "    for _ in $(seq 10); do",
         "        alive=0",
         "        for pid in \"${workers[@]}\"; do kill -0 \"$pid\" 2>/dev/null && alive=1; done",
         "        [ \"$alive\" = 0 ] && break",
         "        sleep 1",
         "    done",
-        "    pkill -TERM -f -- \"$RAY_TMP\" 2>/dev/null || true",
-        "    sleep 2",
-        "    pkill -KILL -f -- \"$RAY_TMP\" 2>/dev/null || true",
+        "    pkill -KILL -f -- \"$RAY_TMP/\" 2>/dev/null || true",
         "    rm -rf \"$RAY_TMP\"",
         "    echo \"fitwork: ray stopped; job exit $status\"",
         "    exit \"$status\"",

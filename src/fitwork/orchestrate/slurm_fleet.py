@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fitwork.hardware.catalog import Catalog, catalog
@@ -168,29 +168,31 @@ def read_slurm(doc: Any, name: str = "slurm", known: Catalog | None = None,
     return ClusterFleet("slurm", name, types, excluded)
 
 
-def _scontrol(args: Iterable[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    command = shutil.which("scontrol")
+def _slurm(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    command = shutil.which(args[0])
     if command is None:
-        raise ClusterError("no Slurm client on this host (scontrol not found); run on a login "
-                           "node, or pass --nodes FILE from `scontrol show node --json`")
+        raise ClusterError(f"no Slurm client on this host ({args[0]} not found); run on a "
+                           "login node, or pass --nodes FILE from `sinfo --json`")
     try:
-        return subprocess.run([command, *args], capture_output=True, text=True,
+        return subprocess.run([command, *args[1:]], capture_output=True, text=True,
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise ClusterError(f"the Slurm controller did not answer `scontrol "
-                           f"{' '.join(args)}` within {timeout:g} s; check `sinfo`") from None
+        raise ClusterError(f"the Slurm controller did not answer `{' '.join(args)}` within "
+                           f"{timeout:g} s; check `sinfo`") from None
 
 
 def read_live(name: str = "slurm", timeout: float = 20.0,
               known: Catalog | None = None) -> ClusterFleet:
-    """The controller's nodes: JSON where this Slurm gives it, else the one-line text."""
-    done = _scontrol(["show", "node", "--json"], timeout)
-    if done.returncode == 0 and done.stdout.lstrip().startswith("{"):
-        try:
-            return read_slurm(json.loads(done.stdout), name, known, "scontrol show node --json")
-        except (ValueError, ClusterError):
-            pass  # a JSON plugin that answers oddly: the text form is always there
-    done = _scontrol(["show", "node", "-o"], timeout)
+    """The controller's nodes: JSON where this Slurm gives it (``sinfo --json`` from 22.05,
+    ``scontrol show node --json`` from 23.02), else ``scontrol show node -o`` text."""
+    for command in (["sinfo", "--json"], ["scontrol", "show", "node", "--json"]):
+        done = _slurm(command, timeout)
+        if done.returncode == 0 and done.stdout.lstrip().startswith("{"):
+            try:
+                return read_slurm(json.loads(done.stdout), name, known, " ".join(command))
+            except (ValueError, ClusterError):
+                continue  # a JSON plugin that answers oddly: the text form is always there
+    done = _slurm(["scontrol", "show", "node", "-o"], timeout)
     if done.returncode != 0:
         why = " ".join((done.stderr or done.stdout).split())[:300] or f"exit {done.returncode}"
         raise ClusterError(f"cannot read the Slurm controller: scontrol show node: {why}; "

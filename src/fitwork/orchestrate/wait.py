@@ -27,13 +27,16 @@ def main(argv: list[str]) -> int:
     try:
         connect(address, timeout=min(60.0, timeout))
         while True:
-            have = {}
+            have, shown = {}, []
             for node in live_nodes(timeout=10.0):
                 label = (node.get("Labels") or {}).get(NODE_TYPE_LABEL)
                 if label:
                     have[label] = have.get(label, 0) + 1
+                    amounts = {k: v for k, v in sorted(node["Resources"].items())
+                               if ":" not in k and "memory" not in k}
+                    shown.append(f"{label} {amounts}")
             if all(have.get(k, 0) >= n for k, n in wanted.items()):
-                print(f"ray nodes ready: {have}", flush=True)
+                print(f"ray nodes ready: {'; '.join(sorted(shown))}", flush=True)
                 return 0
             if time.monotonic() > deadline:
                 break
