@@ -81,9 +81,10 @@ class LLMPlan(BaseModel):
 
     ``capacity`` is the requests/s the pools carry within the SLOs at a steady (Poisson)
     rate; ``goodput`` is the mean rate of the trace they serve within the SLOs, capacity /
-    ``burst`` (the trace's 90th-percentile one-minute rate over its mean,
-    `Trace.burstiness`).  Cost per million tokens is at ``goodput``, prompt and output
-    tokens counted.
+    ``burst`` (the trace's 99th-percentile one-minute rate over its mean,
+    `Trace.burstiness`, at ``trace_rate``: scaling the trace's rate compresses its time, so
+    the same windows hold the same requests).  Cost per million tokens is at ``goodput``,
+    prompt and output tokens counted.
     """
 
     model: str
@@ -108,6 +109,7 @@ class LLMPlan(BaseModel):
     mean_output: float
     burst: float = 1.0
     capacity: float = 0.0
+    trace_rate: float = 0.0
 
 
 class PlanSet(BaseModel):
@@ -349,7 +351,7 @@ def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mod
         solver={"status": result.status, "method": result.method, "gap": result.gap,
                 "bound": result.bound, "seconds": result.solve_seconds},
         mean_prompt=mix.mean_prompt, mean_output=mix.mean_output, burst=burst,
-        capacity=result.throughput)
+        capacity=result.throughput, trace_rate=trace.rate)
 
 
 def _empty(mode: Mode, label: str, model: str, trace: Trace, mix: Mix, slo: SLO,
