@@ -47,3 +47,13 @@ def test_bad_input_is_one_line(tmp_path) -> None:
                                  "(TIMESTAMP,ContextTokens,GeneratedTokens)"
     out = runner.invoke(main, ["llm", "simulate", str(trace), "--trace", "conv"])
     assert out.exit_code == 1 and "not a plan file" in out.output
+
+
+def test_phases_and_trace_commands() -> None:
+    runner = CliRunner()
+    out = runner.invoke(main, ["llm", "phases"])
+    assert out.exit_code == 0, out.output
+    assert "all rows, decode: n=152" in out.output
+    assert "prefill  A100-80GB -> H100-SXM: n=76" in out.output
+    out = runner.invoke(main, ["llm", "trace", "code"])
+    assert out.exit_code == 0 and "requests       8,819" in out.output
