@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from fitwork.errors import FitworkError
+
+if TYPE_CHECKING:  # imported when a command runs, so `fitwork --help` stays light
+    from fitwork.llm.phases import PhaseBook
+    from fitwork.llm.plan import LLMPlan
+    from fitwork.llm.trace import Trace
 
 
 def _fail(message: object) -> NoReturn:
@@ -17,7 +22,7 @@ def _fail(message: object) -> NoReturn:
     sys.exit(1)
 
 
-def _book(phase_data: Path | None):
+def _book(phase_data: Path | None) -> PhaseBook:
     from fitwork.llm.phases import PhaseBook, default_book, load_phase_csv, load_splitwise
 
     if phase_data is None:
@@ -25,7 +30,7 @@ def _book(phase_data: Path | None):
     return PhaseBook([*load_splitwise(), *load_phase_csv(phase_data)])
 
 
-def _trace(ref: str, rate_scale: float):
+def _trace(ref: str, rate_scale: float) -> Trace:
     from fitwork.llm.trace import load_trace
 
     trace = load_trace(ref)
@@ -73,7 +78,7 @@ def trace_command(trace_ref: str, rate_scale: float) -> None:
         click.echo(f"{key:<14} {value:,.4g}")
 
 
-def _show(plan) -> None:
+def _show(plan: LLMPlan) -> None:
     cost = f"${plan.cost_per_million_tokens:.3f}" if plan.cost_per_million_tokens else "-"
     click.echo(f"\n{plan.label}: goodput {plan.goodput:.3f} req/s (capacity "
                f"{plan.capacity:.3f} at a steady rate, burst x{plan.burst:.2f}), "

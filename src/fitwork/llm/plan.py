@@ -35,7 +35,7 @@ from fitwork.llm.options import (
     decode_option,
     prefill_option,
 )
-from fitwork.llm.phases import TP_DEGREES, LLMInputError, PhaseBook, default_book
+from fitwork.llm.phases import TP_DEGREES, LLMInputError, PhaseBook, PhaseModel, default_book
 from fitwork.llm.queueing import QUANTILE, mgc_wait_quantile
 from fitwork.llm.trace import Trace
 
@@ -269,7 +269,8 @@ def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix, burst
     return out
 
 
-def _decode_batch(pm, mix: Mix, per: float, colocated: bool) -> tuple[float, float]:
+def _decode_batch(pm: PhaseModel, mix: Mix, per: float, colocated: bool
+                  ) -> tuple[float, float]:
     """Mean sequences in a replica's batch at ``per`` requests/s (Little's law on a step that
     grows with the batch), and the step at that batch."""
     d0, d1, d2 = pm.decode_linear(mix.mean_context)
