@@ -229,3 +229,20 @@ def test_a_plan_for_a_node_type_the_cluster_lacks_names_what_is_missing(
                                "cluster 'nodes' does not offer; it offers ")
     assert "m6i.8xlarge (3 x 31 cores)" in lines[0] and "mi300x-x8 (1 x 8 x MI300X" in lines[0]
     assert not (tmp_path / "k8s").exists()
+
+
+def test_fewer_nodes_or_other_devices_than_planned_are_refused(mixed_plan: Plan) -> None:
+    used = {s.name: s.nodes for s in plan_shapes(mixed_plan)}["p5.48xlarge"]
+    assert used == 2
+    doc = nodes()
+    doc["items"] = [n for n in doc["items"]
+                    if n["metadata"]["name"] != "ip-10-0-1-12.ec2.internal"]
+    with pytest.raises(ClusterError, match=r"the plan uses 2 nodes of type p5\.48xlarge; k8s "
+                                           r"cluster 'k8s' has 1; re-plan"):
+        manifests(mixed_plan, read_k8s(doc), SPEC)
+    doc = nodes()
+    for node in doc["items"][:2]:
+        node["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+    with pytest.raises(ClusterError, match=r"node type p5.48xlarge: the plan has \{'H100-SXM': "
+                                           r"8\} per node, k8s cluster 'k8s' \{'H100-SXM': 4\}"):
+        manifests(mixed_plan, read_k8s(doc), SPEC)

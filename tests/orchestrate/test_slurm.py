@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,14 @@ def test_deploy_slurm_checks_the_plan_against_the_cluster(cluster22, tmp_path: P
                    str(DATA / "sinfo-24.11.json"))
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
     assert done.stderr.startswith("error: the plan needs node type 'fw-h100'")
+
+
+def test_fleet_slurm_without_a_controller_gives_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # none configured
+    done = subprocess.run([sys.executable, "-m", "fitwork.cli", "fleet", "slurm"],
+                          capture_output=True, text=True, timeout=90, env=env)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith(("error: cannot read the Slurm controller: ",
+                                "error: no Slurm client on this host (sinfo not found)"))

@@ -23,7 +23,7 @@ from fitwork.fit.plan import Plan
 from fitwork.orchestrate.cluster import ClusterError, ClusterFleet, ClusterNodeType, DraDevice
 from fitwork.orchestrate.k8s_fleet import dra_default
 from fitwork.orchestrate.quantity import cpu_quantity, memory_quantity
-from fitwork.orchestrate.shape import NodeShape, plan_shapes
+from fitwork.orchestrate.shape import NodeShape, matched
 
 PLAN_DIR = "/etc/fitwork"
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
@@ -190,9 +190,7 @@ def manifests(plan: Plan, cluster: ClusterFleet, spec: JobSpec) -> dict[str, lis
     if spec.gang == "kueue" and not spec.queue:
         raise ClusterError("--gang kueue admits the cluster through a Kueue LocalQueue: give "
                            "--queue NAME")
-    shapes = plan_shapes(plan)
-    pairs = [(s, cluster.get(s.name)) for s in shapes]
-    _check_fits(pairs)
+    pairs = matched(plan, cluster)
     text = plan.model_dump_json()
     if len(text) > CONFIGMAP_LIMIT:
         raise ClusterError(f"plan is {len(text):,} bytes; a ConfigMap holds at most "
@@ -233,17 +231,3 @@ def manifests(plan: Plan, cluster: ClusterFleet, spec: JobSpec) -> dict[str, lis
     out["raycluster"] = [raycluster]
     out["rayjob"] = [rayjob]
     return out
-
-
-def _check_fits(pairs: list[tuple[NodeShape, ClusterNodeType]]) -> None:
-    """Each planned node type, as the cluster has it: as many nodes, the same devices."""
-    for shape, have in pairs:
-        if shape.nodes > have.count:
-            raise ClusterError(f"the plan uses {shape.nodes} nodes of type {shape.name}; the "
-                               f"cluster has {have.count}; re-plan for this cluster's fleet")
-        planned = shape.node_type.devices
-        offered = have.node_type().devices
-        if planned != offered:
-            raise ClusterError(f"node type {shape.name}: the plan has {planned or 'no devices'} "
-                               f"per node, the cluster {offered or 'no devices'}; re-plan for "
-                               "this cluster's fleet")

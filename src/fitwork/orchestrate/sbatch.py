@@ -18,9 +18,8 @@ import shlex
 from dataclasses import dataclass
 
 from fitwork.fit.plan import Plan
-from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL
-from fitwork.orchestrate.cluster import ClusterError, ClusterFleet, ClusterNodeType
-from fitwork.orchestrate.shape import NodeShape, plan_shapes
+from fitwork.orchestrate.cluster import ClusterFleet, ClusterNodeType
+from fitwork.orchestrate.shape import NodeShape, matched
 
 SLURM_MB = 2**20
 
@@ -63,17 +62,6 @@ def _component(shape: NodeShape, node: ClusterNodeType, job: SlurmJob,
     return [f"#SBATCH {line}" for line in lines]
 
 
-def _check(shape: NodeShape, node: ClusterNodeType) -> None:
-    if shape.nodes > node.count:
-        raise ClusterError(f"the plan uses {shape.nodes} nodes of type {shape.name}; the "
-                           f"cluster has {node.count}; re-plan for this cluster's fleet")
-    if shape.node_type.devices != node.node_type().devices:
-        raise ClusterError(f"node type {shape.name}: the plan has "
-                           f"{shape.node_type.devices or 'no devices'} per node, the cluster "
-                           f"{node.node_type().devices or 'no devices'}; re-plan for this "
-                           "cluster's fleet")
-
-
 WORKER = r"""
 tmp=$1/${SLURMD_NODENAME:-$(hostname)}; shift
 stop() {
@@ -92,10 +80,8 @@ wait $!
 
 def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
     """The sbatch script for ``plan`` on ``cluster``."""
-    shapes = plan_shapes(plan)
-    pairs = [(s, cluster.get(s.name)) for s in shapes]
-    for shape, node in pairs:
-        _check(shape, node)
+    pairs = matched(plan, cluster)
+    shapes = [shape for shape, _ in pairs]
     header = ["#!/bin/bash", f"# fitwork: plan for pipeline {plan.pipeline!r}, "
               f"{sum(s.nodes for s in shapes)} node(s); one hetjob component per node type"]
     for index, (shape, node) in enumerate(pairs):
@@ -164,8 +150,8 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
     for index, (shape, _) in enumerate(pairs):
         params = shape.ray_params()
         args = ["--address=$ADDRESS", f"--num-cpus={params['num-cpus']}",
-                f"--num-gpus={params['num-gpus']}",
-                f"--labels={NODE_TYPE_LABEL}={shape.name}", "--disable-usage-stats"]
+                f"--num-gpus={params['num-gpus']}", f"--labels={params['labels']}",
+                "--disable-usage-stats"]
         quoted = " ".join(a if "$" in a else shlex.quote(a) for a in args)
         if "resources" in params:
             quoted += " " + shlex.quote(f"--resources={params['resources']}")

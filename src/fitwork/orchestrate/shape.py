@@ -11,6 +11,7 @@ from fitwork.fit.spec import is_cpu_class
 from fitwork.hardware.catalog import Catalog, catalog
 from fitwork.hardware.fleet import NodeType
 from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL
+from fitwork.orchestrate.cluster import ClusterError, ClusterFleet, ClusterNodeType
 
 MEMORY_MARGIN = 2 * 2**30
 """Memory a Ray worker node needs beside its replicas (raylet, object store, workers)."""
@@ -113,6 +114,29 @@ def plan_shapes(plan: Plan) -> list[NodeShape]:
             if shape.device_class else 0
     order = [n.name for n in plan.fleet.node_types]
     return sorted(shapes.values(), key=lambda s: order.index(s.name))
+
+
+def matched(plan: Plan, cluster: ClusterFleet) -> list[tuple[NodeShape, ClusterNodeType]]:
+    """Each node type the plan uses, beside the cluster's node type of that name.
+
+    A `ClusterError` (one line) when the cluster lacks the node type, has fewer nodes of it
+    than the plan uses, or other devices per node.
+    """
+    pairs = []
+    for shape in plan_shapes(plan):
+        have = cluster.get(shape.name)
+        if shape.nodes > have.count:
+            raise ClusterError(f"the plan uses {shape.nodes} nodes of type {shape.name}; "
+                               f"{cluster.kind} cluster {cluster.name!r} has {have.count}; "
+                               "re-plan for this cluster's fleet")
+        planned, offered = shape.node_type.devices, have.node_type().devices
+        if planned != offered:
+            raise ClusterError(f"node type {shape.name}: the plan has "
+                               f"{planned or 'no devices'} per node, {cluster.kind} cluster "
+                               f"{cluster.name!r} {offered or 'no devices'}; re-plan for this "
+                               "cluster's fleet")
+        pairs.append((shape, have))
+    return pairs
 
 
 def summary(plan: Plan, shapes: list[NodeShape]) -> list[str]:
