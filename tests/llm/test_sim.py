@@ -97,4 +97,9 @@ def test_conservation_and_determinism_on_a_real_plan() -> None:
     assert np.all(ta.last[done] >= ta.first[done] - 1e-12)
     for pool in a.pools:
         assert 0 < pool.busy <= 1 and all(0 <= v <= 1 + 1e-9 for v in pool.busy_over_time)
+        # The figures over time add up to the totals (FLOPs and bytes are conserved).
+        for total, over in ((pool.busy, pool.busy_over_time),
+                            (pool.compute, pool.compute_over_time),
+                            (pool.bandwidth, pool.bandwidth_over_time)):
+            assert sum(over) * a.bin_s == pytest.approx(total * a.duration_s, rel=1e-6)
     assert simulate(plan, run, seed=6).completed == 3000

@@ -57,6 +57,10 @@ def llm_section(plans: Sequence[LLMPlan], sims: Sequence[SimResult]) -> str:
     parts = [f"<p>{escape(plans[0].model)} on trace {escape(sims[0].trace)}; SLO TTFT p90 "
              f"{slo['ttft_p90']:g} s, TPOT p90 {slo['tpot_p90'] * 1e3:g} ms. Goodput: "
              "requests/s served within both SLOs; $/Mtok over prompt + output tokens.</p>"]
+    for plan in plans:
+        if plan.transferred:
+            parts.append(f"<p>{escape(plan.label)}: not measured, transferred: "
+                         f"{escape('; '.join(plan.transferred))}</p>")
     parts.append(_table(["plan", "GPUs", "$/h", "goodput plan", "goodput replay",
                          "within SLO", "$/Mtok plan", "$/Mtok replay",
                          "TTFT p90 plan / replay (s)", "TPOT p90 plan / replay (ms)"],

@@ -42,7 +42,8 @@ class _Replica:
 
     __slots__ = ("assigned", "batch", "busy", "bytes", "capacity", "coloc", "d0", "d1", "d2",
                  "ends", "finished", "flops", "kv", "kv_free", "link", "link_free",
-                 "max_batch", "now", "params2", "pool", "prefill", "starts", "steps",
+                 "max_batch", "now", "params2", "pool", "prefill", "seg_bytes", "seg_flops",
+                 "starts", "steps",
                  "sum_ctx", "tp", "waiting")
 
     def __init__(self, pool: int, pm: PhaseModel, max_batch: int, ctx: float,
@@ -63,6 +64,8 @@ class _Replica:
         self.busy = self.flops = self.bytes = 0.0
         self.starts: list[float] = []
         self.ends: list[float] = []
+        self.seg_flops: list[float] = []
+        self.seg_bytes: list[float] = []
 
 
 @dataclass
@@ -123,8 +126,11 @@ def _admit(r: _Replica, run: RequestTimes, dropped: list[int]) -> None:
             r.now += took
             r.ends.append(r.now)
             r.busy += took
-            r.flops += r.params2 * p / r.tp
-            r.bytes += (r.params2 + r.kv * p) / r.tp
+            flops, nbytes = r.params2 * p / r.tp, (r.params2 + r.kv * p) / r.tp
+            r.flops += flops
+            r.bytes += nbytes
+            r.seg_flops.append(flops)
+            r.seg_bytes.append(nbytes)
             run.first[i] = r.now
         if run.output[i] <= 1:
             run.last[i] = run.first[i]
@@ -167,8 +173,12 @@ def _advance(r: _Replica, t: float, run: RequestTimes, dropped: list[int]) -> No
         r.now += took
         r.ends.append(r.now)
         r.busy += took
-        r.flops += r.params2 * n * k / r.tp
-        r.bytes += (k * r.params2 + r.kv * (k * r.sum_ctx + n * k * (k - 1) / 2)) / r.tp
+        flops = r.params2 * n * k / r.tp
+        nbytes = (k * r.params2 + r.kv * (k * r.sum_ctx + n * k * (k - 1) / 2)) / r.tp
+        r.flops += flops
+        r.bytes += nbytes
+        r.seg_flops.append(flops)
+        r.seg_bytes.append(nbytes)
         r.steps += k
         r.sum_ctx += n * k
         while r.batch and r.batch[0][0] <= r.steps:
@@ -180,8 +190,9 @@ def _advance(r: _Replica, t: float, run: RequestTimes, dropped: list[int]) -> No
 
 
 class PoolFigures(BaseModel):
-    """One pool in the replay: GPUs, busy share, achieved/peak FLOP/s and HBM bandwidth,
-    and busy share per time bin (``SimResult.bin_s``)."""
+    """One pool in the replay: GPUs, the three utilization figures (busy share, achieved /
+    peak FLOP/s, achieved / peak HBM bandwidth) in all and per time bin (``SimResult.bin_s``;
+    FLOPs and bytes binned by the middle of the iteration runs that did them)."""
 
     phase: str
     device_class: str
@@ -191,6 +202,8 @@ class PoolFigures(BaseModel):
     compute: float
     bandwidth: float
     busy_over_time: list[float]
+    compute_over_time: list[float] = []
+    bandwidth_over_time: list[float] = []
 
 
 class SimResult(BaseModel):
@@ -291,7 +304,7 @@ def replay(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None
     w = np.array(weights) / sum(weights)
     picks = rng.choice(len(replicas), size=(n, 2), p=w)
     slots = [max(1, r.max_batch) for r in replicas]
-    prefill_busy: dict[int, list[tuple[float, float]]] = {}
+    prefill_busy: dict[int, list[tuple[float, float, int]]] = {}
     prefill_work = {k: [0.0, 0.0, 0.0] for k in range(len(plan.pools))}
 
     def route(i: int, t: float) -> _Replica:
@@ -331,7 +344,7 @@ def replay(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None
 
 
 def _prefill(plan: LLMPlan, models: dict[int, PhaseModel], run: RequestTimes,
-             busy: dict[int, list[tuple[float, float]]],
+             busy: dict[int, list[tuple[float, float, int]]],
              work: dict[int, list[float]]) -> np.ndarray:
     """One FCFS queue over every prefill replica; returns each request's first-token time."""
     servers = []  # (rank: faster first, pool)
@@ -364,7 +377,7 @@ def _prefill(plan: LLMPlan, models: dict[int, PhaseModel], run: RequestTimes,
         heapq.heappush(running, (end, s))
         first[i] = end
         served[i] = s
-        busy[k].append((begin, end))
+        busy[k].append((begin, end, i))
     for k in busy:
         mine = np.zeros(len(arrival), dtype=bool)
         mine[[i for i, s in enumerate(served) if servers[s][1] == k]] = True
@@ -376,7 +389,7 @@ def _prefill(plan: LLMPlan, models: dict[int, PhaseModel], run: RequestTimes,
 
 
 def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Replica],
-            prefill_busy: dict[int, list[tuple[float, float]]],
+            prefill_busy: dict[int, list[tuple[float, float, int]]],
             prefill_work: dict[int, list[float]], models: dict[int, PhaseModel],
             dropped: list[int], seed: int, wall: float, keep: bool) -> SimResult:
     n = len(run.arrival)
@@ -403,24 +416,36 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
     for k, pool in enumerate(plan.pools):
         dev = models[k].device
         if pool.phase == "prefill":
-            iv = np.array(prefill_busy.get(k, []), dtype=float).reshape(-1, 2)
+            iv = np.array(prefill_busy.get(k, []), dtype=float).reshape(-1, 3)
             starts, ends = iv[:, 0], iv[:, 1]
+            p = run.prompt[iv[:, 2].astype(np.int64)].astype(float)
+            seg_flops, seg_bytes = models[k].prefill_work(p, np.ones_like(p))
             busy, flops, nbytes = prefill_work[k]
         else:
             mine = [r for r in replicas if r.pool == k]
             starts = np.array([s for r in mine for s in r.starts])
             ends = np.array([e for r in mine for e in r.ends])
+            seg_flops = np.array([f for r in mine for f in r.seg_flops])
+            seg_bytes = np.array([b for r in mine for b in r.seg_bytes])
             busy = sum(r.busy for r in mine)
             flops = sum(r.flops for r in mine)
             nbytes = sum(r.bytes for r in mine)
         seconds = span * pool.replicas
-        over = _bins(starts - float(run.arrival[0]), ends - float(run.arrival[0]), width, count)
+        t0 = float(run.arrival[0])
+        over = _bins(starts - t0, ends - t0, width, count)
+        mid = np.minimum(((starts + ends) / 2 - t0) // width, count - 1).astype(int)
+        peak = dev.fp16_flops * width * pool.replicas
+        hbm = (dev.memory_bandwidth or math.inf) * width * pool.replicas
         pools.append(PoolFigures(
             phase=pool.phase, device_class=pool.device_class, tp=pool.tp,
             replicas=pool.replicas, busy=busy / seconds,
             compute=flops / seconds / dev.fp16_flops,
             bandwidth=nbytes / seconds / (dev.memory_bandwidth or math.inf),
-            busy_over_time=[float(v) for v in over / (width * pool.replicas)]))
+            busy_over_time=[float(v) for v in over / (width * pool.replicas)],
+            compute_over_time=[float(v) for v in
+                               np.bincount(mid, seg_flops, minlength=count) / peak],
+            bandwidth_over_time=[float(v) for v in
+                                 np.bincount(mid, seg_bytes, minlength=count) / hbm]))
     return SimResult(
         plan=plan.label, trace=trace.name, requests=n, completed=int(ok.sum()),
         dropped=len(dropped), duration_s=span, offered_s=trace.duration, seed=seed,
