@@ -32,8 +32,10 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def _one_line(text: object) -> str:
-    """Any message squeezed onto one line, so an error stays a single line."""
-    return _WHITESPACE.sub(" ", str(text)).strip()
+    """Any message squeezed onto one printable line, so an error stays a single line and
+    no control character from a file reaches the terminal."""
+    squeezed = _WHITESPACE.sub(" ", str(text)).strip()
+    return "".join(ch if ch.isprintable() else "?" for ch in squeezed)
 
 
 def _os_reason(exc: OSError) -> str:
