@@ -411,9 +411,19 @@ class OutputWriter:
 class JsonLinesWriter(OutputWriter):
     """One JSON value per line, flushed every `FLUSH_EVERY` lines so partial output survives."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, resume_at: tuple[int, int] | None = None) -> None:
         super().__init__(path)
-        self._handle = self._open_output()
+        if resume_at is None:
+            self._handle = self._open_output()
+        else:  # a resumed run: keep the first bytes (and outputs) a journal recorded
+            size, self.count = resume_at
+            try:
+                self._handle = open(self.path, "r+b")  # noqa: SIM115 (closed by close())
+                self._handle.truncate(size)
+                self._handle.seek(size)
+            except OSError as exc:
+                raise InputError(f"{self._place}: cannot reopen to resume "
+                                 f"({_os_reason(exc)}); run again without --resume") from exc
         self._unflushed = 0
 
     def _default(self, value: Any) -> Any:
@@ -464,6 +474,12 @@ class JsonLinesWriter(OutputWriter):
         """Push written lines to the operating system now."""
         self._handle.flush()
         self._unflushed = 0
+
+    def sync(self) -> int:
+        """Make every line written so far durable; the file's size in bytes."""
+        self.flush()
+        os.fsync(self._handle.fileno())
+        return self._handle.tell()
 
     def close(self) -> None:
         """Flush and close the file."""
@@ -566,11 +582,21 @@ def _type_name(value: object) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def open_writer(path: str | Path) -> OutputWriter:
-    """A writer for a run's outputs: Parquet for ``*.parquet``, JSON Lines for anything else."""
+def open_writer(path: str | Path, resume_at: tuple[int, int] | None = None) -> OutputWriter:
+    """A writer for a run's outputs: Parquet for ``*.parquet``, JSON Lines for anything else.
+    ``resume_at`` (bytes, outputs) keeps that much of an existing JSON Lines output and
+    writes after it."""
     if _format(Path(path)) == "parquet":
+        if resume_at is not None:
+            raise InputError(f"output {path}: a Parquet file cannot be resumed; write JSON "
+                             "Lines to journal a run")
         return ParquetOutputWriter(path)
-    return JsonLinesWriter(path)
+    return JsonLinesWriter(path, resume_at)
+
+
+def journals(path: str | Path) -> bool:
+    """Whether an output at ``path`` can be journaled (cut back and appended to)."""
+    return _format(Path(path)) != "parquet"
 
 
 class OutputDigest:
