@@ -132,7 +132,7 @@ def load_fleet(ref: str) -> Fleet:
     from importlib import resources
     from pathlib import Path
 
-    from fitwork.hardware.fleet import example_fleet
+    from fitwork.hardware.fleet import FleetError, example_fleet
 
     if Path(ref).is_file():
         return Fleet.from_yaml(ref)
@@ -140,7 +140,11 @@ def load_fleet(ref: str) -> Fleet:
         with resources.as_file(resources.files("fitwork.llm").joinpath("fleets",
                                                                         f"{ref}.yaml")) as p:
             return Fleet.from_yaml(p)
-    return example_fleet(ref)
+    try:
+        return example_fleet(ref)
+    except FleetError:
+        raise LLMInputError(f"fleet {ref!r}: no such file, and not a shipped fleet "
+                            f"({', '.join(LLM_FLEETS)}) or a fitwork example fleet") from None
 
 
 def _classes(fleet: Fleet) -> dict[str, int]:
@@ -206,10 +210,9 @@ def _unmet(phase: str, opts: dict[str, list[Option]], slo: SLO) -> LLMInputError
     if phase != "prefill" and math.isfinite(tpot.best_tpot):
         best.append(f"tpot_p90 {tpot.best_tpot * 1e3:.3g}ms ({tpot.model.device_class} "
                     f"TP{tpot.model.tp}, batch 1)")
-    why = "; ".join(sorted({o.limit for o in every}))[:300]
     return LLMInputError(f"SLO {slo.text()} cannot be met by {phase} on any class of the "
-                         f"fleet; best achievable: {', '.join(best) or 'none'} ({why}); relax "
-                         "the SLO or add faster GPUs")
+                         f"fleet; best achievable: {', '.join(best) or 'none'}; relax the SLO "
+                         "or add faster GPUs")
 
 
 def _solve(units: list[UnitDemand], fleet: Fleet, objective: Objective, target: float | None,
