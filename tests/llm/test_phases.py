@@ -9,6 +9,7 @@ from fitwork.hardware.catalog import catalog
 from fitwork.llm.phases import (
     LLMInputError,
     PhaseBook,
+    PhaseRow,
     default_book,
     leave_class_out,
     load_phase_csv,
@@ -118,3 +119,20 @@ def test_book_from_rows_alone() -> None:
     book = PhaseBook(toy.rows("toy"), shapes=toy.SHAPES)
     assert list(book.fitted) == [("toy", toy.CLASS, 1)]
     assert np.all(book.fitted["toy", toy.CLASS, 1].prefill_coef >= 0)
+
+
+def test_own_rows_make_a_class_measured(tmp_path) -> None:
+    # Rows in fitwork's format for a class splitwise never measured turn its transfer into a
+    # fit: here H200 rows taken as H100's times 0.8.
+    h100 = [r for r in load_splitwise() if (r.model, r.device_class, r.tp)
+            == ("llama2-70b", "H100-SXM", 8)]
+    path = tmp_path / "h200.csv"
+    write_phase_csv([PhaseRow(r.model, "H200", r.tp, r.prompt, r.batch, r.context, r.output,
+                              (r.prefill_s or 0) * 0.8, (r.decode_s or 0) * 0.8)
+                     for r in h100], path)
+    book = PhaseBook([*load_splitwise(), *load_phase_csv(path)])
+    mine = book.get("llama2-70b", "H200", 8)
+    assert mine.source == "measured"
+    base = book.get("llama2-70b", "H100-SXM", 8)
+    assert float(mine.decode_s(8, 1000)) == pytest.approx(0.8 * float(base.decode_s(8, 1000)),
+                                                          rel=1e-6)
