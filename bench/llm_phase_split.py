@@ -34,7 +34,9 @@ def _phases(sim: SimResult) -> str:
         busy = sum(p.busy * p.replicas * p.tp for p in pools) / gpus
         comp = sum(p.compute * p.replicas * p.tp for p in pools) / gpus
         bw = sum(p.bandwidth * p.replicas * p.tp for p in pools) / gpus
-        out.append(f"{phase} {gpus} GPU busy {busy:.0%} FLOP {comp:.0%} HBM {bw:.0%}")
+        cap = sum(p.capacity * p.replicas * p.tp for p in pools) / gpus
+        out.append(f"{phase} {gpus} GPU busy {busy:.0%} MFU {comp:.0%} cap {cap:.0%} "
+                   f"HBM {bw:.0%}")
     return "; ".join(out)
 
 

@@ -97,6 +97,7 @@ def test_conservation_and_determinism_on_a_real_plan() -> None:
     assert np.all(ta.last[done] >= ta.first[done] - 1e-12)
     for pool in a.pools:
         assert 0 < pool.busy <= 1 and all(0 <= v <= 1 + 1e-9 for v in pool.busy_over_time)
+        assert 0 < pool.capacity < 1
         # The figures over time add up to the totals (FLOPs and bytes are conserved).
         for total, over in ((pool.busy, pool.busy_over_time),
                             (pool.compute, pool.compute_over_time),

@@ -94,8 +94,9 @@ def _show(plan: LLMPlan) -> None:
                    f"{p.node_type:<10} max batch {p.max_batch:<4} {p.load:8.3f} req/s "
                    f"[{p.source}] {p.limit}")
     for u in plan.utilization:
-        click.echo(f"  {u.device_class:<10} {u.gpus:>5} GPUs  busy {u.busy:.0%}  compute "
-                   f"{u.compute:.0%}  HBM bandwidth {u.bandwidth:.0%}  memory {u.memory:.0%}")
+        click.echo(f"  {u.device_class:<10} {u.gpus:>5} GPUs  busy {u.busy:.0%}  MFU "
+                   f"{u.compute:.0%}  server capacity {u.capacity:.0%}  HBM bandwidth "
+                   f"{u.bandwidth:.0%}  memory {u.memory:.0%}")
     click.echo(f"  bottleneck: {plan.bottleneck}")
     if plan.transferred:
         click.echo(f"  transferred (not measured): {'; '.join(plan.transferred)}")
@@ -194,8 +195,8 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
                     click.echo(f"  {line}")
                 for p in sim.pools:
                     click.echo(f"  {p.phase:<9} {p.device_class:<10} TP{p.tp} x{p.replicas:<4} "
-                               f"busy {p.busy:.0%} compute {p.compute:.0%} HBM bandwidth "
-                               f"{p.bandwidth:.0%}")
+                               f"busy {p.busy:.0%} MFU {p.compute:.0%} server capacity "
+                               f"{p.capacity:.0%} HBM bandwidth {p.bandwidth:.0%}")
     except FitworkError as exc:
         _fail(exc)
     if as_json:

@@ -64,14 +64,18 @@ class Pool(BaseModel):
 
 
 class ClassFigures(BaseModel):
-    """One device class in a plan: GPUs held and the three utilization figures (busy time,
-    achieved / peak FLOP/s, achieved / peak HBM bandwidth) at the trace's mean rate, with
-    the memory weights and KV cache hold."""
+    """One device class in a plan at the trace's mean rate: GPUs held and fitwork's three
+    utilization figures (`fitwork.telemetry.utilization`): ``busy`` (fleet utilization:
+    busy GPU-seconds over GPU-seconds held), ``compute`` (MFU: FLOPs the work needs over
+    peak FLOP/s x GPUs), ``capacity`` (server capacity: requests/s carried over the most
+    its replicas sustain within the SLOs); with ``bandwidth`` (HBM bytes over peak
+    bandwidth, what bounds decode) and ``memory`` (weights and KV cache held)."""
 
     device_class: str
     gpus: int
     busy: float
     compute: float
+    capacity: float
     bandwidth: float
     memory: float
 
@@ -254,8 +258,9 @@ def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix, burst
             bytes_ += steps * (2 * n + kv * batch * mix.mean_context) / pool.tp
             held = kv * batch * mix.reserve_tokens
         row = acc.setdefault(pool.device_class, {"gpus": 0, "busy": 0.0, "flops": 0.0,
-                                                 "bytes": 0.0, "mem": 0.0})
+                                                 "bytes": 0.0, "mem": 0.0, "cap": 0.0})
         row["gpus"] += pool.gpus
+        row["cap"] += per / pool.rate_per_replica * pool.gpus
         row["busy"] += min(1.0, busy) * pool.gpus
         row["flops"] += flops * pool.gpus
         row["bytes"] += bytes_ * pool.gpus
@@ -266,7 +271,7 @@ def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix, burst
         g = row["gpus"]
         out.append(ClassFigures(
             device_class=name, gpus=int(g), busy=row["busy"] / g,
-            compute=row["flops"] / g / dev.fp16_flops,
+            compute=row["flops"] / g / dev.fp16_flops, capacity=row["cap"] / g,
             bandwidth=row["bytes"] / g / (dev.memory_bandwidth or math.inf),
             memory=row["mem"] / (g * dev.memory_bytes)))
     return out

@@ -89,9 +89,10 @@ def llm_section(plans: Sequence[LLMPlan], sims: Sequence[SimResult]) -> str:
         parts.append(line_chart(lines, span, label=f"{plan.label}: busy share per pool",
                                 x_caption="time (s)", y_caption="busy share", y_max=1.0))
         rows = [[f"{p.phase} {p.device_class} TP{p.tp} x{p.replicas}", f"{p.busy:.0%}",
-                 f"{p.compute:.0%}", f"{p.bandwidth:.0%}"] for p in sim.pools]
-        parts.append(_table([f"{plan.label}: pool", "busy", "FLOP/s of peak",
-                             "HBM bandwidth of peak"], rows))
+                 f"{p.compute:.0%}", f"{p.capacity:.0%}", f"{p.bandwidth:.0%}"]
+                for p in sim.pools]
+        parts.append(_table([f"{plan.label}: pool", "busy (fleet utilization)", "MFU",
+                             "server capacity", "HBM bandwidth of peak"], rows))
         parts.append("<pre>" + escape("\n".join(compare(plan, sim))) + "</pre>")
     return ('<section id="llm"><h2>LLM serving: plan and replay</h2>' + "".join(parts)
             + "</section>")

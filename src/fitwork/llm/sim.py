@@ -190,9 +190,11 @@ def _advance(r: _Replica, t: float, run: RequestTimes, dropped: list[int]) -> No
 
 
 class PoolFigures(BaseModel):
-    """One pool in the replay: GPUs, the three utilization figures (busy share, achieved /
-    peak FLOP/s, achieved / peak HBM bandwidth) in all and per time bin (``SimResult.bin_s``;
-    FLOPs and bytes binned by the middle of the iteration runs that did them)."""
+    """One pool in the replay: fitwork's three utilization figures, ``busy`` (fleet
+    utilization), ``compute`` (MFU: FLOPs over peak FLOP/s x GPU-seconds) and ``capacity``
+    (server capacity: requests it served per second over its replicas' planned rate), with
+    ``bandwidth`` (HBM bytes over peak); busy, compute and bandwidth also per time bin
+    (``SimResult.bin_s``; FLOPs and bytes binned by the middle of the runs that did them)."""
 
     phase: str
     device_class: str
@@ -200,6 +202,7 @@ class PoolFigures(BaseModel):
     replicas: int
     busy: float
     compute: float
+    capacity: float
     bandwidth: float
     busy_over_time: list[float]
     compute_over_time: list[float] = []
@@ -421,6 +424,7 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
             p = run.prompt[iv[:, 2].astype(np.int64)].astype(float)
             seg_flops, seg_bytes = models[k].prefill_work(p, np.ones_like(p))
             busy, flops, nbytes = prefill_work[k]
+            served = len(iv)
         else:
             mine = [r for r in replicas if r.pool == k]
             starts = np.array([s for r in mine for s in r.starts])
@@ -430,6 +434,7 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
             busy = sum(r.busy for r in mine)
             flops = sum(r.flops for r in mine)
             nbytes = sum(r.bytes for r in mine)
+            served = sum(r.finished for r in mine)
         seconds = span * pool.replicas
         t0 = float(run.arrival[0])
         over = _bins(starts - t0, ends - t0, width, count)
@@ -440,6 +445,7 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
             phase=pool.phase, device_class=pool.device_class, tp=pool.tp,
             replicas=pool.replicas, busy=busy / seconds,
             compute=flops / seconds / dev.fp16_flops,
+            capacity=served / span / (pool.replicas * pool.rate_per_replica),
             bandwidth=nbytes / seconds / (dev.memory_bandwidth or math.inf),
             busy_over_time=[float(v) for v in over / (width * pool.replicas)],
             compute_over_time=[float(v) for v in
