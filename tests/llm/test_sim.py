@@ -104,3 +104,16 @@ def test_conservation_and_determinism_on_a_real_plan() -> None:
                             (pool.bandwidth, pool.bandwidth_over_time)):
             assert sum(over) * a.bin_s == pytest.approx(total * a.duration_s, rel=1e-6)
     assert simulate(plan, run, seed=6).completed == 3000
+
+
+def test_kv_transfer_over_the_link_by_hand() -> None:
+    # toy-big: 2,621,440 KV bytes per token; 1,000 prompt tokens over 1 GB/s take 2.62 s, and
+    # one link per decode replica sends one cache at a time.
+    plan = toy.plan([("prefill", 1, 1), ("decode", 1, 2)], model="toy-big", network=1e9)
+    sim, t = replay(plan, _trace([0.0, 0.0], [1000, 1000], [11, 11]), book=toy.book())
+    send = 1000 * 2_621_440 / 1e9
+    assert t.ready.tolist() == pytest.approx([0.15 + send, 0.15 + 2 * send])
+    assert t.transfer.tolist() == pytest.approx([send, 2 * send - 0.15])
+    assert t.last[0] == pytest.approx(0.15 + send + 10 * 0.021)
+    # TPOT counts the transfer: (last - first token) / 10.
+    assert sim.tpot["max"] == pytest.approx((t.last[1] - 0.30) / 10)
