@@ -85,6 +85,13 @@ def _on_sigterm(signum: int, frame: object) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
               help="Run only the first N input items (a quick look).")
+@click.option("--journal", "journal_path", type=click.Path(path_type=Path),
+              help="Journal the run here, so --resume can continue it after a crash "
+                   "[default: OUTPUT.journal for a JSON Lines output].")
+@click.option("--no-journal", is_flag=True, help="Do not journal the run.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run from its journal: only the items it had not "
+                   "finished run, and the output keeps every result once.")
 @metrics_options
 @decompose_option
 def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
@@ -92,12 +99,14 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
         node_type: str | None, adapt: bool, monolithic: bool, engine: str,
         ray_address: str | None,
-        quiet: bool, limit: int | None, metrics_port: int | None, metrics_host: str,
+        quiet: bool, limit: int | None, journal_path: Path | None, no_journal: bool,
+        resume: bool, metrics_port: int | None, metrics_host: str,
         decompose: str | None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     import itertools
 
     from fitwork.io import OutputDigest, count_items, open_writer, read_items
+    from fitwork.journal import Checkpoints, Journal, identity
     from fitwork.report.terminal import ProgressView, summary
     from fitwork.runner import run as run_pipeline
 
@@ -105,6 +114,7 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
     replicas = _parse_workers(workers)
     planned = None
     record = None
+    journal: Journal | None = None
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
@@ -128,12 +138,26 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         if limit is not None:
             items = itertools.islice(items, limit)
         dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
+        where = _journal_dir(journal_path, no_journal, resume, output_path)
+        resume_at = keep = None
+        if where is not None:
+            header = identity(pipeline.name, input_path, output_path,
+                              units=[u.name for u in pipeline.units])
+            journal = (Journal.resume(where, header) if resume
+                       else Journal.start(where, header))
+            if resume:
+                items = journal.state.done.remaining(items)
+                resume_at = (journal.state.output_bytes, journal.state.outputs)
+                keep = dead_letter.stat().st_size if dead_letter.exists() else 0
         options = {"address": ray_address} if engine == "ray" and ray_address else {}
         total = None if quiet else count_items(input_path)
         if limit is not None and total is not None:
             total = min(total, limit)
+        if total is not None and journal is not None:
+            total = max(0, total - journal.state.done.count)
         view = ProgressView(errors, total, pipeline.name)
-        with (open_writer(output_path) as writer, view if not quiet else _Null() as live,
+        with (open_writer(output_path, resume_at) as writer,
+              view if not quiet else _Null() as live,
               exporter_for(metrics_port, metrics_host) as exporter):
             if exporter is not None:
                 errors.print(f"serving metrics on {exporter.url}", markup=False)
@@ -141,14 +165,23 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
                 pipeline, items, engine=engine, placement=placement, workers=replicas,
                 ordered=ordered, dead_letter=dead_letter, max_failures=max_failures,
                 progress=combine_progress(live, exporter), adapt=adapt and not monolithic,
-                **options)
+                spans=journal is not None, dead_letter_keep=keep, **options)
             digest = OutputDigest()
+            checkpoints = Checkpoints(journal, result, writer) if journal else None
             try:
                 with result:
-                    for output in result:
+                    for consumed, output in enumerate(result, 1):
                         writer.write(output)
                         digest.add(output)
+                        if checkpoints is not None:
+                            checkpoints.written(consumed)
+                    if journal is not None and checkpoints is not None:
+                        checkpoints.end(digest.count)
+                        journal.finish()
+                        journal = None
             finally:
+                if journal is not None:
+                    journal.close()
                 record = result.record.model_copy(
                     update={"output_digest": digest.hexdigest()})
                 if record_path:
@@ -156,6 +189,8 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
     except KeyboardInterrupt as stop:
         what = "terminated" if isinstance(stop, Terminated) else "interrupted"
         saved = f"; run record in {record_path}" if record_path and record else ""
+        if journal is not None:
+            saved += "; --resume continues the run"
         _fail(f"{what}: workers stopped; outputs so far are in {output_path}{saved}",
               code=143 if isinstance(stop, Terminated) else 130)
     except FitworkError as exc:
@@ -312,6 +347,22 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
         return discover_ray(ray_address)
 
     _show_fleet(discover, output_path)
+
+
+def _journal_dir(given: Path | None, off: bool, resume: bool, output: Path) -> Path | None:
+    """Where the run's journal goes: as given, or beside a JSON Lines output by default."""
+    from fitwork.io import journals
+
+    if off:
+        if given is not None or resume:
+            raise click.UsageError("--no-journal cannot go with --journal or --resume")
+        return None
+    if not journals(output):
+        if given is not None or resume:
+            raise click.UsageError(f"--output {output}: a Parquet output cannot be journaled "
+                                   "or resumed; write JSON Lines, or drop --journal/--resume")
+        return None
+    return given if given is not None else output.with_name(output.name + ".journal")
 
 
 def _fail(message: object, code: int = 1) -> NoReturn:

@@ -30,6 +30,8 @@ def run(
     sample_interval: float = 0.1,
     sample_devices: bool = True,
     adapt: bool = False,
+    spans: bool = False,
+    dead_letter_keep: int | None = None,
     **options: Any,
 ) -> RunResult:
     """Run ``pipeline`` over ``source`` and return at once; iterate the result for outputs.
@@ -41,6 +43,9 @@ def run(
     ``call_timeout`` for ``ray``; ``rates`` for ``sim``), checked against it by name.
     With ``adapt=True`` (and a plan as ``placement``) the run compares each unit's measured
     rate with the plan's and re-fits itself while it goes on (`fitwork.engine.adapt`).
+    ``spans=True`` releases outputs a frame at a time with the source items they cover
+    (`RunResult.settled_spans`, what `fitwork.journal` records); ``dead_letter_keep=N``
+    keeps the dead-letter file's first N bytes and appends to it (a resumed run).
     """
     chosen = get_engine(engine)
     own = engine_options(engine, chosen.options, options)
@@ -65,5 +70,6 @@ def run(
         ordered=ordered, dead_letter=Path(dead_letter) if dead_letter else None,
         max_failures=max_failures, max_attempts=max_attempts, progress=progress,
         progress_interval=progress_interval, sample_interval=sample_interval,
-        sample_devices=sample_devices, adapt=replanner)
+        sample_devices=sample_devices, adapt=replanner, spans=spans,
+        resume_dead_letters=dead_letter_keep)
     return chosen.run(pipeline, source, placed.check(pipeline), run_options, own)

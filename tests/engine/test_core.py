@@ -214,6 +214,7 @@ class AdversarialEngine:
         self.workers: dict[int, int] = {}
         self.items = iter(items)
         self.emitted: list[Any] = []
+        self.spans: list[tuple[tuple[int, int], list[Any]]] = []
         self.letters: list[Any] = []
         self.ids = itertools.count(1 << 30)
         self.now = 0.0
@@ -228,6 +229,8 @@ class AdversarialEngine:
                 self.queues[0].append((instruction.frame, [instruction.segment]))
             elif isinstance(instruction, Emit):
                 self.emitted.extend(instruction.values)
+                if instruction.span is not None:
+                    self.spans.append((instruction.span, list(instruction.values)))
             elif isinstance(instruction, DeadLetter):
                 self.letters.append(instruction.failure)
             elif isinstance(instruction, Abort):
@@ -291,14 +294,16 @@ pipelines = st.lists(st.sampled_from(sorted(UNITS)), min_size=1, max_size=4)
           suppress_health_check=[HealthCheck.too_slow])
 @given(names=pipelines, count=st.integers(0, 60), ordered=st.booleans(),
        seed=st.integers(0, 10**6), death=st.sampled_from([0.0, 0.05, 0.2]),
-       ghost=st.sampled_from([0.0, 0.5, 1.0]))
+       ghost=st.sampled_from([0.0, 0.5, 1.0]), spans=st.booleans())
 def test_invariants_hold_whatever_dies_when(names: list[str], count: int, ordered: bool,
-                                            seed: int, death: float, ghost: float) -> None:
+                                            seed: int, death: float, ghost: float,
+                                            spans: bool) -> None:
     pipeline = Pipeline([UNITS[n].with_replicas(1) for n in names], name="model") \
         if len(set(names)) == len(names) else Pipeline(
             [unit(UNITS[n].fn, name=f"{n}{i}", kind=UNITS[n].kind) for i, n in enumerate(names)])
     items = list(range(count))
-    policy = Policy(ordered=ordered, max_attempts=4, max_frames=6, ordered_window=16)
+    policy = Policy(ordered=ordered, max_attempts=4, max_frames=6, ordered_window=16,
+                    spans=spans)
     model = AdversarialEngine(pipeline, items, policy, random.Random(seed), death, ghost)
     model.run()
     core = model.core
@@ -312,6 +317,19 @@ def test_invariants_hold_whatever_dies_when(names: list[str], count: int, ordere
     assert core.retries <= count * policy.max_attempts
     errors = [f for f in model.letters if f.kind == "error"]
     assert all(f.unit.startswith("boom") and f.input % 7 == 0 for f in errors)
+    # 7: with spans, every source item is in exactly one span, and a span's outputs are
+    # all its items' outputs (what a journal may mark done)
+    if spans:
+        covered = sorted(i for (start, n), _ in model.spans for i in range(start, start + n))
+        assert covered == items
+        for (start, n), values in model.spans:
+            want = Counter(out for i in range(start, start + n) if i not in lost
+                           for out in _serial(pipeline, i))
+            assert Counter(values) - want <= Counter(
+                out for i in lost for out in _serial(pipeline, i))
+            assert want - Counter(values) == Counter()
+    else:
+        assert model.spans == []
 
 
 def _exactly_once(pipeline: Pipeline, items: list[int], poisoned: set[int],

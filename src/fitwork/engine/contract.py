@@ -25,6 +25,7 @@ class Run(Protocol):
     def close(self) -> None: ...
     def worker_pids(self, unit: str | None = None) -> list[int]: ...
     def resize(self, unit: str, replicas: int) -> None: ...
+    def settled_spans(self, consumed: int) -> list[tuple[int, int]] | None: ...
 
 
 class RunResult:
@@ -43,6 +44,13 @@ class RunResult:
         """Process ids of the workers running now, of one unit if named (for operators,
         and for fault tests)."""
         return self._run.worker_pids(unit)
+
+    def settled_spans(self, consumed: int) -> list[tuple[int, int]] | None:
+        """With ``spans=True``: the source spans (first index, count) whose outputs are all
+        among the first ``consumed`` outputs iterated, not returned before; None when the
+        ``consumed``-th output is not the last of a span (the outputs so far hold part of
+        one).  A journal records them once those outputs are durably written."""
+        return self._run.settled_spans(consumed)
 
     def resize(self, unit: str, replicas: int) -> None:
         """Run ``replicas`` replicas of ``unit`` from now on (added or retired live)."""

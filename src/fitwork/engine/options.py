@@ -20,7 +20,11 @@ class RunOptions:
     once more items than that have failed.  ``dead_letter`` is a JSON Lines file this run
     writes its failed items to (truncated when the run starts, each line with the run id).
     ``adapt`` is a `fitwork.engine.adapt.Replanner` (built from a plan by `fitwork.run`
-    when ``adapt=True``): with one, the run re-fits itself while it goes on.
+    when ``adapt=True``): with one, the run re-fits itself while it goes on.  ``spans``
+    releases a frame's outputs together once all its items settle, with the source span
+    they cover (`RunResult.settled_spans`: what a journal records).
+    ``resume_dead_letters`` keeps the first that many bytes of an existing dead-letter file
+    and appends after them, instead of starting it afresh (a resumed run).
     """
 
     ordered: bool = False
@@ -32,6 +36,8 @@ class RunOptions:
     sample_interval: float = 0.1
     sample_devices: bool = True
     adapt: Any = None
+    spans: bool = False
+    resume_dead_letters: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import time
 import uuid
 from collections import deque
@@ -55,12 +56,17 @@ TAKE_CHUNK = 16
 class DeadLetters:
     """This run's dead-letter file: a stale one is removed at the start, created on first use."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, keep: int | None = None) -> None:
         self.path = path
         self.file: IO[str] | None = None
         self.count = 0
-        if path is not None:
+        if path is None:
+            return
+        if keep is None:
             path.unlink(missing_ok=True)
+        elif path.exists():  # a resumed run: what the journal saw written stays
+            with path.open("r+b") as held:
+                held.truncate(keep)
 
     def write(self, failure: Failure) -> None:
         """Append one failure as a JSON line."""
@@ -73,6 +79,14 @@ class DeadLetters:
         self.file.write(json.dumps(failure.to_json()) + "\n")
         self.file.flush()
 
+    def sync(self) -> int:
+        """Make what was written durable; the file's size in bytes (0 if none)."""
+        if self.file is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+        return self.path.stat().st_size if self.path is not None and self.path.exists() \
+            else 0
+
     def close(self) -> None:
         """Close the file."""
         if self.file is not None:
@@ -83,7 +97,8 @@ class DeadLetters:
 def policy_for(options: RunOptions, **engine: Any) -> Policy:
     """The core's policy: the run's portable options, and what the engine decides itself
     (frames in flight, frame sizes, quiet detection, sample interval)."""
-    return Policy(ordered=options.ordered, max_attempts=options.max_attempts,
+    return Policy(ordered=options.ordered, spans=options.spans,
+                  max_attempts=options.max_attempts,
                   max_failures=options.max_failures,
                   progress_interval=options.progress_interval if options.progress else None,
                   **{"sample_interval": options.sample_interval, **engine})
@@ -118,6 +133,9 @@ class Shell:
         self.run_id = uuid.uuid4().hex[:12]
         self.source: Iterator[Any] = iter(source)
         self.out: list[Any] = []
+        self.emitted = 0  # outputs put in ``out`` so far
+        self.spans: deque[tuple[int, int, int]] = deque()  # (emitted after, start, count)
+        self.boundary = 0  # outputs handed out when the last span was taken
         self.retries: deque[Send] = deque()
         self.resizes: list[tuple[str, int]] = []
         self.reserved: Any = None
@@ -127,7 +145,7 @@ class Shell:
         self.ended: float | None = None
         self.context: Any = None
         self.shut = False
-        self.dead = DeadLetters(options.dead_letter)
+        self.dead = DeadLetters(options.dead_letter, options.resume_dead_letters)
         self.core: RunCore | None = None
         self.device_samples: list[DeviceSample] = []
         self.sampler: Any = None
@@ -137,7 +155,7 @@ class Shell:
         self.handlers: dict[type, Callable[[Any], None]] = {
             Send: self._send, Spawn: self.spawn, Retire: self.retire,
             DeadLetter: lambda i: self.dead.write(i.failure),
-            Emit: lambda i: self.out.extend(i.values), FrameSizes: self.frame_sizes,
+            Emit: self._emit, FrameSizes: self.frame_sizes,
             RestoreCredits: lambda _: self.restore_credits(), Abort: self._abort,
             Report: self._report, Finished: lambda _: None,
         }
@@ -343,6 +361,33 @@ class Shell:
     def _report_now(self) -> None:
         if self.options.progress is not None and self.core is not None:
             self.options.progress(self.core.progress(self.clock()))
+
+    def _emit(self, instruction: Emit) -> None:
+        self.out.extend(instruction.values)
+        self.emitted += len(instruction.values)
+        if instruction.span is not None:
+            self.spans.append((self.emitted, *instruction.span))
+
+    def settled_spans(self, consumed: int) -> list[tuple[int, int]] | None:
+        """Spans whose outputs are all among the first ``consumed`` handed out, if that many
+        ends a span (else None: a span's outputs are part way through); see
+        `fitwork.engine.contract.RunResult.settled_spans`."""
+        spans = self.spans
+        if consumed == self.boundary:
+            if not spans or spans[0][0] > consumed:
+                return []
+        elif not spans or spans[0][0] > consumed:
+            return None
+        ends = 0  # spans at the head that end by ``consumed`` (the deque is in end order)
+        for end, _, _ in spans:
+            if end > consumed:
+                break
+            ends += 1
+        if spans[ends - 1][0] != consumed:
+            return None
+        done = [spans.popleft()[1:] for _ in range(ends)]
+        self.boundary = consumed
+        return done
 
     def resize(self, unit: str, replicas: int) -> None:
         """Ask for ``replicas`` replicas of ``unit``; applied at the loop's next turn."""

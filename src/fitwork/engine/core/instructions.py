@@ -46,9 +46,11 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class Emit:
-    """Hand these outputs to the caller, in this order."""
+    """Hand these outputs to the caller, in this order.  With ``span`` (source index, count),
+    they are every output of those source items, which are all settled (``Policy.spans``)."""
 
     values: list[Any]
+    span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ Invariants (each checked by a Hypothesis property in ``tests/engine/test_core.py
 5. Fresh frames in flight never exceed ``max_frames``, nor items ahead of the oldest
    unemitted one ``ordered_window`` when ordered.
 6. Replicas alive (less those retiring) equal the target of each stage once spawns land.
+7. With ``spans``, every source item is in exactly one emitted span, emitted once it has
+   settled and together with all its outputs.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class Policy:
     whole_path: bool = False
     sample_interval: float = 0.1
     progress_interval: float | None = None
+    spans: bool = False
+    """Hold a frame's outputs until all its items settle, then emit them together with the
+    frame's source span (what a journal needs to say which items are done)."""
 
 
 class WorkerBooks:
@@ -360,7 +365,7 @@ class RunCore:
         for failure in failures:
             self._failed(failure)
         frames = self.frames
-        ordered = self.policy.ordered
+        ordered = self.policy.ordered or self.policy.spans
         for segment in segments:
             frame = frames.get(segment[0])
             if frame is None:
@@ -408,7 +413,7 @@ class RunCore:
                 item.paths.add(path)
                 self.outputs += 1
                 index = offset if frame.origin is None else frame.origin[1]
-                if self.policy.ordered:
+                if self.policy.ordered or self.policy.spans:
                     owner.singles.append((index, path, values[j]))
                 else:
                     self.out.append(Emit([values[j]]))
@@ -439,16 +444,19 @@ class RunCore:
         self.deaths_since_progress = 0
         self.latencies.append((now - frame.fed_at, frame.count))
         self.completions.append((now - self.t0, self.completed))
+        spans = self.policy.spans
         if self.policy.ordered:
             order = self.order
             while order and order[0].done:
                 done = order.popleft()
                 self.released += done.count
                 values = done.ordered_values()
-                if values:
-                    self.out.append(Emit(values))
+                if values or spans:
+                    self.out.append(Emit(values, (done.src, done.count) if spans else None))
         else:
             self.released += frame.count
+            if spans:
+                self.out.append(Emit(frame.ordered_values(), (frame.src, frame.count)))
         self._maybe_finish()
 
     def _maybe_finish(self) -> None:

@@ -1,0 +1,319 @@
+"""Run journals: which source items are done and how much output is durable, for ``--resume``.
+
+A journal is a directory holding ``journal.jsonl``: a header line saying what run it
+belongs to (pipeline, input, output, fitwork version), then one line per checkpoint::
+
+    {"spans": [[start, count], ...], "bytes": B, "outputs": N}
+
+A checkpoint is taken where the outputs written so far end a span (`RunResult.
+settled_spans`): every source item in the spans of this and earlier lines is done, and the
+output's first B bytes hold exactly their N outputs.  The output is made durable (fsync)
+before the line is written, and the line before the next one starts, so after a crash the
+last whole line is true: a resumed run cuts the output back to B bytes and feeds only the
+items no line names.  Items in flight at the crash were never journaled, so their outputs
+lie past B and are cut: each output ends up in the file exactly once.  Dead letters are
+kept whole (a failure of an item in flight at the crash may be written again).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fitwork.errors import InputError
+from fitwork.version import __version__
+
+JOURNAL_FILE = "journal.jsonl"
+CHECKPOINT_SECONDS = 1.0
+"""How often a run takes a checkpoint (at the first span boundary after this long)."""
+SAMPLE_BYTES = 1 << 20
+"""Bytes hashed from each end of an input file to tell it from another of the same size."""
+
+
+class JournalError(InputError):
+    """A journal that cannot be used: missing, corrupt, or from another run."""
+
+
+def input_identity(path: Path) -> dict[str, Any]:
+    """What tells this input from another: its size and a hash of its ends (a file), or
+    its entries' names and sizes (a directory)."""
+    digest = hashlib.blake2b(digest_size=16)
+    if path.is_dir():
+        entries = sorted(p for p in path.rglob("*") if p.is_file())
+        for entry in entries:
+            digest.update(f"{entry.relative_to(path)}\0{entry.stat().st_size}\n".encode())
+        return {"input": str(path.resolve()), "input_entries": len(entries),
+                "input_hash": digest.hexdigest()}
+    size = path.stat().st_size
+    with path.open("rb") as held:
+        digest.update(held.read(SAMPLE_BYTES))
+        if size > SAMPLE_BYTES:
+            held.seek(max(SAMPLE_BYTES, size - SAMPLE_BYTES))
+            digest.update(held.read(SAMPLE_BYTES))
+    return {"input": str(path.resolve()), "input_bytes": size, "input_hash": digest.hexdigest()}
+
+
+def identity(pipeline: str, input_path: Path, output_path: Path, **extra: Any
+             ) -> dict[str, Any]:
+    """The header of a journal for this run."""
+    return {"journal": 1, "pipeline": pipeline, **input_identity(input_path),
+            "output": str(output_path.resolve()), **extra}
+
+
+@dataclass
+class Done:
+    """Source indices done, as sorted disjoint half-open intervals."""
+
+    intervals: list[tuple[int, int]] = field(default_factory=list)
+
+    def add(self, start: int, count: int) -> None:
+        """Mark ``count`` items from ``start`` done."""
+        if count <= 0:
+            return
+        end = start + count
+        merged: list[tuple[int, int]] = []
+        for lo, hi in self.intervals:
+            if hi < start or lo > end:
+                merged.append((lo, hi))
+            else:
+                start, end = min(lo, start), max(hi, end)
+        merged.append((start, end))
+        merged.sort()
+        self.intervals = merged
+
+    @property
+    def count(self) -> int:
+        """How many items are done."""
+        return sum(hi - lo for lo, hi in self.intervals)
+
+    def remaining(self, items: Iterable[Any]) -> Iterator[Any]:
+        """The items of ``items`` not done, in order."""
+        spans = iter(self.intervals)
+        lo, hi = next(spans, (None, None))
+        for index, item in enumerate(items):
+            while hi is not None and index >= hi:
+                lo, hi = next(spans, (None, None))
+            if lo is not None and index >= lo:
+                continue
+            yield item
+
+
+class Renumbering:
+    """Maps a resumed run's source indices (0, 1, ... over the items not done) back to the
+    original input's indices."""
+
+    def __init__(self, done: Done) -> None:
+        starts: list[int] = []  # first original index of each stretch of remaining items
+        firsts: list[int] = []  # the resumed index it has
+        position = resumed = 0
+        for lo, hi in done.intervals:
+            if lo > position:
+                starts.append(position)
+                firsts.append(resumed)
+                resumed += lo - position
+            position = max(position, hi)
+        starts.append(position)  # everything from the last done item on
+        firsts.append(resumed)
+        self.starts, self.firsts = starts, firsts
+        self.lengths = [b - a for a, b in zip(firsts, [*firsts[1:], -1], strict=True)]
+
+    def original(self, start: int, count: int) -> list[tuple[int, int]]:
+        """The original spans a resumed span covers (several where it crosses done items)."""
+        spans: list[tuple[int, int]] = []
+        k = bisect.bisect_right(self.firsts, start) - 1
+        while count > 0:
+            offset = start - self.firsts[k]
+            room = self.lengths[k] - offset if self.lengths[k] >= 0 else count
+            take = min(count, room)
+            spans.append((self.starts[k] + offset, take))
+            start, count, k = start + take, count - take, k + 1
+        return spans
+
+
+@dataclass
+class State:
+    """What a journal says: the run it belongs to, the items done, the durable output."""
+
+    header: dict[str, Any]
+    done: Done
+    output_bytes: int = 0
+    outputs: int = 0
+    checkpoints: int = 0
+
+
+def load(directory: Path) -> State:
+    """Read a journal; a torn last line (the crash came mid-write) is ignored."""
+    path = directory / JOURNAL_FILE
+    place = f"journal {path}"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise JournalError(f"{place}: no journal to resume; run again without "
+                           "--resume") from None
+    except OSError as exc:
+        raise JournalError(f"{place}: cannot read: {exc.strerror or exc}") from None
+    lines = raw.split(b"\n")
+    torn = lines.pop()  # after the last newline: empty, or a line cut by the crash
+    del torn
+    if not lines:
+        raise JournalError(f"{place}: empty (the run stopped before it began); run again "
+                           "without --resume")
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            raise JournalError(f"{place}: line {number} is corrupt; delete {directory} and "
+                               "run again without --resume") from None
+        records.append(record)
+    header, checkpoints = records[0], records[1:]
+    if header.get("journal") != 1:
+        raise JournalError(f"{place}: not a fitwork journal (or from another version); "
+                           f"delete {directory} and run again without --resume")
+    done = Done()
+    state = State(header=header, done=done)
+    for number, record in enumerate(checkpoints, 2):
+        try:
+            for start, count in record["spans"]:
+                done.add(int(start), int(count))
+            state.output_bytes, state.outputs = int(record["bytes"]), int(record["outputs"])
+        except (KeyError, TypeError, ValueError):
+            raise JournalError(f"{place}: line {number} is corrupt; delete {directory} and "
+                               "run again without --resume") from None
+    state.checkpoints = len(checkpoints)
+    return state
+
+
+def check_same_run(state: State, header: dict[str, Any], directory: Path) -> None:
+    """Refuse a journal written for another pipeline, input or output, naming what differs."""
+    names = {"pipeline": "pipeline", "units": "units", "input": "input",
+             "input_bytes": "input's size", "input_entries": "input's files",
+             "input_hash": "input's content", "output": "output"}
+    for key, name in names.items():
+        was, now = state.header.get(key), header.get(key)
+        if was != now:
+            shown = "" if key == "input_hash" else f" (journal: {was}; this run: {now})"
+            raise JournalError(
+                f"journal {directory}: its {name} differs{shown}; resume with the same "
+                f"command, or delete {directory} and run again without --resume")
+
+
+class Journal:
+    """An open journal: `checkpoint` appends a line durably; `finish` removes it."""
+
+    def __init__(self, directory: Path, state: State, renumber: Renumbering | None) -> None:
+        self.directory = directory
+        self.state = state
+        self.renumber = renumber
+        self.file = (directory / JOURNAL_FILE).open("ab")
+
+    @classmethod
+    def start(cls, directory: Path, header: dict[str, Any]) -> Journal:
+        """A new journal for a run starting from the first item; refuses to replace the
+        journal of a run that did not finish."""
+        if (directory / JOURNAL_FILE).exists():
+            raise JournalError(
+                f"journal {directory}: an interrupted run into this output left it; pass "
+                f"--resume to continue that run, or delete {directory} to start over")
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / JOURNAL_FILE
+        with path.open("wb") as held:
+            held.write(json.dumps({**header, "fitwork_version": __version__}).encode() + b"\n")
+            held.flush()
+            os.fsync(held.fileno())
+        _sync_directory(directory)
+        return cls(directory, State(header=header, done=Done()), None)
+
+    @classmethod
+    def resume(cls, directory: Path, header: dict[str, Any]) -> Journal:
+        """The journal of an interrupted run of the same command, to continue it."""
+        state = load(directory)
+        check_same_run(state, header, directory)
+        return cls(directory, state, Renumbering(state.done))
+
+    def checkpoint(self, spans: Sequence[tuple[int, int]], output_bytes: int,
+                   outputs: int) -> None:
+        """Record ``spans`` (this run's indices) done, with the output durable up to
+        ``output_bytes`` holding ``outputs`` outputs.  The output must be synced first."""
+        original = [s for start, count in spans for s in (
+            self.renumber.original(start, count) if self.renumber else [(start, count)])]
+        line = {"spans": _merge(original), "bytes": output_bytes, "outputs": outputs}
+        self.file.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        for start, count in original:
+            self.state.done.add(start, count)
+        self.state.output_bytes, self.state.outputs = output_bytes, outputs
+
+    def close(self) -> None:
+        """Close the file, keeping the journal (the run did not finish)."""
+        self.file.close()
+
+    def finish(self) -> None:
+        """The run finished: the journal is no longer needed."""
+        self.file.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class Checkpoints:
+    """Takes a run's checkpoints while its outputs are written: at the first span boundary
+    after every `CHECKPOINT_SECONDS`, and at the end."""
+
+    def __init__(self, journal: Journal, result: Any, writer: Any,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.journal, self.result, self.writer, self.clock = journal, result, writer, clock
+        self.due = clock() + CHECKPOINT_SECONDS
+
+    def written(self, consumed: int) -> None:
+        """The run's ``consumed``-th output is written."""
+        if self.clock() < self.due:
+            return
+        spans = self.result.settled_spans(consumed)
+        if spans is not None:
+            self.take(spans)
+
+    def end(self, consumed: int) -> None:
+        """Every output is written: the last checkpoint."""
+        spans = self.result.settled_spans(consumed)
+        if spans:
+            self.take(spans)
+
+    def take(self, spans: Sequence[tuple[int, int]]) -> None:
+        """Make the output durable, then journal ``spans`` done."""
+        self.journal.checkpoint(spans, self.writer.sync(), self.writer.count)
+        self.due = self.clock() + CHECKPOINT_SECONDS
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:
+    """Adjacent spans joined, in order (a line stays short however many frames it covers)."""
+    merged: list[list[int]] = []
+    for start, count in sorted(spans):
+        if merged and merged[-1][0] + merged[-1][1] == start:
+            merged[-1][1] += count
+        else:
+            merged.append([start, count])
+    return merged
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a new file's name durable in its directory (where the platform allows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,180 @@
+"""Journals: a run whose driver is killed with SIGKILL resumes with every output once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fitwork.journal import (
+    JOURNAL_FILE,
+    Done,
+    Journal,
+    JournalError,
+    Renumbering,
+    identity,
+    load,
+)
+
+PIPELINE = """
+import time
+from fitwork import Pipeline, unit
+
+@unit(cpu=0.5)
+def parse(row):
+    return int(row["n"])
+
+@unit(kind="filter", cpu=0.25)
+def keep(n):
+    return n % 5 != 0
+
+@unit(cpu=0.5)
+def spread(n):
+    if n % 125 == 1:
+        time.sleep(0.02)  # the run takes a few seconds, so kills land inside it
+    yield {"n": n, "part": 0}
+    if n % 3 == 0:
+        yield {"n": n, "part": 1}
+
+pipeline = Pipeline(parse, keep, spread, name="spread")
+"""
+
+
+def expected(count: int) -> Counter[tuple[int, int]]:
+    return Counter((n, part) for n in range(count) if n % 5 for part in
+                   ((0, 1) if n % 3 == 0 else (0,)))
+
+
+def rows(path: Path) -> Counter[tuple[int, int]]:
+    return Counter((r["n"], r["part"]) for r in map(json.loads, path.read_text().splitlines()))
+
+
+def checkpoints(journal: Path) -> int:
+    """Checkpoint lines in a journal so far (none if there is no journal)."""
+    return max(0, len(journal.read_bytes().split(b"\n")) - 2) if journal.exists() else 0
+
+
+def start(project: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fitwork.cli", "run", "job.py:pipeline", "--input", "in.jsonl",
+         "--output", "out.jsonl", "-q", "--workers", "spread=2", *extra],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "job.py").write_text(PIPELINE)
+    return tmp_path
+
+
+def write_input(project: Path, count: int) -> None:
+    (project / "in.jsonl").write_text("".join(f'{{"n": {i}}}\n' for i in range(count)))
+
+
+@pytest.mark.parametrize("which", ["local", "ray"])
+def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
+        project: Path, which: str, request: pytest.FixtureRequest) -> None:
+    count, kills = (100_000, 5) if which == "local" else (20_000, 3)
+    pace = (0.0, 0.8)  # seconds from a try's first checkpoint to its kill
+    write_input(project, count)
+    extra = ["--engine", which]
+    if which == "ray":
+        extra += ["--ray-address", request.getfixturevalue("ray_cluster").address]
+    rng = random.Random(7)
+    landed = 0
+    journal = project / "out.jsonl.journal" / JOURNAL_FILE
+    for attempt in range(kills):
+        before = checkpoints(journal)
+        run = start(project, *extra, *(["--resume"] if attempt else []))
+        # kill at a random moment after this try has journaled some progress
+        deadline = time.monotonic() + 120
+        while run.poll() is None and checkpoints(journal) <= before \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(*pace))
+        if run.poll() is None:
+            os.kill(run.pid, signal.SIGKILL)
+            landed += 1
+        _, err = run.communicate(timeout=60)
+        if run.returncode == 0:
+            break
+        assert run.returncode == -signal.SIGKILL, err
+    assert landed >= 2, "the kills should land while the run goes on"
+    if journal.exists():
+        assert load(journal.parent).done.count > 0, "checkpoints were taken"
+        final = start(project, *extra, "--resume", "--record", "final.json")
+        _, err = final.communicate(timeout=240)
+        assert final.returncode == 0, err
+        # the last run fed only what the journal had not seen done
+        assert 0 < json.loads((project / "final.json").read_text())["items_in"] < count
+    got = rows(project / "out.jsonl")
+    assert got == expected(count)  # every output exactly once
+    assert not (project / "out.jsonl.journal").exists()  # a finished run leaves none
+
+
+def test_a_journal_from_another_input_or_a_fresh_run_over_it_is_refused(project: Path) -> None:
+    write_input(project, 60_000)
+    run = start(project)
+    time.sleep(1.5)
+    assert run.poll() is None, "the run should still be going"
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate(timeout=60)
+    again = start(project)
+    _, err = again.communicate(timeout=60)
+    assert again.returncode != 0 and "pass --resume to continue" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    write_input(project, 60_001)
+    other = start(project, "--resume")
+    _, err = other.communicate(timeout=60)
+    assert other.returncode != 0 and "its input's size differs" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_done_items_are_skipped_and_resumed_indices_map_back() -> None:
+    done = Done()
+    for start_, count in [(5, 3), (0, 2), (8, 2), (20, 1)]:
+        done.add(start_, count)
+    assert done.intervals == [(0, 2), (5, 10), (20, 21)] and done.count == 8
+    remaining = list(done.remaining(range(25)))
+    assert remaining == [2, 3, 4, *range(10, 20), 21, 22, 23, 24]
+    renumber = Renumbering(done)
+    # resumed index i is remaining[i]; a span crossing done items splits
+    for start_ in range(len(remaining)):
+        for count in range(1, len(remaining) - start_ + 1):
+            spans = renumber.original(start_, count)
+            assert [i for s, n in spans for i in range(s, s + n)] == \
+                remaining[start_:start_ + count]
+    assert renumber.original(30, 2) == [(38, 2)]  # past the input seen so far
+
+
+def test_a_torn_last_line_is_ignored_and_a_corrupt_one_is_named(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"n": 1}\n')
+    header = identity("p", source, tmp_path / "out.jsonl", units=["a"])
+    where = tmp_path / "j"
+    journal = Journal.start(where, header)
+    journal.checkpoint([(0, 4)], 100, 4)
+    journal.checkpoint([(4, 2)], 150, 6)
+    journal.close()
+    path = where / JOURNAL_FILE
+    with path.open("ab") as held:
+        held.write(b'{"spans": [[6, ')  # the crash came mid-line
+    state = load(where)
+    assert state.done.intervals == [(0, 6)] and (state.output_bytes, state.outputs) == (150, 6)
+    with pytest.raises(JournalError, match="an interrupted run into this output"):
+        Journal.start(where, header)
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = b"not json"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(JournalError, match=r"line 2 is corrupt; delete .* and run again"):
+        load(where)
+    with pytest.raises(JournalError, match="no journal to resume"):
+        load(tmp_path / "nowhere")
