@@ -20,3 +20,12 @@ def test_exported_functions_stay_functions_after_their_packages_load() -> None:
             "from fitwork import plan_for, decompose\n"
             "assert plan_for.__name__ == 'fit' and decompose.__name__ == 'decompose'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_llm_planning_is_public_and_loads_only_when_used() -> None:
+    code = ("import sys, fitwork\n"
+            "assert 'fitwork.llm' not in sys.modules\n"
+            "assert fitwork.simulate_llm.__name__ == 'simulate'\n"
+            "assert callable(fitwork.plan_llm) and fitwork.SLO and fitwork.LLMPlan\n"
+            "assert 'fitwork.llm' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -38,6 +38,11 @@ _LAZY = {
     "discover_local": "fitwork.hardware.discover",
     "catalog": "fitwork.hardware.catalog",
     "render_report": "fitwork.report.html",
+    "plan_llm": "fitwork.llm",
+    "simulate_llm": "fitwork.llm:simulate",
+    "load_trace": "fitwork.llm",
+    "LLMPlan": "fitwork.llm",
+    "SLO": "fitwork.llm",
 }
 
 
@@ -45,11 +50,13 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, _, attribute = _LAZY[name].partition(":")
+        return getattr(importlib.import_module(module), attribute or name)
     raise AttributeError(f"module 'fitwork' has no attribute {name!r}")
 
 
 __all__ = [
+    "SLO",
     "DecomposeError",
     "Decomposition",
     "EngineError",
@@ -59,6 +66,7 @@ __all__ = [
     "Group",
     "InputError",
     "Kind",
+    "LLMPlan",
     "Pipeline",
     "PipelineLoadError",
     "PipelineProfile",
@@ -79,10 +87,13 @@ __all__ = [
     "discover_local",
     "explain",
     "hint",
+    "load_trace",
     "plan_for",
+    "plan_llm",
     "profile_pipeline",
     "render_report",
     "run",
+    "simulate_llm",
     "unit",
     "with_context",
 ]
