@@ -20,7 +20,7 @@ def modes(root: Path) -> dict[str, tuple[str, int]]:
     return found
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o077])
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=["umask022", "umask077"])
 def test_everything_written_follows_the_umask(project: Path, umask: int) -> None:
     pytest.importorskip("pyarrow")
     out = project / "out"

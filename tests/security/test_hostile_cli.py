@@ -22,7 +22,7 @@ GOOD = [json.dumps({"n": i}).encode() + b"\n" for i in range(10)]
     ("cut.jsonl", b"".join(GOOD) + b'{"n": 1', "cut.jsonl:11: invalid JSON"),
     ("bad.csv", b"n\n" + b"".join(b"%d\n" % i for i in range(10)) + b"\xff\n",
      "bad.csv:12: not valid UTF-8"),
-])
+], ids=["utf8", "deep", "nul", "cut", "csv"])
 def test_a_bad_line_stops_the_run_with_one_line_and_keeps_what_was_written(
         project: Path, name: str, blob: bytes, named: str) -> None:
     (project / name).write_bytes(blob)

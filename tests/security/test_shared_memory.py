@@ -59,7 +59,7 @@ class Watcher:
         self.thread.join()
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o000])
+@pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask022", "umask000"])
 def test_frames_spilled_in_a_real_run_are_private_unguessable_and_removed(umask: int) -> None:
     previous = os.umask(umask)
     try:
