@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,8 @@ from fitwork.profiling.record import UnitProfile
 from fitwork.telemetry.record import RunRecord
 from tests.report.records import record
 
-FUZZ = settings(derandomize=True, max_examples=25, deadline=None, database=None,
+FUZZ = settings(derandomize=True, deadline=None, database=None,
+                max_examples=int(os.environ.get("FITWORK_FUZZ_EXAMPLES", "0")) or 25,
                 suppress_health_check=[HealthCheck.too_slow])
 FLEET = Fleet.parse({"name": "two", "node_types": [
     {"name": "cpu", "count": 2, "cores": 8, "memory": "32GiB"},

@@ -19,7 +19,9 @@ import fitwork.io as fio
 from fitwork.errors import InputError
 from fitwork.io import read_items
 
-FUZZ = settings(derandomize=True, max_examples=40, deadline=None, database=None,
+EXAMPLES = int(os.environ.get("FITWORK_FUZZ_EXAMPLES", "0"))
+"""Set FITWORK_FUZZ_EXAMPLES to search further than the few examples each test runs by default."""
+FUZZ = settings(derandomize=True, max_examples=EXAMPLES or 40, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 scalars = (st.none() | st.booleans() | st.integers(-10**12, 10**12)
@@ -178,7 +180,7 @@ def parquet_bytes() -> bytes:
     return sink.getvalue()
 
 
-@settings(FUZZ, max_examples=30)
+@settings(FUZZ, max_examples=EXAMPLES or 30)
 @given(data=st.data())
 def test_parquet_truncated_or_flipped_never_escapes(parquet_bytes: bytes,
                                                     data: st.DataObject) -> None:
