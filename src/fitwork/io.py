@@ -342,9 +342,24 @@ def count_items(path: str | Path) -> int | None:
                 rows = sum(1 for row in csv.reader(handle) if row)
             return max(rows - 1, 0)
         with open(path, "rb") as handle:
-            return sum(1 for line in handle if line.strip().lstrip(b"\xef\xbb\xbf"))
+            return _count_lines(handle)
     except Exception:
         return None
+
+
+def _count_lines(handle: IO[bytes]) -> int:
+    """Non-blank lines in a binary file, read a block at a time so one huge line (or a file
+    with no newline at all) costs a block of memory, not the line."""
+    count, content, first = 0, False, True
+    while block := handle.read(1 << 20):
+        if first:
+            block, first = block.removeprefix(b"\xef\xbb\xbf"), False
+        parts = block.split(b"\n")
+        for part in parts[:-1]:
+            count += content or bool(part.strip())
+            content = False
+        content = content or bool(parts[-1].strip())
+    return count + content
 
 
 # --------------------------------------------------------------------------- writing
