@@ -94,6 +94,7 @@ class SlurmCluster:
             "SlurmdParameters=config_overrides", "ReturnToService=2", "MpiDefault=none",
             "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
             "JobAcctGatherType=jobacct_gather/none", "MailProg=/bin/true", "KillWait=10",
+            f"FirstJobId={1000 + os.getpid() % 50000}",  # job folders /tmp/fwr-ID unique
         ]
         for name, extra in NODES.items():
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 "

@@ -62,7 +62,14 @@ def _component(shape: NodeShape, node: ClusterNodeType, job: SlurmJob,
     return [f"#SBATCH {line}" for line in lines]
 
 
-WORKER = r"""
+FREE_PORT = [
+    "free_port() {  # Ray's agents default to one fixed port: two Ray nodes on a host clash",
+    "    \"$PYTHON\" -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); "
+    "print(s.getsockname()[1])'",
+    "}",
+]
+
+WORKER = "\n".join(FREE_PORT) + "\n" + r"""
 tmp=$1/${SLURMD_NODENAME:-$(hostname)}; shift
 stop() {
     pkill -TERM -f -- "$tmp/" 2>/dev/null || true
@@ -73,7 +80,7 @@ trap stop EXIT
 trap 'exit 143' TERM INT HUP
 [ "${1:-}" = --stop ] && exit 0
 mkdir -p "$tmp"
-"$RAY" start "$@" --temp-dir="$tmp" --block &
+"$RAY" start "$@" --temp-dir="$tmp" --dashboard-agent-listen-port="$(free_port)" --block &
 wait $!
 """.strip("\n")
 
@@ -101,7 +108,8 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "export PYTHON RAY",
         f"PLAN=${{FITWORK_PLAN:-{shlex.quote(job.plan_path)}}}",
         'RAY_TMP=/tmp/fwr-${SLURM_JOB_ID}',
-        'PORT=$((20000 + SLURM_JOB_ID % 20000))',
+        *FREE_PORT,
+        'PORT=${FITWORK_RAY_PORT:-$(free_port)}',
         "HEAD_IP=${FITWORK_HEAD_IP:-$(hostname -I | awk '{print $1}')}",
         'ADDRESS=$HEAD_IP:$PORT',
         'export RAY_ADDRESS=$ADDRESS',
@@ -144,7 +152,8 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "",
         "# The Ray head: on this (the batch) node, with no CPUs, so no replica lands on it.",
         '"$RAY" start --head --node-ip-address="$HEAD_IP" --port="$PORT" --num-cpus=0 '
-        '--num-gpus=0 --temp-dir="$RAY_TMP" --include-dashboard=false --disable-usage-stats',
+        '--num-gpus=0 --temp-dir="$RAY_TMP" --include-dashboard=false --disable-usage-stats '
+        '--dashboard-agent-listen-port="$(free_port)" --ray-client-server-port="$(free_port)"',
         "",
     ]
     for index, (shape, _) in enumerate(pairs):
