@@ -220,13 +220,17 @@ def _read_csv(path: Path, place: str) -> Iterator[dict[str, str]]:
             _check_utf8(header, place, reader.line_num)
             _check_header(header, place)
             width = len(header)
-            for row in reader:
+            while True:
+                start = reader.line_num + 1  # a quoted field may carry a row over lines
+                row = next(reader, None)
+                if row is None:
+                    return
                 if not row:
                     continue
-                _check_utf8(row, place, reader.line_num)
+                _check_utf8(row, place, start)
                 if len(row) != width:
                     raise InputError(
-                        f"{place}:{reader.line_num}: row has {len(row)} fields but the header has "
+                        f"{place}:{start}: row has {len(row)} fields but the header has "
                         f"{width}; make every row match the header (quote fields that hold commas)"
                     )
                 yield dict(zip(header, row, strict=True))

@@ -287,3 +287,11 @@ def test_a_file_with_no_newline_costs_bounded_memory(tmp_path: Path) -> None:
     assert counted == "1"
     assert int(rss_kib) < 200 << 10, f"counting held {int(rss_kib) >> 10} MiB"
     assert message.startswith(f"input {path}:1: line longer than 268,435,456 bytes")
+
+
+def test_a_bad_csv_row_over_several_lines_is_named_by_its_first(tmp_path: Path) -> None:
+    path = tmp_path / "items.csv"
+    path.write_bytes(b'a,b\n1,2\n\xff",",x\nmore",3\n4,5\n')  # found by a 2,000-example search
+    got, error = read_until_error(path)
+    assert got == [{"a": "1", "b": "2"}]
+    assert error is not None and str(error).startswith(f"input {path}:3: not valid UTF-8")
