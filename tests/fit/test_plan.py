@@ -109,8 +109,11 @@ def test_a_plan_for_this_host_is_realized_within_a_stated_factor() -> None:
     plan = fit(profiled, discover_local(), fuse=False)  # the split layout is under test
     workers = plan.workers_for()
     # The waiting unit gets replicas to hide its sleep; cores are planned as the load uses
-    # them (fluid), within the ceiling, however many processes that makes.
-    assert workers["slow_call"] > workers["finish"]
+    # them (fluid), within the ceiling, however many processes that makes.  (On a host so
+    # busy that the profile saw most of its runnable time queued, cores are what is scarce.)
+    assert workers["slow_call"] >= workers["finish"]
+    if plan.core_ceiling >= 0.5:
+        assert workers["slow_call"] > workers["finish"]
     cores = plan.fleet.node_types[0].cores
     planned = sum(p.cores * p.replicas for p in plan.fitted.result.replicas)
     assert planned <= plan.core_ceiling * cores + 1e-6

@@ -135,6 +135,8 @@ def check_sections(html: str, records: list[RunRecord]) -> None:
     assert found["throughput"]["polyline"] == len(records) + drawn
     assert found["replicas"]["svg"] == len(records)
     assert found["devices"].get("svg", 0) == 0  # no GPU sampled in these runs
+    # memory and open files of every run's processes, two charts per run
+    assert found["processes"]["svg"] == 2 * len(records)
     assert found["queues"]["svg"] == len(records)
     assert found["setup"]["table"] == 2
     assert found["summary"]["tr"] == len(records) + 1

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import os
+import signal
 import time
 import uuid
 from collections import deque
@@ -47,6 +48,7 @@ from fitwork.engine.core.account import assemble
 from fitwork.engine.options import RunOptions
 from fitwork.failure import Failure
 from fitwork.placement import Placement
+from fitwork.telemetry.processes import ProcessBook, Worker
 from fitwork.telemetry.record import DeviceSample, RunRecord, RunStatus
 from fitwork.workload.pipeline import Pipeline
 
@@ -149,6 +151,8 @@ class Shell:
         self.core: RunCore | None = None
         self.device_samples: list[DeviceSample] = []
         self.sampler: Any = None
+        self.processes: ProcessBook | None = None
+        self.killed_for: dict[int, str] = {}  # worker id -> why the driver stopped it
         self.host: dict[str, Any] | None = None
         self.adapter = Adapter(options.adapt) if options.adapt is not None else None
         self.last_adapt = 0.0
@@ -230,6 +234,15 @@ class Shell:
         """Process ids of the workers running now (of ``unit`` only, if named)."""
         return []
 
+    def worker_processes(self) -> list[Worker]:
+        """The workers running now as processes of this host (for sampling and the memory
+        watchdog); engines whose workers live elsewhere give none."""
+        return []
+
+    def shm_prefix(self) -> str | None:
+        """The name prefix of the shared-memory files this run makes, if any."""
+        return None
+
     # -- the loop --------------------------------------------------------------------------
 
     def start(self) -> RunResult:
@@ -244,6 +257,7 @@ class Shell:
             self.host = self.describe_host()
             if self.options.sample_devices:
                 self.sampler = self.start_devices()
+            self.processes = ProcessBook(self.core.t0, max(0.5, self.options.sample_interval))
             self.execute(self.core.start())
         except BaseException:
             self.shutdown()
@@ -274,7 +288,10 @@ class Shell:
                     break
                 self.wait()
                 self.pump()
-                self.execute(core.handle(Tick(self.clock(), len(self.retries))))
+                now = self.clock()
+                self.execute(core.handle(Tick(now, len(self.retries))))
+                if self.processes is not None and self.processes.due(now):
+                    self._sample_processes(now)
                 if self.adapter is not None:
                     self._adapt()
                 if self.out:
@@ -394,6 +411,20 @@ class Shell:
         self.pipeline.unit_named(unit)
         self.resizes.append((unit, replicas))
 
+    def _sample_processes(self, now: float) -> None:
+        """Sample the run's processes; stop a worker holding more memory than its unit
+        declares (its items are retried alone, then dead-lettered with this reason)."""
+        assert self.processes is not None
+        self.processes.take(now, self.worker_processes(), self.shm_prefix())
+        for worker, rss in self.processes.over_memory:
+            if worker.worker in self.killed_for:
+                continue
+            self.killed_for[worker.worker] = (
+                f"stopped by the memory watchdog: {rss / 2**20:,.0f} MiB of its own, over the "
+                f"{worker.memory / 2**20:,.0f} MiB unit {worker.unit!r} declares (memory=)")
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(worker.pid, signal.SIGKILL)
+
     def _adapt(self) -> None:
         """Let the adapter look at the books once per sample interval; apply what it says."""
         assert self.core is not None and self.adapter is not None
@@ -423,6 +454,9 @@ class Shell:
                 self.device_samples = self.stop_devices()
             self.sampler = None
             self.release()
+            if self.processes is not None:  # after the release: what the run left behind
+                with contextlib.suppress(Exception):
+                    self.processes.take(self.clock(), [], self.shm_prefix())
         finally:
             self.dead.close()
             if self.context is not None:
@@ -445,4 +479,5 @@ class Shell:
                         now=self.ended or self.clock(), started_at=self.started_at,
                         status=self.status, error=self.error, dead_letter=dead,
                         device_samples=self.device_samples, host=self.host,
+                        process_samples=self.processes.samples if self.processes else (),
                         refits=self.adapter.refits if self.adapter is not None else ())

@@ -16,6 +16,7 @@ fetched when it is viewed).  Its sections carry stable ids::
     timeline     every worker's busy intervals per unit and run (grey where alive and idle)
     replicas     live replicas per unit over time, with each re-fit marked
     devices      accelerator utilization and memory over time, from device samples
+    processes    memory, open files and shared memory of the run's processes over time
     queues       items waiting in front of each unit over time, per run
     cost         cost per million items per run, with the price's basis
 
@@ -69,11 +70,12 @@ from fitwork.telemetry.record import DeviceSample, RunRecord
 from fitwork.telemetry.utilization import RunFigures, run_figures
 
 SECTIONS = ("headline", "correctness", "setup", "summary", "throughput", "utilization",
-            "timeline", "replicas", "devices", "queues", "cost")
+            "timeline", "replicas", "devices", "processes", "queues", "cost")
 THROUGHPUT_BUCKETS = 30
 OFF_SCALE = 3.0  # a prediction above this many times the highest measured rate is not drawn
 CHART_WIDTH = 1100
 GIB = 2**30
+MIB = 2**20
 Tone = Literal["win", "lose", "mixed", "even", "doubt"]
 ORDER: tuple[Tone, ...] = ("lose", "doubt", "mixed", "win")  # the tone of several comparisons
 STYLE = """
@@ -612,6 +614,43 @@ def _devices(records: Sequence[RunRecord], labels: Sequence[str], x_max: float) 
     return _section("devices", "Accelerators (device samples)", *parts)
 
 
+def _processes(records: Sequence[RunRecord], labels: Sequence[str], x_max: float) -> str:
+    """Memory, open files and shared memory of each run's processes over time."""
+    if not any(r.process_samples for r in records):
+        return _section("processes", "Processes over time", _basis(
+            "No process samples in these records (written before fitwork sampled them)."))
+    parts = []
+    for label, record in zip(labels, records, strict=True):
+        samples = sorted(record.process_samples, key=lambda s: s.t_s)
+        if not samples:
+            parts.append(_basis(f"{label}: no process samples."))
+            continue
+        memory = [
+            LineSeries("driver RSS", [(s.t_s, s.driver_rss / MIB) for s in samples], colour(0)),
+            LineSeries("largest worker RSS", [(s.t_s, s.worker_rss_max / MIB)
+                                              for s in samples], colour(1)),
+            LineSeries("/dev/shm", [(s.t_s, s.shm_bytes / MIB) for s in samples], colour(2))]
+        handles = [
+            LineSeries("driver open files", [(s.t_s, s.driver_fds) for s in samples],
+                       colour(0)),
+            LineSeries("workers' open files", [(s.t_s, s.worker_fds) for s in samples],
+                       colour(1)),
+            LineSeries("workers", [(s.t_s, s.workers) for s in samples], colour(3))]
+        height = 204 + legend_height([s.name for s in memory], CHART_WIDTH)
+        parts.append(line_chart(memory, x_max, width=CHART_WIDTH, height=height,
+                                label=f"{label}: memory", x_caption="seconds from the start",
+                                y_caption="MiB"))
+        parts.append(line_chart(handles, x_max, width=CHART_WIDTH, height=height,
+                                label=f"{label}: open files and workers",
+                                x_caption="seconds from the start", y_caption="count"))
+    parts.append(_basis(
+        "Sampled by the driver every half second or so (a long run keeps at most 1,000 "
+        "samples, thinning older ones). A worker's RSS includes what it shares with the "
+        "driver it was forked from; the memory watchdog judges a worker by its own memory. "
+        "The last sample is taken after the run let its workers and shared memory go."))
+    return _section("processes", "Processes over time", *parts)
+
+
 def _timeline(records: Sequence[RunRecord], labels: Sequence[str], colours: dict[str, str],
               x_max: float) -> str:
     seconds_per_px = x_max / CHART_WIDTH
@@ -778,6 +817,7 @@ def render_report(records: list[RunRecord], labels: list[str] | None = None,
         _timeline(records, labels, colours, x_max),
         _replicas(records, labels, colours, x_max),
         _devices(records, labels, x_max),
+        _processes(records, labels, x_max),
         _queues(records, labels, colours, x_max),
         _cost(records, labels, figures, plan, price_per_hour, known),
     ]

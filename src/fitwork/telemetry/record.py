@@ -100,6 +100,22 @@ class DeviceSample(BaseModel):
     sm_clock_mhz: float | None = None
 
 
+class ProcessSample(BaseModel):
+    """The run's processes at one moment, seconds from its start: the driver, its workers
+    together (largest and summed resident memory, open files, threads) and ``/dev/shm``."""
+
+    t_s: float
+    driver_rss: int
+    driver_fds: int
+    driver_threads: int
+    workers: int
+    worker_rss_max: int
+    worker_rss_sum: int
+    worker_fds: int
+    worker_threads: int
+    shm_bytes: int
+
+
 class Refit(BaseModel):
     """One live re-fit: when, why, replica counts before and after, predictions of both."""
 
@@ -148,6 +164,7 @@ class RunRecord(Document):
     replicas: ReplicaSeries = Field(default_factory=ReplicaSeries)
     placement: dict[str, Any] | None = None
     device_samples: list[DeviceSample] = Field(default_factory=list)
+    process_samples: list[ProcessSample] = Field(default_factory=list)
     host: dict[str, Any] | None = None
     output_digest: str | None = None
     refits: list[Refit] = Field(default_factory=list)

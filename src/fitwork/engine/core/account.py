@@ -9,6 +9,7 @@ from fitwork.engine.core.machine import RunCore
 from fitwork.telemetry.record import (
     CompletionSeries,
     DeviceSample,
+    ProcessSample,
     QueueSeries,
     Refit,
     ReplicaSeries,
@@ -38,6 +39,7 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
              status: RunStatus = "completed", error: str | None = None,
              dead_letter: str | None = None,
              device_samples: Sequence[DeviceSample] = (),
+             process_samples: Sequence[ProcessSample] = (),
              host: dict[str, Any] | None = None, refits: Sequence[Refit] = ()) -> RunRecord:
     """The record of a run whose books ``core`` kept, ended (or interrupted) at ``now``."""
     wall = max(now - core.t0, 1e-9)
@@ -78,5 +80,6 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
         units=units, resources=resource_utilization(units, wall), workers=workers,
         queue=queue, failed_items=list(core.failed_items), dead_letter=dead_letter,
         status=status, error=error, completions=completions, replicas=replicas,
-        placement=core.placement.to_json(), device_samples=list(device_samples), host=host,
+        placement=core.placement.to_json(), device_samples=list(device_samples),
+        process_samples=list(process_samples), host=host,
         refits=list(refits))

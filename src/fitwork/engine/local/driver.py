@@ -39,6 +39,7 @@ from fitwork.engine.options import LocalOptions, RunOptions
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.engine.threads import held_to
 from fitwork.placement import Placement
+from fitwork.telemetry.processes import Worker
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.005
@@ -165,6 +166,14 @@ class LocalRun(Shell):
         return [h.pid for h in self.handles.values() if not h.reported and h.pid
                 and (unit is None or self.names[h.stage] == unit)]
 
+    def worker_processes(self) -> list[Worker]:
+        return [Worker(h.worker_id, self.names[h.stage], h.pid,
+                       int(self.units[h.stage].resources.memory or 0))
+                for h in self.handles.values() if not h.reported and h.pid]
+
+    def shm_prefix(self) -> str | None:
+        return self.wire.prefix
+
     # -- turning I/O into events -----------------------------------------------------------
 
     def wait(self) -> None:
@@ -201,9 +210,11 @@ class LocalRun(Shell):
                 handle(message)
 
     def drain_sink(self) -> None:
-        """Hand every finished frame waiting in the last channel to the core."""
+        """Hand the finished frames waiting in the last channel to the core: at most as many
+        as it holds, so outputs wait in the workers (backpressure), not in the driver,
+        while the caller reads slower than the pipeline makes them."""
         sink, loads, handle = self.channels[-1], self.wire.loads, self.handle
-        while True:
+        for _ in range(sink.capacity):
             data = sink.get(timeout=0)
             if data is None:
                 return
@@ -219,8 +230,8 @@ class LocalRun(Shell):
             self.scanned = now
             check.update(w for w, h in self.handles.items() if not h.reported)
         for worker in check:
-            handle = self.handles[worker]
-            if handle.reported:
+            handle = self.handles.get(worker)
+            if handle is None or handle.reported:
                 self.exited.discard(worker)
                 continue
             if handle.process.exitcode is None:
@@ -229,8 +240,12 @@ class LocalRun(Shell):
             handle.reported = True
             self.selector.unregister(handle.process.sentinel)
             code = handle.process.exitcode
-            cause = (f"signal {signal.Signals(-code).name}" if code < 0
-                     else f"exit code {code}")
+            cause = self.killed_for.pop(handle.worker_id, None) or (
+                f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}")
+            # Forget the process (its sentinel is a file descriptor): a run that replaces
+            # workers for days must not hold one per worker it ever had.
+            del self.handles[worker]
+            handle.process.close()
             self.handle(Exited(handle.worker_id, clean=handle.final, now=time.monotonic(),
                                cause=cause, code=code))
 

@@ -1,0 +1,94 @@
+"""Process samples in the run record, bounded growth over a run, and the memory watchdog."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import fitwork
+from fitwork import Pipeline, unit
+from fitwork.telemetry.processes import MOST_SAMPLES, ProcessBook, Worker
+
+MiB = 1 << 20
+
+
+@unit(cpu=0.5)
+def square(x: int) -> int:
+    return x * x
+
+
+@unit(cpu=0.5)
+def pad(x: int) -> list[int]:
+    return [x] * 64  # a few hundred bytes per item through the channels
+
+
+@unit(memory="150MiB")
+def greedy(x: int) -> int:
+    if x == 13:  # holds 400 MiB for a while: the watchdog must stop it
+        block = bytearray(400 * MiB)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(3)
+    return x
+
+
+def test_a_long_run_with_deaths_and_a_slow_reader_stays_flat() -> None:
+    pipeline = Pipeline(square, pad, name="soak")
+    items = 120_000
+    got = 0
+    killed: set[int] = set()
+    with fitwork.run(pipeline, range(items), workers={"square": 2, "pad": 2},
+                     sample_interval=0.1) as result:
+        for got, _ in enumerate(result, 1):
+            if got % 20_000 == 10_000:
+                time.sleep(0.5)  # a slow sink: the pipeline backs up behind it
+                alive = [p for p in result.worker_pids("pad") if p not in killed]
+                if alive:
+                    os.kill(alive[0], signal.SIGKILL)
+                    killed.add(alive[0])
+    record = result.record
+    assert got == items and len(killed) >= 4 and record.worker_restarts >= 2
+    samples = record.process_samples
+    assert len(samples) >= 6 and all(s.driver_rss > 0 for s in samples)
+    assert max(s.workers for s in samples[:-1]) == 4
+    third = len(samples) // 3
+    early, late = samples[:third], samples[-third - 1:-1]
+    # the driver's memory, open files and threads do not grow with the items it has seen
+    # (its memory swings with the outputs waiting for the slow reader, within a bound)
+    assert max(s.driver_rss for s in late) <= 1.5 * max(s.driver_rss for s in early) + 32 * MiB
+    assert max(s.driver_fds for s in late) <= max(s.driver_fds for s in early) + 4
+    assert max(s.driver_threads for s in late) <= max(s.driver_threads for s in early) + 2
+    assert max(s.worker_fds for s in late) <= max(s.worker_fds for s in early) + 8
+    final = samples[-1]  # taken after the run let everything go
+    assert final.workers == 0 and final.shm_bytes == 0
+
+
+def test_a_replica_over_its_declared_memory_is_stopped_and_its_item_dead_lettered(
+        tmp_path: object) -> None:
+    dead = f"{tmp_path}/dead.jsonl"
+    pipeline = Pipeline(greedy, name="greedy")
+    with fitwork.run(pipeline, range(20), dead_letter=dead, max_failures=1,
+                     sample_interval=0.1) as result:
+        outputs = sorted(result)
+    assert outputs == [x for x in range(20) if x != 13]
+    record = result.record
+    assert record.failures == 1 and record.status == "completed"
+    (failure,) = record.failed_items
+    assert failure.item == 13 and failure.kind == "poison"
+    assert "memory watchdog" in failure.error and "'greedy' declares" in failure.error
+
+
+def test_the_book_keeps_a_bounded_record_of_a_long_run() -> None:
+    book = ProcessBook(t0=0.0, interval=0.5)
+    me = Worker(worker=1, unit="u", pid=os.getpid(), memory=1)
+    now = 0.0
+    for _ in range(3 * MOST_SAMPLES):
+        book.take(now, [me], None)
+        now = book.next
+    assert len(book.samples) < MOST_SAMPLES and book.interval > 0.5
+    assert book.samples[-1].t_s > book.samples[0].t_s
+    # a worker holding more than it declares (of its own) is named
+    assert book.over_memory and book.over_memory[0][0] == me
+    book.take(now, [Worker(worker=2, unit="u", pid=os.getpid(), memory=1 << 40)], None)
+    assert book.over_memory == []
