@@ -317,10 +317,13 @@ def read_live(name: str | None = None, tolerate: Iterable[str] = (), timeout: fl
                            f"{type(exc).__name__}: {reason}; check `kubectl get nodes`, or "
                            "pass --nodes FILE from `kubectl get nodes -o json`") from None
     slices = None
-    try:
-        slices = client.CustomObjectsApi(api).list_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", _request_timeout=(timeout, timeout))
-    except Exception:  # no DRA API on this cluster (before 1.34, or disabled): no slices
-        slices = None
+    for version in ("v1", "v1beta2", "v1beta1"):  # GA from 1.34; betas from 1.32 and 1.26
+        try:
+            slices = client.CustomObjectsApi(api).list_cluster_custom_object(
+                "resource.k8s.io", version, "resourceslices",
+                _request_timeout=(timeout, timeout))
+            break
+        except Exception:  # not served by this cluster: try the next, else no slices
+            continue
     return read_k8s(nodes, slices, name=name or _slug(context), tolerate=tolerate,
                     known=known, place=f"cluster {context}")
