@@ -51,6 +51,7 @@ PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_cluster_fitwork_starts_has_token_auth(tmp_path: Path) -> None:
     if importlib.util.find_spec("ray") is None:
