@@ -66,3 +66,10 @@ def test_corrupted_or_old_plan_profile_fleet_and_record(project: Path) -> None:
     (project / "record.json").write_bytes(b"\x89PNG\r\n\x1a\n")
     done = run_cli("report", "record.json", cwd=project)
     assert_one_error_line(done, "run record record.json: not a fitwork run record")
+
+
+def test_a_path_that_looks_like_markup_is_printed_as_is(project: Path) -> None:
+    (project / "a[").mkdir()
+    (project / "a[" / "b].json").write_text("{}")  # the path reads a[/b].json
+    done = run_cli("report", "a[/b].json", cwd=project)
+    assert_one_error_line(done, "run record a[/b].json: not a fitwork run record")
