@@ -159,7 +159,8 @@ def demo(images: int, latencies: tuple[float, ...], repeats: int, max_processes:
             with RichListener(console) as listener:
                 result = run_demo(config, listener)
     except FitworkError as exc:
-        console.print(f"[red]error[/red]: {exc}", soft_wrap=True, highlight=False)
+        console.print(f"error: {exc}", soft_wrap=True, highlight=False, markup=False,
+                      style="red")
         sys.exit(1)
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]")
