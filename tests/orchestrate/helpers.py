@@ -14,7 +14,7 @@ from fitwork.fit.plan import Plan, fit
 from fitwork.hardware.fleet import Fleet
 from fitwork.orchestrate.cluster import ClusterFleet
 from fitwork.orchestrate.k8s_fleet import read_k8s
-from fitwork.profiling.record import PipelineProfile, UnitProfile
+from tests.engine.test_ray_multinode import profile
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,22 +38,6 @@ def slices() -> dict[str, Any]:
 def cluster(**options: Any) -> ClusterFleet:
     """The whole test cluster."""
     return read_k8s(nodes(), slices(), name="test", **options)
-
-
-def profile() -> PipelineProfile:
-    """Three units: CPU, a half-GPU model, CPU (as the Ray engine's tests use)."""
-    def measured(name: str, **extra: object) -> UnitProfile:
-        fields = dict(name=name, kind="map", resources={"cpu": 1.0}, device_class="cpu-x86",
-                      samples=8, wall_s=0.002, cpu_s=0.002, bytes_in=100.0, bytes_out=100.0,
-                      output_ratio=1.0, peak_rss=0)
-        return UnitProfile(**{**fields, **extra})
-
-    return PipelineProfile(fitwork_version="t", pipeline="placed", host_class="cpu-x86",
-                           created_at=0, units=[
-        measured("prepare"),
-        measured("model", resources={"cpu": 0.5, "gpu": 0.5}, flops=1e9),
-        measured("finish"),
-    ])
 
 
 def plan_on(found: ClusterFleet, *types: str, **options: Any) -> Plan:

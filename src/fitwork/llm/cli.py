@@ -13,7 +13,7 @@ from fitwork.errors import FitworkError
 
 if TYPE_CHECKING:  # imported when a command runs, so `fitwork --help` stays light
     from fitwork.llm.phases import PhaseBook
-    from fitwork.llm.plan import LLMPlan
+    from fitwork.llm.plan import LLMPlan, PlanSet
     from fitwork.llm.trace import Trace
 
 
@@ -153,6 +153,22 @@ def plan_command(model: str, trace_ref: str, fleet_ref: str, slo: str, objective
         click.echo(f"plans written to {output_path}")
 
 
+def _load_plans(plan_path: Path) -> PlanSet:
+    """The plans `fitwork llm plan -o` wrote, or one line naming the file."""
+    from pydantic import ValidationError
+
+    from fitwork.llm.phases import LLMInputError
+    from fitwork.llm.plan import PlanSet
+
+    try:
+        return PlanSet.model_validate_json(plan_path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LLMInputError(f"{plan_path}: cannot read: {exc.strerror or exc}") from None
+    except ValidationError as exc:
+        raise LLMInputError(f"{plan_path}: not a plan file from `fitwork llm plan -o` "
+                            f"({exc.error_count()} validation errors)") from None
+
+
 @llm.command("simulate")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--trace", "trace_ref", required=True)
@@ -166,20 +182,11 @@ def plan_command(model: str, trace_ref: str, fleet_ref: str, slo: str, objective
 def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: bool,
                      which: str, seed: int, as_json: bool) -> None:
     """Replay a trace through the plans `fitwork llm plan -o` wrote; plan beside replay."""
-    from pydantic import ValidationError
 
-    from fitwork.llm.phases import LLMInputError
-    from fitwork.llm.plan import PlanSet
     from fitwork.llm.sim import compare, simulate
 
     try:
-        try:
-            plans = PlanSet.model_validate_json(plan_path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise LLMInputError(f"{plan_path}: cannot read: {exc.strerror or exc}") from None
-        except ValidationError as exc:
-            raise LLMInputError(f"{plan_path}: not a plan file from `fitwork llm plan -o` "
-                                f"({exc.error_count()} validation errors)") from None
+        plans = _load_plans(plan_path)
         trace = _trace(trace_ref, rate_scale)
         chosen = {"split": [plans.split], "colocated": [plans.best_colocated()],
                   "all": [plans.split, plans.best_colocated()]}[which]
@@ -214,21 +221,12 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
 def report_command(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: bool,
                    seed: int, output_path: Path) -> None:
     """Replay the split plan and the best colocated one; write the HTML LLM report."""
-    from pydantic import ValidationError
 
-    from fitwork.llm.phases import LLMInputError
-    from fitwork.llm.plan import PlanSet
     from fitwork.llm.report import render_llm_report
     from fitwork.llm.sim import simulate
 
     try:
-        try:
-            plans = PlanSet.model_validate_json(plan_path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise LLMInputError(f"{plan_path}: cannot read: {exc.strerror or exc}") from None
-        except ValidationError as exc:
-            raise LLMInputError(f"{plan_path}: not a plan file from `fitwork llm plan -o` "
-                                f"({exc.error_count()} validation errors)") from None
+        plans = _load_plans(plan_path)
         trace = _trace(trace_ref, rate_scale)
         chosen = [p for p in (plans.split, plans.best_colocated()) if p.feasible]
         sims = [simulate(p, trace.scaled(p.goodput / trace.rate) if at_goodput else trace,
