@@ -10,10 +10,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from fitwork.engine.local.wire import shm_dir
 from fitwork.journal import (
     JOURNAL_FILE,
     Done,
@@ -70,9 +73,15 @@ def start(project: Path, *extra: str) -> subprocess.Popen[str]:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "job.py").write_text(PIPELINE)
-    return tmp_path
+    before = {p.name for p in shm_dir().glob("fitwork-*")}
+    yield tmp_path
+    # a driver killed with SIGKILL cannot sweep the frames it spilled (private files):
+    # the test removes what its own killed runs left
+    for path in shm_dir().glob("fitwork-*"):
+        if path.name not in before and not psutil.pid_exists(int(path.name.split("-")[2])):
+            path.unlink(missing_ok=True)
 
 
 def write_input(project: Path, count: int) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -21,8 +22,14 @@ from tests.engine import units as u
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def fitwork_segments() -> set[str]:
-    return {p.name for p in shm_dir().glob("fitwork-*")}
+def fitwork_segments(pids: Iterable[int] | None = None) -> set[str]:
+    """Shared-memory frame files (``fitwork-<run>-<pid>-...``), of the processes ``pids`` only
+    if given: other runs on the host (other tests, other users of /dev/shm) are not ours."""
+    names = {p.name for p in shm_dir().glob("fitwork-*")}
+    if pids is None:
+        return names
+    mine = {str(pid) for pid in pids}
+    return {n for n in names if len(n.split("-")) > 2 and n.split("-")[2] in mine}
 
 
 def alive(pid: int) -> bool:
@@ -72,7 +79,7 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(engine: str,
     assert "KeyboardInterrupt" in err
     time.sleep(0.5)
     assert [pid for pid in pids if alive(pid)] == []
-    assert fitwork_segments() - before == set()
+    assert fitwork_segments([*pids, driver.pid]) - before == set()
 
 
 @pytest.mark.processes
@@ -86,7 +93,7 @@ def test_an_aborted_run_leaves_no_process_and_no_shared_memory(engine: str) -> N
     assert len(pids) == 2
     time.sleep(0.5)
     assert [pid for pid in pids if alive(pid)] == []
-    assert fitwork_segments() - before == set()
+    assert fitwork_segments([*pids, os.getpid()]) - before == set()
 
 
 def test_memory_stays_bounded_with_a_slow_sink(engine: str) -> None:
