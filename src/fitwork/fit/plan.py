@@ -346,10 +346,12 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     # Not splitting is one of the layouts a plan may choose: where running the stages in
     # turn in one unit clearly sustains more (every stage trivial beside the cost of moving
     # items), the fitted side IS the fused layout, and the split one is kept for the record.
-    # Near a tie the split layout stays: it overlaps waiting and batches where the model
-    # does not credit it.
+    # Near a tie the split layout stays where it overlaps waiting or batches (the model does
+    # not credit either in full); where it does neither, a tie goes to the fused layout,
+    # whose fewer crossings cost less than the model charges them.
+    margin = FUSE_MARGIN if any(_overlaps(u) for u in units) else 1.0
     fuse = (fuse and objective == "max_throughput"
-            and base.throughput > FUSE_MARGIN * fitted.throughput)
+            and base.throughput >= margin * fitted.throughput)
     return Plan(
         fitwork_version=__version__, pipeline=profile.pipeline, units=[u.name for u in units],
         fleet=fleet, objective=objective, target=target, rates=rates,
@@ -362,9 +364,17 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     )
 
 
+def _overlaps(unit: UnitDemand) -> bool:
+    """Whether a split replica of ``unit`` does what the fused one cannot: several calls in
+    flight (I/O) or batches."""
+    return unit.concurrency > 1 or bool(unit.alternatives) or any(
+        d.batch_size for d in unit.classes.values())
+
+
 Estimates = dict[tuple[str, str], RateEstimate]
 FUSE_MARGIN = 1.05
-"""How much more the fused layout must sustain before a plan runs the units fused."""
+"""How much more the fused layout must sustain before a plan runs the units fused, where the
+split layout overlaps waiting or batches (elsewhere a tie is enough)."""
 
 
 def _ends(throughput: float, caps: dict[str, tuple[float, float, float]],
