@@ -365,10 +365,13 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
 
 
 def _overlaps(unit: UnitDemand) -> bool:
-    """Whether a split replica of ``unit`` does what the fused one cannot: several calls in
-    flight (I/O) or batches."""
-    return unit.concurrency > 1 or bool(unit.alternatives) or any(
-        d.batch_size for d in unit.classes.values())
+    """Whether splitting ``unit`` out gains what the model does not credit in full: several
+    calls in flight (I/O), batches, or waiting (a call that spends most of its time off
+    the CPU, which a replica of its own hides beside the others' work)."""
+    batches = bool(unit.alternatives) or any(d.batch_size for d in unit.classes.values())
+    waits = any(d.rate > 0 and d.cpu_seconds * d.rate < 0.5
+                for name, d in unit.classes.items() if is_cpu_class(name))
+    return unit.concurrency > 1 or batches or waits
 
 
 Estimates = dict[tuple[str, str], RateEstimate]
