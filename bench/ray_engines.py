@@ -28,6 +28,9 @@ import fitwork
 # OpenBLAS threads otherwise spin on the cores the pipelines need.  Set before numpy loads.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# This script drives Ray and forks (the local engine's contender): gRPC must know first.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
+os.environ.setdefault("GRPC_POLL_STRATEGY", "poll")
 
 import argparse  # noqa: E402
 import logging  # noqa: E402

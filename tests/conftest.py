@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+# The test process both forks (local-engine workers) and drives Ray: gRPC must know before
+# Ray starts it here (what `fitwork.hardware.ray_cluster.connect` does for a user's driver).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
+os.environ.setdefault("GRPC_POLL_STRATEGY", "poll")
+
 ENGINES = ["local", "ray", "sim"]
 PROCESS_ENGINES = ["local", "ray"]
 FAILED = pytest.StashKey[bool]()

@@ -79,6 +79,20 @@ def _set_auth_mode(mode: str) -> None:
     Config.initialize("")
 
 
+FORK_SAFE_GRPC = {"GRPC_ENABLE_FORK_SUPPORT": "1", "GRPC_POLL_STRATEGY": "poll"}
+"""What gRPC needs to survive a fork of the process that holds its connections: Ray sets it
+for its workers but not for a driver (ray-project/ray#59661).  A fitwork driver forks (the
+local engine's workers, a profile's units), and without it a Ray connection in that process
+has been seen to stop answering (the node table, ``ray.cluster_resources()``)."""
+
+
+def fork_safe_grpc() -> None:
+    """Ask gRPC for fork support before Ray starts it in this process (a user's own choice,
+    set in the environment, stands)."""
+    for name, value in FORK_SAFE_GRPC.items():
+        os.environ.setdefault(name, value)
+
+
 def connect(address: str | None = None, timeout: float = 60.0) -> None:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start one on this host.
 
@@ -86,6 +100,7 @@ def connect(address: str | None = None, timeout: float = 60.0) -> None:
     ``~/.ray/auth_token``) unless ``RAY_AUTH_MODE`` says otherwise; joining leaves the
     cluster's own mode alone.
     """
+    fork_safe_grpc()
     import ray
 
     if ray.is_initialized():
