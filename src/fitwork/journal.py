@@ -161,8 +161,7 @@ def load(directory: Path) -> State:
     except OSError as exc:
         raise JournalError(f"{place}: cannot read: {exc.strerror or exc}") from None
     lines = raw.split(b"\n")
-    torn = lines.pop()  # after the last newline: empty, or a line cut by the crash
-    del torn
+    lines.pop()  # after the last newline: empty, or a line the crash cut short
     if not lines:
         raise JournalError(f"{place}: empty (the run stopped before it began); run again "
                            "without --resume")
