@@ -81,14 +81,6 @@ class DeadLetters:
         self.file.write(json.dumps(failure.to_json()) + "\n")
         self.file.flush()
 
-    def sync(self) -> int:
-        """Make what was written durable; the file's size in bytes (0 if none)."""
-        if self.file is not None:
-            self.file.flush()
-            os.fsync(self.file.fileno())
-        return self.path.stat().st_size if self.path is not None and self.path.exists() \
-            else 0
-
     def close(self) -> None:
         """Close the file."""
         if self.file is not None:
