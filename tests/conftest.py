@@ -42,25 +42,6 @@ class RayCluster:
         ray.shutdown()
         self.start()
 
-    def ensure_answering(self, tries: int = 2) -> None:
-        """Restart the cluster if this process's connection to it no longer answers.
-
-        Seen on 2-core CI hosts, after many local-engine runs had forked this process: the
-        GCS served every other client in milliseconds while this process's requests, on old
-        and fresh connections alike, ran into their deadlines; a restart cured it.  (The
-        engine itself asks gRPC for fork support and retries on a fresh connection; the
-        note of the session that added this says what is still unknown.)
-        """
-        from fitwork.errors import EngineError
-        from fitwork.hardware.ray_cluster import live_nodes
-
-        for _ in range(tries):
-            try:
-                live_nodes(timeout=3.0)
-                return
-            except EngineError:
-                self.restart()
-
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
@@ -100,8 +81,6 @@ def engine(request: pytest.FixtureRequest) -> Iterator[str]:
         pytest.skip("needs replicas that are processes; the simulated engine runs units "
                     "in this process on a virtual clock")
     cluster = request.getfixturevalue("ray_cluster") if request.param == "ray" else None
-    if cluster is not None:
-        cluster.ensure_answering()
     yield request.param
     if cluster is not None and request.node.stash.get(FAILED, False):
         cluster.restart()
