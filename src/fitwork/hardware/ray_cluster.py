@@ -131,9 +131,9 @@ def live_nodes(timeout: float = 30.0) -> list[dict[str, Any]]:
                        lambda: client.get_all_node_info(timeout=first))
     except Exception:
         # A driver that also forks (the local engine's workers) has been seen to lose its
-        # connection to the GCS while the GCS answers everyone else at once: ask once more
-        # on a connection of its own before giving up.
-        table = _fresh_node_table(timeout)
+        # connection to the GCS while the GCS answers everyone else at once (a fresh
+        # connection from this process did no better): ask a task in the cluster instead.
+        return _node_table_from_the_cluster(timeout)
     nodes = []
     for info in table.values():
         if info.state != type(info).ALIVE:
@@ -143,20 +143,21 @@ def live_nodes(timeout: float = 30.0) -> list[dict[str, Any]]:
     return nodes
 
 
-def _fresh_node_table(timeout: float) -> Any:
-    """The node table read through a new GCS connection; one line if that fails too."""
+def _node_table_from_the_cluster(timeout: float) -> list[dict[str, Any]]:
+    """The live nodes as a zero-CPU task inside the cluster reads them (its own GCS
+    connection); one line if that fails too."""
     import ray
-    from ray._raylet import GcsClient
+
+    def read() -> list[dict[str, Any]]:
+        return [{"NodeID": n["NodeID"], "Alive": True, "Resources": dict(n["Resources"]),
+                 "Labels": dict(n.get("Labels") or {})} for n in ray.nodes() if n["Alive"]]
 
     try:
-        client = GcsClient(address=ray.get_runtime_context().gcs_address)
-        return within(timeout + 5, "the node table",
-                      lambda: client.get_all_node_info(timeout=timeout))
-    except EngineError:
-        raise
+        return ray.get(ray.remote(num_cpus=0)(read).remote(), timeout=timeout)
     except Exception as exc:
-        raise EngineError(f"Ray did not answer the node table, twice ({type(exc).__name__}: "
-                          f"{str(exc)[:200]}); check the cluster (ray status)") from None
+        raise EngineError(f"Ray did not answer the node table, here or from a task in the "
+                          f"cluster ({type(exc).__name__}: {str(exc)[:200]}); check the "
+                          "cluster (ray status)") from None
 
 
 def cluster_resources(timeout: float = 30.0) -> dict[str, float]:
