@@ -193,7 +193,7 @@ def test_ctrl_c_stops_the_cli_and_keeps_outputs(project: Path) -> None:
 
 def test_sigterm_leaves_a_valid_parquet_file_and_a_record(project: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
-    (project / "many.jsonl").write_text("".join(f"{i}\n" for i in range(2000)))
+    (project / "many.jsonl").write_text("".join(f"{i}\n" for i in range(600)))
     command = [sys.executable, "-m", "fitwork.cli", "run", "squares.py:sleepy", "--input",
                "many.jsonl", "--output", "o.parquet", "--record", "run.json", "-q"]
     process = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True)
@@ -202,9 +202,16 @@ def test_sigterm_leaves_a_valid_parquet_file_and_a_record(project: Path) -> None
     _, err = process.communicate(timeout=30)
     assert process.returncode == 143, err
     assert "terminated" in err
-    rows = pq.read_table(project / "o.parquet").num_rows
-    assert 0 < rows < 2000
+    rows = pq.read_table(project / "o.parquet").num_rows  # a whole file, footer and all
+    assert rows < 600
     assert RunRecord.load(project / "run.json").status == "interrupted"
+    # the journal (on by default) lets the same command finish the run, each row once
+    resumed = subprocess.run([*command, "--resume", "--workers", "slow=10"], cwd=project, capture_output=True,
+                             text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    values = sorted(r["value"] for r in pq.read_table(project / "o.parquet").to_pylist())
+    assert values == list(range(600))
+    assert not (project / "o.parquet.parts").exists()
 
 
 def test_failed_items_exit_non_zero_unless_allowed(project: Path) -> None:

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from fitwork.engine.local.wire import shm_dir
+from fitwork.errors import InputError
 from fitwork.journal import (
     JOURNAL_FILE,
     Done,
@@ -57,6 +58,11 @@ def expected(count: int) -> Counter[tuple[int, int]]:
 
 
 def rows(path: Path) -> Counter[tuple[int, int]]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet
+
+        table = pyarrow.parquet.read_table(path).to_pylist()
+        return Counter((r["n"], r["part"]) for r in table)
     return Counter((r["n"], r["part"]) for r in map(json.loads, path.read_text().splitlines()))
 
 
@@ -65,10 +71,10 @@ def checkpoints(journal: Path) -> int:
     return max(0, len(journal.read_bytes().split(b"\n")) - 2) if journal.exists() else 0
 
 
-def start(project: Path, *extra: str) -> subprocess.Popen[str]:
+def start(project: Path, *extra: str, output: str = "out.jsonl") -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "fitwork.cli", "run", "job.py:pipeline", "--input", "in.jsonl",
-         "--output", "out.jsonl", "-q", "--workers", "spread=2", *extra],
+         "--output", output, "-q", "--workers", "spread=2", *extra],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -88,10 +94,14 @@ def write_input(project: Path, count: int) -> None:
     (project / "in.jsonl").write_text("".join(f'{{"n": {i}}}\n' for i in range(count)))
 
 
-@pytest.mark.parametrize("which", ["local", "ray"])
+@pytest.mark.parametrize(("which", "output"), [("local", "out.jsonl"), ("ray", "out.jsonl"),
+                                               ("local", "out.parquet")])
 def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
-        project: Path, which: str, request: pytest.FixtureRequest) -> None:
-    count, kills = (100_000, 5) if which == "local" else (20_000, 3)
+        project: Path, which: str, output: str, request: pytest.FixtureRequest) -> None:
+    if output.endswith(".parquet"):
+        count, kills = 40_000, 3
+    else:
+        count, kills = (100_000, 5) if which == "local" else (20_000, 3)
     pace = (0.0, 0.8)  # seconds from a try's first checkpoint to its kill
     write_input(project, count)
     extra = ["--engine", which]
@@ -99,10 +109,10 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
         extra += ["--ray-address", request.getfixturevalue("ray_cluster").address]
     rng = random.Random(7)
     landed = 0
-    journal = project / "out.jsonl.journal" / JOURNAL_FILE
+    journal = project / f"{output}.journal" / JOURNAL_FILE
     for attempt in range(kills):
         before = checkpoints(journal)
-        run = start(project, *extra, *(["--resume"] if attempt else []))
+        run = start(project, *extra, *(["--resume"] if attempt else []), output=output)
         # kill at a random moment after this try has journaled some progress
         deadline = time.monotonic() + 120
         while run.poll() is None and checkpoints(journal) <= before \
@@ -119,14 +129,15 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
     assert landed >= 2, "the kills should land while the run goes on"
     if journal.exists():
         assert load(journal.parent).done.count > 0, "checkpoints were taken"
-        final = start(project, *extra, "--resume", "--record", "final.json")
+        final = start(project, *extra, "--resume", "--record", "final.json", output=output)
         _, err = final.communicate(timeout=240)
         assert final.returncode == 0, err
         # the last run fed only what the journal had not seen done
         assert 0 < json.loads((project / "final.json").read_text())["items_in"] < count
-    got = rows(project / "out.jsonl")
+    got = rows(project / output)
     assert got == expected(count)  # every output exactly once
-    assert not (project / "out.jsonl.journal").exists()  # a finished run leaves none
+    assert not (project / f"{output}.journal").exists()  # a finished run leaves none
+    assert not (project / f"{output}.parts").exists()
 
 
 def test_a_journal_from_another_input_or_a_fresh_run_over_it_is_refused(project: Path) -> None:
@@ -177,7 +188,7 @@ def test_a_torn_last_line_is_ignored_and_a_corrupt_one_is_named(tmp_path: Path) 
     with path.open("ab") as held:
         held.write(b'{"spans": [[6, ')  # the crash came mid-line
     state = load(where)
-    assert state.done.intervals == [(0, 6)] and (state.output_bytes, state.outputs) == (150, 6)
+    assert state.done.intervals == [(0, 6)] and (state.output_at, state.outputs) == (150, 6)
     with pytest.raises(JournalError, match="an interrupted run into this output"):
         Journal.start(where, header)
     lines = path.read_bytes().split(b"\n")
@@ -187,3 +198,39 @@ def test_a_torn_last_line_is_ignored_and_a_corrupt_one_is_named(tmp_path: Path) 
         load(where)
     with pytest.raises(JournalError, match="no journal to resume"):
         load(tmp_path / "nowhere")
+
+
+def test_a_parquet_output_resumes_from_its_committed_parts(tmp_path: Path) -> None:
+    pyarrow_parquet = pytest.importorskip("pyarrow.parquet")
+    from fitwork.io import open_writer
+
+    out = tmp_path / "out.parquet"
+    first = open_writer(out, journaled=True)
+    for n in range(5):
+        first.write({"n": n})
+    at, count = first.sync(), first.count  # a checkpoint: 5 rows in 1 part
+    for n in range(5, 8):
+        first.write({"n": n})
+    first.sync()  # committed after the journal's last line: a resumed run drops it
+    assert (at, count) == (1, 5) and first.parts == 2
+    # the driver dies here: no close, no join
+    resumed = open_writer(out, resume_at=(at, 5), journaled=True)
+    assert sorted(p.name for p in (tmp_path / "out.parquet.parts").iterdir()) == [
+        "part-000000.parquet"]
+    for n in range(5, 9):
+        resumed.write({"n": n})
+    resumed.close()
+    assert [r["n"] for r in pyarrow_parquet.read_table(out).to_pylist()] == list(range(9))
+    resumed.cleanup()
+    assert not (tmp_path / "out.parquet.parts").exists()
+    with pytest.raises(InputError, match=r"part-000000\.parquet of the interrupted run is missing"):
+        open_writer(out, resume_at=(1, 5), journaled=True)
+
+
+def test_a_journal_of_an_older_version_is_refused(tmp_path: Path) -> None:
+    where = tmp_path / "j"
+    where.mkdir()
+    (where / JOURNAL_FILE).write_text(
+        '{"journal": 1, "pipeline": "p"}\n{"spans": [[0, 4]], "bytes": 10, "outputs": 4}\n')
+    with pytest.raises(JournalError, match="from another version"):
+        load(where)

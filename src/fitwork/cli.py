@@ -87,7 +87,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
               help="Run only the first N input items (a quick look).")
 @click.option("--journal", "journal_path", type=click.Path(path_type=Path),
               help="Journal the run here, so --resume can continue it after a crash "
-                   "[default: OUTPUT.journal for a JSON Lines output].")
+                   "[default: OUTPUT.journal].")
 @click.option("--no-journal", is_flag=True, help="Do not journal the run.")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run from its journal: only the items it had not "
@@ -147,7 +147,7 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
                        else Journal.start(where, header))
             if resume:
                 items = journal.state.done.remaining(items)
-                resume_at = (journal.state.output_bytes, journal.state.outputs)
+                resume_at = (journal.state.output_at, journal.state.outputs)
                 keep = dead_letter.stat().st_size if dead_letter.exists() else 0
         options = {"address": ray_address} if engine == "ray" and ray_address else {}
         total = None if quiet else count_items(input_path)
@@ -156,7 +156,7 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         if total is not None and journal is not None:
             total = max(0, total - journal.state.done.count)
         view = ProgressView(errors, total, pipeline.name)
-        with (open_writer(output_path, resume_at) as writer,
+        with (open_writer(output_path, resume_at, journaled=journal is not None) as writer,
               view if not quiet else _Null() as live,
               exporter_for(metrics_port, metrics_host) as exporter):
             if exporter is not None:
@@ -177,8 +177,10 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
                             checkpoints.written(consumed)
                     if journal is not None and checkpoints is not None:
                         checkpoints.end(digest.count)
+                        writer.close()  # whole, before the journal that could redo it goes
                         journal.finish()
                         journal = None
+                        writer.cleanup()
             finally:
                 if journal is not None:
                     journal.close()
@@ -350,17 +352,10 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
 
 
 def _journal_dir(given: Path | None, off: bool, resume: bool, output: Path) -> Path | None:
-    """Where the run's journal goes: as given, or beside a JSON Lines output by default."""
-    from fitwork.io import journals
-
+    """Where the run's journal goes: as given, or beside the output by default."""
     if off:
         if given is not None or resume:
             raise click.UsageError("--no-journal cannot go with --journal or --resume")
-        return None
-    if not journals(output):
-        if given is not None or resume:
-            raise click.UsageError(f"--output {output}: a Parquet output cannot be journaled "
-                                   "or resumed; write JSON Lines, or drop --journal/--resume")
         return None
     return given if given is not None else output.with_name(output.name + ".journal")
 
@@ -380,16 +375,16 @@ class _Null:
         return None
 
 
-main.add_command(report)
 main.add_command(decompose_command)
 main.add_command(demo)
 fleet.add_command(fleet_k8s)
 fleet.add_command(fleet_slurm)
 main.add_command(deploy)
 
-from fitwork.llm.cli import llm  # noqa: E402 - the LLM group, wired here only
+from fitwork.llm.cli import llm, with_llm_section  # noqa: E402 - the LLM group, wired here only
 
 main.add_command(llm)
+main.add_command(with_llm_section(report))  # `fitwork report`, and its --llm section
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePath
@@ -415,6 +416,14 @@ class OutputWriter:
         """Write whatever is buffered and close the file; closing twice is harmless."""
         raise NotImplementedError
 
+    def sync(self) -> int:
+        """Make every output written so far durable; the position a journal records."""
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        """Remove what only a resumed run would need (the run finished and its journal is
+        gone); nothing for most formats."""
+
     def __enter__(self) -> OutputWriter:
         return self
 
@@ -539,13 +548,26 @@ class ParquetOutputWriter(OutputWriter):
             return
         first, last = self._written + 1, self._written + len(rows)
         span = f"rows {first}-{last}"
+        batch = self._batch(rows, span)
+        if self._writer is None:
+            self._schema = batch.schema
+            self._writer = self._parquet.ParquetWriter(self._handle, self._schema)
+        try:
+            self._writer.write_batch(batch)
+        except (self._pyarrow.ArrowException, OSError) as exc:
+            raise InputError(
+                f"{self._place}: {span}: write failed ({_one_line(exc)}); check the disk"
+            ) from exc
+        self._written = last
+
+    def _batch(self, rows: list[dict[str, Any]], span: str) -> Any:
+        """The rows as one record batch of the output's schema (the first batch sets it)."""
         pyarrow = self._pyarrow
         try:
             if self._schema is None:
-                batch = pyarrow.RecordBatch.from_pylist(rows)
-            else:
-                self._check_columns(rows, span)
-                batch = pyarrow.RecordBatch.from_pylist(rows, schema=self._schema)
+                return pyarrow.RecordBatch.from_pylist(rows)
+            self._check_columns(rows, span)
+            return pyarrow.RecordBatch.from_pylist(rows, schema=self._schema)
         except InputError:
             raise
         except (pyarrow.ArrowException, TypeError, ValueError) as exc:
@@ -553,16 +575,6 @@ class ParquetOutputWriter(OutputWriter):
                 f"{self._place}: {span}: cannot convert to Parquet ({_one_line(exc)}); give "
                 "every item the same fields with one type each, or write JSON Lines"
             ) from exc
-        if self._writer is None:
-            self._schema = batch.schema
-            self._writer = self._parquet.ParquetWriter(self._handle, self._schema)
-        try:
-            self._writer.write_batch(batch)
-        except (pyarrow.ArrowException, OSError) as exc:
-            raise InputError(
-                f"{self._place}: {span}: write failed ({_one_line(exc)}); check the disk"
-            ) from exc
-        self._written = last
 
     def _check_columns(self, rows: list[dict[str, Any]], span: str) -> None:
         """Refuse fields the first batch did not have, rather than drop them silently."""
@@ -593,6 +605,145 @@ class ParquetOutputWriter(OutputWriter):
                 self._handle.close()
 
 
+class PartedParquetWriter(ParquetOutputWriter):
+    """A Parquet output a journal can resume: rows are committed as part files beside it
+    (``OUTPUT.parts/part-000000.parquet``, ...), each written aside, synced and renamed, and
+    `close` joins them into the output.
+
+    A Parquet file is readable only once its footer is written, so it cannot be cut back to
+    what a journal saw durable, as a JSON Lines file is.  Parts can: `sync` commits the rows
+    buffered so far as one more part and returns how many parts there are, and a resumed
+    run keeps that many and deletes any later one (written after the last checkpoint, by
+    items the resumed run feeds again).  `close` writes the output aside and renames it
+    over ``OUTPUT``, keeping the parts; `cleanup` removes them once the journal is gone.
+    """
+
+    def __init__(self, path: str | Path, resume_at: tuple[int, int] | None = None) -> None:
+        OutputWriter.__init__(self, path)
+        self._pyarrow, self._parquet = _import_pyarrow(self._place)
+        self.parts_dir = self.path.with_name(self.path.name + ".parts")
+        self._rows = []
+        self._writer = None
+        self._schema = None
+        self._written = 0
+        self.parts = 0
+        if resume_at is None:
+            shutil.rmtree(self.parts_dir, ignore_errors=True)
+        else:
+            self.parts, self.count = resume_at
+            self._written = self.count
+            self._keep_parts(self.parts)
+        try:
+            self.parts_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{self._place}: cannot create {self.parts_dir.name} "
+                             f"({_os_reason(exc)}); check the --output path") from exc
+
+    def _part(self, index: int) -> Path:
+        return self.parts_dir / f"part-{index:06d}.parquet"
+
+    def _keep_parts(self, count: int) -> None:
+        """Keep the first ``count`` parts of an interrupted run (their schema is the
+        output's); delete later ones and anything half written."""
+        for index in range(count):
+            if not self._part(index).is_file():
+                raise InputError(
+                    f"{self._place}: part {self._part(index).name} of the interrupted run is "
+                    f"missing; delete the journal and {self.parts_dir.name} and run again "
+                    "without --resume")
+        if self.parts_dir.is_dir():
+            for entry in self.parts_dir.iterdir():
+                index = _part_index(entry.name)
+                if index is None or index >= count:
+                    entry.unlink(missing_ok=True)
+        if count:
+            try:
+                self._schema = self._parquet.read_schema(self._part(0))
+            except (self._pyarrow.ArrowException, OSError) as exc:
+                raise InputError(
+                    f"{self._place}: part {self._part(0).name} is unreadable "
+                    f"({_one_line(exc)}); delete the journal and run again without --resume"
+                ) from exc
+
+    def _write_batch(self) -> None:
+        """Commit the buffered rows as the next part: written aside, synced, renamed."""
+        if not self._rows:
+            return
+        rows, self._rows = self._rows, []
+        first, last = self._written + 1, self._written + len(rows)
+        batch = self._batch(rows, f"rows {first}-{last}")
+        if self._schema is None:
+            self._schema = batch.schema
+        final = self._part(self.parts)
+        aside = final.with_name(f".{final.name}.tmp")
+        try:
+            with open(aside, "wb") as handle:
+                with self._parquet.ParquetWriter(handle, self._schema) as writer:
+                    writer.write_batch(batch)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(aside, final)
+        except (self._pyarrow.ArrowException, OSError) as exc:
+            raise InputError(f"{self._place}: rows {first}-{last}: write failed "
+                             f"({_one_line(exc)}); check the disk") from exc
+        self.parts += 1
+        self._written = last
+
+    def sync(self) -> int:
+        """Commit what is buffered as a part; how many parts are committed."""
+        self._check_open()
+        self._write_batch()
+        sync_directory(self.parts_dir)
+        return self.parts
+
+    def close(self) -> None:
+        """Commit the last rows and join every part into the output (written aside and
+        renamed over it, so the output is whole or as it was)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._write_batch()
+        aside = self.path.with_name(f".{self.path.name}.tmp")
+        try:
+            with open(aside, "wb") as handle:
+                schema = self._schema if self._schema is not None else self._pyarrow.schema([])
+                with self._parquet.ParquetWriter(handle, schema) as writer:
+                    for index in range(self.parts):
+                        for batch in self._parquet.ParquetFile(self._part(index)).iter_batches(
+                                batch_size=PARQUET_BATCH_ROWS):
+                            writer.write_batch(batch)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(aside, self.path)
+        except (self._pyarrow.ArrowException, OSError) as exc:
+            raise InputError(f"{self._place}: joining {self.parts} parts failed "
+                             f"({_one_line(exc)}); they stay in {self.parts_dir}") from exc
+
+    def cleanup(self) -> None:
+        """Remove the parts: the output holds them and no journal needs them."""
+        shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+
+def _part_index(name: str) -> int | None:
+    """The index of a committed part file's name, or None for anything else."""
+    match = re.fullmatch(r"part-(\d{6})\.parquet", name)
+    return int(match.group(1)) if match else None
+
+
+def sync_directory(directory: Path) -> None:
+    """Make new names and renames inside ``directory`` durable (where the platform allows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _type_name(value: object) -> str:
     """A value's type as ``module.Name`` (just ``Name`` for builtins)."""
     kind = type(value)
@@ -601,21 +752,20 @@ def _type_name(value: object) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def open_writer(path: str | Path, resume_at: tuple[int, int] | None = None) -> OutputWriter:
+def open_writer(path: str | Path, resume_at: tuple[int, int] | None = None,
+                journaled: bool = False) -> OutputWriter:
     """A writer for a run's outputs: Parquet for ``*.parquet``, JSON Lines for anything else.
-    ``resume_at`` (bytes, outputs) keeps that much of an existing JSON Lines output and
-    writes after it."""
+
+    ``journaled`` makes the output resumable: `OutputWriter.sync` returns a position a
+    journal records, and ``resume_at`` (position, outputs) keeps that much of an earlier
+    run's output and writes after it.  The position is the byte size of a JSON Lines file,
+    and the number of committed part files of a Parquet one (`PartedParquetWriter`).
+    """
     if _format(Path(path)) == "parquet":
-        if resume_at is not None:
-            raise InputError(f"output {path}: a Parquet file cannot be resumed; write JSON "
-                             "Lines to journal a run")
+        if journaled or resume_at is not None:
+            return PartedParquetWriter(path, resume_at)
         return ParquetOutputWriter(path)
     return JsonLinesWriter(path, resume_at)
-
-
-def journals(path: str | Path) -> bool:
-    """Whether an output at ``path`` can be journaled (cut back and appended to)."""
-    return _format(Path(path)) != "parquet"
 
 
 class OutputDigest:

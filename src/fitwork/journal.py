@@ -3,15 +3,17 @@
 A journal is a directory holding ``journal.jsonl``: a header line saying what run it
 belongs to (pipeline, input, output, fitwork version), then one line per checkpoint::
 
-    {"spans": [[start, count], ...], "bytes": B, "outputs": N}
+    {"spans": [[start, count], ...], "at": P, "outputs": N}
 
 A checkpoint is taken where the outputs written so far end a span (`RunResult.
 settled_spans`): every source item in the spans of this and earlier lines is done, and the
-output's first B bytes hold exactly their N outputs.  The output is made durable (fsync)
-before the line is written, and the line before the next one starts, so after a crash the
-last whole line is true: a resumed run cuts the output back to B bytes and feeds only the
-items no line names.  Items in flight at the crash were never journaled, so their outputs
-lie past B and are cut: each output ends up in the file exactly once.  Dead letters are
+output up to position P holds exactly their N outputs (P is a JSON Lines output's size in
+bytes, or a Parquet output's count of committed part files; see `fitwork.io.open_writer`).
+The output is made durable (fsync) before the line is written, and the line before the
+next one starts, so after a crash the last whole line is true: a resumed run cuts the
+output back to P and feeds only the items no line names.  Items in flight at the crash
+were never journaled, so their outputs lie past P and are cut: each output ends up in the
+output exactly once.  Dead letters are
 kept whole (a failure of an item in flight at the crash may be written again).
 """
 
@@ -29,9 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from fitwork.errors import InputError
+from fitwork.io import sync_directory
 from fitwork.version import __version__
 
 JOURNAL_FILE = "journal.jsonl"
+JOURNAL_VERSION = 2
+"""Bumped when the line format changes; a journal of another version is refused."""
 CHECKPOINT_SECONDS = 1.0
 """How often a run takes a checkpoint (at the first span boundary after this long)."""
 SAMPLE_BYTES = 1 << 20
@@ -64,7 +69,7 @@ def input_identity(path: Path) -> dict[str, Any]:
 def identity(pipeline: str, input_path: Path, output_path: Path, **extra: Any
              ) -> dict[str, Any]:
     """The header of a journal for this run."""
-    return {"journal": 1, "pipeline": pipeline, **input_identity(input_path),
+    return {"journal": JOURNAL_VERSION, "pipeline": pipeline, **input_identity(input_path),
             "output": str(output_path.resolve()), **extra}
 
 
@@ -144,7 +149,7 @@ class State:
 
     header: dict[str, Any]
     done: Done
-    output_bytes: int = 0
+    output_at: int = 0
     outputs: int = 0
     checkpoints: int = 0
 
@@ -176,7 +181,7 @@ def load(directory: Path) -> State:
                                "run again without --resume") from None
         records.append(record)
     header, checkpoints = records[0], records[1:]
-    if header.get("journal") != 1:
+    if header.get("journal") != JOURNAL_VERSION:
         raise JournalError(f"{place}: not a fitwork journal (or from another version); "
                            f"delete {directory} and run again without --resume")
     done = Done()
@@ -185,7 +190,7 @@ def load(directory: Path) -> State:
         try:
             for start, count in record["spans"]:
                 done.add(int(start), int(count))
-            state.output_bytes, state.outputs = int(record["bytes"]), int(record["outputs"])
+            state.output_at, state.outputs = int(record["at"]), int(record["outputs"])
         except (KeyError, TypeError, ValueError):
             raise JournalError(f"{place}: line {number} is corrupt; delete {directory} and "
                                "run again without --resume") from None
@@ -230,7 +235,7 @@ class Journal:
             held.write(json.dumps({**header, "fitwork_version": __version__}).encode() + b"\n")
             held.flush()
             os.fsync(held.fileno())
-        _sync_directory(directory)
+        sync_directory(directory)
         return cls(directory, State(header=header, done=Done()), None)
 
     @classmethod
@@ -240,19 +245,19 @@ class Journal:
         check_same_run(state, header, directory)
         return cls(directory, state, Renumbering(state.done))
 
-    def checkpoint(self, spans: Sequence[tuple[int, int]], output_bytes: int,
+    def checkpoint(self, spans: Sequence[tuple[int, int]], output_at: int,
                    outputs: int) -> None:
         """Record ``spans`` (this run's indices) done, with the output durable up to
-        ``output_bytes`` holding ``outputs`` outputs.  The output must be synced first."""
+        position ``output_at`` holding ``outputs`` outputs.  The output must be synced first."""
         original = [s for start, count in spans for s in (
             self.renumber.original(start, count) if self.renumber else [(start, count)])]
-        line = {"spans": _merge(original), "bytes": output_bytes, "outputs": outputs}
+        line = {"spans": _merge(original), "at": output_at, "outputs": outputs}
         self.file.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
         self.file.flush()
         os.fsync(self.file.fileno())
         for start, count in original:
             self.state.done.add(start, count)
-        self.state.output_bytes, self.state.outputs = output_bytes, outputs
+        self.state.output_at, self.state.outputs = output_at, outputs
 
     def close(self) -> None:
         """Close the file, keeping the journal (the run did not finish)."""
@@ -302,17 +307,3 @@ def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:
         else:
             merged.append([start, count])
     return merged
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make a new file's name durable in its directory (where the platform allows)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -54,3 +54,22 @@ def test_everything_written_follows_the_umask(project: Path, umask: int) -> None
                                 f"{umask:03o}"
     # the run created no stray file beside its input either
     assert {p.name for p in project.iterdir()} == {"squares.py", "in.jsonl", "out"}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=["umask022", "umask077"])
+def test_journals_and_parts_follow_the_umask(project: Path, umask: int) -> None:
+    """A run stopped by a failure keeps its journal (and a Parquet output's parts) for
+    --resume: those files get the umask too."""
+    pytest.importorskip("pyarrow")
+    for output in ("out/kept/o.jsonl", "out/kept/o.parquet"):
+        done = run_cli("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", output,
+                       "--max-failures", "0", "-q", cwd=project, umask=umask)
+        assert done.returncode == 1 and "more than max_failures=0" in done.stderr, done.stderr
+    written = modes(project / "out")
+    assert written["kept/o.jsonl.journal/journal.jsonl"][0] == "file"
+    assert written["kept/o.parquet.journal/journal.jsonl"][0] == "file"
+    assert written["kept/o.parquet.parts"][0] == "dir"
+    for path, (kind, mode) in written.items():
+        allowed = (0o777 if kind == "dir" else 0o666) & ~umask
+        assert mode == allowed, f"{path}: {mode:04o}, expected {allowed:04o} under umask " \
+                                f"{umask:03o}"
