@@ -10,6 +10,10 @@ mean the same thing wherever a pipeline runs::
 
 A raw result is already materialized: a flat-map's generator is drained inside the call,
 so an exception half-way through it fails (and retries) the call, not the pipeline.
+
+A unit with a ``batch_format`` gets its batch as columns (`to_columns`) and its result is
+cut back into one raw result per item (`to_rows`); a batch that does not convert, or a
+result of the wrong kind or length, fails the call like any error in it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
+
+import numpy as np
 
 from fitwork.failure import Failure
 from fitwork.workload.unit import Kind, Unit
@@ -53,6 +59,7 @@ class Kernel:
         self.policy = unit.policy
         self.timeout = unit.timeout
         self.is_async = unit.is_async
+        self.batch_format = unit.batch_format
         self.plain = (self.kind is Kind.MAP and not self.is_async and self.timeout is None
                       and self.policy.attempts == 1 and unit.batch_size is None)
 
@@ -140,13 +147,20 @@ class Kernel:
 
     def _batch_once(self, values: list[Any]) -> list[Any]:
         def once() -> list[Any]:
-            raw = self.fn(values)
+            if self.batch_format is None:
+                raw = self.fn(values)
+            else:
+                raw = self.fn(to_columns(values, self.batch_format, self.name))
             if inspect.isawaitable(raw):
                 raw = asyncio.run(_awaited(raw))
-            results = list(raw)
+            if self.batch_format is None:
+                results = list(raw)
+            else:
+                results = to_rows(raw, values, self.batch_format, self.name)
             if len(results) != len(values):
-                raise ValueError(f"batched unit {self.name!r} returned {len(results)} results "
-                                 f"for {len(values)} items; return one per item")
+                raise ValueError(f"batched unit {self.name!r}{_shown(self.batch_format)} "
+                                 f"returned {len(results)} results for {len(values)} items; "
+                                 "return one per item")
             if self.kind is Kind.FLAT_MAP:
                 results = [list(r) for r in results]
             return results
@@ -173,6 +187,152 @@ class Kernel:
         if self.kind is Kind.FILTER:
             return [value] if raw else []
         return raw if isinstance(raw, list) else list(raw)
+
+
+# -- columnar batches ---------------------------------------------------------------------
+
+_RETURNS = {
+    "numpy": "a dict of arrays, an array or a list",
+    "pandas": "a pandas.DataFrame, a pandas.Series or a list",
+    "arrow": "a pyarrow.Table, a pyarrow.RecordBatch, a pyarrow array or a list",
+}
+
+
+def _shown(batch_format: str | None) -> str:
+    return "" if batch_format is None else f" (batch_format={batch_format!r})"
+
+
+def _keys(values: list[Any], batch_format: str, name: str) -> list[Any] | None:
+    """The shared keys of a batch of dicts (in the first item's order), ``None`` for a batch
+    of plain values; a batch that mixes the two, or dicts with other keys, is refused."""
+    if not values or not isinstance(values[0], dict):
+        if any(isinstance(v, dict) for v in values):
+            raise TypeError(f"batched unit {name!r}{_shown(batch_format)}: the batch mixes "
+                            "dicts and other values; give every item the same shape, or drop "
+                            "batch_format")
+        return None
+    keys = list(values[0])
+    wanted = set(keys)
+    for number, value in enumerate(values, 1):
+        if not isinstance(value, dict) or set(value) != wanted:
+            shape = sorted(map(str, value)) if isinstance(value, dict) else type(value).__name__
+            raise TypeError(f"batched unit {name!r}{_shown(batch_format)}: item {number} of "
+                            f"the batch is {shape}, the first is {sorted(map(str, keys))}; "
+                            "give every item the same keys, or drop batch_format")
+    return keys
+
+
+def _array(column: list[Any]) -> np.ndarray:
+    """One column as an array: stacked where the values share a shape, else of objects."""
+    try:
+        return np.asarray(column)
+    except ValueError:  # ragged: items of different shapes stay whole
+        array = np.empty(len(column), dtype=object)
+        array[:] = column
+        return array
+
+
+def to_columns(values: list[Any], batch_format: str, name: str) -> Any:
+    """A batch of items as the columnar object ``batch_format`` names (see `Unit`)."""
+    keys = _keys(values, batch_format, name)
+    if batch_format == "numpy":
+        if keys is None:
+            return _array(values)
+        return {key: _array([v[key] for v in values]) for key in keys}
+    if batch_format == "pandas":
+        import pandas
+
+        if keys is None:
+            return pandas.DataFrame({"value": values})
+        return pandas.DataFrame({key: [v[key] for v in values] for key in keys})
+    import pyarrow
+
+    if keys is None:
+        return pyarrow.table({"value": pyarrow.array(values)})
+    return pyarrow.table({str(key): pyarrow.array([v[key] for v in values]) for key in keys})
+
+
+def to_rows(raw: Any, values: list[Any], batch_format: str, name: str) -> list[Any]:
+    """A batched unit's columnar result as one raw result per row.
+
+    A list (or tuple) is taken as it is; a table or a dict of columns gives a dict per row,
+    a single array or column a plain value per element; a table whose one column is
+    ``value``, made from a batch of plain values, gives plain values back.
+    """
+    if isinstance(raw, list | tuple):
+        return list(raw)
+    plain = bool(values) and not isinstance(values[0], dict)
+    rows: list[Any] | None = None
+    if batch_format == "numpy":
+        rows = _numpy_rows(raw, batch_format, name)
+    elif batch_format == "pandas":
+        rows = _pandas_rows(raw, plain)
+    else:
+        rows = _arrow_rows(raw, plain)
+    if rows is None:
+        raise TypeError(f"batched unit {name!r}{_shown(batch_format)} returned "
+                        f"{_type_name(raw)}; return {_RETURNS[batch_format]} with one row "
+                        "per item")
+    return rows
+
+
+def _elements(column: Any, what: str, batch_format: str, name: str) -> list[Any]:
+    """The rows of one array: Python values for a 1-D array, sub-arrays for more dims."""
+    if isinstance(column, np.ndarray):
+        if column.ndim == 0:
+            raise TypeError(f"batched unit {name!r}{_shown(batch_format)} returned a 0-d "
+                            f"array{what}; return one row per item")
+        return column.tolist() if column.ndim == 1 else list(column)
+    if isinstance(column, list | tuple):
+        return list(column)
+    raise TypeError(f"batched unit {name!r}{_shown(batch_format)} returned "
+                    f"{_type_name(column)}{what}; return an array or a list per column")
+
+
+def _numpy_rows(raw: Any, batch_format: str, name: str) -> list[Any] | None:
+    if isinstance(raw, np.ndarray):
+        return _elements(raw, "", batch_format, name)
+    if not isinstance(raw, dict):
+        return None
+    columns = {key: _elements(column, f" for column {key!r}", batch_format, name)
+               for key, column in raw.items()}
+    lengths = {len(column) for column in columns.values()}
+    if len(lengths) > 1:
+        sizes = ", ".join(f"{key!r}: {len(column)}" for key, column in columns.items())
+        raise ValueError(f"batched unit {name!r}{_shown(batch_format)} returned columns of "
+                         f"different lengths ({sizes}); return one row per item in each")
+    count = lengths.pop() if lengths else 0
+    return [{key: column[i] for key, column in columns.items()} for i in range(count)]
+
+
+def _pandas_rows(raw: Any, plain: bool) -> list[Any] | None:
+    import pandas
+
+    if isinstance(raw, pandas.Series):
+        return raw.tolist()
+    if not isinstance(raw, pandas.DataFrame):
+        return None
+    if plain and list(raw.columns) == ["value"]:
+        return raw["value"].tolist()
+    return raw.to_dict("records")
+
+
+def _arrow_rows(raw: Any, plain: bool) -> list[Any] | None:
+    import pyarrow
+
+    if isinstance(raw, pyarrow.Array | pyarrow.ChunkedArray):
+        return raw.to_pylist()
+    if not isinstance(raw, pyarrow.Table | pyarrow.RecordBatch):
+        return None
+    if plain and raw.column_names == ["value"]:
+        return raw.column(0).to_pylist()
+    return raw.to_pylist()
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    module = "" if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}."
+    return f"a value of type {module}{kind.__qualname__}"
 
 
 def _note_attempts(error: BaseException, attempts: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import re
 import sys
@@ -49,6 +50,30 @@ def parse_memory(value: int | str | None) -> int:
 
 PerItem = float | Callable[[Any], float] | None
 
+BATCH_FORMATS = ("numpy", "pandas", "arrow")
+"""What a batched unit may ask to receive instead of a list: see `Unit.batch_format`."""
+_FORMAT_LIBRARY = {"numpy": ("numpy", "numpy"), "pandas": ("pandas", "pandas"),
+                   "arrow": ("pyarrow", "parquet")}
+
+
+def batch_format_missing(name: str, batch_format: str, installed: bool) -> str | None:
+    """The one-line error for a unit whose batch format's library is not installed (``None``
+    when ``installed``): it names the unit, the library and the extra that brings it."""
+    if installed:
+        return None
+    library, extra = _FORMAT_LIBRARY[batch_format]
+    return (f"unit {name!r}: batch_format={batch_format!r} needs {library}, which is missing; "
+            f"install it: pip install 'fitwork[{extra}]'")
+
+
+def _format_installed(batch_format: str) -> bool:
+    """Whether the library a batch format needs can be imported (found, not imported)."""
+    library = _FORMAT_LIBRARY[batch_format][0]
+    try:
+        return importlib.util.find_spec(library) is not None
+    except (ImportError, ValueError):
+        return False
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -57,7 +82,13 @@ class Unit:
     A plain function is called once per item.  A class is instantiated once per replica
     (load a model there) and the instance is called per item.  With ``batch_size`` the
     callable receives a list of items and returns a list of results of the same length
-    (for a filter: a list of booleans; for a flat-map: a list of iterables).
+    (for a filter: a list of booleans; for a flat-map: a list of iterables).  With
+    ``batch_format`` (``"numpy"``, ``"pandas"`` or ``"arrow"``) it receives the batch as
+    columns instead: dict items (all with the same keys) as a ``dict`` of arrays, a
+    ``DataFrame`` or a ``pyarrow.Table``; other items as one stacked array, or a table with
+    one column ``value``.  It returns the same kind of object (or a list) with one row per
+    item, and each row becomes one result: a dict per table row, a plain value per element
+    of a single array or column.
 
     ``resources`` is what one replica uses while it runs: the fit treats its cores as
     consumed in proportion to load unless ``reserve`` asks for a hard reservation.  ``io``
@@ -85,6 +116,7 @@ class Unit:
     rate_limit: float | None = None
     device_bytes: PerItem = None
     device_memory: int | None = None
+    batch_format: str | None = None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -94,6 +126,8 @@ class Unit:
             raise UnitDefinitionError(f"unit {name!r}: batch_size must be >= 1")
         if self.batch_wait < 0:
             raise UnitDefinitionError(f"unit {name!r}: batch_wait must be >= 0 seconds")
+        if self.batch_format is not None:
+            self._check_batch_format()
         if self.replicas < 1:
             raise UnitDefinitionError(f"unit {name!r}: replicas must be >= 1")
         if self.io < 0:
@@ -112,6 +146,20 @@ class Unit:
             object.__setattr__(self, "io", 16)
         if self.retry is None or not isinstance(self.retry, Retry):
             object.__setattr__(self, "retry", retry_policy(self.retry, self.io > 0))
+
+    def _check_batch_format(self) -> None:
+        name, batch_format = self.name, self.batch_format
+        if batch_format not in BATCH_FORMATS:
+            raise UnitDefinitionError(
+                f"unit {name!r}: batch_format={batch_format!r} is not one of "
+                f"{', '.join(BATCH_FORMATS)}; pick one, or leave it out to get a list")
+        if self.batch_size is None:
+            raise UnitDefinitionError(
+                f"unit {name!r}: batch_format={batch_format!r} shapes a batch; add "
+                "batch_size=N, or drop batch_format")
+        missing = batch_format_missing(name, batch_format, _format_installed(batch_format))
+        if missing:
+            raise UnitDefinitionError(missing)
 
     @property
     def is_io(self) -> bool:
@@ -183,7 +231,8 @@ def unit(fn: Callable[..., Any], /) -> Unit: ...
 def unit(
     fn: None = None, /, *, name: str | None = ..., kind: Kind | str | None = ...,
     cpu: float = ..., gpu: float = ..., io: int = ..., memory: int | str | None = ...,
-    batch_size: int | None = ..., batch_wait: float = ..., replicas: int = ...,
+    batch_size: int | None = ..., batch_wait: float = ..., batch_format: str | None = ...,
+    replicas: int = ...,
     flops: PerItem = ..., retry: int | Retry | None = ..., timeout: float | None = ...,
     reserve: bool = ..., max_concurrency: int | None = ..., rate_limit: float | None = ...,
     device_bytes: PerItem = ..., device_memory: int | str | None = ...,
@@ -202,6 +251,7 @@ def unit(
     memory: int | str | None = None,
     batch_size: int | None = None,
     batch_wait: float = 0.05,
+    batch_format: str | None = None,
     replicas: int = 1,
     flops: PerItem = None,
     retry: int | Retry | None = None,
@@ -216,6 +266,8 @@ def unit(
 
     ``kind`` defaults to ``flat_map`` for generator functions and ``map`` otherwise; pass
     ``kind="filter"`` for a predicate.  ``io=N`` runs N calls at once in one replica.
+    ``batch_size=N`` calls it with a list of up to N items; ``batch_format`` (``"numpy"``,
+    ``"pandas"``, ``"arrow"``) hands it that batch as columns instead (see `Unit`).
     ``retry`` is tries per item (or a `fitwork.Retry`); by default an I/O unit retries
     ``OSError`` and ``TimeoutError`` three times in all and a compute unit does not retry.
     ``timeout`` bounds one call (a call past it fails with ``TimeoutError``; a synchronous
@@ -251,6 +303,7 @@ def unit(
             reserve=reserve, max_concurrency=max_concurrency, rate_limit=rate_limit,
             device_bytes=device_bytes,
             device_memory=parse_memory(device_memory) if device_memory is not None else None,
+            batch_format=batch_format,
         )
 
     return wrap(fn) if fn is not None else wrap
