@@ -92,6 +92,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run from its journal: only the items it had not "
                    "finished run, and the output keeps every result once.")
+@click.option("--csv-strings", is_flag=True, help="Keep every CSV field a string (by "
+              "default a field that is a number arrives as an int or a float).")
 @metrics_options
 @decompose_option
 def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
@@ -101,7 +103,7 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         ray_address: str | None,
         quiet: bool, limit: int | None, journal_path: Path | None, no_journal: bool,
         resume: bool, metrics_port: int | None, metrics_host: str,
-        decompose: str | None) -> None:
+        decompose: str | None, csv_strings: bool = False) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     import itertools
 
@@ -134,7 +136,7 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
             from fitwork.fit.monolithic import FUSED
 
             pipeline = pipeline.fused(name=FUSED)
-        items = read_items(input_path)
+        items = read_items(input_path, csv_types=not csv_strings)
         if limit is not None:
             items = itertools.islice(items, limit)
         dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")

@@ -1,4 +1,4 @@
-"""Read run inputs (JSON Lines, CSV, a directory, Parquet) and write run outputs."""
+"""Read run inputs (JSON Lines, CSV, a directory, Parquet; globs, URLs) and write outputs."""
 
 from __future__ import annotations
 
@@ -6,13 +6,16 @@ import base64
 import csv
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from io import TextIOWrapper
 from pathlib import Path, PurePath
 from types import ModuleType, TracebackType
 from typing import IO, Any
@@ -20,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 
 from fitwork.errors import InputError
+from fitwork.fs import expand, is_glob, is_url, open_input
 
 __all__ = ["OutputWriter", "count_items", "open_writer", "read_items"]
 
@@ -99,22 +103,38 @@ def _stat_input(path: Path, place: str) -> os.stat_result:
         ) from exc
 
 
-def read_items(path: str | Path) -> Iterator[Any]:
+Opener = Callable[[], IO[bytes]]
+"""Opens one input file for binary reading (a local file, or a URL through fsspec)."""
+
+
+def read_items(path: str | Path, csv_types: bool = False) -> Iterator[Any]:
     """Stream the items of a run input, one at a time.
 
     JSON Lines (any file that is not ``.csv``/``.parquet``) yields each non-blank line's value;
-    CSV yields each row as a dict of strings; a directory yields the path of each visible regular
-    file in it, sorted; Parquet yields each row as a dict. The path is checked now; bad content
+    CSV yields each row as a dict of strings, or with ``csv_types`` a dict whose numbers are
+    numbers (see `csv_value`); a directory yields the path of each visible regular file in it,
+    sorted; Parquet yields each row as a dict. A glob (``data/*.jsonl``, ``data/**/*.parquet``)
+    yields the items of every file it matches, in sorted order, each read by its suffix; a
+    URL (``s3://bucket/x.parquet``, ``s3://bucket/x/*.jsonl``) is read through fsspec (the
+    ``fsspec`` extra), and must be passed as a string. The path is checked now; bad content
     raises `InputError` when iteration reaches it, after the items before it were yielded.
     """
+    text = os.fspath(path)
+    if is_url(text) or (is_glob(text) and not os.path.lexists(text)):
+        return _read_matches(text, csv_types)
     path = Path(path)
     place = f"input {path}"
     info = _stat_input(path, place)
     if stat.S_ISDIR(info.st_mode):
         return _read_directory(path, place)
-    fmt = _format(path)
+    return _read_file(path, place, functools.partial(_open_input, path, place), csv_types)
+
+
+def _read_file(name: str | Path, place: str, opener: Opener, csv_types: bool) -> Iterator[Any]:
+    """The items of one file, by the suffix of its name."""
+    fmt = _format(Path(name))
     if fmt == "csv":
-        return _read_csv(path, place)
+        return _read_csv(opener, place, csv_types)
     if fmt == "parquet":
         pyarrow, parquet = _import_pyarrow(place)
         if not pyarrow_reads_safely(pyarrow.__version__):
@@ -122,8 +142,29 @@ def read_items(path: str | Path) -> Iterator[Any]:
                 f"{place}: pyarrow {pyarrow.__version__} can run code hidden in a Parquet file "
                 "(CVE-2023-47248); upgrade it: pip install 'pyarrow>=14.0.1'"
             )
-        return _read_parquet(path, place, pyarrow, parquet)
-    return _read_jsonl(path, place)
+        return _read_parquet(opener, place, pyarrow, parquet)
+    return _read_jsonl(opener, place)
+
+
+def _read_matches(pattern: str, csv_types: bool) -> Iterator[Any]:
+    """The items of every file a glob or URL names; nothing there is an InputError now."""
+    matches = expand(pattern, files_only=True)
+    if not matches:
+        if is_glob(pattern):
+            raise InputError(f"input {pattern}: no file matches the pattern; check the --input "
+                             "pattern")
+        raise InputError(f"input {pattern}: no such file; check the --input URL")
+    return _read_each(matches, csv_types)
+
+
+def _read_each(matches: list[str], csv_types: bool) -> Iterator[Any]:
+    for match in matches:
+        if is_url(match):
+            place = f"input {match}"
+            opener = functools.partial(open_input, match, "rb", place)
+            yield from _read_file(match, place, opener, csv_types)
+        else:
+            yield from read_items(match, csv_types)
 
 
 def _open_input(path: Path, place: str, **kwargs: Any) -> IO[Any]:
@@ -152,10 +193,10 @@ def _read_error(place: str, exc: OSError) -> InputError:
     return InputError(f"{place}: read failed ({_os_reason(exc)}); check the file and the disk")
 
 
-def _read_jsonl(path: Path, place: str) -> Iterator[Any]:
+def _read_jsonl(opener: Opener, place: str) -> Iterator[Any]:
     """Each non-blank line's JSON value; the error for a bad line names its 1-based number."""
     limit = MAX_LINE_BYTES
-    with _open_input(path, place) as handle:
+    with opener() as handle:
         number = 0
         while True:
             try:
@@ -203,14 +244,15 @@ def _json_line(text: str, place: str, number: int) -> Any:
         ) from exc
 
 
-def _read_csv(path: Path, place: str) -> Iterator[dict[str, str]]:
-    """Each CSV row as a dict keyed by the header row; values stay strings.
+def _read_csv(opener: Opener, place: str, csv_types: bool) -> Iterator[dict[str, Any]]:
+    """Each CSV row as a dict keyed by the header row; values stay strings unless
+    ``csv_types`` turns numbers into numbers.
 
     Bytes that are not UTF-8 are carried through as surrogates and reported on the row that
     holds them, so every row before it is still yielded.
     """
-    with _open_input(path, place, mode="r", encoding="utf-8-sig", errors="surrogateescape",
-                     newline="") as handle:
+    with TextIOWrapper(opener(), encoding="utf-8-sig", errors="surrogateescape",
+                       newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader, None)
@@ -234,13 +276,42 @@ def _read_csv(path: Path, place: str) -> Iterator[dict[str, str]]:
                         f"{place}:{start}: row has {len(row)} fields but the header has "
                         f"{width}; make every row match the header (quote fields that hold commas)"
                     )
-                yield dict(zip(header, row, strict=True))
+                if csv_types:
+                    yield {name: csv_value(value)
+                           for name, value in zip(header, row, strict=True)}
+                else:
+                    yield dict(zip(header, row, strict=True))
         except csv.Error as exc:
             raise InputError(
                 f"{place}:{reader.line_num}: malformed CSV ({_one_line(exc)}); fix that row"
             ) from exc
         except OSError as exc:
             raise _read_error(place, exc) from exc
+
+
+_CSV_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_CSV_FLOAT = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def csv_value(text: str) -> str | int | float:
+    """A CSV field as the number it spells, or the text itself.
+
+    ``"42"`` and ``"-7"`` give ints; ``"2.5"``, ``"-0.5"``, ``"1e+16"`` give floats (every
+    int and finite float Python writes comes back equal). Text stays text, and so does what
+    only Python's parsers would call a number: ``""``, ``"nan"``, ``"inf"``, a leading ``+``
+    or spaces, ``"1_000"``, a number too large to be finite, and leading zeros (``"007"``,
+    an identifier, not seven).
+    """
+    if _CSV_INT.fullmatch(text):
+        try:
+            return int(text)
+        except ValueError:  # past Python's limit on digits in an int
+            return text
+    if _CSV_FLOAT.fullmatch(text):
+        number = float(text)
+        if math.isfinite(number):
+            return number
+    return text
 
 
 def _check_utf8(row: list[str], place: str, line: int) -> None:
@@ -292,10 +363,10 @@ def _read_directory(path: Path, place: str) -> Iterator[str]:
 
 
 def _read_parquet(
-    path: Path, place: str, pyarrow: ModuleType, parquet: ModuleType
+    opener: Opener, place: str, pyarrow: ModuleType, parquet: ModuleType
 ) -> Iterator[dict[str, Any]]:
     """Each Parquet row as a dict, read a record batch at a time."""
-    with _open_input(path, place) as handle:
+    with opener() as handle:
         try:
             reader = parquet.ParquetFile(handle)
         except (pyarrow.ArrowException, OSError, ValueError, MemoryError) as exc:
@@ -324,9 +395,17 @@ def count_items(path: str | Path) -> int | None:
     """How many items `read_items` will yield, where that is cheap to know; `None` if unknown.
 
     Never raises for a bad input: `read_items` reports that, with the place and the fix.
+    A glob counts each file it matches; a URL is not counted (that would read it twice).
     """
+    text = os.fspath(path)
+    if is_url(text):
+        return None
     path = Path(path)
     try:
+        if is_glob(text) and not os.path.lexists(text):
+            counts = [count_items(match) for match in expand(text, files_only=True)]
+            known = [count for count in counts if count is not None]
+            return sum(known) if known and len(known) == len(counts) else None
         info = path.stat()
         if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
             return None  # a pipe or device: counting would consume what the run reads
