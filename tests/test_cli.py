@@ -206,8 +206,8 @@ def test_sigterm_leaves_a_valid_parquet_file_and_a_record(project: Path) -> None
     assert rows < 600
     assert RunRecord.load(project / "run.json").status == "interrupted"
     # the journal (on by default) lets the same command finish the run, each row once
-    resumed = subprocess.run([*command, "--resume", "--workers", "slow=10"], cwd=project, capture_output=True,
-                             text=True, timeout=240)
+    resumed = subprocess.run([*command, "--resume", "--workers", "slow=10"], cwd=project,
+                             capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr
     values = sorted(r["value"] for r in pq.read_table(project / "o.parquet").to_pylist())
     assert values == list(range(600))

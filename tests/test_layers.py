@@ -14,7 +14,7 @@ LAYERS = {
     "fitwork.failure": 0, "fitwork.document": 0, "fitwork.forked": 0,
     "fitwork.workload": 1, "fitwork.placement": 1,
     "fitwork.telemetry.record": 2, "fitwork.telemetry.figures": 2,
-    "fitwork.hardware": 3, "fitwork.io": 3,
+    "fitwork.hardware": 3, "fitwork.io": 3, "fitwork.shards": 3, "fitwork.fs": 3,
     "fitwork.telemetry": 4, "fitwork.profiling": 4,
     "fitwork.decomposition": 5,
     "fitwork.fit": 6,

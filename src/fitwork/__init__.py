@@ -6,6 +6,7 @@ from typing import Any
 
 from fitwork.engine.contract import RunResult
 from fitwork.engine.options import RunOptions
+from fitwork.engine.parts import Sink
 from fitwork.errors import (
     EngineError,
     FitworkError,
@@ -18,6 +19,7 @@ from fitwork.failure import Failure
 from fitwork.placement import Group, Placement
 from fitwork.resources import Resources
 from fitwork.runner import run
+from fitwork.shards import Source
 from fitwork.telemetry.record import Progress, RunRecord
 from fitwork.version import __version__
 from fitwork.workload import Kind, Pipeline, Retry, Unit, unit
@@ -78,6 +80,8 @@ __all__ = [
     "RunOptions",
     "RunRecord",
     "RunResult",
+    "Sink",
+    "Source",
     "TooManyFailures",
     "Unit",
     "UnitDefinitionError",

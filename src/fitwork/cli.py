@@ -53,10 +53,13 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 @main.command()
 @click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
-@click.option("--input", "input_path", required=True, type=click.Path(path_type=Path),
-              help="JSON Lines, CSV, Parquet, or a directory (one item per file).")
-@click.option("--output", "output_path", required=True, type=click.Path(path_type=Path),
-              help="Where outputs go: JSON Lines, or Parquet by the .parquet suffix.")
+@click.option("--input", "input_text", required=True, type=click.Path(),
+              help="JSON Lines, CSV, Parquet, or a directory (one item per file); with a "
+                   "directory --output, files, globs or a directory of data files, read by "
+                   "the replicas.")
+@click.option("--output", "output_text", required=True, type=click.Path(),
+              help="Where outputs go: JSON Lines, or Parquet by the .parquet suffix; a "
+                   "directory (DIR/) has the last unit's replicas write parts into it.")
 @click.option("--workers", "-w", multiple=True, metavar="UNIT=N",
               help="Replicas of a unit; repeat for several units.")
 @click.option("--ordered", is_flag=True, help="Write outputs in input order.")
@@ -96,7 +99,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
               "default a field that is a number arrives as an int or a float).")
 @metrics_options
 @decompose_option
-def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
+def run(pipeline_ref: str | None, input_text: str, output_text: str,
         workers: tuple[str, ...], ordered: bool, dead_letter: Path | None,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
         node_type: str | None, adapt: bool, monolithic: bool, engine: str,
@@ -107,9 +110,11 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     import itertools
 
+    input_path, output_path = Path(input_text), Path(output_text)
+
     from fitwork.io import OutputDigest, count_items, open_writer, read_items
     from fitwork.journal import Checkpoints, Journal, identity
-    from fitwork.report.terminal import ProgressView, summary
+    from fitwork.report.terminal import ProgressView
     from fitwork.runner import run as run_pipeline
 
     errors = Console(stderr=True)
@@ -136,6 +141,18 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
             from fitwork.fit.monolithic import FUSED
 
             pipeline = pipeline.fused(name=FUSED)
+        if _names_directory(output_text):
+            record, written = _run_sharded(
+                pipeline, input_text, output_path, engine=engine, placement=placement,
+                workers=replicas, dead_letter=dead_letter, max_failures=max_failures,
+                quiet=quiet, limit=limit, journaled=journal_path is not None or resume,
+                csv_types=not csv_strings, adapt=adapt and not monolithic,
+                record_path=record_path, options={"address": ray_address}
+                if engine == "ray" and ray_address else {},
+                metrics=(metrics_port, metrics_host))
+            _summarise(record, planned, monolithic, record_path, max_failures,
+                       f"wrote {written:,} outputs in parts to {output_path}/")
+            return
         items = read_items(input_path, csv_types=not csv_strings)
         if limit is not None:
             items = itertools.islice(items, limit)
@@ -201,6 +218,16 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         saved = f" (run record in {record_path})" if record_path and record else ""
         _fail(f"{exc}{saved}")
     assert record is not None
+    _summarise(record, planned, monolithic, record_path, max_failures,
+               f"wrote {writer.count:,} outputs to {output_path}")
+
+
+def _summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | None,
+               max_failures: int | None, wrote: str) -> None:
+    """The end of a run on stdout: the summary, the plan's prediction against what the run
+    did, where things went, and the failures (exit 1 unless they were allowed)."""
+    from fitwork.report.terminal import summary
+
     console = Console()
     console.print(summary(record))
     if planned is not None:
@@ -209,9 +236,8 @@ def run(pipeline_ref: str | None, input_path: Path, output_path: Path,
         console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side; "
                       f"realized {record.throughput:,.1f} "
                       f"({record.throughput / predicted:.2f}x)", markup=False)
-    console.print(f"wrote {writer.count:,} outputs to {output_path}"
-                  + (f", run record to {record_path}" if record_path else ""), markup=False,
-                  soft_wrap=True)
+    console.print(wrote + (f", run record to {record_path}" if record_path else ""),
+                  markup=False, soft_wrap=True)
     if record.failures:
         console.print(f"{record.failures} failed items in {record.dead_letter} (this run: "
                       f"{record.run_id})", markup=False, soft_wrap=True)
@@ -351,6 +377,55 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
         return discover_ray(ray_address)
 
     _show_fleet(discover, output_path)
+
+
+def _names_directory(output: str) -> bool:
+    """Whether ``--output`` names a directory: an existing one, or a path ending in ``/``."""
+    return output.endswith("/") or Path(output).is_dir()
+
+
+def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: str,
+                 placement: Any, workers: dict[str, int], dead_letter: Path | None,
+                 max_failures: int | None, quiet: bool, limit: int | None, journaled: bool,
+                 csv_types: bool, adapt: bool, record_path: Path | None,
+                 options: dict[str, Any], metrics: tuple[int | None, str]) -> tuple[Any, int]:
+    """A run whose replicas read the input's shards and write the output's parts (``--output
+    DIR/``): the driver hands out shards and keeps the books, and touches no item."""
+    from fitwork.engine.parts import Sink
+    from fitwork.report.terminal import ProgressView
+    from fitwork.runner import run as run_pipeline
+    from fitwork.shards import Source
+
+    if journaled:
+        raise click.UsageError(f"--output {output_path}: a directory output is not journaled "
+                               "yet (its parts are sealed when the run ends); drop "
+                               "--journal/--resume, or give a file --output")
+    if limit is not None:
+        raise click.UsageError(f"--limit with --output {output_path}: a quick look reads "
+                               "through the driver; give a file --output (out.jsonl)")
+    source = Source.files(input_text, csv_types=csv_types)
+    sink = Sink.files(output_path)
+    dead_letter = dead_letter or output_path / "_dead-letters.jsonl"
+    errors = Console(stderr=True)
+    view = ProgressView(errors, None if quiet else source.count, pipeline.name)
+    record = None
+    with (view if not quiet else _Null() as live,
+          exporter_for(*metrics) as exporter):
+        if exporter is not None:
+            errors.print(f"serving metrics on {exporter.url}", markup=False)
+        result = run_pipeline(pipeline, source, engine=engine, placement=placement,
+                              workers=workers, dead_letter=dead_letter,
+                              max_failures=max_failures, adapt=adapt, sink=sink,
+                              progress=combine_progress(live, exporter), **options)
+        try:
+            with result:
+                for _ in result:  # the parts hold the outputs; this drives the run
+                    pass
+        finally:
+            record = result.record
+            if record_path:
+                record.save(record_path)
+    return record, result.record.outputs
 
 
 def _journal_dir(given: Path | None, off: bool, resume: bool, output: Path) -> Path | None:

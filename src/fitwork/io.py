@@ -535,24 +535,10 @@ class JsonLinesWriter(OutputWriter):
 
     def _default(self, value: Any) -> Any:
         """Encode what `json` cannot by itself, or raise an InputError naming the type."""
-        if isinstance(value, np.ndarray):
-            return value.tolist()
-        if isinstance(value, np.generic):
-            return value.item()
-        if isinstance(value, bytes | bytearray | memoryview):
-            return base64.b64encode(bytes(value)).decode("ascii")
-        if isinstance(value, PurePath):
-            return str(value)
-        if isinstance(value, set | frozenset):
-            try:
-                return sorted(value)
-            except TypeError:
-                return list(value)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return dataclasses.asdict(value)
-        if isinstance(value, datetime.date | datetime.time):
-            return value.isoformat()
-        raise self._unencodable(f"a value of type {_type_name(value)}")
+        try:
+            return json_default(value)
+        except TypeError as exc:
+            raise self._unencodable(str(exc)) from None
 
     def _unencodable(self, what: str) -> InputError:
         """The error for an output item that JSON cannot hold."""
@@ -821,6 +807,30 @@ def sync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def json_default(value: Any) -> Any:
+    """What an output JSON cannot hold by itself becomes: arrays and numpy scalars as lists
+    and numbers, bytes as base64, paths as text, sets as sorted lists, dataclasses as dicts,
+    dates and times in ISO 8601; anything else raises a TypeError naming its type."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    raise TypeError(f"a value of type {_type_name(value)}")
 
 
 def _type_name(value: object) -> str:

@@ -51,6 +51,15 @@ def input_identity(path: Path) -> dict[str, Any]:
     """What tells this input from another: its size and a hash of its ends (a file), or
     its entries' names and sizes (a directory)."""
     digest = hashlib.blake2b(digest_size=16)
+    if not path.exists():  # a glob or a URL: the names and sizes of what it matches
+        from fitwork.fs import expand, open_input
+
+        entries = expand(str(path), files_only=True)
+        for entry in entries:
+            with open_input(entry) as held:
+                digest.update(f"{entry}\0{held.seek(0, 2)}\n".encode())
+        return {"input": str(path), "input_entries": len(entries),
+                "input_hash": digest.hexdigest()}
     if path.is_dir():
         entries = sorted(p for p in path.rglob("*") if p.is_file())
         for entry in entries:

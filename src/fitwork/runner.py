@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fitwork.engine.contract import RunResult
 from fitwork.engine.options import RunOptions, engine_options
+from fitwork.engine.parts import Sink
 from fitwork.engine.registry import get_engine
 from fitwork.errors import UnitDefinitionError
-from fitwork.placement import Placement
+from fitwork.placement import Group, Placement
+from fitwork.shards import READER, Source
 from fitwork.workload.pipeline import Pipeline
 
 
@@ -32,6 +35,7 @@ def run(
     adapt: bool = False,
     spans: bool = False,
     dead_letter_keep: int | None = None,
+    sink: Sink | None = None,
     **options: Any,
 ) -> RunResult:
     """Run ``pipeline`` over ``source`` and return at once; iterate the result for outputs.
@@ -46,8 +50,18 @@ def run(
     ``spans=True`` releases outputs a frame at a time with the source items they cover
     (`RunResult.settled_spans`, what `fitwork.journal` records); ``dead_letter_keep=N``
     keeps the dead-letter file's first N bytes and appends to it (a resumed run).
+
+    ``source`` may be a `fitwork.Source` (shards of data files, or your own shards): a
+    reader unit named ``read`` then runs in front of the pipeline and its replicas read the
+    shards' rows, so no item passes through this process.  ``sink`` (a `fitwork.Sink`) has
+    the last unit's replicas write the outputs into part files of a directory themselves;
+    the result then yields nothing (`fitwork.engine.parts`).
     """
     chosen = get_engine(engine)
+    readers = None
+    if isinstance(source, Source) and workers and READER in workers:
+        workers = dict(workers)  # the reader's count is not the pipeline's to check
+        readers = workers.pop(READER)
     own = engine_options(engine, chosen.options, options)
     replanner = None
     if placement is None:
@@ -66,10 +80,25 @@ def run(
 
         replanner = PlanReplanner(placement, placed)
     pipeline = placed.applied_to(pipeline)
+    if isinstance(source, Source):
+        pipeline, placed = _with_reader(pipeline, placed, source, readers)
+        source = source.shards
     run_options = RunOptions(
         ordered=ordered, dead_letter=Path(dead_letter) if dead_letter else None,
         max_failures=max_failures, max_attempts=max_attempts, progress=progress,
         progress_interval=progress_interval, sample_interval=sample_interval,
         sample_devices=sample_devices, adapt=replanner, spans=spans,
-        resume_dead_letters=dead_letter_keep)
+        resume_dead_letters=dead_letter_keep, sink=sink)
     return chosen.run(pipeline, source, placed.check(pipeline), run_options, own)
+
+
+def _with_reader(pipeline: Pipeline, placed: Placement, source: Source,
+                 readers: int | None) -> tuple[Pipeline, Placement]:
+    """``pipeline`` with the source's reader unit in front, and the placement with its
+    replicas (as many as ``workers`` gave it, or the source's ``readers``)."""
+    reader = source.reader()
+    if reader.name in {u.name for u in pipeline.units}:
+        reader = replace(reader, name=f"{reader.name}_shards")
+    group = Group(reader.name, readers if readers is not None else reader.replicas)
+    return (Pipeline(reader, *pipeline.units, name=pipeline.name, context=pipeline.context),
+            replace(placed, groups=(group, *placed.groups)))

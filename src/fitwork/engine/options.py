@@ -24,7 +24,9 @@ class RunOptions:
     releases a frame's outputs together once all its items settle, with the source span
     they cover (`RunResult.settled_spans`: what a journal records).
     ``resume_dead_letters`` keeps the first that many bytes of an existing dead-letter file
-    and appends after them, instead of starting it afresh (a resumed run).
+    and appends after them, instead of starting it afresh (a resumed run).  ``sink`` (a
+    `fitwork.engine.parts.Sink`) has the last unit's replicas write the outputs into part
+    files themselves: the driver sees none, and the run's result yields nothing.
     """
 
     ordered: bool = False
@@ -38,6 +40,7 @@ class RunOptions:
     adapt: Any = None
     spans: bool = False
     resume_dead_letters: int | None = None
+    sink: Any = None
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

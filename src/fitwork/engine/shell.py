@@ -26,6 +26,7 @@ from fitwork.engine.adapt import Adapter
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
     Abort,
+    Arrived,
     DeadLetter,
     Emit,
     Event,
@@ -46,6 +47,7 @@ from fitwork.engine.core import (
 )
 from fitwork.engine.core.account import assemble
 from fitwork.engine.options import RunOptions
+from fitwork.engine.parts import PartBooks, Written
 from fitwork.failure import Failure
 from fitwork.placement import Placement
 from fitwork.telemetry.processes import ProcessBook, Worker
@@ -140,6 +142,7 @@ class Shell:
         self.context: Any = None
         self.shut = False
         self.dead = DeadLetters(options.dead_letter, options.resume_dead_letters)
+        self.parts = PartBooks(options.sink, self.run_id) if options.sink is not None else None
         self.core: RunCore | None = None
         self.device_samples: list[DeviceSample] = []
         self.sampler: Any = None
@@ -242,6 +245,8 @@ class Shell:
         try:
             self.context = self.pipeline.run_context()
             self.context.__enter__()
+            if self.parts is not None:
+                self.parts.prepare()
             self.connect()
             self.core = RunCore(stages_of(self.pipeline, self.placement), self.placement,
                                 self.policy, self.run_id, self.clock())
@@ -372,10 +377,18 @@ class Shell:
             self.options.progress(self.core.progress(self.clock()))
 
     def _emit(self, instruction: Emit) -> None:
-        self.out.extend(instruction.values)
+        if self.parts is None:
+            self.out.extend(instruction.values)
+        else:  # with a sink the outputs are in its parts: these are their places
+            self.parts.accept(instruction.values)
         self.emitted += len(instruction.values)
         if instruction.span is not None:
             self.spans.append((self.emitted, *instruction.span))
+
+    def written(self, message: Written) -> None:
+        """A replica of the last unit wrote outputs to its part: they arrive, each as its
+        place in the part (what the books accept is what the seal keeps)."""
+        self.handle(Arrived(message.segments, self.clock()))
 
     def settled_spans(self, consumed: int) -> list[tuple[int, int]] | None:
         """Spans whose outputs are all among the first ``consumed`` handed out, if that many
@@ -446,6 +459,8 @@ class Shell:
                 self.device_samples = self.stop_devices()
             self.sampler = None
             self.release()
+            if self.parts is not None:  # every writer is stopped: nothing moves the parts
+                self.parts.seal()
             if self.processes is not None:  # after the release: what the run left behind
                 with contextlib.suppress(Exception):
                     self.processes.take(self.clock(), [], self.shm_prefix())

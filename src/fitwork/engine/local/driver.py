@@ -36,6 +36,7 @@ from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
 from fitwork.engine.options import LocalOptions, RunOptions
+from fitwork.engine.parts import Written
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.engine.threads import held_to
 from fitwork.placement import Placement
@@ -108,6 +109,8 @@ class LocalRun(Shell):
         self.selector.register(self.control_recv, selectors.EVENT_READ)
         self.selector.register(self.channels[-1].recv_end, selectors.EVENT_READ)
         self.exited: set[int] = set()  # workers whose sentinel showed an exit
+        # bytes this driver moved: frames it fed, and what reached it from the last unit
+        self.bytes_sent = self.bytes_from_sink = self.bytes_control = 0
         self.scanned = time.monotonic()
 
     # -- sending and workers ---------------------------------------------------------------
@@ -119,7 +122,8 @@ class LocalRun(Shell):
         self.channels[0].credits.release()
 
     def transmit(self, token: Any, send: Send) -> None:
-        data, _ = self.wire.dumps((send.frame, [send.segment]))
+        data, size = self.wire.dumps((send.frame, [send.segment]))
+        self.bytes_sent += size
         self.channels[0].send_end.send(data)
 
     def spawn(self, instruction: Spawn) -> None:
@@ -134,7 +138,9 @@ class LocalRun(Shell):
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
             parent_pid=os.getpid(), env=self.worker_env(stage), cores=cores,
-            gate=self.gates[stage])
+            gate=self.gates[stage],
+            sink=(self.options.sink, self.run_id) if self.options.sink is not None
+            and stage == len(self.units) - 1 else None)
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
                                    name=f"fitwork-{unit.name}-{instruction.worker}")
         with held_to(cores):  # the child starts with its pools held to its cores
@@ -195,9 +201,12 @@ class LocalRun(Shell):
                 data = recv(1 << 17)
             except BlockingIOError:
                 return
-            message, _ = loads(data)
+            message, size = loads(data)
+            self.bytes_control += size
             kind = type(message)
-            if kind is Final:
+            if kind is Written:
+                self.written(message)
+            elif kind is Final:
                 worker = self.handles.get(message.worker)
                 if worker is not None:
                     worker.final = True
@@ -218,7 +227,8 @@ class LocalRun(Shell):
             data = sink.get(timeout=0)
             if data is None:
                 return
-            (_, segments), _ = loads(data)
+            (_, segments), size = loads(data)
+            self.bytes_from_sink += size
             handle(Arrived(segments, time.monotonic()))
 
     def reap(self) -> None:

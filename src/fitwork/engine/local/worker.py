@@ -38,7 +38,8 @@ from typing import Any, NamedTuple
 from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
 from fitwork.engine.local.channel import STOP, Channel
 from fitwork.engine.local.wire import Wire
-from fitwork.engine.segment import Return, Segment, settle, split
+from fitwork.engine.parts import PartWriter, Sink
+from fitwork.engine.segment import Return, Segment, settle
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
 from fitwork.telemetry.schedstat import run_queue_seconds
@@ -82,6 +83,7 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
     cores: float = 1.0
     gate: Any = None
+    sink: tuple[Sink, str] | None = None  # the last unit's: where it writes outputs, run id
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -155,6 +157,8 @@ class Worker:
         self.intervals: list[tuple[float, float]] = []
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
         self.busy_s = self.blocked_s = 0.0
+        self.part: PartWriter | None = None
+        self.written: list[Segment] = []  # outputs in the part the driver has not heard of
 
     # -- talking to the driver -------------------------------------------------------------
 
@@ -170,7 +174,13 @@ class Worker:
                         self.busy_s, self.blocked_s, time.process_time(), run_queue_seconds())
 
     def report(self, finished: list[int]) -> None:
-        """Tell the driver these frames are done, with what they returned and cost."""
+        """Tell the driver these frames are done, with what they returned and cost (and
+        first, how far the part holding their outputs goes)."""
+        if self.written:
+            assert self.part is not None
+            self.items_out += sum(len(s[5]) for s in self.written)
+            self.send(self.part.written(self.written))
+            self.written = []
         self.send(Done(self.id, finished, self.returns, self.failures, time.monotonic(),
                        self.counters(), self.intervals))
         self.returns, self.failures, self.intervals = [], [], []
@@ -220,19 +230,26 @@ class Worker:
             self.failures.extend(failures)
 
     def flush(self) -> None:
-        """Send the queued outputs downstream in frames of at most the frame limit."""
+        """Send the queued outputs downstream in frames of at most the frame limit (or, for
+        the last unit of a run with a sink, write them to this replica's part)."""
         if not self.out:
+            return
+        if self.spec.sink is not None:
+            self.write_part()
             return
         limit = self.frame_limit()
         frame: list[Segment] = []
         count = 0
         for segment in self.out:
-            for piece in split(segment, limit):
-                if frame and count + len(piece[5]) > limit:
-                    self.put(frame)
-                    frame, count = [], 0
+            while segment[5]:
+                piece, segment = _head(segment, limit - count)
                 frame.append(piece)
                 count += len(piece[5])
+                if count >= limit:
+                    self.put(frame)
+                    frame, count = [], 0
+                    # a long flush (a reader's shard) follows the frame size as it adapts
+                    limit = self.frame_limit()
         if frame:
             self.put(frame)
         self.out = []
@@ -253,6 +270,48 @@ class Worker:
         self.blocked_s += time.monotonic() - start
         self.items_out += sum(len(s[5]) for s in segments)
         self.bytes_out += size
+
+    def write_part(self) -> None:
+        """Append the queued outputs to this replica's part; keep their books (values
+        replaced by None) for the `Written` message `report` sends.  An output the part's
+        format cannot hold fails alone, as an unpicklable one does."""
+        if self.part is None:
+            assert self.spec.sink is not None
+            sink, run_id = self.spec.sink
+            self.part = PartWriter(sink, run_id, self.id)
+        part = self.part
+        for segment in self.out:
+            try:
+                encoded = [part.encode(value) for value in segment[5]]
+            except (TypeError, ValueError):
+                segment = self.drop_unwritable(segment)
+                encoded = [part.encode(value) for value in segment[5]]
+            if not encoded:
+                continue
+            self.bytes_out += sum(map(len, encoded))
+            self.written.append((*segment[:5], part.write(encoded)))
+        self.out = []
+
+    def drop_unwritable(self, segment: Segment) -> Segment:
+        """``segment`` without the outputs its part cannot encode, each dead-lettered."""
+        assert self.part is not None
+        frame, attempt, offsets, paths, exps, values = segment
+        keep: list[int] = []
+        for j, value in enumerate(values):
+            try:
+                self.part.encode(value)
+            except (TypeError, ValueError) as exc:
+                path = paths[j] if paths else ()
+                error = TypeError(f"unit {self.spec.unit.name!r} returned a value its output "
+                                  f"part cannot hold ({describe(exc)}); return plain data")
+                self.failures.append(Failure.of(self.spec.unit.name, error, repr(value),
+                                                path=path, frame=frame, offset=offsets[j]))
+                self.returns.append((frame, [offsets[j]], [exps[j]] if exps else None))
+                continue
+            keep.append(j)
+        return (frame, attempt, [offsets[j] for j in keep],
+                [paths[j] for j in keep] if paths else None,
+                [exps[j] for j in keep] if exps else None, [values[j] for j in keep])
 
     def drop_unpicklable(self, segments: list[Segment]) -> list[Segment]:
         """Dead-letter the outputs that cannot be pickled; keep the rest, one per segment."""
@@ -419,6 +478,17 @@ class Worker:
             if done_frames:
                 self.flush()
                 self.report(done_frames)
+
+
+def _head(segment: Segment, size: int) -> tuple[Segment, Segment]:
+    """The first ``size`` items of ``segment``, and the rest (empty values when none)."""
+    frame, attempt, offsets, paths, exps, values = segment
+    if len(values) <= size:
+        return segment, (frame, attempt, range(0), None, None, [])
+    return ((frame, attempt, offsets[:size], paths[:size] if paths else None,
+             exps[:size] if exps else None, values[:size]),
+            (frame, attempt, offsets[size:], paths[size:] if paths else None,
+             exps[size:] if exps else None, values[size:]))
 
 
 def _limited(limiter: Any, kernel: Kernel, values: list[Any]) -> tuple[list[Any], int]:

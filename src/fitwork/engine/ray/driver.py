@@ -282,7 +282,9 @@ class RayRun(Shell):
         replicas = max(1, self.placement.replicas(unit.name))
         handle = ray.remote(Replica).options(**options).remote(
             unit, stage, self.names, self.registry, self.options.max_attempts, self.limits,
-            batch, wanted.cpu, max(1, unit.io), self.timeout, replicas)
+            batch, wanted.cpu, max(1, unit.io), self.timeout, replicas,
+            (self.options.sink, self.run_id, instruction.worker)
+            if self.options.sink is not None and stage == len(self.units) - 1 else None)
         actor = _Actor(instruction.worker, stage, handle, bundle)
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
@@ -403,6 +405,8 @@ class RayRun(Shell):
             raise EngineError(f"Ray did not deliver a frame's outputs within {self.timeout:g} "
                               "s; check the object store of the cluster") from None
         segments = [segment for batch in batches if batch for segment in batch]
+        for written in summary.get("written", ()):  # a sink's parts hold these outputs
+            segments.extend(written.segments)
         self.handle(Arrived(segments, now, summary["returns"], summary["failures"]))
         self.handle(Done(worker, [call], (), (), now))
 

@@ -29,6 +29,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from fitwork.engine.limits import local_gate
+from fitwork.engine.parts import PartWriter, Sink, Written
 from fitwork.engine.ray.routing import Router
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.threads import limit_torch
@@ -38,6 +39,8 @@ from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
 
 DEATH = (RayActorError, ActorDiedError, ActorUnavailableError)
+FANOUT = 64
+"""The most frames one call's outputs go downstream in."""
 _MERGE_GAP = 0.001
 
 
@@ -81,8 +84,12 @@ class Replica:
 
     def __init__(self, unit: Unit, stage: int, names: list[str], registry: Any,
                  max_attempts: int, limits: list[int], batch_size: int | None,
-                 cores: float, slots: int, timeout: float, replicas: int = 1) -> None:
+                 cores: float, slots: int, timeout: float, replicas: int = 1,
+                 sink: tuple[Sink, str, int] | None = None) -> None:
         self.unit, self.stage, self.names = unit, stage, names
+        self.sink = sink  # the last unit's, in a run with a sink: sink, run id, worker id
+        self.part: PartWriter | None = None
+        self.part_lock = threading.Lock()
         self.last = stage == len(names) - 1
         self.max_attempts = max_attempts
         self.id = ray.get_runtime_context().get_actor_id()
@@ -242,6 +249,9 @@ class Replica:
         try:
             if not outputs:
                 return summary, None
+            if self.last and self.sink is not None:
+                summary["written"] = [self._write_part(outputs, summary)]
+                return summary, None
             if self.last:
                 outputs = self._portable(outputs, summary)
                 self._count_out(outputs)
@@ -249,17 +259,52 @@ class Replica:
             self._count_out(outputs)
             assert self.router is not None
             self.router.follow(version)
-            step = max(1, hints[self.stage + 1])
+            # a call that made many outputs (a reader's shard) sends them in at most
+            # FANOUT frames, whatever the hint said before any were measured
+            step = max(1, hints[self.stage + 1],
+                       -(-sum(len(s[5]) for s in outputs) // FANOUT))
             frames = _frames(outputs, step)
             for child in forward(self, frames, hints, version, summary):
                 summary["outputs"].extend(child["outputs"])
                 summary["returns"].extend(child["returns"])
                 summary["failures"].extend(child["failures"])
+                if "written" in child:
+                    summary.setdefault("written", []).extend(child["written"])
             return summary, None
         finally:
             with self.lock:
                 self.calls -= 1
                 self.last_call = time.monotonic()
+
+    def _write_part(self, outputs: list[Segment], summary: dict[str, Any]) -> Written:
+        """Append a frame's outputs to this replica's part; what commits them, for the
+        driver (an output the part cannot encode is dead-lettered alone)."""
+        assert self.sink is not None
+        books: list[Segment] = []
+        with self.part_lock:
+            if self.part is None:
+                self.part = PartWriter(*self.sink)
+            part = self.part
+            for segment in outputs:
+                try:
+                    encoded = [part.encode(value) for value in segment[5]]
+                except (TypeError, ValueError):
+                    encoded = None
+                if encoded is not None:
+                    books.append((*segment[:5], part.write(encoded)))
+                    continue
+                for single in split(segment, 1):
+                    try:
+                        line = part.encode(single[5][0])
+                    except (TypeError, ValueError) as exc:
+                        error = TypeError(f"unit {self.unit.name!r} returned a value its "
+                                          f"output part cannot hold ({describe(exc)}); "
+                                          "return plain data")
+                        lost(summary, single, self.unit.name, error)
+                        continue
+                    books.append((*single[:5], part.write([line])))
+            self._count_out(books)
+            return part.written(books)
 
     def _count_out(self, segments: list[Segment]) -> None:
         with self.lock:

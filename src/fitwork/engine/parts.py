@@ -1,0 +1,282 @@
+"""Sharded sinks: the last unit's replicas write output parts, the driver keeps the books.
+
+Each replica of the last unit appends its outputs to a part file of its own, written aside
+as ``.part-<run>-<worker>.<ext>.inprogress`` in the output directory.  In the run's books
+each output then travels as where it landed, ``(worker, start, end)``, in place of its
+value: a `Written` message (local engine) or the call's summary (Ray) brings those places
+to the driver as the outputs' arrival, and the run core accepts each output once, as it
+does any output.  The driver records the places it accepted (`PartBooks.accept`, joined
+into byte ranges).  When the run ends or stops, `PartBooks.seal` keeps exactly those bytes
+of each part, renames it to ``part-<run>-<worker>.<ext>``, deletes parts nothing was
+accepted from, and writes ``_manifest.json`` (aside, then renamed) naming every part with
+its rows and bytes::
+
+    replica ──append──▶ .part-R-W.jsonl.inprogress       driver: accepted byte ranges
+            ──Written(books: (W, start, end) per output)──▶ core ──▶ │ seal
+                                     part-R-W.jsonl ◀── keep ranges, rename ┘ + _manifest.json
+
+What the books do not accept never reaches the output: bytes a replica wrote before it was
+killed and could report, and outputs a retried item made again (a shard re-read after a
+reader died mid-shard).  So every output row is in exactly one committed part.  The output
+directory must be one the driver can reach by path (this host's disk, or a filesystem
+every node mounts).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from fitwork.errors import InputError
+from fitwork.io import json_default, sync_directory
+
+MANIFEST = "_manifest.json"
+FORMATS = ("jsonl", "csv")
+_PART = re.compile(r"\.?part-([0-9a-f]+)-(\d+)\.(jsonl|csv)(\.inprogress)?")
+
+
+@dataclass(frozen=True)
+class Sink:
+    """A directory the last unit's replicas write output parts into (`fitwork.run`'s
+    ``sink=``; ``fitwork run --output DIR/``).  ``format`` is ``"jsonl"`` or ``"csv"`` (a
+    CSV part's columns are its first row's keys)."""
+
+    directory: Path
+    format: str = "jsonl"
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise InputError(f"sink {self.directory}: format {self.format!r} is not one of "
+                             f"{', '.join(FORMATS)}; choose one")
+        object.__setattr__(self, "directory", Path(self.directory))
+
+    @classmethod
+    def files(cls, directory: str | Path, format: str = "jsonl") -> Sink:
+        """Output parts in ``directory`` (created if missing)."""
+        return cls(Path(directory), format)
+
+    def aside(self, run_id: str, worker: int) -> Path:
+        """Where a replica writes its part while the run goes on."""
+        return self.directory / f".part-{run_id}-{worker:05d}.{self.format}.inprogress"
+
+    def committed(self, run_id: str, worker: int) -> Path:
+        """The name a part has once sealed."""
+        return self.directory / f"part-{run_id}-{worker:05d}.{self.format}"
+
+
+class Written(NamedTuple):
+    """Bytes ``[start, end)`` of a replica's part hold ``rows`` outputs, the ``segments``
+    (each value replaced by where it lies, ``(worker, start, end)``: the run core's books)."""
+
+    part: str
+    start: int
+    end: int
+    rows: int
+    segments: list[Any]
+
+
+class PartWriter:
+    """One replica's part file: outputs appended as JSON lines or CSV rows."""
+
+    def __init__(self, sink: Sink, run_id: str, worker: int) -> None:
+        self.sink, self.worker = sink, worker
+        self.path = sink.aside(run_id, worker)
+        self.rows = 0
+        self.reported = (0, 0)  # bytes and rows of the part a `Written` has covered
+        self.columns: list[str] | None = None
+        self.header = False
+        self.handle = open(self.path, "wb")  # noqa: SIM115 (closed by close())
+
+    def encode(self, value: Any) -> bytes:
+        """One output as the bytes of its line; a TypeError or ValueError if it cannot be."""
+        if self.sink.format == "jsonl":
+            return json.dumps(value, default=json_default, ensure_ascii=False).encode() + b"\n"
+        row = value if isinstance(value, dict) else {"value": value}
+        if self.columns is None:
+            self.columns = list(row)
+        elif list(row) != self.columns:
+            differ = set(self.columns) ^ set(row)
+            raise ValueError(f"columns {sorted(differ)} differ from the part's first row; give "
+                             "every output the same fields, or write JSON Lines")
+        return _csv_line([_cell(row[name]) for name in self.columns])
+
+    def write(self, lines: list[bytes]) -> list[tuple[int, int, int]]:
+        """Append encoded rows (a CSV part's header first); where each landed, as the
+        ``(worker, start, end)`` the run's books carry for it in place of its value."""
+        if not lines:
+            return []
+        if not self.header and self.columns is not None:
+            self.handle.write(_csv_line(self.columns))
+            self.header = True
+        self.handle.writelines(lines)
+        self.handle.flush()
+        self.rows += len(lines)
+        places = []
+        end = self.handle.tell() - sum(map(len, lines))
+        for line in lines:
+            start, end = end, end + len(line)
+            places.append((self.worker, start, end))
+        return places
+
+    def written(self, segments: list[Any]) -> Written:
+        """What was appended since the last call, as the message that hands its books to
+        the driver."""
+        end = self.handle.tell()
+        (start, before), self.reported = self.reported, (end, self.rows)
+        return Written(str(self.path), start, end, self.rows - before, segments)
+
+    def close(self) -> None:
+        """Close the file (the seal, not the replica, decides what of it counts)."""
+        self.handle.close()
+
+
+def _csv_line(cells: list[Any]) -> bytes:
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerow(cells)
+    return text.getvalue().encode()
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, default=json_default, ensure_ascii=False)
+    return value
+
+
+class PartBooks:
+    """The driver's record of every part: the byte ranges committed, and the seal."""
+
+    def __init__(self, sink: Sink, run_id: str) -> None:
+        self.sink, self.run_id = sink, run_id
+        self.parts: dict[int, list[tuple[int, int, int]]] = {}  # worker -> (start, end, rows)
+        self.sealed = False
+
+    def prepare(self) -> None:
+        """Create the directory; remove parts and the manifest a previous run left (a run
+        replaces its output, as a file output is replaced)."""
+        place = f"output {self.sink.directory}"
+        try:
+            self.sink.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{place}: cannot create the directory ({exc.strerror or exc}); "
+                             "check the --output path") from exc
+        if not self.sink.directory.is_dir():
+            raise InputError(f"{place}: not a directory; give --output a directory path")
+        for entry in self.sink.directory.iterdir():
+            if entry.name == MANIFEST or _PART.fullmatch(entry.name):
+                entry.unlink(missing_ok=True)
+
+    def accept(self, places: Iterable[tuple[int, int, int]]) -> None:
+        """The run's books took these outputs (each ``(worker, start, end)`` in its part):
+        they are committed.  An output the books refused (a duplicate a retried item made
+        again) never comes here, so the seal leaves its bytes out."""
+        parts = self.parts
+        for worker, start, end in places:
+            ranges = parts.get(worker)
+            if ranges is None:
+                parts[worker] = [(start, end, 1)]
+            elif ranges[-1][1] == start:
+                first, _, rows = ranges[-1]
+                ranges[-1] = (first, end, rows + 1)
+            else:
+                ranges.append((start, end, 1))
+
+    @property
+    def rows(self) -> int:
+        """Output rows committed so far."""
+        return sum(rows for ranges in self.parts.values() for _, _, rows in ranges)
+
+    def seal(self) -> dict[str, Any]:
+        """Keep only the committed bytes of every part, rename it, delete what holds
+        nothing committed, and write the manifest; returns it.  Safe to call twice.
+
+        A part's committed bytes are one run from its start unless it holds outputs the
+        books refused (a retried item's outputs made again) or whose report was lost while
+        the writer lived on (a Ray caller that died): then the committed ranges are copied
+        out, byte for byte, in order."""
+        if self.sealed:
+            return self._manifest()
+        directory = self.sink.directory
+        parts = []
+        for entry in sorted(directory.iterdir()):
+            match = _PART.fullmatch(entry.name)
+            if match is None or match.group(1) != self.run_id or not match.group(4):
+                continue
+            ranges = sorted(self.parts.get(int(match.group(2)), []))
+            rows = sum(r for _, _, r in ranges)
+            if rows == 0:
+                entry.unlink(missing_ok=True)
+                continue
+            size = _keep(entry, ranges, header=self.sink.format == "csv")
+            final = self.sink.committed(self.run_id, int(match.group(2)))
+            os.replace(entry, final)
+            parts.append({"name": final.name, "rows": rows, "bytes": size})
+        manifest = {"run_id": self.run_id, "format": self.sink.format,
+                    "rows": sum(p["rows"] for p in parts), "parts": parts}
+        aside = directory / f".{MANIFEST}.tmp"
+        with open(aside, "w", encoding="utf-8") as held:
+            json.dump(manifest, held, indent=1)
+            held.flush()
+            os.fsync(held.fileno())
+        os.replace(aside, directory / MANIFEST)
+        sync_directory(directory)
+        self.sealed = True
+        return manifest
+
+    def _manifest(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads((self.sink.directory / MANIFEST).read_text()))
+        except (OSError, ValueError):
+            return {}
+
+
+def _keep(path: Path, ranges: list[tuple[int, int, int]], header: bool) -> int:
+    """Cut ``path`` down to the byte ranges given (sorted); its new size, made durable.
+    With ``header`` (a CSV part) the first line is kept too: the range that held it may be
+    one whose report was lost."""
+    with open(path, "r+b") as held:
+        if header and ranges[0][0] != 0:
+            ranges = [(0, len(held.readline()), 0), *ranges]
+        contiguous = ranges[0][0] == 0 and all(
+            a[1] == b[0] for a, b in itertools.pairwise(ranges))
+        if contiguous:
+            size = ranges[-1][1]
+        else:
+            chunks = []
+            for start, end, _ in ranges:
+                held.seek(start)
+                chunks.append(held.read(end - start))
+            held.seek(0)
+            for chunk in chunks:
+                held.write(chunk)
+            size = held.tell()
+        held.truncate(size)
+        held.flush()
+        os.fsync(held.fileno())
+    return size
+
+
+def read_parts(directory: str | Path) -> list[Any]:
+    """Every output row of a sealed sink directory, part by part in the manifest's order
+    (JSON Lines parts as values; CSV parts as dicts of strings)."""
+    directory = Path(directory)
+    manifest = json.loads((directory / MANIFEST).read_text())
+    rows: list[Any] = []
+    for part in manifest["parts"]:
+        path = directory / part["name"]
+        if manifest["format"] == "jsonl":
+            rows.extend(json.loads(line) for line in path.read_bytes().splitlines() if line)
+        else:
+            with open(path, newline="", encoding="utf-8") as held:
+                rows.extend(csv.DictReader(held))
+    return rows
+
+
+__all__ = ["MANIFEST", "PartBooks", "PartWriter", "Sink", "Written", "read_parts"]

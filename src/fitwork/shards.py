@@ -1,0 +1,257 @@
+"""Sharded sources: the driver hands out shards, and a reader unit's replicas read their rows.
+
+A `Source` is a sequence of small shard descriptors and a function that reads one into rows.
+`fitwork.run` puts a reader unit (a flat-map named ``read``) in front of the pipeline, feeds
+it the descriptors, and lets its replicas hand the rows straight to the first unit: the
+driver moves a few hundred bytes per shard and never an item.  A shard is an item of the
+run's books, so the run's exactly-once guarantee covers it: a reader killed mid-shard has
+its shard read again, and its rows reach the output once.  A shard that cannot be read is
+retried, then dead-lettered with the file and the byte offset or row of the fault.
+
+`Source.files` shards data files: JSON Lines by byte ranges (a range holds the lines that
+start inside it), Parquet by row groups, and CSV whole (a quoted field may hold a newline,
+so a CSV file cannot be cut at a byte offset)::
+
+    data/*.jsonl ──▶ Shard(path, "jsonl", 0, 8 MiB), Shard(path, "jsonl", 8 MiB, 16 MiB), …
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from fitwork.errors import InputError
+from fitwork.resources import Resources
+from fitwork.workload import Kind, Retry, Unit
+
+SPLIT_BYTES = 8 << 20
+"""The largest byte range of a JSON Lines file (or compressed row groups of a Parquet file)
+one shard covers."""
+MAX_LINE_BYTES = 256 << 20
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv",
+           ".parquet": "parquet"}
+READER = "read"
+"""The name of the reader unit a sharded run puts in front of the pipeline."""
+
+
+class Shard(NamedTuple):
+    """One piece of one data file: a byte range (JSON Lines), row groups ``[start, stop)``
+    (Parquet), or the whole file (CSV, ``stop`` = -1)."""
+
+    path: str
+    format: str
+    start: int = 0
+    stop: int = -1
+    typed: bool = True
+
+    def __str__(self) -> str:
+        if self.stop < 0:
+            return self.path
+        unit = "row groups" if self.format == "parquet" else "bytes"
+        return f"{self.path} [{unit} {self.start}-{self.stop}]"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a sharded run's items come from: ``shards`` (small, picklable descriptors) and
+    ``read``, which a reader replica calls on one shard for its rows.
+
+    ``read`` must be importable by name (a module-level function) when the run goes to a
+    Ray cluster.  ``readers`` is how many reader replicas the run starts; ``describe`` says
+    what the input is (a journal refuses to resume over another).
+    """
+
+    shards: Iterable[Any]
+    read: Callable[[Any], Iterable[Any]]
+    readers: int = 1
+    describe: str = "shards"
+    count: int | None = None
+
+    @classmethod
+    def of(cls, shards: Iterable[Any], read: Callable[[Any], Iterable[Any]],
+           readers: int = 1) -> Source:
+        """A source of your own shards: ``read(shard)`` yields the rows of one."""
+        if not callable(read):
+            raise InputError(f"Source.of: read={read!r} is not callable; pass a function that "
+                             "yields the rows of one shard")
+        if readers < 1:
+            raise InputError(f"Source.of: readers={readers}: must be 1 or more")
+        count = len(shards) if isinstance(shards, list | tuple) else None
+        return cls(shards, read, readers, f"shards read by {_name(read)}", count)
+
+    @classmethod
+    def files(cls, *patterns: str | Path, split_bytes: int = SPLIT_BYTES,
+              readers: int = 1, csv_types: bool = True) -> Source:
+        """Shards of the data files ``patterns`` name: files, globs (``data/*.parquet``) or
+        directories (every ``.jsonl``/``.csv``/``.parquet`` file in them, sorted).  Every
+        name is checked now; a pattern that matches no data file is an error."""
+        if split_bytes < 1:
+            raise InputError(f"Source.files: split_bytes={split_bytes}: must be 1 or more")
+        paths = data_files(patterns)
+        shards = [s for path in paths for s in file_shards(path, split_bytes, csv_types)]
+        return cls(shards, read_shard, readers, " ".join(map(str, patterns)), len(shards))
+
+    def reader(self) -> Unit:
+        """The flat-map unit that reads one shard into its rows (no retries of its own: a
+        shard that fails is retried whole by the run, then dead-lettered)."""
+        return Unit(fn=self.read, name=READER, kind=Kind.FLAT_MAP,
+                    resources=Resources(cpu=0.5), replicas=self.readers,
+                    retry=Retry(attempts=1))
+
+
+def data_files(patterns: Iterable[str | Path]) -> list[str]:
+    """The data files the patterns name, in order, each pattern's matches sorted."""
+    from fitwork.fs import expand, is_glob, is_url
+
+    found: list[str] = []
+    for pattern in patterns:
+        text = os.fspath(pattern)
+        if not is_url(text) and not is_glob(text):
+            path = Path(text)
+            if path.is_dir():
+                matches = sorted(str(p) for p in path.iterdir()
+                                 if p.is_file() and p.suffix.lower() in FORMATS
+                                 and not p.name.startswith("."))
+                if not matches:
+                    raise InputError(f"input {text}: no .jsonl, .csv or .parquet file in the "
+                                     "directory; check the --input path")
+                found.extend(matches)
+                continue
+            if not path.is_file():
+                raise InputError(f"input {text}: no such file; check the --input path")
+            found.append(text)
+            continue
+        matches = [m for m in expand(text, files_only=True)
+                   if Path(m).suffix.lower() in FORMATS]
+        if not matches:
+            raise InputError(f"input {text}: matches no .jsonl, .csv or .parquet file; check "
+                             "the pattern")
+        found.extend(matches)
+    return found
+
+
+def file_shards(path: str, split_bytes: int, typed: bool = True) -> list[Shard]:
+    """One file's shards (reading only its size, or a Parquet file's footer)."""
+    fmt = FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise InputError(f"input {path}: not a .jsonl, .csv or .parquet file; rename it or "
+                         "leave it out of the pattern")
+    if fmt == "csv":
+        return [Shard(path, fmt, typed=typed)]
+    if fmt == "parquet":
+        return _parquet_shards(path, split_bytes)
+    size = _size(path)
+    return [Shard(path, fmt, start, min(start + split_bytes, size))
+            for start in range(0, size, split_bytes)]
+
+
+def _size(path: str) -> int:
+    from fitwork.fs import is_url
+
+    try:
+        if is_url(path):
+            import fsspec
+
+            return int(fsspec.open(path).fs.size(path))
+        return os.stat(path).st_size
+    except OSError as exc:
+        raise InputError(f"input {path}: cannot read its size ({exc.strerror or exc}); check "
+                         "the path") from exc
+
+
+def _parquet_shards(path: str, split_bytes: int) -> list[Shard]:
+    """Runs of whole row groups of at most ``split_bytes`` (compressed) each."""
+    from fitwork.fs import open_input
+    from fitwork.io import _import_pyarrow
+
+    pyarrow, parquet = _import_pyarrow(f"input {path}")
+    try:
+        with open_input(path) as handle:
+            meta = parquet.ParquetFile(handle).metadata
+    except (pyarrow.ArrowException, OSError, ValueError) as exc:
+        raise InputError(f"input {path}: not a readable Parquet file ({exc}); check the "
+                         "file") from exc
+    shards: list[Shard] = []
+    start, size = 0, 0
+    for group in range(meta.num_row_groups):
+        size += meta.row_group(group).total_byte_size
+        if size >= split_bytes:
+            shards.append(Shard(path, "parquet", start, group + 1))
+            start, size = group + 1, 0
+    if start < meta.num_row_groups:
+        shards.append(Shard(path, "parquet", start, meta.num_row_groups))
+    return shards
+
+
+def read_shard(shard: Shard) -> Iterator[Any]:
+    """The rows of one shard of a data file (what a reader replica runs)."""
+    if shard.format == "jsonl":
+        return _jsonl_range(shard)
+    if shard.format == "parquet":
+        return _parquet_groups(shard)
+    from fitwork.io import read_items
+
+    return read_items(shard.path, csv_types=shard.typed)
+
+
+def _jsonl_range(shard: Shard) -> Iterator[Any]:
+    """The JSON values of the lines that start in ``[start, stop)``: a reader skips the line
+    the range begins inside of (the range before owns it) and reads past ``stop`` to finish
+    its own last line."""
+    from fitwork.fs import open_input
+
+    with open_input(shard.path) as handle:
+        position = shard.start
+        if position:
+            handle.seek(position - 1)
+            position += len(handle.readline(MAX_LINE_BYTES + 1)) - 1
+        while position < shard.stop:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            at, position = position, position + len(raw)
+            if len(raw) > MAX_LINE_BYTES:
+                raise InputError(f"input {shard.path}: line at byte {at} is longer than "
+                                 f"{MAX_LINE_BYTES:,} bytes; split the item")
+            if at == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if not raw.strip():
+                continue
+            try:
+                yield json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise InputError(f"input {shard.path}: line at byte {at}: invalid JSON "
+                                 f"({reason[:200]}); fix or remove that line") from None
+
+
+def _parquet_groups(shard: Shard) -> Iterator[dict[str, Any]]:
+    """The rows of row groups ``[start, stop)`` of a Parquet file, a batch at a time."""
+    from fitwork.fs import open_input
+    from fitwork.io import _import_pyarrow
+
+    pyarrow, parquet = _import_pyarrow(f"input {shard.path}")
+    row = 0
+    with open_input(shard.path) as handle:
+        try:
+            reader = parquet.ParquetFile(handle)
+            for batch in reader.iter_batches(row_groups=range(shard.start, shard.stop),
+                                             batch_size=4096):
+                rows = batch.to_pylist()
+                row += len(rows)
+                yield from rows
+        except (pyarrow.ArrowException, OSError, ValueError) as exc:
+            raise InputError(f"input {shard}: row {row + 1} of the shard: Parquet data is "
+                             f"corrupt ({' '.join(str(exc).split())[:200]}); rewrite the "
+                             "file") from None
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+__all__ = ["SPLIT_BYTES", "Shard", "Source", "data_files", "file_shards", "read_shard"]
