@@ -35,7 +35,8 @@ def _phases(sim: SimResult) -> str:
         comp = sum(p.compute * p.replicas * p.tp for p in pools) / gpus
         bw = sum(p.bandwidth * p.replicas * p.tp for p in pools) / gpus
         cap = sum(p.capacity * p.replicas * p.tp for p in pools) / gpus
-        out.append(f"{phase} {gpus} GPU busy {busy:.0%} MFU {comp:.0%} cap {cap:.0%} "
+        tps = "+".join(f"TP{tp}" for tp in sorted({p.tp for p in pools}))
+        out.append(f"{phase} {gpus} GPU {tps} busy {busy:.0%} MFU {comp:.0%} cap {cap:.0%} "
                    f"HBM {bw:.0%}")
     return "; ".join(out)
 

@@ -29,6 +29,21 @@ def book(c2: float = 0.0) -> PhaseBook:
     return PhaseBook(rows("toy", c2) + rows("toy-big", c2), shapes=SHAPES)
 
 
+SPEEDUP = {1: 1.0, 2: 2.0, 4: 4.4, 8: 6.0}
+"""How much faster than TP1 each TP degree runs both phases in `tp_book`: per GPU, TP4 is
+the fastest (1.1x TP1), TP8 the slowest (0.75x)."""
+
+
+def tp_book(speedup: dict[int, float] | None = None) -> PhaseBook:
+    """The toy model measured at TP 1, 2, 4 and 8: `rows` divided by ``speedup[tp]``."""
+    out = []
+    for tp, s in (speedup or SPEEDUP).items():
+        out += [PhaseRow(r.model, r.device_class, tp, r.prompt, r.batch, r.context, r.output,
+                         (r.prefill_s or 0.0) / s, (r.decode_s or 0.0) / s)
+                for r in rows("toy")]
+    return PhaseBook(out, shapes=SHAPES)
+
+
 def plan(pools: list[tuple[str, int, int]], *, model: str = "toy", mode: str = "split",
          ttft: float = 1.0, tpot: float = 1.0, network: float | None = None) -> LLMPlan:
     """A plan of (phase, replicas, max batch) pools of the toy class at TP1."""

@@ -142,7 +142,7 @@ def placements(problem: Problem, replicas: np.ndarray, flows: np.ndarray,
             cores=cand.cores if cand.reserve else cand.cpu * per, reserved=cand.reserve,
             memory=cand.memory, device_share=cand.share if cand.devices > 0 else 0.0,
             device_time=cand.device_time * per,
-            nodes=list(packing.nodes[i]) if packing is not None else [],
+            nodes=list(packing.nodes[i]) if packing is not None else [], option=cand.option,
         ))
     return out
 

@@ -26,7 +26,9 @@ class Candidate:
     device-seconds.  ``per_node`` is the most replicas one node holds on its own; ``busy`` is
     busy seconds per item per class, for utilization.  ``choice`` numbers the (unit, class,
     batch option) it belongs to, ``group`` the (unit, class): a group with several choices
-    runs one of them.  ``calls`` is calls per item (a batch is one call) and ``concurrency``
+    runs one of them (a unit whose demands are not ``exclusive`` has a group per choice).
+    ``option`` is which of the class's demands it is (0: ``classes``, k: ``alternatives``
+    k - 1).  ``calls`` is calls per item (a batch is one call) and ``concurrency``
     calls one replica holds in flight.
     """
 
@@ -52,6 +54,7 @@ class Candidate:
     reserve: bool = False
     declared_cores: float = 0.0
     share: float = 0.0
+    option: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,15 +199,17 @@ def build_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *
         for name in unit.classes:
             options = _options(unit, name, max_latency)
             within = within or bool(options)
-            for _, demand in options:
+            for k, demand in options:
                 for n, node in enumerate(fleet):
                     cand = candidate(u, n, node, name, demand, unit, bytes_in,
-                                      last=u + 1 == len(units), choice=choice, group=group)
+                                      last=u + 1 == len(units), choice=choice, group=group,
+                                      option=k)
                     if cand is not None:
                         found = True
                         candidates.append(cand)
                 choice += 1
-            group += 1
+                group += 0 if unit.exclusive else 1
+            group += 1 if unit.exclusive else 0
         if not within:
             assert max_latency is not None
             raise _latency_error(unit, max_latency)
@@ -222,7 +227,7 @@ def build_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *
 
 def candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
                unit: UnitDemand, bytes_in: float, *, last: bool, choice: int,
-               group: int) -> Candidate | None:
+               group: int, option: int = 0) -> Candidate | None:
     cpu, device_time = fluid(demand, name)
     share = packed_share(demand.device_share)
     held = demand.cores if demand.reserve else 0.0
@@ -245,7 +250,7 @@ def candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
         per_node=fits, busy=busy, choice=choice, group=group, batch_size=demand.batch_size,
         latency=demand.call_latency(), calls=1.0 / (demand.batch_size or 1),
         concurrency=unit.concurrency, reserve=demand.reserve, declared_cores=demand.cores,
-        share=demand.device_share)
+        share=demand.device_share, option=option)
 
 
 def _bytes_in(units: Sequence[UnitDemand], u: int) -> float:

@@ -21,6 +21,8 @@ class Placement(BaseModel):
     core-seconds per second, e.g. 0.3); ``memory`` bytes held; ``device_share`` its slot on
     a device of ``device_class`` and ``device_time`` the device-seconds per second its load
     uses.  ``nodes`` is the node index (within the node type) of each replica, as packed.
+    ``option`` is which of the unit's demands on the class they run (0: the one in
+    ``classes``, k: ``alternatives[k - 1]``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -38,6 +40,7 @@ class Placement(BaseModel):
     device_share: float = 0.0
     device_time: float = 0.0
     nodes: list[int] = Field(default_factory=list)
+    option: int = 0
 
 
 class ClassUtilization(BaseModel):

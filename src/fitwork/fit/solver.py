@@ -24,6 +24,7 @@ max_throughput, with x_c integer replicas, f_c = r_c·b_c items/s routed to c::
                sum_{c of u} f_c / batch_c                        <= R_u   rate_limit
                x_c <= count_n·P_c,  P_c = replicas of c that fit on one node
                x_c <= P_c·count_n·z_k,  sum_{k of (u, d)} z_k <= 1   one batch size per (u, d)
+                                                       (unless u's options are not exclusive)
                x_c integer >= 0,  f_c >= 0,  z_k binary,  T >= 0
 
 Cores are FLUID: load consumes them as measured (core-seconds per item times items/s), so
@@ -387,11 +388,11 @@ def _from_max(problem: Problem, target: float, time_limit: float, mip_gap: float
     if best.throughput < target * (1 - 1e-9):
         return fallback
     index = {(problem.unit_names[k.unit], k.device_class, problem.node_types[k.node].name,
-              k.batch_size): i for i, k in enumerate(problem.candidates)}
+              k.option): i for i, k in enumerate(problem.candidates)}
     x = np.zeros(len(problem.candidates))
     flows = np.zeros(len(problem.candidates))
     for p in best.replicas:
-        i = index[p.unit, p.device_class, p.node_type, p.batch_size]
+        i = index[p.unit, p.device_class, p.node_type, p.option]
         x[i], flows[i] = p.replicas, p.items_per_s * target / best.throughput
     return x, flows, target, pack(problem, x, flows)
 

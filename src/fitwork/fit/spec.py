@@ -62,8 +62,10 @@ class UnitDemand(BaseModel):
     output ratios upstream (0.8 behind a filter keeping 80%, 3.0 behind a 1:3 flat-map).
     ``classes`` maps each device class the unit can run on to its per-replica demand there;
     ``alternatives`` gives more demands for a class at other batch sizes (the fit picks ONE
-    batch size per class).  ``concurrency`` is calls one replica has in flight (``io``, or 1);
-    ``max_concurrency`` bounds the calls in flight of all replicas together and
+    batch size per class); with ``exclusive`` False they are not exclusive: the fit may run
+    any of a class's demands side by side, each with its own replicas (e.g. one model at
+    several tensor-parallel degrees).  ``concurrency`` is calls one replica has in flight
+    (``io``, or 1); ``max_concurrency`` bounds the calls in flight of all replicas together and
     ``rate_limit`` the calls per second of all replicas together (a batch is one call).
     Units are given in pipeline order: unit i sends its output to unit i + 1.
     """
@@ -77,6 +79,7 @@ class UnitDemand(BaseModel):
     concurrency: int = Field(default=1, ge=1)
     max_concurrency: int | None = Field(default=None, ge=1)
     rate_limit: float | None = Field(default=None, gt=0)
+    exclusive: bool = True
 
     @model_validator(mode="after")
     def _alternatives_have_a_class(self) -> UnitDemand:

@@ -2,14 +2,17 @@
 
 A request is two units: ``prefill`` (one per request) sends its KV cache to ``decode`` (the
 bytes between the units, ``kv_bytes_per_token x mean prompt``, against the fleet's network
-rows).  Per (phase, device class) the tensor-parallel degree with the most requests/s per GPU
-under the SLOs is offered to the solver (`fitwork.llm.options`); the SLOs enter as each
-replica's rate (prefill: the utilization at which the M/G/1 TTFT p90 meets the target;
-decode: the largest batch whose KV fits and whose step meets the TPOT target).  The solver
-(`fitwork.fit.solve`, HiGHS with a time limit and a relative gap) chooses classes and replica
-counts: ``max_goodput`` maximises requests/s, ``min_cost`` minimises the hourly price of the
-trace's rate.  The colocated baseline is one unit ``serve`` (`colocated_option`) fitted the
-same way on each single class and on all of them (the best mix).
+rows).  Every (device class, tensor-parallel degree) that holds the model and meets the SLOs
+is offered to the solver as one demand of the unit on that class (`fitwork.llm.options`):
+its rate per replica (prefill: the utilization at which the M/G/c TTFT p90 meets the target;
+decode: the largest batch whose KV fits and whose step meets the TPOT target), TP whole GPUs
+held, and the max batch.  The demands of one class are not exclusive
+(``UnitDemand.exclusive=False``), so the solver (`fitwork.fit.solve`, HiGHS with a time
+limit and a relative gap) chooses the class, the TP degree (several side by side where that
+packs better), the replicas and so the max batch of every pool: ``max_goodput`` maximises
+requests/s, ``min_cost`` minimises the hourly price of the trace's rate.  The colocated
+baseline is one unit ``serve`` (`colocated_option`) fitted the same way on each single class
+and on all of them (the best mix).
 """
 
 from __future__ import annotations
@@ -167,9 +170,9 @@ def _network(fleet: Fleet, device_class: str) -> float | None:
 
 
 def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase: str,
-            servers: dict[str, int] | None = None) -> dict[str, list[Option]]:
+            servers: dict[tuple[str, int], int] | None = None) -> dict[str, list[Option]]:
     """Every (class, TP) option of ``phase`` on the fleet's classes, by class (prefill:
-    ``servers[class]`` replicas of it share the queue, 1 when not given)."""
+    ``servers[class, tp]`` replicas of it share the queue, 1 when not given)."""
     out: dict[str, list[Option]] = {}
     for name, per_node in _classes(fleet).items():
         found = []
@@ -180,7 +183,7 @@ def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase
             if phase == "prefill":
                 if pm.kv_tokens() <= 0:
                     continue
-                found.append(prefill_option(pm, mix, slo, (servers or {}).get(name, 1)))
+                found.append(prefill_option(pm, mix, slo, (servers or {}).get((name, tp), 1)))
             elif phase == "decode":
                 found.append(decode_option(pm, mix, slo, _network(fleet, name)))
             else:
@@ -189,15 +192,38 @@ def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase
     return out
 
 
-def _best(opts: Sequence[Option]) -> Option | None:
-    runnable = [o for o in opts if o.rate > 0]
-    return max(runnable, key=lambda o: o.rate_per_gpu) if runnable else None
+Chosen = dict[tuple[str, str], list[Option]]
+"""Per (unit, class), the options the unit offers there, in the order of its demands (the
+solver's ``Placement.option`` indexes it)."""
 
 
 def _demand(o: Option, bytes_out: float) -> ClassDemand:
     return ClassDemand(rate=o.rate, cores=0.0, memory=0, device_share=float(o.model.tp),
                        bytes_out_per_item=bytes_out,
                        batch_size=o.max_batch if o.phase != "prefill" else None)
+
+
+def _unit(name: str, opts: dict[str, list[Option]], bytes_out: float
+          ) -> tuple[UnitDemand | None, Chosen]:
+    """The unit with every runnable (class, TP) option as a demand on its class, none
+    exclusive of the others: the solver picks TP degrees as it picks classes (None: no
+    option runs)."""
+    classes: dict[str, ClassDemand] = {}
+    alternatives: dict[str, list[ClassDemand]] = {}
+    chosen: Chosen = {}
+    for device_class, found in opts.items():
+        runnable = sorted((o for o in found if o.rate > 0), key=lambda o: o.model.tp)
+        if not runnable:
+            continue
+        demands = [_demand(o, bytes_out) for o in runnable]
+        classes[device_class] = demands[0]
+        if len(demands) > 1:
+            alternatives[device_class] = demands[1:]
+        chosen[name, device_class] = runnable
+    if not classes:
+        return None, chosen
+    return UnitDemand(name=name, classes=classes, alternatives=alternatives,
+                      exclusive=False), chosen
 
 
 def _unmet(phase: str, opts: dict[str, list[Option]], slo: SLO) -> LLMInputError:
@@ -324,7 +350,7 @@ def _predicted(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix
     return (max(ttft) if ttft else None), (max(tpot) if tpot else None)
 
 
-def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mode: Mode,
+def _plan(units: list[UnitDemand], chosen: Chosen, *, mode: Mode,
           label: str, model: str, trace: Trace, mix: Mix, fleet: Fleet, slo: SLO,
           objective: Objective, book: PhaseBook, time_limit: float, mip_gap: float,
           burst: float) -> LLMPlan:
@@ -333,7 +359,7 @@ def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mod
     nets = {n.name: n.network_bandwidth for n in fleet.node_types}
     pools = []
     for p in result.replicas:
-        o = chosen[p.unit, p.device_class]
+        o = chosen[p.unit, p.device_class][p.option]
         pools.append(Pool(phase=p.unit if p.unit != "serve" else "colocated",
                           device_class=p.device_class, node_type=p.node_type, tp=o.model.tp,
                           replicas=p.replicas, max_batch=o.max_batch, rate_per_replica=o.rate,
@@ -358,7 +384,8 @@ def _plan(units: list[UnitDemand], chosen: dict[tuple[str, str], Option], *, mod
         transferred=sorted({f"{p.device_class} TP{p.tp}: {p.source}" for p in pools
                             if p.source != "measured"}),
         solver={"status": result.status, "method": result.method, "gap": result.gap,
-                "bound": result.bound, "seconds": result.solve_seconds},
+                "bound": result.bound, "lp_bound": result.lp_bound,
+                "seconds": result.solve_seconds},
         mean_prompt=mix.mean_prompt, mean_output=mix.mean_output, burst=burst,
         capacity=result.throughput, trace_rate=trace.rate)
 
@@ -385,26 +412,24 @@ def plan_split(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
     mix = Mix.of(trace)
     burst = trace.burstiness() if burst is None else burst
 
-    def attempt(servers: dict[str, int]) -> tuple[LLMPlan, dict[str, int]]:
-        units, chosen = _split_units(book, model, fleet, mix, slo, servers)
+    def attempt(servers: dict[tuple[str, int], int]) -> tuple[LLMPlan, dict[str, int]]:
+        units, chosen = split_units(book, model, fleet, mix, slo, servers)
         try:
             plan = _plan(units, chosen, mode="split", label="phase-split", model=model,
                          trace=trace, mix=mix, fleet=fleet, slo=slo, objective=objective,
                          book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst)
         except (UnitFitsNowhere, FitInputError) as exc:
             raise LLMInputError(f"the phase-split plan does not fit the fleet: {exc}") from None
-        counts: dict[str, int] = {}
-        for pool in plan.pools:
-            if pool.phase == "prefill":
-                counts[pool.device_class] = counts.get(pool.device_class, 0) + pool.replicas
-        return plan, counts
+        return plan, _prefill_gpus(plan)
 
     best, first = attempt({})
     lo, hi, share = 0.0, 1.0, 1.0
     for _ in range(REFINE_ROUNDS):
-        assumed = {c: max(1, int(n * share)) for c, n in first.items()}
-        plan, counts = attempt(assumed)
-        if all(counts.get(c, 0) >= n for c, n in assumed.items() if c in counts):
+        assumed = {(c, tp): max(1, int(g * share) // tp) for c, g in first.items()
+                   for tp in TP_DEGREES}
+        plan, gpus = attempt(assumed)
+        if all(gpus[p.device_class] >= assumed.get((p.device_class, p.tp), 1) * p.tp
+               for p in plan.pools if p.phase == "prefill"):
             lo = share
             if _better(plan, best, objective):
                 best = plan
@@ -416,11 +441,21 @@ def plan_split(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
     return best
 
 
+def _prefill_gpus(plan: LLMPlan) -> dict[str, int]:
+    """GPUs of each class the plan's prefill pools hold."""
+    out: dict[str, int] = {}
+    for pool in plan.pools:
+        if pool.phase == "prefill":
+            out[pool.device_class] = out.get(pool.device_class, 0) + pool.gpus
+    return out
+
+
 REFINE_ROUNDS = 5
 """Rounds of the prefill queue refinement: the first plan assumes one replica per queue
-(M/G/1); later rounds assume a share of the prefill replicas that plan chose share one queue
-(M/G/c), bisecting on the share, and keep a plan only where it holds at least the replicas
-its queue model assumed."""
+(M/G/1); later rounds assume that a share of the prefill GPUs that plan chose on each class
+share one queue, as GPUs / TP replicas at each TP degree (M/G/c), bisecting on the share, and
+keep a plan only where each class holds at least the prefill GPUs its queue model assumed for
+the TP degrees the plan runs there."""
 
 
 def _better(a: LLMPlan, b: LLMPlan, objective: Objective) -> bool:
@@ -429,24 +464,23 @@ def _better(a: LLMPlan, b: LLMPlan, objective: Objective) -> bool:
     return a.cost_per_hour < b.cost_per_hour * (1 - 1e-9)
 
 
-def _split_units(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO,
-                 servers: dict[str, int]
-                 ) -> tuple[list[UnitDemand], dict[tuple[str, str], Option]]:
+def split_units(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO,
+                 servers: dict[tuple[str, int], int] | None = None
+                 ) -> tuple[list[UnitDemand], Chosen]:
+    """The two units the solver fits, each with a demand per runnable (class, TP) option
+    (prefill: ``servers[class, tp]`` replicas share its queue, 1 when not given), and the
+    options by (unit, class) in the order of those demands."""
     units, chosen = [], {}
     for phase in ("prefill", "decode"):
         opts = options(book, model, fleet, mix, slo, phase, servers)
-        classes = {}
-        for name, found in opts.items():
-            best = _best(found)
-            if best is not None:
-                classes[name] = best
-                chosen[phase, name] = best
-        if not classes:
+        every = [o for found in opts.values() for o in found]
+        out = every[0].model.shape.kv_bytes_per_token * mix.mean_prompt \
+            if phase == "prefill" and every else 0.0
+        unit, found = _unit(phase, opts, out)
+        if unit is None:
             raise _unmet(phase, opts, slo)
-        out = book.get(model, next(iter(classes)), 1).shape.kv_bytes_per_token \
-            * mix.mean_prompt if phase == "prefill" else 0.0
-        units.append(UnitDemand(name=phase, classes={n: _demand(o, out)
-                                                     for n, o in classes.items()}))
+        units.append(unit)
+        chosen.update(found)
     return units, chosen
 
 
@@ -461,19 +495,13 @@ def plan_colocated(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
     if classes is not None:
         opts = {k: v for k, v in opts.items() if k in set(classes)}
     label = "colocated " + ("+".join(sorted(opts)) if classes is not None else "best mix")
-    chosen = {}
-    demands = {}
-    for name, found in opts.items():
-        best = _best(found)
-        if best is not None:
-            chosen["serve", name] = best
-            demands[name] = _demand(best, 0.0)
-    if not demands:
+    unit, chosen = _unit("serve", opts, 0.0)
+    if unit is None:
         why = str(_unmet("colocated", opts, slo)) if any(opts.values()) else \
             "no class of the fleet holds the model"
         return _empty("colocated", label, model, trace, mix, slo, objective, why)
     try:
-        return _plan([UnitDemand(name="serve", classes=demands)], chosen, mode="colocated",
+        return _plan([unit], chosen, mode="colocated",
                      label=label, model=model, trace=trace, mix=mix, fleet=fleet, slo=slo,
                      objective=objective, book=book, time_limit=time_limit, mip_gap=mip_gap,
                      burst=trace.burstiness() if burst is None else burst)
