@@ -14,6 +14,7 @@ from fitwork.errors import FitworkError
 if TYPE_CHECKING:  # imported when a command runs, so `fitwork --help` stays light
     from fitwork.llm.phases import PhaseBook
     from fitwork.llm.plan import LLMPlan, PlanSet
+    from fitwork.llm.sim import SimResult
     from fitwork.llm.trace import Trace
 
 
@@ -210,6 +211,23 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
         click.echo(json.dumps([s.model_dump() for s in out], indent=1))
 
 
+def _replays(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: bool,
+             seed: int) -> tuple[list[LLMPlan], list[SimResult]]:
+    """The split plan and the best colocated one (the feasible ones) replayed, values kept."""
+    from fitwork.llm.sim import simulate
+
+    plans = _load_plans(plan_path)
+    trace = _trace(trace_ref, rate_scale)
+    chosen = [p for p in (plans.split, plans.best_colocated()) if p.feasible]
+    if not chosen:
+        from fitwork.llm.phases import LLMInputError
+
+        raise LLMInputError(f"{plan_path}: no feasible plan to replay")
+    sims = [simulate(p, trace.scaled(p.goodput / trace.rate) if at_goodput else trace,
+                     seed=seed, keep_values=True) for p in chosen]
+    return chosen, sims
+
+
 @llm.command("report")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--trace", "trace_ref", required=True)
@@ -220,18 +238,59 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path), required=True)
 def report_command(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: bool,
                    seed: int, output_path: Path) -> None:
-    """Replay the split plan and the best colocated one; write the HTML LLM report."""
+    """Replay the split plan and the best colocated one; write the HTML LLM report (the
+    section `fitwork report --llm` adds to a run report, on a page of its own)."""
 
     from fitwork.llm.report import render_llm_report
-    from fitwork.llm.sim import simulate
 
     try:
-        plans = _load_plans(plan_path)
-        trace = _trace(trace_ref, rate_scale)
-        chosen = [p for p in (plans.split, plans.best_colocated()) if p.feasible]
-        sims = [simulate(p, trace.scaled(p.goodput / trace.rate) if at_goodput else trace,
-                         seed=seed, keep_values=True) for p in chosen]
+        chosen, sims = _replays(plan_path, trace_ref, rate_scale, at_goodput, seed)
     except FitworkError as exc:
         _fail(exc)
     output_path.write_text(render_llm_report(chosen, sims), encoding="utf-8")
     click.echo(f"report written to {output_path}")
+
+
+REPORT_OPTIONS = (
+    click.Option(["--llm", "llm_plans"], type=click.Path(path_type=Path), metavar="PLAN",
+                 help="Plans from `fitwork llm plan -o`: add the LLM serving section (the "
+                      "split plan and the best colocated one replayed on --llm-trace); "
+                      "RECORD may then be left out."),
+    click.Option(["--llm-trace", "--trace", "llm_trace"], metavar="TRACE",
+                 help="The trace the --llm plans replay: conv, code or an Azure-format CSV."),
+    click.Option(["--llm-rate-scale", "llm_rate_scale"], type=float, default=1.0,
+                 show_default=True, help="Scale that trace's arrival rate."),
+    click.Option(["--llm-at-goodput", "llm_at_goodput"], is_flag=True,
+                 help="Scale that trace to each plan's planned goodput instead."),
+    click.Option(["--llm-seed", "llm_seed"], type=int, default=0, show_default=True,
+                 help="Seed of the replay's routing."),
+)
+
+
+def with_llm_section(command: click.Command) -> click.Command:
+    """``command`` (`fitwork report`) with `REPORT_OPTIONS`: given ``--llm`` and
+    ``--llm-trace``, the plans are replayed here and their `LLMSection` passed to its
+    callback as ``llm``."""
+    inner = command.callback
+    assert inner is not None
+
+    def callback(llm_plans: Path | None, llm_trace: str | None, llm_rate_scale: float,
+                 llm_at_goodput: bool, llm_seed: int, **kwargs: object) -> object:
+        section = None
+        if (llm_plans is None) != (llm_trace is None):
+            raise click.UsageError("give --llm PLAN and --llm-trace TRACE together")
+        if llm_plans is not None and llm_trace is not None:
+            from fitwork.llm.report import llm_report_section
+
+            try:
+                plans, sims = _replays(llm_plans, llm_trace, llm_rate_scale, llm_at_goodput,
+                                       llm_seed)
+            except FitworkError as exc:
+                _fail(exc)
+            section = llm_report_section(plans, sims)
+        return inner(**kwargs, llm=section)
+
+    return click.Command(command.name, callback=callback,
+                         params=[*command.params, *REPORT_OPTIONS], help=command.help,
+                         short_help=command.short_help, epilog=command.epilog,
+                         context_settings=command.context_settings)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from fitwork.errors import FitworkError, InputError
 from fitwork.telemetry.record import RunRecord
+
+if TYPE_CHECKING:
+    from fitwork.report.html import LLMSection
 
 
 def _parse_classes(values: tuple[str, ...]) -> dict[str, str]:
@@ -24,8 +28,7 @@ def _parse_classes(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command()
-@click.argument("records", nargs=-1, required=True, metavar="RECORD...",
-                type=click.Path(path_type=Path))
+@click.argument("records", nargs=-1, metavar="RECORD...", type=click.Path(path_type=Path))
 @click.option("--label", "labels", multiple=True, metavar="L",
               help="A name per record, in order, e.g. --label monolithic --label fitted.")
 @click.option("--plan", "plan_path", type=click.Path(path_type=Path),
@@ -39,11 +42,14 @@ def _parse_classes(values: tuple[str, ...]) -> dict[str, str]:
               default=Path("report.html"), show_default=True, help="Where the HTML goes.")
 def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path | None,
            price_per_hour: float | None, device_classes: tuple[str, ...],
-           output_path: Path) -> None:
+           output_path: Path, llm: LLMSection | None = None) -> None:
     """Write one HTML report of run records: the verdict, correctness, host and workload,
-    throughput and latency, utilization, timeline, replicas, devices, queues, cost."""
+    throughput and latency, utilization, timeline, replicas, devices, queues, cost; and the
+    LLM serving section when given plans to replay (--llm)."""
     from fitwork.report.html import default_labels, headline, render_report
 
+    if not records and llm is None:
+        raise click.UsageError("Missing argument 'RECORD...'.")
     console = Console(stderr=True)
     classes = _parse_classes(device_classes)
     try:
@@ -57,14 +63,20 @@ def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path |
 
             plan = Plan.load(plan_path)
         page = render_report(loaded, list(labels) or None, plan,
-                             price_per_hour=price_per_hour, classes=classes or None)
-        verdict = headline(loaded, list(labels) or default_labels(loaded), plan)
+                             price_per_hour=price_per_hour, classes=classes or None, llm=llm)
+        verdict = headline(loaded, list(labels) or default_labels(loaded), plan) \
+            if loaded else None
     except FitworkError as exc:
         console.print(f"error: {exc}", soft_wrap=True, highlight=False, markup=False,
                       style="red")
         sys.exit(1)
     output_path.parent.mkdir(parents=True, exist_ok=True)
     output_path.write_text(page, encoding="utf-8")
-    console.print(verdict.text, soft_wrap=True, highlight=False, markup=False)
-    console.print(f"wrote report of {len(loaded)} run{'s' if len(loaded) > 1 else ''} to "
-                  f"{output_path}")
+    if verdict is not None:
+        console.print(verdict.text, soft_wrap=True, highlight=False, markup=False)
+    if not loaded:
+        console.print(f"wrote the LLM serving report to {output_path}")
+        return
+    section = " with the LLM serving section" if llm is not None else ""
+    console.print(f"wrote report of {len(loaded)} run{'s' if len(loaded) > 1 else ''}{section} "
+                  f"to {output_path}")

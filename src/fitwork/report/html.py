@@ -19,6 +19,10 @@ fetched when it is viewed).  Its sections carry stable ids::
     processes    memory, open files and shared memory of the run's processes over time
     queues       items waiting in front of each unit over time, per run
     cost         cost per million items per run, with the price's basis
+    llm          (given an `LLMSection`) LLM serving plans beside their replays: planned and
+                 replayed goodput, share within the SLOs, $/h and $/Mtok, TTFT and TPOT p90;
+                 the TTFT and TPOT CDFs against the SLO; per plan the busy share of each
+                 pool over time, its utilization figures, and where the replay departs
 
 The run labelled ``monolithic`` (else the first) is the baseline; the others, those
 labelled ``fitted`` first, are compared with it.  The arithmetic is in
@@ -29,9 +33,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Literal
+
+import numpy as np
 
 from fitwork.errors import InputError
 from fitwork.fit.plan import Plan, PlanSide
@@ -71,6 +77,9 @@ from fitwork.telemetry.utilization import RunFigures, run_figures
 
 SECTIONS = ("headline", "correctness", "setup", "summary", "throughput", "utilization",
             "timeline", "replicas", "devices", "processes", "queues", "cost")
+LLM_SECTION = "llm"
+"""The id of the LLM serving section, after `SECTIONS` when the report is given one."""
+CDF_POINTS = 200
 THROUGHPUT_BUCKETS = 30
 OFF_SCALE = 3.0  # a prediction above this many times the highest measured rate is not drawn
 CHART_WIDTH = 1100
@@ -778,19 +787,162 @@ def _cost(records: Sequence[RunRecord], labels: Sequence[str], figures: Sequence
         _basis("cost per million items = price per hour / (items/s x 3600) x 1e6"))
 
 
+@dataclass(frozen=True)
+class LLMPool:
+    """One pool of an LLM serving plan as replayed (``name`` e.g. ``decode A100-80GB TP2
+    x26``): its busy share per time bin, and over the replay its fleet utilization
+    (``busy``), MFU (``compute``), server capacity and HBM bandwidth over peak."""
+
+    name: str
+    busy_over_time: Sequence[float]
+    busy: float
+    compute: float
+    capacity: float
+    bandwidth: float
+
+
+@dataclass(frozen=True)
+class LLMRun:
+    """One LLM serving plan beside its replay: GPUs and $/h, goodput (requests/s within
+    both SLOs), the share of requests within both, $/Mtok, TTFT and TPOT p90 (seconds;
+    ``None`` where not predicted), every request's TTFT and TPOT as replayed, the pools over
+    time bins of ``bin_s`` seconds, ``notes`` on where the replay departs from the plan and
+    the pools whose timings are ``transferred`` rather than measured."""
+
+    label: str
+    gpus: int
+    cost_per_hour: float
+    goodput_planned: float
+    goodput_replayed: float
+    attained: float
+    cost_per_million_planned: float | None
+    cost_per_million_replayed: float | None
+    ttft_p90_planned: float | None
+    ttft_p90_replayed: float | None
+    tpot_p90_planned: float | None
+    tpot_p90_replayed: float | None
+    ttft_values: Sequence[float]
+    tpot_values: Sequence[float]
+    pools: Sequence[LLMPool]
+    bin_s: float
+    duration_s: float
+    notes: Sequence[str] = ()
+    transferred: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class LLMSection:
+    """What the ``llm`` section shows: ``model`` served on ``trace`` under the SLOs (p90
+    seconds), one `LLMRun` per plan (`fitwork.llm.report.llm_report_section` builds it)."""
+
+    model: str
+    trace: str
+    ttft_slo: float
+    tpot_slo: float
+    runs: Sequence[LLMRun] = field(default_factory=tuple)
+
+
+def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
+    """Up to ``CDF_POINTS`` points of the empirical CDF (x: value, y: share at or below)."""
+    if not len(values):
+        return []
+    shares = np.linspace(0.0, 1.0, CDF_POINTS)
+    xs = np.quantile(np.asarray(values, dtype=float), shares)
+    return [(float(x), float(y)) for x, y in zip(xs, shares, strict=True)]
+
+
+def _llm_money(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.3f}"
+
+
+def _pair(planned: float | None, replayed: float | None, scale: float, digits: int) -> str:
+    def one(v: float | None) -> str:
+        return "-" if v is None else f"{v * scale:.{digits}f}"
+
+    return f"{one(planned)} / {one(replayed)}"
+
+
+def _llm_cdf(section: LLMSection, key: str, name: str, scale: float, unit: str) -> str:
+    slo = (section.ttft_slo if key == "ttft" else section.tpot_slo) * scale
+    top = slo * 1.5
+    series = []
+    for i, run in enumerate(section.runs):
+        points = [(x * scale, y) for x, y in
+                  _cdf(run.ttft_values if key == "ttft" else run.tpot_values)]
+        if points:
+            top = max(top, min(points[-1][0], 4 * slo))
+            series.append((run.label, points, colour(i)))
+    lines = [LineSeries(label, [(min(x, top), y) for x, y in points], c)
+             for label, points, c in series]
+    return line_chart(lines, top, label=f"{name} CDF against the SLO",
+                      height=240 + legend_height([s.name for s in lines]),
+                      x_caption=f"{name} ({unit}), longer drawn at {top:.3g} {unit}",
+                      y_caption="share of requests", y_max=1.0,
+                      markers=[Marker(slo, f"SLO {slo:g} {unit}",
+                                      f"{name} p90 target {slo:g} {unit}")])
+
+
+def _llm_pools(run: LLMRun) -> str:
+    lines = [LineSeries(pool.name, [((k + 0.5) * run.bin_s, v)
+                                    for k, v in enumerate(pool.busy_over_time)], colour(i))
+             for i, pool in enumerate(run.pools)]
+    chart = line_chart(lines, max(run.duration_s, run.bin_s),
+                       label=f"{run.label}: busy share per pool",
+                       height=240 + legend_height([s.name for s in lines]),
+                       x_caption=f"time (s), bins of {run.bin_s:.3g} s",
+                       y_caption="busy share", y_max=1.0)
+    table = _table([f"{run.label}: pool", "busy (fleet utilization)", "MFU",
+                    "server capacity", "HBM bandwidth of peak"],
+                   [[p.name, f"{p.busy:.0%}", f"{p.compute:.0%}", f"{p.capacity:.0%}",
+                     f"{p.bandwidth:.0%}"] for p in run.pools])
+    notes = "<pre>" + escape("\n".join(run.notes)) + "</pre>" if run.notes else ""
+    return f"<h3>{escape(run.label)}</h3>" + chart + table + notes
+
+
+def llm_section(section: LLMSection) -> str:
+    """The ``llm`` section: the cost table, the TTFT and TPOT CDFs against the SLO, and per
+    plan the busy share of each pool over time with its utilization figures."""
+    if not section.runs:
+        raise InputError("an LLM section needs at least one plan and its replay")
+    parts = [f'<p class="note">{escape(section.model)} on trace {escape(section.trace)}; '
+             f"SLO TTFT p90 {section.ttft_slo:g} s, TPOT p90 {section.tpot_slo * 1e3:g} ms. "
+             "Goodput: requests/s served within both SLOs; $/Mtok over prompt + output "
+             "tokens.</p>"]
+    parts += [_basis(f"{run.label}: not measured, transferred: {'; '.join(run.transferred)}")
+              for run in section.runs if run.transferred]
+    rows = [[run.label, f"{run.gpus}", f"${run.cost_per_hour:,.2f}",
+             f"{run.goodput_planned:.3f}", f"{run.goodput_replayed:.3f}",
+             f"{run.attained:.1%}", _llm_money(run.cost_per_million_planned),
+             _llm_money(run.cost_per_million_replayed),
+             _pair(run.ttft_p90_planned, run.ttft_p90_replayed, 1.0, 3),
+             _pair(run.tpot_p90_planned, run.tpot_p90_replayed, 1e3, 1)]
+            for run in section.runs]
+    parts.append(_table(["plan", "GPUs", "$/h", "goodput plan", "goodput replay",
+                         "within SLO", "$/Mtok plan", "$/Mtok replay",
+                         "TTFT p90 plan / replay (s)", "TPOT p90 plan / replay (ms)"], rows))
+    parts.append(_llm_cdf(section, "ttft", "TTFT", 1.0, "s"))
+    parts.append(_llm_cdf(section, "tpot", "TPOT", 1e3, "ms"))
+    parts += [_llm_pools(run) for run in section.runs]
+    return _section(LLM_SECTION, "LLM serving: plan and replay", *parts)
+
+
 def render_report(records: list[RunRecord], labels: list[str] | None = None,
                   plan: Plan | None = None, figures: list[RunFigures] | None = None, *,
                   price_per_hour: float | None = None,
                   classes: Mapping[str, str] | None = None, title: str | None = None,
-                  known: Catalog | None = None) -> str:
+                  known: Catalog | None = None, llm: LLMSection | None = None) -> str:
     """The report of ``records`` (e.g. labels ``["monolithic", "fitted"]``) as one HTML page.
 
     ``figures`` default to `run_figures` of each record with ``plan`` and ``classes`` (unit
     -> device class); the cost uses ``price_per_hour`` when given, else the plan's nodes,
-    else the catalog price of the devices each run allocated.
+    else the catalog price of the devices each run allocated.  ``llm`` adds the LLM serving
+    section after the others; with it, ``records`` may be empty (a page of that section).
     """
+    if not records and llm is not None:
+        title = title or f"fitwork report: LLM serving, {llm.model} on {llm.trace}"
+        return _page(title, [f"<h1>{escape(title)}</h1>", llm_section(llm)])
     if not records:
-        raise InputError("a report needs at least one run record")
+        raise InputError("a report needs at least one run record (or an LLM section)")
     labels = labels or default_labels(records)
     if len(labels) != len(records):
         raise InputError(f"{len(labels)} labels for {len(records)} run records; give one "
@@ -821,6 +973,12 @@ def render_report(records: list[RunRecord], labels: list[str] | None = None,
         _queues(records, labels, colours, x_max),
         _cost(records, labels, figures, plan, price_per_hour, known),
     ]
+    if llm is not None:
+        body.append(llm_section(llm))
+    return _page(title, body)
+
+
+def _page(title: str, body: Sequence[str]) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
             + "\n".join(body) + "</body></html>\n")
