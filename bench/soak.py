@@ -46,10 +46,12 @@ def main() -> None:
     args = parser.parse_args()
     pipeline = Pipeline(parse, widen, name="soak")
     kills = 0
+    marks: list[tuple[float, int]] = [(0.0, 0)]  # (seconds, outputs read) at each pause
     start = time.perf_counter()
     with fitwork.run(pipeline, range(args.items), workers={"parse": 2, "widen": 2}) as result:
         for n, _ in enumerate(result, 1):
             if n % args.pause_every == 0:
+                marks.append((time.perf_counter() - start, n))
                 time.sleep(0.5)
             if n % args.kill_every == 0:
                 pids = result.worker_pids("widen")
@@ -75,6 +77,13 @@ def main() -> None:
         if peaks and peaks[0]:
             print(f"{name}: peak per quarter {', '.join(f'{p:,.0f}' for p in peaks)}; last "
                   f"quarter / first {peaks[-1] / peaks[0]:.2f}x (aim: about 1x)")
+    quarter = max(1, (len(marks) - 1) // 4)
+    rates = [(marks[i + quarter][1] - marks[i][1]) / (marks[i + quarter][0] - marks[i][0])
+             for i in range(0, len(marks) - quarter, quarter)][:4]
+    if rates:
+        print(f"throughput per quarter (outputs/s, the reader's pauses included): "
+              f"{', '.join(f'{r:,.0f}' for r in rates)}; last / first "
+              f"{rates[-1] / rates[0]:.2f}x (aim: about 1x)")
     final = samples[-1]
     print(f"after the run: {final.workers} workers, {final.shm_bytes} bytes in /dev/shm "
           f"(aim: 0 and 0)")
