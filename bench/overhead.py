@@ -15,6 +15,7 @@ from fitwork import Pipeline, unit
 TUNED_CHUNKSIZES = (256, 1000, 4096)  # the headline baseline is the best of these
 REFERENCE_CHUNKSIZES = (1, 16)  # printed for reference only, never the headline
 FITWORK = "fitwork local (a -> b -> c)"
+PLANNED = "fitwork local, as planned"
 
 
 def step_a(x: int) -> int:
@@ -75,6 +76,29 @@ def run_fitwork(items: int) -> Measure:
     return Measure(wall, driver_cpu, sum(u.cpu_s for u in record.units), record.throughput)
 
 
+def planned_chain() -> Any:
+    """The plan fitwork makes for the chain on this host (profiled on a small sample):
+    what `fitwork plan` then `fitwork run --plan` would run.  Made once, before any timed
+    run, as a tuned chunksize is chosen before the Pool runs."""
+    from fitwork.fit.plan import fit
+
+    profile = fitwork.profile_pipeline(CHAIN, range(256), samples=256)
+    return fit(profile, fitwork.discover_local())
+
+
+def run_planned(items: int, plan: Any) -> Measure:
+    """The chain run with the placement of fitwork's own plan (fused or split, as fitted)."""
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    with run_pipeline(CHAIN, range(items), ordered=False, placement=plan) as result:
+        outputs = list(result)
+    wall = time.perf_counter() - start
+    driver_cpu = time.process_time() - cpu0
+    record = result.record
+    check(outputs, items, "fitwork planned")
+    return Measure(wall, driver_cpu, sum(u.cpu_s for u in record.units), record.throughput)
+
+
 def run_pool(items: int, chunksize: int) -> Measure:
     """The fused function through multiprocessing.Pool(2).imap, pool start-up included."""
     cpu0 = time.process_time()
@@ -118,7 +142,12 @@ def main() -> None:
     if not args.tuned:
         parser.error("--tuned needs at least one chunk size")
 
-    contenders: dict[str, Callable[[], Measure]] = {FITWORK: lambda: run_fitwork(items)}
+    plan = planned_chain()
+    layout = ("fused x" + str(sum(g.replicas for g in plan.placement().groups))
+              if plan.fused else " ".join(f"{g.unit}={g.replicas}"
+                                          for g in plan.placement().groups))
+    contenders: dict[str, Callable[[], Measure]] = {
+        FITWORK: lambda: run_fitwork(items), PLANNED: lambda: run_planned(items, plan)}
     for chunksize in (*args.reference, *args.tuned):
         contenders[pool_name(chunksize)] = lambda c=chunksize: run_pool(items, c)
     runs: dict[str, list[Measure]] = {name: [] for name in contenders}
@@ -136,6 +165,8 @@ def main() -> None:
     for name, m in results.items():
         if name == FITWORK:
             role = "fitwork, 1 replica per unit, unordered"
+        elif name == PLANNED:
+            role = f"fitwork, its own plan for this host ({layout})"
         else:
             chunksize = int(name.rsplit("=", 1)[1])
             role = ("reference only (untuned chunksize)" if chunksize in args.reference
@@ -150,6 +181,9 @@ def main() -> None:
     tuned = ",".join(str(c) for c in args.tuned)
     print(f"  HEADLINE ratio fitwork / best tuned Pool(2).imap (chunksize={chosen}, best of "
           f"{tuned}): {baseline.wall_s / mine.wall_s:.2f}x  (aim >= 0.5x)")
+    planned = results[PLANNED]
+    print(f"  fitwork as planned ({layout}) / best tuned Pool(2).imap: "
+          f"{baseline.wall_s / planned.wall_s:.2f}x  (issue 14 aim >= 1.0x)")
     for chunksize in args.reference:
         m = results[pool_name(chunksize)]
         print(f"  reference only: fitwork / Pool(2).imap chunksize={chunksize}: "

@@ -116,23 +116,34 @@ class Pipeline:
         It demands what a container bundling the stages holds: the largest core and GPU
         demand among them (the stages run in turn, not at once) and the sum of their memory;
         it is a flat-map, since a filter or a flat-map inside may give zero or many outputs
-        per item.  ``io=N`` gives each replica N threads, so the monolith overlaps its own
-        waiting (the threaded monolith a careful engineer writes).
+        per item (a map when every stage is an unbatched map).  ``io=N`` gives each replica
+        N threads, so the monolith overlaps its own waiting (the threaded monolith a careful
+        engineer writes).
         """
         stages = self
+        # a chain of plain maps fuses into a map: one output per item, and none of a
+        # flat-map's per-output books (child paths and weights) on the way
+        maps = all(u.kind is Kind.MAP and not u.batch_size for u in self.units)
 
         class Fused:
             def __init__(self) -> None:
                 self.kernels = [Kernel(u) for u in stages.units]
+                # a plain map (no retry, timeout or coroutine) is its bare function
+                self.calls = [k.fn if k.plain else k.call for k in self.kernels]
 
-            def __call__(self, item: Any) -> list[Any]:
+            def __call__(self, item: Any) -> Any:
+                if maps:
+                    for call in self.calls:
+                        item = call(item)
+                    return item
                 return list(_through(self.kernels, 0, item))
 
         resources = Resources(
             cpu=max(u.resources.cpu for u in self.units),
             gpu=max(u.resources.gpu for u in self.units),
             memory=sum(u.resources.memory for u in self.units))
-        fused = Unit(fn=Fused, name=name or f"{self.name}_fused", kind=Kind.FLAT_MAP,
+        fused = Unit(fn=Fused, name=name or f"{self.name}_fused",
+                     kind=Kind.MAP if maps else Kind.FLAT_MAP,
                      resources=resources, io=io, retry=NO_RETRY)
         return Pipeline(fused, name=fused.name, context=self.context)
 
