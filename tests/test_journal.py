@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from fitwork.engine.local.wire import shm_dir
+from fitwork.engine.parts import read_parts
 from fitwork.errors import InputError
 from fitwork.journal import (
     JOURNAL_FILE,
@@ -59,6 +60,8 @@ def expected(count: int) -> Counter[tuple[int, int]]:
 
 
 def rows(path: Path) -> Counter[tuple[int, int]]:
+    if path.is_dir():  # a sharded run's parts
+        return Counter((r["n"], r["part"]) for r in read_parts(path))
     if path.suffix == ".parquet":
         import pyarrow.parquet
 
@@ -73,8 +76,9 @@ def checkpoints(journal: Path) -> int:
 
 
 def start(project: Path, *extra: str, output: str = "out.jsonl") -> subprocess.Popen[str]:
+    source = "in/" if output.endswith("/") else "in.jsonl"  # a sharded run reads files
     return subprocess.Popen(
-        [sys.executable, "-m", "fitwork.cli", "run", "job.py:pipeline", "--input", "in.jsonl",
+        [sys.executable, "-m", "fitwork.cli", "run", "job.py:pipeline", "--input", source,
          "--output", output, "-q", "--workers", "spread=2", *extra],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -96,7 +100,7 @@ def write_input(project: Path, count: int) -> None:
 
 
 @pytest.mark.parametrize(("which", "output"), [("local", "out.jsonl"), ("ray", "out.jsonl"),
-                                               ("local", "out.parquet")])
+                                               ("local", "out.parquet"), ("local", "out/")])
 def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
         project: Path, which: str, output: str, request: pytest.FixtureRequest) -> None:
     if output.endswith(".parquet"):
@@ -105,11 +109,18 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
         count, kills = (100_000, 5) if which == "local" else (20_000, 3)
     pace = (0.0, 0.8)  # seconds from a try's first checkpoint to its kill
     write_input(project, count)
+    fed = count
+    if output.endswith("/"):  # sharded: 50 files, a shard each, read by the replicas
+        fed = 50
+        (project / "in").mkdir()
+        lines = (project / "in.jsonl").read_text().splitlines(keepends=True)
+        for k in range(fed):
+            (project / "in" / f"{k:02d}.jsonl").write_text("".join(lines[k::fed]))
     extra = ["--engine", which]
     if which == "ray":
         extra += ["--ray-address", request.getfixturevalue("ray_cluster").address]
     rng = random.Random(7)
-    journal = project / f"{output}.journal" / JOURNAL_FILE
+    journal = project / f"{output.rstrip('/')}.journal" / JOURNAL_FILE
     for _ in range(3):  # a busy host may finish the run before two kills land: start over
         landed = 0
         for _ in range(kills):
@@ -131,8 +142,11 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
             assert run.returncode == -signal.SIGKILL, err
         if landed >= 2:
             break
-        (project / output).unlink(missing_ok=True)
         shutil.rmtree(journal.parent, ignore_errors=True)
+        if output.endswith("/"):
+            shutil.rmtree(project / output, ignore_errors=True)
+        else:
+            (project / output).unlink(missing_ok=True)
         shutil.rmtree(project / f"{output}.parts", ignore_errors=True)
     assert landed >= 2, "the kills should land while the run goes on"
     if journal.exists():
@@ -141,10 +155,10 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
         _, err = final.communicate(timeout=240)
         assert final.returncode == 0, err
         # the last run fed only what the journal had not seen done
-        assert 0 < json.loads((project / "final.json").read_text())["items_in"] < count
+        assert 0 < json.loads((project / "final.json").read_text())["items_in"] < fed
     got = rows(project / output)
     assert got == expected(count)  # every output exactly once
-    assert not (project / f"{output}.journal").exists()  # a finished run leaves none
+    assert not journal.parent.exists()  # a finished run leaves none
     assert not (project / f"{output}.parts").exists()
 
 

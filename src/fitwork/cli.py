@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -145,8 +146,9 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
             record, written = _run_sharded(
                 pipeline, input_text, output_path, engine=engine, placement=placement,
                 workers=replicas, dead_letter=dead_letter, max_failures=max_failures,
-                quiet=quiet, limit=limit, journaled=journal_path is not None or resume,
-                csv_types=not csv_strings, adapt=adapt and not monolithic,
+                quiet=quiet, limit=limit,
+                journal_dir=_journal_dir(journal_path, no_journal, resume, output_path),
+                resume=resume, csv_types=not csv_strings, adapt=adapt and not monolithic,
                 record_path=record_path, options={"address": ray_address}
                 if engine == "ray" and ray_address else {},
                 metrics=(metrics_port, metrics_host))
@@ -386,46 +388,80 @@ def _names_directory(output: str) -> bool:
 
 def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: str,
                  placement: Any, workers: dict[str, int], dead_letter: Path | None,
-                 max_failures: int | None, quiet: bool, limit: int | None, journaled: bool,
-                 csv_types: bool, adapt: bool, record_path: Path | None,
-                 options: dict[str, Any], metrics: tuple[int | None, str]) -> tuple[Any, int]:
+                 max_failures: int | None, quiet: bool, limit: int | None,
+                 journal_dir: Path | None, resume: bool, csv_types: bool, adapt: bool,
+                 record_path: Path | None, options: dict[str, Any],
+                 metrics: tuple[int | None, str]) -> tuple[Any, int]:
     """A run whose replicas read the input's shards and write the output's parts (``--output
-    DIR/``): the driver hands out shards and keeps the books, and touches no item."""
+    DIR/``): the driver hands out shards and keeps the books, and touches no item.  Its
+    journal records the shards done and, per part, the byte ranges committed."""
+    from dataclasses import replace
+
     from fitwork.engine.parts import Sink
+    from fitwork.journal import CHECKPOINT_SECONDS, Journal, identity
     from fitwork.report.terminal import ProgressView
     from fitwork.runner import run as run_pipeline
     from fitwork.shards import Source
 
-    if journaled:
-        raise click.UsageError(f"--output {output_path}: a directory output is not journaled "
-                               "yet (its parts are sealed when the run ends); drop "
-                               "--journal/--resume, or give a file --output")
     if limit is not None:
         raise click.UsageError(f"--limit with --output {output_path}: a quick look reads "
                                "through the driver; give a file --output (out.jsonl)")
     source = Source.files(input_text, csv_types=csv_types)
     sink = Sink.files(output_path)
     dead_letter = dead_letter or output_path / "_dead-letters.jsonl"
+    journal = keep = None
+    if journal_dir is not None:
+        header = identity(pipeline.name, Path(input_text), output_path,
+                          units=[u.name for u in pipeline.units], sharded=True)
+        journal = (Journal.resume(journal_dir, header) if resume
+                   else Journal.start(journal_dir, header))
+        if resume:
+            shards = list(journal.state.done.remaining(source.shards))
+            source = replace(source, shards=shards, count=len(shards))
+            sink = replace(sink, kept=tuple((name, tuple(ranges)) for name, ranges
+                                            in journal.state.parts.items()))
+            keep = dead_letter.stat().st_size if dead_letter.exists() else 0
     errors = Console(stderr=True)
     view = ProgressView(errors, None if quiet else source.count, pipeline.name)
     record = None
-    with (view if not quiet else _Null() as live,
-          exporter_for(*metrics) as exporter):
-        if exporter is not None:
-            errors.print(f"serving metrics on {exporter.url}", markup=False)
-        result = run_pipeline(pipeline, source, engine=engine, placement=placement,
-                              workers=workers, dead_letter=dead_letter,
-                              max_failures=max_failures, adapt=adapt, sink=sink,
-                              progress=combine_progress(live, exporter), **options)
-        try:
-            with result:
-                for _ in result:  # the parts hold the outputs; this drives the run
-                    pass
-        finally:
-            record = result.record
-            if record_path:
-                record.save(record_path)
+    try:
+        with (view if not quiet else _Null() as live,
+              exporter_for(*metrics) as exporter):
+            if exporter is not None:
+                errors.print(f"serving metrics on {exporter.url}", markup=False)
+            result = run_pipeline(pipeline, source, engine=engine, placement=placement,
+                                  workers=workers, dead_letter=dead_letter,
+                                  max_failures=max_failures, adapt=adapt, sink=sink,
+                                  spans=journal is not None, dead_letter_keep=keep,
+                                  progress=combine_progress(live, exporter), **options)
+            try:
+                committed, due = 0, time.monotonic() + CHECKPOINT_SECONDS
+                with result:
+                    for count in result:  # the parts hold the outputs; these are counts
+                        committed += count
+                        if journal is not None and time.monotonic() >= due:
+                            _checkpoint(journal, result, committed)
+                            due = time.monotonic() + CHECKPOINT_SECONDS
+                # the run ended and its parts are sealed: nothing is left to resume
+                if journal is not None:
+                    journal.finish()
+                    journal = None
+            finally:
+                record = result.record
+                if record_path:
+                    record.save(record_path)
+    finally:
+        if journal is not None:
+            journal.close()
     return record, result.record.outputs
+
+
+def _checkpoint(journal: Any, result: Any, committed: int) -> None:
+    """Journal the shards whose outputs are all committed, with the parts' ranges (synced
+    to disk first)."""
+    spans = result.settled_spans(committed)
+    if spans:
+        journal.checkpoint(spans, 0, committed, result.sync_parts())
 
 
 def _journal_dir(given: Path | None, off: bool, resume: bool, output: Path) -> Path | None:

@@ -161,6 +161,8 @@ class State:
     output_at: int = 0
     outputs: int = 0
     checkpoints: int = 0
+    parts: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    """A sharded output's parts: file name -> committed ``(start, end, rows)`` ranges."""
 
 
 def load(directory: Path) -> State:
@@ -200,6 +202,10 @@ def load(directory: Path) -> State:
             for start, count in record["spans"]:
                 done.add(int(start), int(count))
             state.output_at, state.outputs = int(record["at"]), int(record["outputs"])
+            for name, ranges in record.get("parts", {}).items():
+                if not isinstance(name, str) or "/" in name or name.startswith(".."):
+                    raise ValueError(f"part name {name!r}")
+                state.parts[name] = [(int(a), int(b), int(n)) for a, b, n in ranges]
         except (KeyError, TypeError, ValueError):
             raise JournalError(f"{place}: line {number} is corrupt; delete {directory} and "
                                "run again without --resume") from None
@@ -255,12 +261,18 @@ class Journal:
         return cls(directory, state, Renumbering(state.done))
 
     def checkpoint(self, spans: Sequence[tuple[int, int]], output_at: int,
-                   outputs: int) -> None:
+                   outputs: int, parts: dict[str, list[tuple[int, int, int]]] | None = None
+                   ) -> None:
         """Record ``spans`` (this run's indices) done, with the output durable up to
-        position ``output_at`` holding ``outputs`` outputs.  The output must be synced first."""
+        position ``output_at`` holding ``outputs`` outputs (a sharded output: ``parts``, the
+        committed ranges of each part changed since the last line).  The output must be
+        synced first."""
         original = [s for start, count in spans for s in (
             self.renumber.original(start, count) if self.renumber else [(start, count)])]
-        line = {"spans": _merge(original), "at": output_at, "outputs": outputs}
+        line: dict[str, Any] = {"spans": _merge(original), "at": output_at, "outputs": outputs}
+        if parts:
+            line["parts"] = {name: [list(r) for r in ranges] for name, ranges in parts.items()}
+            self.state.parts.update(parts)
         self.file.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
         self.file.flush()
         os.fsync(self.file.fileno())

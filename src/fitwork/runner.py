@@ -55,7 +55,7 @@ def run(
     reader unit named ``read`` then runs in front of the pipeline and its replicas read the
     shards' rows, so no item passes through this process.  ``sink`` (a `fitwork.Sink`) has
     the last unit's replicas write the outputs into part files of a directory themselves;
-    the result then yields nothing (`fitwork.engine.parts`).
+    the result then yields how many outputs each step committed (`fitwork.engine.parts`).
     """
     chosen = get_engine(engine)
     readers = None

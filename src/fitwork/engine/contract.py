@@ -52,6 +52,12 @@ class RunResult:
         one).  A journal records them once those outputs are durably written."""
         return self._run.settled_spans(consumed)
 
+    def sync_parts(self) -> dict[str, list[tuple[int, int, int]]]:
+        """With a sink: make the parts written since the last call durable, and return
+        their committed byte ranges (what a journal records); ``{}`` without one."""
+        parts = getattr(self._run, "parts", None)
+        return parts.sync() if parts is not None else {}
+
     def resize(self, unit: str, replicas: int) -> None:
         """Run ``replicas`` replicas of ``unit`` from now on (added or retired live)."""
         self._run.resize(unit, replicas)

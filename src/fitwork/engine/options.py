@@ -26,7 +26,8 @@ class RunOptions:
     ``resume_dead_letters`` keeps the first that many bytes of an existing dead-letter file
     and appends after them, instead of starting it afresh (a resumed run).  ``sink`` (a
     `fitwork.engine.parts.Sink`) has the last unit's replicas write the outputs into part
-    files themselves: the driver sees none, and the run's result yields nothing.
+    files themselves: the driver sees none, and the run's result yields, instead of outputs,
+    how many outputs each step committed.
     """
 
     ordered: bool = False

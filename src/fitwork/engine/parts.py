@@ -51,6 +51,9 @@ class Sink:
 
     directory: Path
     format: str = "jsonl"
+    kept: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...] = ()
+    """Parts an interrupted run committed, ``(file name, ((start, end, rows), ...))``, that a
+    resumed run keeps (from its journal) instead of clearing the directory."""
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -155,12 +158,16 @@ class PartBooks:
 
     def __init__(self, sink: Sink, run_id: str) -> None:
         self.sink, self.run_id = sink, run_id
-        self.parts: dict[int, list[tuple[int, int, int]]] = {}  # worker -> (start, end, rows)
+        # part file name -> committed (start, end, rows), this run's and kept ones
+        self.parts: dict[str, list[tuple[int, int, int]]] = {
+            name: list(ranges) for name, ranges in sink.kept}
+        self.names: dict[int, str] = {}  # this run's worker -> its part's file name
+        self.touched: set[str] = set()  # parts accepted into since the last `sync`
         self.sealed = False
 
     def prepare(self) -> None:
         """Create the directory; remove parts and the manifest a previous run left (a run
-        replaces its output, as a file output is replaced)."""
+        replaces its output, as a file output is replaced), except parts kept for a resume."""
         place = f"output {self.sink.directory}"
         try:
             self.sink.directory.mkdir(parents=True, exist_ok=True)
@@ -170,23 +177,49 @@ class PartBooks:
         if not self.sink.directory.is_dir():
             raise InputError(f"{place}: not a directory; give --output a directory path")
         for entry in self.sink.directory.iterdir():
+            if entry.name in self.parts:
+                continue
             if entry.name == MANIFEST or _PART.fullmatch(entry.name):
                 entry.unlink(missing_ok=True)
+        for name in self.parts:  # sealed by a run that died before its journal went
+            sealed = self.sink.directory / name.removeprefix(".").removesuffix(".inprogress")
+            if not (self.sink.directory / name).exists() and sealed.is_file():
+                os.replace(sealed, self.sink.directory / name)
+        missing = [name for name in self.parts if not (self.sink.directory / name).is_file()]
+        if missing:
+            raise InputError(f"{place}: part {missing[0]} of the interrupted run is gone; "
+                             "delete the journal and run again without --resume")
 
     def accept(self, places: Iterable[tuple[int, int, int]]) -> None:
         """The run's books took these outputs (each ``(worker, start, end)`` in its part):
         they are committed.  An output the books refused (a duplicate a retried item made
         again) never comes here, so the seal leaves its bytes out."""
-        parts = self.parts
+        parts, names = self.parts, self.names
         for worker, start, end in places:
-            ranges = parts.get(worker)
+            name = names.get(worker)
+            if name is None:
+                name = names[worker] = self.sink.aside(self.run_id, worker).name
+            ranges = parts.get(name)
+            self.touched.add(name)
             if ranges is None:
-                parts[worker] = [(start, end, 1)]
+                parts[name] = [(start, end, 1)]
             elif ranges[-1][1] == start:
                 first, _, rows = ranges[-1]
                 ranges[-1] = (first, end, rows + 1)
             else:
                 ranges.append((start, end, 1))
+
+    def sync(self) -> dict[str, list[tuple[int, int, int]]]:
+        """Make the parts accepted into since the last call durable (fsync); their committed
+        ranges, for a journal line."""
+        changed = {}
+        for name in sorted(self.touched):
+            path = self.sink.directory / name
+            with open(path, "rb") as held:
+                os.fsync(held.fileno())
+            changed[name] = list(self.parts[name])
+        self.touched.clear()
+        return changed
 
     @property
     def rows(self) -> int:
@@ -205,17 +238,19 @@ class PartBooks:
             return self._manifest()
         directory = self.sink.directory
         parts = []
+        kept = {name for name, _ in self.sink.kept}
         for entry in sorted(directory.iterdir()):
             match = _PART.fullmatch(entry.name)
-            if match is None or match.group(1) != self.run_id or not match.group(4):
+            if match is None or not match.group(4) or (
+                    match.group(1) != self.run_id and entry.name not in kept):
                 continue
-            ranges = sorted(self.parts.get(int(match.group(2)), []))
+            ranges = sorted(self.parts.get(entry.name, []))
             rows = sum(r for _, _, r in ranges)
             if rows == 0:
                 entry.unlink(missing_ok=True)
                 continue
             size = _keep(entry, ranges, header=self.sink.format == "csv")
-            final = self.sink.committed(self.run_id, int(match.group(2)))
+            final = self.sink.committed(match.group(1), int(match.group(2)))
             os.replace(entry, final)
             parts.append({"name": final.name, "rows": rows, "bytes": size})
         manifest = {"run_id": self.run_id, "format": self.sink.format,

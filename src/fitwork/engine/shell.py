@@ -381,6 +381,8 @@ class Shell:
             self.out.extend(instruction.values)
         else:  # with a sink the outputs are in its parts: these are their places
             self.parts.accept(instruction.values)
+            if instruction.values:
+                self.out.append(len(instruction.values))  # the caller sees counts
         self.emitted += len(instruction.values)
         if instruction.span is not None:
             self.spans.append((self.emitted, *instruction.span))
