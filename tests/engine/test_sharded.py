@@ -172,3 +172,27 @@ def test_a_csv_sink_writes_a_header_per_part(tmp_path: Path) -> None:
     assert count == 10_000
     for part in (tmp_path / "out").glob("part-*.csv"):
         assert part.read_text().splitlines()[0] == "n,part"
+
+
+def test_a_resume_keeps_the_journaled_bytes_of_parts_even_once_sealed(tmp_path: Path) -> None:
+    from fitwork.engine.parts import PartBooks, Sink
+
+    out = tmp_path / "out"
+    out.mkdir()
+    lines = [json.dumps({"n": i}).encode() + b"\n" for i in range(6)]
+    ends = [sum(map(len, lines[:k + 1])) for k in range(6)]
+    (out / ".part-aaaa-00001.jsonl.inprogress").write_bytes(b"".join(lines))
+    (out / "part-bbbb-00002.jsonl").write_bytes(b"".join(lines))  # sealed, then the crash
+    kept = ((".part-aaaa-00001.jsonl.inprogress", ((0, ends[1], 2), (ends[3], ends[4], 1))),
+            (".part-bbbb-00002.jsonl.inprogress", ((0, ends[2], 3),)))
+    books = PartBooks(Sink(out, kept=kept), "cccc")
+    books.prepare()
+    manifest = books.seal()
+    assert manifest["rows"] == 6
+    assert (out / "part-aaaa-00001.jsonl").read_bytes() == lines[0] + lines[1] + lines[4]
+    assert (out / "part-bbbb-00002.jsonl").read_bytes() == b"".join(lines[:3])
+    # a part the seal had compacted cannot be cut back to the journal's ranges: refused
+    (out / "part-dddd-00003.jsonl").write_bytes(lines[0] + lines[2])
+    gapped = ((".part-dddd-00003.jsonl.inprogress", ((0, ends[0], 1), (ends[1], ends[2], 1))),)
+    with pytest.raises(fitwork.InputError, match="died while sealing part"):
+        PartBooks(Sink(out, kept=gapped), "eeee").prepare()

@@ -176,15 +176,23 @@ class PartBooks:
                              "check the --output path") from exc
         if not self.sink.directory.is_dir():
             raise InputError(f"{place}: not a directory; give --output a directory path")
+        for name, ranges in self.parts.items():  # sealed by a run that died after
+            sealed = self.sink.directory / name.removeprefix(".").removesuffix(".inprogress")
+            if (self.sink.directory / name).exists() or not sealed.is_file():
+                continue
+            check = sorted(ranges)
+            if self.sink.format == "csv" and check:  # the header line precedes the rows
+                check = [(0, check[0][0], 0), *check]
+            if not _from_start(check):  # the seal moved bytes: the ranges do not apply
+                raise InputError(f"{place}: the interrupted run died while sealing part "
+                                 f"{sealed.name}; delete {self.sink.directory} and the "
+                                 "journal and run again without --resume")
+            os.replace(sealed, self.sink.directory / name)  # cut back to the journal's end
         for entry in self.sink.directory.iterdir():
             if entry.name in self.parts:
                 continue
             if entry.name == MANIFEST or _PART.fullmatch(entry.name):
                 entry.unlink(missing_ok=True)
-        for name in self.parts:  # sealed by a run that died before its journal went
-            sealed = self.sink.directory / name.removeprefix(".").removesuffix(".inprogress")
-            if not (self.sink.directory / name).exists() and sealed.is_file():
-                os.replace(sealed, self.sink.directory / name)
         missing = [name for name in self.parts if not (self.sink.directory / name).is_file()]
         if missing:
             raise InputError(f"{place}: part {missing[0]} of the interrupted run is gone; "
@@ -272,6 +280,12 @@ class PartBooks:
             return {}
 
 
+def _from_start(ranges: list[tuple[int, int, int]]) -> bool:
+    """Whether sorted byte ranges run from byte 0 without a gap."""
+    return bool(ranges) and ranges[0][0] == 0 and all(
+        a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
 def _keep(path: Path, ranges: list[tuple[int, int, int]], header: bool) -> int:
     """Cut ``path`` down to the byte ranges given (sorted); its new size, made durable.
     With ``header`` (a CSV part) the first line is kept too: the range that held it may be
@@ -279,8 +293,7 @@ def _keep(path: Path, ranges: list[tuple[int, int, int]], header: bool) -> int:
     with open(path, "r+b") as held:
         if header and ranges[0][0] != 0:
             ranges = [(0, len(held.readline()), 0), *ranges]
-        contiguous = ranges[0][0] == 0 and all(
-            a[1] == b[0] for a, b in itertools.pairwise(ranges))
+        contiguous = _from_start(ranges)
         if contiguous:
             size = ranges[-1][1]
         else:

@@ -292,14 +292,12 @@ class Shell:
                 if self.adapter is not None:
                     self._adapt()
                 if self.out:
-                    out, self.out = self.out, []
-                    yield from out
+                    yield from self._handed_out()
             self.stop_workers()
             self.ended = self.clock()
             self._report_now()
             if self.out:
-                out, self.out = self.out, []
-                yield from out
+                yield from self._handed_out()
             if core.source_error is not None:
                 self.status, self.error = "aborted", f"the source raised: {core.source_error}"
                 raise core.source_error
@@ -314,6 +312,17 @@ class Shell:
         finally:
             self.ended = self.ended or self.clock()
             self.shutdown()
+
+    def _handed_out(self) -> Iterator[Any]:
+        """What the caller gets of ``out``: the outputs; with a sink, one count of all the
+        outputs committed since the last turn, so that when the caller sees it every span
+        and part range the books hold is covered by what it has seen (a journal line
+        taken then is consistent)."""
+        out, self.out = self.out, []
+        if self.parts is None:
+            yield from out
+        else:
+            yield sum(out)
 
     def feed(self) -> None:
         """Send retries first (each alone), then new source items while the core has room."""
