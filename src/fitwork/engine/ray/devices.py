@@ -26,10 +26,11 @@ class NodeSampler:
 class ClusterSamplers:
     """One `NodeSampler` per live node that has GPUs; `stop` gathers every sample."""
 
-    def __init__(self, interval: float, t0: float, timeout: float) -> None:
+    def __init__(self, interval: float, t0: float, timeout: float,
+                 nodes: list[dict[str, Any]] | None = None) -> None:
         self.timeout = timeout
         self.actors: list[Any] = []
-        for node in live_nodes(timeout):
+        for node in nodes if nodes is not None else live_nodes(timeout):
             if node["Resources"].get("GPU", 0) <= 0:
                 continue
             strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)

@@ -8,7 +8,10 @@
 
 The driver sends frames to the first unit's replicas (its `Router` picks the less loaded
 of two) and each call returns once the frame has gone all the way down; its summary
-carries references to the outputs, which the driver fetches from the object store.  Every
+carries references to the outputs, which the driver fetches from the object store, and
+the counters of the replicas it went through.  The driver holds membership: it pushes
+each replica the next unit's live replicas whenever they change, under a version every
+frame carries (`fitwork.engine.ray.routing`).  Every
 call result, actor start, death report, retirement and counter reading becomes an event
 for the run core (`fitwork.engine.core`), which keeps the books and decides; this module
 only carries out what it says.  Every call the driver makes into Ray has a deadline.
@@ -25,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -36,6 +40,7 @@ from fitwork.engine.core import (
     Counters,
     Done,
     Exited,
+    Fed,
     FrameSizes,
     Lost,
     Measured,
@@ -46,26 +51,41 @@ from fitwork.engine.core import (
     Taken,
 )
 from fitwork.engine.options import RayOptions, RunOptions
-from fitwork.engine.ray.registry import Registry
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
+from fitwork.engine.ray.transport import pack
 from fitwork.engine.shell import Shell, policy_for
-from fitwork.engine.threads import variables
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
     NODE_TYPE_LABEL,
     cluster_resources,
     connect,
-    labelled_node_types,
     live_nodes,
 )
 from fitwork.placement import Group, Placement
 from fitwork.resources import Resources
 from fitwork.workload.pipeline import Pipeline
 
-FRAME_TIME = 0.05  # a Ray call costs ~1 ms of CPU: frames carry ~50 ms of work
+FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
 MAX_FRAME = 2048
+GROWTH = 4
+"""A new frame holds at most this many times the items of the largest call completed so
+far: a size measured on a few items (which may have missed the rare slow one) is not
+committed to, many frames at once, before calls of that size have come back."""
 CPU_STEP = 0.001
+_REMOTE: dict[type, Any] = {}
+
+
+def remote_class(cls: type) -> Any:
+    """``ray.remote(cls)``, made once per process.
+
+    Ray exports a remote class to the cluster once per job, but every fresh ``ray.remote``
+    is a new class: it would be exported (and its code disassembled) at every spawn.
+    """
+    made = _REMOTE.get(cls)
+    if made is None:
+        made = _REMOTE[cls] = ray.remote(cls)
+    return made
 
 
 class RayEngine:
@@ -89,6 +109,7 @@ class _Actor:
     handle: Any
     bundle: int | None
     pid: int = 0
+    node: str | None = None
     ended: bool = False
     retiring: bool = False
 
@@ -114,28 +135,33 @@ class RayRun(Shell):
         self.limits = [max(ray_options.in_flight, u.batch_size or 0, u.io)
                        for u in pipeline.units]
         first = max(1, placement.replicas(pipeline.units[0].name))
+        # A journaled run's outputs are released a frame at a time (spans): its frames stay
+        # half as long, so checkpoints fall as often as they did.
+        frame_time = FRAME_TIME / 2 if options.spans else FRAME_TIME
         policy = policy_for(options, max_frames=self.limits[0] * first * 2,
-                            frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=None,
+                            frame_time=frame_time, max_frame=MAX_FRAME, quiet_after=None,
                             whole_path=True, sample_interval=max(options.sample_interval, 0.2))
         super().__init__(pipeline, source, placement, options, policy)
         self.ray_options = ray_options
         self.timeout = ray_options.call_timeout
-        self.registry: Any = None
-        self.version = 0
+        self.version = 0  # of membership, pushed to the replicas that route
         self.router = Router(0, self.limits[0])
         self.actors: dict[int, _Actor] = {}
         self.by_key: dict[str, int] = {}
         self.bundles: list[_Bundle] = []
         self.groups: list[Any] = []
-        self.calls: dict[Any, tuple[int, int, Any]] = {}
+        self.calls: dict[Any, tuple[int, int, Any, int]] = {}
+        self.completed = 0  # items in the largest call that has come back
         self.call_ids = itertools.count(1)
         self.hellos: dict[Any, int] = {}
         self.drains: dict[Any, int] = {}
         self.stats: dict[Any, int] = {}
-        self.reports: Any = None
+        self.pushes: dict[Any, int] = {}
         self.last_stats = 0.0
+        self.seen: dict[int, tuple[int, Counters]] = {}  # newest counters read per worker
         self.hints = [1] * len(self.units)
         self.has_gpus = False
+        self.nodes: list[dict[str, Any]] = []
         self.started = False
 
     # -- setting up ------------------------------------------------------------------------
@@ -146,10 +172,10 @@ class RayRun(Shell):
             module = sys.modules.get(getattr(unit.fn, "__module__", "") or "")
             if module is not None and getattr(module, "__fitwork_by_value__", False):
                 ray.cloudpickle.register_pickle_by_value(module)
-        self.has_gpus = cluster_resources(self.timeout).get("GPU", 0) > 0
-        self.registry = ray.remote(Registry).options(
-            num_cpus=0, max_concurrency=64, name=f"fitwork-registry-{self.run_id}").remote()
-        self.reserve_groups(labelled_node_types(self.timeout))
+        self.nodes = live_nodes(self.timeout)  # read once: resources, labels, the host
+        self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
+        self.reserve_groups({label for n in self.nodes
+                             if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
 
     def demand(self, stage: int, group: Group | None) -> Resources:
         """What one replica asks Ray for: the plan's resources, else the unit's own."""
@@ -227,15 +253,11 @@ class RayRun(Shell):
                 f"replicas of {', '.join(stuck)} were not placed within {startup:.0f} s: the "
                 f"cluster has {self._available()}; lower their demands, add nodes, or "
                 "check --ray-address")
-        for stage in range(len(self.units)):
-            handles = [a.handle for a in self.actors.values() if a.stage == stage and not a.ended]
-            self.version = self._registry("set_members", stage, handles)
-        self.router.set_members([a.handle for a in self.actors.values()
-                                 if a.stage == 0 and not a.ended], self.version)
+        self.publish()
         self.started = True
 
     def describe_host(self) -> dict[str, Any] | None:
-        nodes = live_nodes(self.timeout)
+        nodes = self.nodes or live_nodes(self.timeout)
         devices: dict[str, float] = {}
         for node in nodes:
             for name, amount in node["Resources"].items():
@@ -250,14 +272,21 @@ class RayRun(Shell):
         from fitwork.engine.ray.devices import ClusterSamplers
 
         return ClusterSamplers(max(0.5, self.options.sample_interval), self.started_at,
-                               self.timeout)
+                               self.timeout, self.nodes or None)
 
-    def _registry(self, method: str, *args: Any) -> Any:
-        try:
-            return ray.get(getattr(self.registry, method).remote(*args), timeout=self.timeout)
-        except GetTimeoutError:
-            raise EngineError(f"the fitwork registry did not answer {method} within "
-                              f"{self.timeout:g} s; check the Ray cluster") from None
+    def publish(self) -> None:
+        """Membership changed: a new version, the first unit's live replicas to this
+        driver's router, and each later unit's to every replica that sends to it."""
+        self.version += 1
+        live: list[list[Any]] = [[] for _ in self.units]
+        for actor in self.actors.values():
+            if not actor.ended and not actor.retiring:
+                live[actor.stage].append(actor.handle)
+        self.router.set_members(live[0], self.version)
+        for actor in self.actors.values():  # retiring ones too: they finish what they hold
+            if not actor.ended and actor.stage < len(self.units) - 1:
+                ref = actor.handle.set_members.remote(self.version, live[actor.stage + 1])
+                self.pushes[ref] = actor.worker
 
     # -- carrying out the core's instructions ----------------------------------------------
 
@@ -265,8 +294,9 @@ class RayRun(Shell):
         stage, group = instruction.stage, instruction.group
         unit = self.units[stage]
         wanted = self.demand(stage, group)
+        # No runtime_env: an actor with one of its own waits for a fresh worker process
+        # (twice the start-up here); the replica holds its thread pools itself.
         options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0,
-                                   "runtime_env": {"env_vars": variables(wanted.cpu)},
                                    **wanted.to_ray()}
         bundle = None
         if group is not None and group.node_type is not None:
@@ -280,8 +310,8 @@ class RayRun(Shell):
                     placement_group=chosen.group, placement_group_bundle_index=chosen.index)
         batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
         replicas = max(1, self.placement.replicas(unit.name))
-        handle = ray.remote(Replica).options(**options).remote(
-            unit, stage, self.names, self.registry, self.options.max_attempts, self.limits,
+        handle = remote_class(Replica).options(**options).remote(
+            unit, stage, self.names, self.options.max_attempts, self.limits,
             batch, wanted.cpu, max(1, unit.io), self.timeout, replicas,
             (self.options.sink, self.run_id, instruction.worker)
             if self.options.sink is not None and stage == len(self.units) - 1 else None)
@@ -290,18 +320,14 @@ class RayRun(Shell):
         self.by_key[key(handle)] = instruction.worker
         self.hellos[handle.hello.remote()] = instruction.worker
         if self.started:  # a replacement, or one more: tell the others at once
-            self.version = self._registry("add", stage, handle)
-            if stage == 0:
-                self.router.set_members([*self.router.members, handle], self.version)
+            self.publish()
 
     def retire(self, instruction: Retire) -> None:
         actor = self.actors.get(instruction.worker)
         if actor is None or actor.ended:
             return
         actor.retiring = True
-        self.version = self._registry("remove", actor.stage, key(actor.handle))
-        if actor.stage == 0:
-            self.router.drop(actor.handle)
+        self.publish()
         self.drains[actor.handle.drain.remote()] = actor.worker
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
@@ -315,23 +341,34 @@ class RayRun(Shell):
     def unreserve(self, token: Any) -> None:
         self.router.release(token)
 
+    def take(self, count: int) -> Fed:
+        return super().take(min(count, max(1, GROWTH * self.completed)))
+
     def transmit(self, token: Any, send: Send) -> None:
         worker = self.by_key[key(token)]
         call = next(self.call_ids)
-        ref, outputs = token.process.remote([send.segment], self.hints, self.version)
-        self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None)
+        ref, outputs = token.process.remote(pack([send.segment]), self.hints, self.version)
         segment = send.segment
+        self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None,
+                           len(segment[5]))
         self.handle(Taken(worker, call, [(segment[0], segment[2])], time.monotonic()))
 
     def worker_pids(self, unit: str | None = None) -> list[int]:
+        here = self.node_id()
         return [a.pid for a in self.actors.values() if not a.ended and a.pid
-                and (unit is None or self.names[a.stage] == unit)]
+                and (unit is None or self.names[a.stage] == unit)
+                and (a.node != here or _running(a.pid))]  # a death not yet reported
+
+    def node_id(self) -> str | None:
+        """The Ray node this driver runs on."""
+        with contextlib.suppress(Exception):
+            return str(ray.get_runtime_context().get_node_id())
+        return None
 
     # -- turning Ray into events -----------------------------------------------------------
 
     def wait(self) -> None:
-        refs = [*self.calls, *self.hellos, *self.drains, *self.stats,
-                *([self.reports] if self.reports is not None else [])]
+        refs = [*self.calls, *self.hellos, *self.drains, *self.stats]
         if refs:
             ray.wait(refs, num_returns=1, timeout=0.05)
         else:
@@ -342,31 +379,25 @@ class RayRun(Shell):
         if now - self.last_stats >= self.policy.sample_interval:
             self.last_stats = now
             self._ask_stats()
-            if self.reports is None:
-                self.reports = self.registry.take_reports.remote()
-        for ref in self._ready(self.hellos):
+        waiting = [*self.hellos, *self.calls, *self.stats, *self.drains, *self.pushes]
+        if not waiting:
+            return
+        ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0])  # one look
+        if not ready:
+            return
+        for ref in [r for r in self.hellos if r in ready]:
             self._hello(ref)
-        for ref in self._ready(self.calls):
-            self._settle(ref)
-        for ref in self._ready(self.stats):
+        settled = next((r for r in self.calls if r in ready), None)
+        if settled is not None:  # the oldest; the caller sees its outputs (and may resize)
+            self._settle(settled)  # before the next is settled
+        for ref in [r for r in self.stats if r in ready]:
             self._stats(ref, self.stats.pop(ref))
-        for ref in self._ready(self.drains):
+        for ref in [r for r in self.drains if r in ready]:
             self._drained(ref)
-        if self.reports is not None:
-            ready, _ = ray.wait([self.reports], timeout=0)
-            if ready:
-                reports, self.reports = ray.get(ready[0]), None
-                for _, actor_id in reports:
-                    worker = self.by_key.get(actor_id)
-                    if worker is not None:
-                        self._died(worker, "the actor died (reported by a peer)")
-
-    @staticmethod
-    def _ready(refs: dict[Any, Any]) -> list[Any]:
-        if not refs:
-            return []
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-        return ready
+        for ref in [r for r in self.pushes if r in ready]:  # a push to a replica that died
+            self.pushes.pop(ref)                              # meanwhile fails; its death
+            with contextlib.suppress(Exception):              # shows elsewhere
+                ray.get(ref)
 
     def _hello(self, ref: Any) -> None:
         worker = self.hellos.pop(ref)
@@ -382,11 +413,11 @@ class RayRun(Shell):
             self.handle(Exited(worker, clean=False, now=time.monotonic(),
                                cause="its unit could not start", fatal=info["error"]))
             return
-        actor.pid = info["pid"]
+        actor.pid, actor.node = info["pid"], info["node"]
         self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
 
     def _settle(self, ref: Any) -> None:
-        worker, call, own_outputs = self.calls.pop(ref)
+        worker, call, own_outputs, items = self.calls.pop(ref)
         actor = self.actors[worker]
         self.router.release(actor.handle)
         now = time.monotonic()
@@ -395,6 +426,7 @@ class RayRun(Shell):
         except DEATH as exc:
             self._died(worker, f"the actor died ({type(exc).__name__})")
             return
+        self.completed = max(self.completed, items)
         refs = list(summary["outputs"]) + ([own_outputs] if own_outputs is not None else [])
         try:
             batches = ray.get(refs, timeout=self.timeout) if refs else []
@@ -404,6 +436,14 @@ class RayRun(Shell):
         except GetTimeoutError:
             raise EngineError(f"Ray did not deliver a frame's outputs within {self.timeout:g} "
                               "s; check the object store of the cluster") from None
+        for actor_id in summary.get("dead", ()):  # seen dead by a replica on the way
+            dead = self.by_key.get(actor_id)
+            if dead is not None:
+                self._died(dead, "the actor died (reported by a peer)")
+        for actor_id, counters in summary.get("counters", {}).items():
+            seen = self.by_key.get(actor_id)
+            if seen is not None:
+                self._measure(seen, counters, ())
         segments = [segment for batch in batches if batch for segment in batch]
         for written in summary.get("written", ()):  # a sink's parts hold these outputs
             segments.extend(written.segments)
@@ -419,8 +459,7 @@ class RayRun(Shell):
             self.bundles[actor.bundle].holder = None
         if actor.stage == 0:
             self.router.drop(actor.handle)
-        with contextlib.suppress(Exception):
-            self.version = self._registry("remove", actor.stage, key(actor.handle))
+        self.publish()
         self.handle(Exited(worker, clean=False, now=time.monotonic(), cause=cause))
 
     def _ask_stats(self) -> None:
@@ -433,9 +472,25 @@ class RayRun(Shell):
     def _stats(self, ref: Any, worker: int) -> None:
         try:
             stats = ray.get(ref)
+        except DEATH as exc:  # an idle replica's death shows here first
+            self._died(worker, f"the actor died ({type(exc).__name__})")
+            return
         except Exception:
             return
-        self.handle(Measured(worker, _counters(stats), time.monotonic(), stats["intervals"]))
+        self._measure(worker, stats, stats["intervals"])
+
+    def _measure(self, worker: int, counters: dict[str, Any],
+                 intervals: Any) -> None:
+        """A replica's counters, from a call's summary or a stats reading: the core gets
+        the newest ones (readings can arrive out of order) and every busy interval."""
+        held = self.seen.get(worker)
+        if held is not None and counters["seq"] <= held[0]:
+            if intervals:
+                self.handle(Measured(worker, held[1], time.monotonic(), intervals))
+            return
+        read = _counters(counters)
+        self.seen[worker] = (counters["seq"], read)
+        self.handle(Measured(worker, read, time.monotonic(), intervals))
 
     def _drained(self, ref: Any) -> None:
         worker = self.drains.pop(ref)
@@ -467,12 +522,17 @@ class RayRun(Shell):
         for actor in self.actors.values():
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
-        if self.registry is not None:
-            with contextlib.suppress(Exception):
-                ray.kill(self.registry, no_restart=True)
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` of this host is running (not gone, not a zombie)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _counters(stats: dict[str, Any]) -> Counters:

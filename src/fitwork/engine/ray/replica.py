@@ -3,9 +3,10 @@
 A call to ``process`` returns once the frame's items have gone all the way down the
 pipeline: the replica applies its unit (through the `Kernel`, as every engine does), cuts
 the output segments into frames, sends each to a downstream replica chosen by its
-`Router`, and waits for those calls.  A downstream replica that dies is reported to the
-registry and its frame's items are retried one per frame, on a replica with nothing else
-in flight; an item that has killed ``max_attempts`` replicas becomes a poison dead letter.
+`Router`, and waits for those calls.  A downstream replica that dies is dropped from the
+router and named in the summary, and its frame's items are retried one per frame, on a
+replica with nothing else in flight; an item that has killed ``max_attempts`` replicas
+becomes a poison dead letter.
 The last unit returns its outputs as a second object that travels back up by reference:
 data moves once, from the last replica to the driver.
 
@@ -17,6 +18,7 @@ to the output segments, the weight returned by filters, failures and poison (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -30,9 +32,10 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from fitwork.engine.limits import local_gate
 from fitwork.engine.parts import PartWriter, Sink, Written
-from fitwork.engine.ray.routing import Router
+from fitwork.engine.ray.routing import Router, key
+from fitwork.engine.ray.transport import crosses, frame_bytes, pack
 from fitwork.engine.segment import Return, Segment, settle, split
-from fitwork.engine.threads import limit_torch
+from fitwork.engine.threads import allotted_threads, limit_torch, variables
 from fitwork.failure import Failure, describe, portable
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
@@ -82,7 +85,7 @@ class Batcher:
 class Replica:
     """One replica of one unit (wrapped with ``ray.remote`` by the driver)."""
 
-    def __init__(self, unit: Unit, stage: int, names: list[str], registry: Any,
+    def __init__(self, unit: Unit, stage: int, names: list[str],
                  max_attempts: int, limits: list[int], batch_size: int | None,
                  cores: float, slots: int, timeout: float, replicas: int = 1,
                  sink: tuple[Sink, str, int] | None = None) -> None:
@@ -96,12 +99,11 @@ class Replica:
         self.error: str | None = None
         self.kernel: Kernel | None = None
         try:
-            limit_torch(cores)
+            hold_threads(cores)
             self.kernel = Kernel(unit)
         except Exception as exc:  # reported by hello(), in one line, by the driver
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
-        self.router = None if self.last else Router(
-            stage + 1, limits[stage + 1], registry, timeout)
+        self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
         self.lock = threading.Lock()
         self.compute = threading.Semaphore(1)
         self.gate = local_gate(unit.max_concurrency, unit.rate_limit, replicas)
@@ -115,6 +117,7 @@ class Replica:
         self.busy_since = 0.0
         self.last_call = time.monotonic()
         self.waiting = 0
+        self.seq = 0  # numbers each reading of the counters, so the driver keeps the newest
         self.intervals: list[tuple[float, float]] = []
 
     # -- identity and telemetry ------------------------------------------------------------
@@ -124,16 +127,27 @@ class Replica:
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
                 "actor": self.id, "error": self.error}
 
+    def set_members(self, version: int, members: list[Any]) -> None:
+        """The next unit's live replicas, as the driver holds them at ``version``."""
+        if self.router is not None:
+            self.router.set_members(members, version)
+
     def stats(self) -> dict[str, Any]:
         """Counters so far, new busy intervals, and items waiting to be worked on."""
         with self.lock:
             intervals, self.intervals = self.intervals, []
-            return {"items_in": self.items_in, "items_out": self.items_out,
-                    "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
-                    "busy_s": self.busy_s, "blocked_s": self.blocked_s,
-                    "cpu_s": time.process_time(), "queued_s": run_queue_seconds(),
-                    "intervals": intervals,
-                    "waiting": self.waiting}
+            return {**self._counters(), "intervals": intervals, "waiting": self.waiting}
+
+    def _counters(self) -> dict[str, Any]:
+        """The counters now, numbered (the caller holds the lock).  Items still waiting in
+        a call are not in yet: busy time covers only the items worked on, and the core
+        sizes frames by busy time per item."""
+        self.seq += 1
+        return {"seq": self.seq, "items_in": self.items_in - self.waiting,
+                "items_out": self.items_out,
+                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
+                "busy_s": self.busy_s, "blocked_s": self.blocked_s,
+                "cpu_s": time.process_time(), "queued_s": run_queue_seconds()}
 
     def drain(self, idle: float = 0.5, patience: float = 300.0) -> dict[str, Any]:
         """Return once no call has run for ``idle`` seconds (a retiring replica's last word)."""
@@ -221,14 +235,24 @@ class Replica:
         """Run the unit on a frame and see its outputs all the way down.
 
         Returns a summary (references to the last unit's outputs, returned weight,
-        failures) and, from the last unit, its output segments: a separate object, which
-        the caller never fetches but passes up by reference, so the driver alone reads it.
+        failures, and the counters of every replica the frame went through, so the
+        driver sizes frames from the first call on) and, from the last unit, its output
+        segments: a separate object, which the caller never fetches but passes up by
+        reference, so the driver alone reads it.
         """
+        summary, outputs = self._process(segments, hints, version)
+        with self.lock:
+            counters = self._counters()
+        summary.setdefault("counters", {})[self.id] = counters
+        return summary, outputs
+
+    def _process(self, segments: list[Segment], hints: list[int], version: int
+                 ) -> tuple[dict[str, Any], list[Segment] | None]:
         assert self.kernel is not None, self.error
         count = sum(len(s[5]) for s in segments)
         with self.lock:
             self.items_in += count
-            self.bytes_in += _frame_bytes(segments)
+            self.bytes_in += frame_bytes(segments)
             self.waiting += count
             self.calls += 1
         try:
@@ -255,7 +279,7 @@ class Replica:
             if self.last:
                 outputs = self._portable(outputs, summary)
                 self._count_out(outputs)
-                return summary, outputs or None
+                return summary, pack(outputs) if outputs else None
             self._count_out(outputs)
             assert self.router is not None
             self.router.follow(version)
@@ -270,6 +294,9 @@ class Replica:
                 summary["failures"].extend(child["failures"])
                 if "written" in child:
                     summary.setdefault("written", []).extend(child["written"])
+                if "dead" in child:
+                    summary.setdefault("dead", []).extend(child["dead"])
+                _merge_counters(summary.setdefault("counters", {}), child.get("counters", {}))
             return summary, None
         finally:
             with self.lock:
@@ -309,10 +336,12 @@ class Replica:
     def _count_out(self, segments: list[Segment]) -> None:
         with self.lock:
             self.items_out += sum(len(s[5]) for s in segments)
-            self.bytes_out += _frame_bytes(segments)
+            self.bytes_out += frame_bytes(segments)
 
     def _portable(self, segments: list[Segment], summary: dict[str, Any]) -> list[Segment]:
         """The outputs that can cross processes; the rest dead-lettered, their weight returned."""
+        if crosses(segments):
+            return segments
         try:
             ray.cloudpickle.dumps(segments)
             return segments
@@ -328,6 +357,17 @@ class Replica:
                                   f"cross processes ({describe(exc)}); return plain data")
                 lost(summary, single, self.unit.name, error)
         return kept
+
+
+def hold_threads(cores: float) -> None:
+    """Hold this process's thread pools to ``cores``: the variables for what loads later
+    (and for child processes), the pools of what is loaded already (BLAS, OpenMP, torch)."""
+    os.environ.update(variables(cores))
+    with contextlib.suppress(Exception):
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(allotted_threads(cores))
+    limit_torch(cores)
 
 
 async def _timed_async(replica: Replica, value: Any) -> Any:
@@ -359,6 +399,14 @@ def lost(summary: dict[str, Any], single: Segment, unit: str, error: BaseExcepti
     summary["returns"].append(back)
 
 
+def _merge_counters(into: dict[str, dict[str, Any]], more: dict[str, dict[str, Any]]) -> None:
+    """Keep each replica's newest counters (the highest ``seq``)."""
+    for actor, counters in more.items():
+        held = into.get(actor)
+        if held is None or counters["seq"] > held["seq"]:
+            into[actor] = counters
+
+
 def _frames(segments: list[Segment], step: int) -> list[list[Segment]]:
     """Segments grouped into frames of at most ``step`` items."""
     frames: list[list[Segment]] = []
@@ -374,22 +422,6 @@ def _frames(segments: list[Segment], step: int) -> list[list[Segment]]:
     if frame:
         frames.append(frame)
     return frames
-
-
-def _frame_bytes(segments: list[Segment]) -> int:
-    """Bytes a frame moves: its pickle stream plus its large buffers, without copying them."""
-    import pickle
-
-    sizes: list[int] = []
-
-    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
-        sizes.append(buffer.raw().nbytes)
-        return False
-
-    try:
-        return len(pickle.dumps(segments, protocol=5, buffer_callback=out_of_band)) + sum(sizes)
-    except Exception:
-        return 0
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
@@ -424,6 +456,7 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
             results.append(result)
         except DEATH as exc:
             router.mark_dead(target)
+            summary.setdefault("dead", []).append(key(target))
             for single in (piece for s in frame for piece in split(s, 1)):
                 attempt = single[1] + 1
                 if attempt >= replica.max_attempts:
@@ -442,7 +475,7 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
             if target is not None:
                 frame = pending.popleft()
                 try:
-                    ref, outputs = target.process.remote(frame, hints, version)
+                    ref, outputs = target.process.remote(pack(frame), hints, version)
                 except Exception as exc:  # the frame could not be serialised
                     router.release(target)
                     pieces = [piece for s in frame for piece in split(s, 1)]

@@ -3,9 +3,12 @@
 The driver routes frames to the first unit this way, and each replica to the unit after
 it.  A caller keeps at most ``limit`` calls in flight to one member; a retried item goes
 to a member with nothing in flight and keeps others off it until released, so if it kills
-that replica again no bystander shares the blame.  Membership comes from the registry,
-refreshed when a frame arrives carrying a newer registry version than the one held (the
-driver bumps it whenever it adds, replaces or retires a replica), or when a member dies.
+that replica again no bystander shares the blame.  Membership is the driver's: it pushes
+each replica the next unit's live members under a new version whenever they change
+(a start, a replacement, a retirement, a death), and every frame carries the version the
+driver held when it sent it, so a replica that receives a frame newer than its members
+waits for the push that is on its way (a replacement gets traffic at once).  A caller
+that finds a member dead drops it at once; the driver hears of it and pushes the rest.
 """
 
 from __future__ import annotations
@@ -19,53 +22,45 @@ from fitwork.errors import EngineError
 
 
 def key(handle: Any) -> str:
-    """The actor id of a handle, as the registry and the driver name actors."""
+    """The actor id of a handle, as the driver names actors."""
     return str(handle._actor_id.hex())
 
 
 class Router:
     """The members of one stage and the calls this caller has in flight to each."""
 
-    def __init__(self, stage: int, limit: int, registry: Any = None,
-                 timeout: float = 30.0) -> None:
-        self.stage, self.limit, self.registry, self.timeout = stage, limit, registry, timeout
+    def __init__(self, stage: int, limit: int, timeout: float = 30.0) -> None:
+        self.stage, self.limit, self.timeout = stage, limit, timeout
         self.members: list[Any] = []
         self.version = -1
         self.in_flight: dict[str, int] = {}
         self.alone: set[str] = set()
+        self.dead: set[str] = set()
         self.cond = threading.Condition()
 
     def set_members(self, members: list[Any], version: int) -> None:
-        """Replace the members (the driver, which knows them first hand)."""
+        """Take the driver's members of the stage (an older push than the one held is
+        ignored; members this caller saw die stay out)."""
         with self.cond:
-            self.members, self.version = list(members), version
+            if version < self.version:
+                return
+            self.members = [m for m in members if key(m) not in self.dead]
+            self.version = version
             self.cond.notify_all()
 
-    def refresh(self) -> None:
-        """Read the stage's live members from the registry."""
-        import ray
-        from ray.exceptions import GetTimeoutError
-
-        try:
-            version, members = ray.get(self.registry.members_of.remote(self.stage),
-                                       timeout=self.timeout)
-        except GetTimeoutError:
-            raise EngineError(f"the fitwork registry did not answer within {self.timeout:g} s"
-                              f" (members of stage {self.stage})") from None
-        self.set_members(members, version)
-
     def follow(self, version: int) -> None:
-        """Refresh when the registry has moved on since the members were read."""
-        if version > self.version and self.registry is not None:
-            self.refresh()
+        """Wait (within the deadline) for the members of ``version`` when a frame brings a
+        version newer than the members held: the driver pushed them before sending it."""
+        deadline = time.monotonic() + self.timeout
+        with self.cond:
+            while self.version < version and time.monotonic() < deadline:
+                self.cond.wait(timeout=0.05)
 
     def pick(self, block: bool = True, alone: bool = False, patience: float = 120.0) -> Any:
         """The less loaded of two random members with room (None if none and not ``block``)."""
         deadline = time.monotonic() + patience
-        while True:
-            if not self.members and self.registry is not None:
-                self.refresh()
-            with self.cond:
+        with self.cond:
+            while True:
                 load = self.in_flight
                 members = [m for m in self.members if key(m) not in self.alone]
                 if alone:
@@ -81,14 +76,11 @@ class Router:
                         return target
                 if not block:
                     return None
-                if self.members:
-                    self.cond.wait(timeout=0.05)
-                    if time.monotonic() < deadline:
-                        continue
-            if time.monotonic() > deadline:
-                raise EngineError(f"no live replica of stage {self.stage} for {patience:.0f} s;"
-                                  " check the cluster has resources for its unit")
-            time.sleep(0.05)
+                if time.monotonic() > deadline:
+                    raise EngineError(f"no live replica of stage {self.stage} for "
+                                      f"{patience:.0f} s; check the cluster has resources "
+                                      "for its unit")
+                self.cond.wait(timeout=0.05)
 
     def release(self, target: Any) -> None:
         """One call to ``target`` is over: free its slot."""
@@ -106,7 +98,8 @@ class Router:
             self.cond.notify_all()
 
     def mark_dead(self, target: Any) -> None:
-        """Forget a dead member and tell the registry, which tells the driver."""
+        """Forget a member found dead, and keep it out of later pushes that still name it
+        (the driver may not have heard yet)."""
+        with self.cond:
+            self.dead.add(key(target))
         self.drop(target)
-        if self.registry is not None:
-            self.registry.report_dead.remote(self.stage, key(target))
