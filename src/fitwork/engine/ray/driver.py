@@ -159,7 +159,7 @@ class RayRun(Shell):
         self.pushes: dict[Any, int] = {}
         self.last_stats = 0.0
         self.seen: dict[int, tuple[int, Counters]] = {}  # newest counters read per worker
-        self.hints = [1] * len(self.units)
+        self.hints = [0] * len(self.units)  # items per frame into each unit; 0: not measured
         self.has_gpus = False
         self.nodes: list[dict[str, Any]] = []
         self.started = False
@@ -331,7 +331,10 @@ class RayRun(Shell):
         self.drains[actor.handle.drain.remote()] = actor.worker
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
-        self.hints = [min(MAX_FRAME, size) for size in instruction.sizes]
+        assert self.core is not None
+        measured = self.core.stage_items
+        self.hints = [min(MAX_FRAME, size) if measured[stage] else 0
+                      for stage, size in enumerate(instruction.sizes)]
 
     def reserve(self, alone: bool) -> Any:
         if not self.started:

@@ -283,10 +283,15 @@ class Replica:
             self._count_out(outputs)
             assert self.router is not None
             self.router.follow(version)
-            # a call that made many outputs (a reader's shard) sends them in at most
-            # FANOUT frames, whatever the hint said before any were measured
-            step = max(1, hints[self.stage + 1],
-                       -(-sum(len(s[5]) for s in outputs) // FANOUT))
+            # A call that made many outputs (a reader's shard) sends them in at most FANOUT
+            # frames; before the next unit is measured (hint 0) in one frame per live
+            # replica of it, twice over, rather than the one item per call a default hint
+            # would give (a shard then became thousands of one-row calls down the chain).
+            total = sum(len(s[5]) for s in outputs)
+            hint = hints[self.stage + 1]
+            if hint <= 0:
+                hint = -(-total // (2 * max(1, len(self.router.members))))
+            step = max(1, hint, -(-total // FANOUT))
             frames = _frames(outputs, step)
             for child in forward(self, frames, hints, version, summary):
                 summary["outputs"].extend(child["outputs"])
