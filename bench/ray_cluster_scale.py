@@ -30,7 +30,6 @@ from fitwork.engine.parts import read_parts
 from fitwork.io import open_writer, read_items
 
 RAY = str(Path(sys.executable).with_name("ray"))
-HERE = Path(__file__).resolve().parent
 
 
 @unit(cpu=0.25)
@@ -39,7 +38,7 @@ def parse(row: dict[str, Any]) -> dict[str, Any]:
     return {"n": int(row["n"]), "text": row["text"]}
 
 
-@unit(cpu=1)
+@unit(cpu=0.5)
 def crunch(row: dict[str, Any]) -> dict[str, Any]:
     """CPU-bound: a few hundred rounds of hashing per row (about a millisecond)."""
     digest = row["text"].encode()
@@ -62,9 +61,9 @@ def ray_cmd(*args: str, env: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def three_nodes(temp: Path) -> Any:
+def three_nodes(temp: Path, modules: Path) -> Any:
     """A head and two worker nodes of one logical CPU each; the cluster's address."""
-    env = {**os.environ, "PYTHONPATH": str(HERE)}  # the replicas import this file's units
+    env = {**os.environ, "PYTHONPATH": str(modules)}  # the replicas import the units there
     port = 6390 + os.getpid() % 500
     common = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]
     try:
@@ -73,8 +72,17 @@ def three_nodes(temp: Path) -> Any:
         for _ in range(2):
             ray_cmd("start", f"--address=127.0.0.1:{port}", *common, env=env)
         yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, env=env)
+    finally:  # only this cluster's processes: others on this host are left alone
+        import psutil
+        import ray
+
+        ray.shutdown()  # before the cluster goes, or Ray ends this process for losing it
+
+        for process in psutil.process_iter(["cmdline"]):
+            command = " ".join(process.info["cmdline"] or [])
+            if str(temp) in command or f"127.0.0.1:{port}" in command:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
 
 
 def per_node(record: Any) -> dict[str, dict[str, list[float]]]:
@@ -94,10 +102,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=30_000)
     args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
+    work = Path(tempfile.mkdtemp(prefix="fw-scale-"))
+    modules = work / "modules"  # this file alone, so the nodes import nothing else of bench/
+    modules.mkdir()
+    shutil.copy(Path(__file__), modules / "ray_cluster_scale.py")
+    sys.path.insert(0, str(modules))
     units = __import__("ray_cluster_scale")  # by module name, as the replicas import them
     pipeline = Pipeline(units.parse, units.crunch, units.label, name="cluster_scale")
-    work = Path(tempfile.mkdtemp(prefix="fw-scale-"))
     data = work / "in"
     data.mkdir()
     for k in range(6):
@@ -105,9 +116,10 @@ def main() -> None:
             json.dumps({"n": n, "text": f"row {n:>30}"}) + "\n"
             for n in range(k, args.rows, 6)))
     workers = {"parse": 1, "crunch": 3, "label": 1}
-    with three_nodes(work / "ray") as address:
+    short = Path(tempfile.mkdtemp(prefix="fwr-"))  # Ray's socket paths must stay < 108 bytes
+    with three_nodes(short, modules) as address:
         print(f"3 Ray nodes of 1 CPU each on this host ({os.cpu_count()} cores), "
-              f"{args.rows:,} rows, replicas {workers} (+ read=2 sharded)")
+              f"{args.rows:,} rows, replicas {workers} (+ read=1 sharded)")
         results = {}
         for mode in ("driver-fed", "sharded", "driver-fed", "sharded"):
             cpu, wall = time.process_time(), time.perf_counter()
@@ -115,7 +127,7 @@ def main() -> None:
                 out = work / "parts"
                 with fitwork.run(pipeline, fitwork.Source.files(str(data), split_bytes=64_000),
                                  engine="ray", address=address, sink=fitwork.Sink.files(out),
-                                 workers={**workers, "read": 2}) as result:
+                                 workers={**workers, "read": 1}) as result:
                     outputs = sum(result)
                 assert len(read_parts(out)) == args.rows
             else:
@@ -142,6 +154,7 @@ def main() -> None:
         print(f"\nsharded / driver-fed: throughput {fed[0] / sharded[0]:.2f}x, driver CPU "
               f"{sharded[1] / fed[1]:.2f}x")
     shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(short, ignore_errors=True)
 
 
 if __name__ == "__main__":
