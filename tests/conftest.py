@@ -43,6 +43,24 @@ class RayCluster:
         self.start()
 
 
+def uses_ray(item: pytest.Item) -> bool:
+    """Whether a test drives a Ray cluster from this process (by fixture or parameter)."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    return "ray_cluster" in getattr(item, "fixturenames", ()) or "ray" in params
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run every test that drives Ray from this process after all the others.
+
+    The local engine forks this process for its workers; a fork taken while this process
+    holds a Ray (gRPC) connection has been seen to leave that connection unanswered at
+    random, however gRPC's fork support is set (a run then hung in a Ray test). With the
+    Ray tests last, no local-engine test forks a process that is connected to Ray.
+    """
+    items.sort(key=uses_ray)  # stable: the order within each group stays
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     """Note on the test item whether it failed, for fixtures that clean up after failures."""

@@ -152,8 +152,9 @@ def _node_table_from_the_cluster(timeout: float) -> list[dict[str, Any]]:
         return [{"NodeID": n["NodeID"], "Alive": True, "Resources": dict(n["Resources"]),
                  "Labels": dict(n.get("Labels") or {})} for n in ray.nodes() if n["Alive"]]
 
-    try:
-        return ray.get(ray.remote(num_cpus=0)(read).remote(), timeout=timeout)
+    try:  # bounded whole: exporting the task talks to the GCS too, with no timeout of its own
+        return within(timeout + 5, "the node table from a task",
+                      lambda: ray.get(ray.remote(num_cpus=0)(read).remote(), timeout=timeout))
     except Exception as exc:
         raise EngineError(f"Ray did not answer the node table, here or from a task in the "
                           f"cluster ({type(exc).__name__}: {str(exc)[:200]}); check the "
