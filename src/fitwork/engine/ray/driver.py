@@ -163,6 +163,7 @@ class RayRun(Shell):
         self.has_gpus = False
         self.nodes: list[dict[str, Any]] = []
         self.started = False
+        self.ready_by = 0.0  # when the replicas started with the run must have said hello
 
     # -- setting up ------------------------------------------------------------------------
 
@@ -231,30 +232,25 @@ class RayRun(Shell):
         return "(unknown: Ray did not answer)"
 
     def start(self) -> RunResult:
-        result = super().start()
-        try:
-            self.await_ready()
-        except BaseException:
-            self.status = "aborted"
-            result.close()
-            raise
-        return result
+        """Start every replica and return at once, as `fitwork.run` promises: frames go out
+        once each unit's replicas are placed and built, which the loop watches for (and
+        says what went wrong if that takes longer than the start-up timeout)."""
+        self.ready_by = time.monotonic() + self.ray_options.startup_timeout
+        return super().start()
 
-    def await_ready(self) -> None:
-        """Wait until every replica is placed and its unit built, or say what went wrong."""
-        startup = self.ray_options.startup_timeout
-        ready, waiting = ray.wait(list(self.hellos), num_returns=len(self.hellos),
-                                  timeout=startup)
-        for ref in ready:
-            self._hello(ref)
-        if waiting:
-            stuck = sorted({self.names[self.actors[self.hellos[r]].stage] for r in waiting})
+    def _check_started(self) -> None:
+        """Every replica started with the run said hello: publish them and start feeding."""
+        if not self.hellos:
+            self.publish()
+            self.started = True
+            return
+        if time.monotonic() > self.ready_by:
+            startup = self.ray_options.startup_timeout
+            stuck = sorted({self.names[self.actors[w].stage] for w in self.hellos.values()})
             raise EngineError(
                 f"replicas of {', '.join(stuck)} were not placed within {startup:.0f} s: the "
                 f"cluster has {self._available()}; lower their demands, add nodes, or "
                 "check --ray-address")
-        self.publish()
-        self.started = True
 
     def describe_host(self) -> dict[str, Any] | None:
         nodes = self.nodes or live_nodes(self.timeout)
@@ -357,10 +353,30 @@ class RayRun(Shell):
         self.handle(Taken(worker, call, [(segment[0], segment[2])], time.monotonic()))
 
     def worker_pids(self, unit: str | None = None) -> list[int]:
+        if not self.started:  # the run returned at once: its replicas' pids come with hello
+            self._read_hellos()
         here = self.node_id()
         return [a.pid for a in self.actors.values() if not a.ended and a.pid
                 and (unit is None or self.names[a.stage] == unit)
                 and (a.node != here or _running(a.pid))]  # a death not yet reported
+
+    def _read_hellos(self) -> None:
+        """Wait (to the start-up deadline) for the replicas started with the run to say
+        hello and note their pids; the run's own loop still takes each hello as an event,
+        so this reads only, and may be called from another thread."""
+        pending = list(self.hellos.items())
+        if not pending:
+            return
+        refs = [ref for ref, _ in pending]
+        ready, _ = ray.wait(refs, num_returns=len(refs),
+                            timeout=max(0.0, self.ready_by - time.monotonic()))
+        for ref, worker in pending:
+            if ref in ready:
+                with contextlib.suppress(Exception):
+                    info = ray.get(ref, timeout=self.timeout)
+                    if not info["error"]:
+                        self.actors[worker].pid = info["pid"]
+                        self.actors[worker].node = info["node"]
 
     def node_id(self) -> str | None:
         """The Ray node this driver runs on."""
@@ -383,13 +399,12 @@ class RayRun(Shell):
             self.last_stats = now
             self._ask_stats()
         waiting = [*self.hellos, *self.calls, *self.stats, *self.drains, *self.pushes]
-        if not waiting:
-            return
-        ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0])  # one look
-        if not ready:
-            return
+        ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]) \
+            if waiting else set()  # one look
         for ref in [r for r in self.hellos if r in ready]:
             self._hello(ref)
+        if not self.started:
+            self._check_started()
         settled = next((r for r in self.calls if r in ready), None)
         if settled is not None:  # the oldest; the caller sees its outputs (and may resize)
             self._settle(settled)  # before the next is settled
