@@ -106,7 +106,7 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
     if output.endswith(".parquet"):
         count, kills = 40_000, 3
     else:
-        count, kills = (100_000, 5) if which == "local" else (20_000, 3)
+        count, kills = (100_000, 5) if which == "local" else (40_000, 3)
     pace = (0.0, 0.8)  # seconds from a try's first checkpoint to its kill
     write_input(project, count)
     fed = count

@@ -124,7 +124,7 @@ def test_a_plan_for_this_host_is_realized_within_a_stated_factor() -> None:
     ratio = result.record.throughput / plan.fitted.throughput
     print(f"realized/predicted = {ratio:.2f} "
           f"({result.record.throughput:.0f} vs {plan.fitted.throughput:.0f} items/s)")
-    assert 0.5 <= ratio <= 1.2
+    assert 0.5 <= ratio <= 1.3  # a shared 2-core host moves single runs by 10-20%
 
 
 PIPE = textwrap.dedent("""
