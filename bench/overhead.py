@@ -63,16 +63,17 @@ def check(outputs: list[int], items: int, label: str) -> None:
         raise SystemExit(f"{label}: wrong outputs ({len(outputs)} of {items})")
 
 
-def run_fitwork(items: int) -> Measure:
-    """The chain through fitwork's local engine, one replica per unit, unordered."""
+def run_fitwork(items: int, plan: Any = None) -> Measure:
+    """The chain through fitwork's local engine, unordered: one replica per unit, or the
+    placement of ``plan`` (fused or split, as fitted)."""
     cpu0 = time.process_time()
     start = time.perf_counter()
-    with run_pipeline(CHAIN, range(items), ordered=False) as result:
+    with run_pipeline(CHAIN, range(items), ordered=False, placement=plan) as result:
         outputs = list(result)
     wall = time.perf_counter() - start
     driver_cpu = time.process_time() - cpu0
     record = result.record
-    check(outputs, items, "fitwork")
+    check(outputs, items, "fitwork" if plan is None else "fitwork planned")
     return Measure(wall, driver_cpu, sum(u.cpu_s for u in record.units), record.throughput)
 
 
@@ -84,19 +85,6 @@ def planned_chain() -> Any:
 
     profile = fitwork.profile_pipeline(CHAIN, range(256), samples=256)
     return fit(profile, fitwork.discover_local())
-
-
-def run_planned(items: int, plan: Any) -> Measure:
-    """The chain run with the placement of fitwork's own plan (fused or split, as fitted)."""
-    cpu0 = time.process_time()
-    start = time.perf_counter()
-    with run_pipeline(CHAIN, range(items), ordered=False, placement=plan) as result:
-        outputs = list(result)
-    wall = time.perf_counter() - start
-    driver_cpu = time.process_time() - cpu0
-    record = result.record
-    check(outputs, items, "fitwork planned")
-    return Measure(wall, driver_cpu, sum(u.cpu_s for u in record.units), record.throughput)
 
 
 def run_pool(items: int, chunksize: int) -> Measure:
@@ -147,7 +135,7 @@ def main() -> None:
               if plan.fused else " ".join(f"{g.unit}={g.replicas}"
                                           for g in plan.placement().groups))
     contenders: dict[str, Callable[[], Measure]] = {
-        FITWORK: lambda: run_fitwork(items), PLANNED: lambda: run_planned(items, plan)}
+        FITWORK: lambda: run_fitwork(items), PLANNED: lambda: run_fitwork(items, plan)}
     for chunksize in (*args.reference, *args.tuned):
         contenders[pool_name(chunksize)] = lambda c=chunksize: run_pool(items, c)
     runs: dict[str, list[Measure]] = {name: [] for name in contenders}
