@@ -76,13 +76,9 @@ class Sink:
 
 
 class Written(NamedTuple):
-    """Bytes ``[start, end)`` of a replica's part hold ``rows`` outputs, the ``segments``
-    (each value replaced by where it lies, ``(worker, start, end)``: the run core's books)."""
+    """Outputs a replica wrote to its part: their ``segments``, each value replaced by where
+    it lies, ``(worker, start, end)`` (the run core's books)."""
 
-    part: str
-    start: int
-    end: int
-    rows: int
     segments: list[Any]
 
 
@@ -92,8 +88,6 @@ class PartWriter:
     def __init__(self, sink: Sink, run_id: str, worker: int) -> None:
         self.sink, self.worker = sink, worker
         self.path = sink.aside(run_id, worker)
-        self.rows = 0
-        self.reported = (0, 0)  # bytes and rows of the part a `Written` has covered
         self.columns: list[str] | None = None
         self.header = False
         self.handle = open(self.path, "wb")  # noqa: SIM115 (closed by close())
@@ -121,20 +115,12 @@ class PartWriter:
             self.header = True
         self.handle.writelines(lines)
         self.handle.flush()
-        self.rows += len(lines)
         places = []
         end = self.handle.tell() - sum(map(len, lines))
         for line in lines:
             start, end = end, end + len(line)
             places.append((self.worker, start, end))
         return places
-
-    def written(self, segments: list[Any]) -> Written:
-        """What was appended since the last call, as the message that hands its books to
-        the driver."""
-        end = self.handle.tell()
-        (start, before), self.reported = self.reported, (end, self.rows)
-        return Written(str(self.path), start, end, self.rows - before, segments)
 
     def close(self) -> None:
         """Close the file (the seal, not the replica, decides what of it counts)."""
@@ -228,11 +214,6 @@ class PartBooks:
             changed[name] = list(self.parts[name])
         self.touched.clear()
         return changed
-
-    @property
-    def rows(self) -> int:
-        """Output rows committed so far."""
-        return sum(rows for ranges in self.parts.values() for _, _, rows in ranges)
 
     def seal(self) -> dict[str, Any]:
         """Keep only the committed bytes of every part, rename it, delete what holds

@@ -291,12 +291,8 @@ class Shell:
                     self._sample_processes(now)
                 if self.adapter is not None:
                     self._adapt()
-                if self.out:  # (inline: a generator per turn costs per output)
-                    out, self.out = self.out, []
-                    if self.parts is None:
-                        yield from out
-                    else:
-                        yield sum(out)  # see `_handed_out`
+                if self.out:
+                    yield from self._handed_out()
             self.stop_workers()
             self.ended = self.clock()
             self._report_now()
@@ -317,16 +313,13 @@ class Shell:
             self.ended = self.ended or self.clock()
             self.shutdown()
 
-    def _handed_out(self) -> Iterator[Any]:
+    def _handed_out(self) -> list[Any]:
         """What the caller gets of ``out``: the outputs; with a sink, one count of all the
         outputs committed since the last turn, so that when the caller sees it every span
         and part range the books hold is covered by what it has seen (a journal line
         taken then is consistent)."""
         out, self.out = self.out, []
-        if self.parts is None:
-            yield from out
-        else:
-            yield sum(out)
+        return out if self.parts is None else [sum(out)]
 
     def feed(self) -> None:
         """Send retries first (each alone), then new source items while the core has room."""

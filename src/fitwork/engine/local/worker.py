@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
 from fitwork.engine.local.channel import STOP, Channel
 from fitwork.engine.local.wire import Wire
-from fitwork.engine.parts import PartWriter, Sink
+from fitwork.engine.parts import PartWriter, Sink, Written
 from fitwork.engine.segment import Return, Segment, settle
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
@@ -179,7 +179,7 @@ class Worker:
         if self.written:
             assert self.part is not None
             self.items_out += sum(len(s[5]) for s in self.written)
-            self.send(self.part.written(self.written))
+            self.send(Written(self.written))
             self.written = []
         self.send(Done(self.id, finished, self.returns, self.failures, time.monotonic(),
                        self.counters(), self.intervals))
@@ -272,9 +272,9 @@ class Worker:
         self.bytes_out += size
 
     def write_part(self) -> None:
-        """Append the queued outputs to this replica's part; keep their books (values
-        replaced by None) for the `Written` message `report` sends.  An output the part's
-        format cannot hold fails alone, as an unpicklable one does."""
+        """Append the queued outputs to this replica's part; keep their books (each value
+        replaced by its place in the part) for the `Written` message `report` sends.  An
+        output the part's format cannot hold fails alone, as an unpicklable one does."""
         if self.part is None:
             assert self.spec.sink is not None
             sink, run_id = self.spec.sink
@@ -295,45 +295,37 @@ class Worker:
     def drop_unwritable(self, segment: Segment) -> Segment:
         """``segment`` without the outputs its part cannot encode, each dead-lettered."""
         assert self.part is not None
+        return self.drop_failing(segment, self.part.encode, "its output part cannot hold")
+
+    def drop_unpicklable(self, segments: list[Segment]) -> list[Segment]:
+        """``segments`` without the outputs that cannot be pickled, each dead-lettered."""
+        def check(value: Any) -> None:
+            pickle.dumps(value, protocol=5)
+
+        kept = [self.drop_failing(s, check, "cannot cross processes") for s in segments]
+        return [s for s in kept if s[5]]
+
+    def drop_failing(self, segment: Segment, check: Callable[[Any], Any],
+                     what: str) -> Segment:
+        """``segment`` without the outputs ``check`` raises on: each is dead-lettered (the
+        unit returned a value that ``what``) and its weight returned."""
         frame, attempt, offsets, paths, exps, values = segment
         keep: list[int] = []
         for j, value in enumerate(values):
             try:
-                self.part.encode(value)
-            except (TypeError, ValueError) as exc:
-                path = paths[j] if paths else ()
-                error = TypeError(f"unit {self.spec.unit.name!r} returned a value its output "
-                                  f"part cannot hold ({describe(exc)}); return plain data")
+                check(value)
+            except Exception as exc:
+                error = TypeError(f"unit {self.spec.unit.name!r} returned a value that {what} "
+                                  f"({describe(exc)}); return plain data")
                 self.failures.append(Failure.of(self.spec.unit.name, error, repr(value),
-                                                path=path, frame=frame, offset=offsets[j]))
+                                                path=paths[j] if paths else (), frame=frame,
+                                                offset=offsets[j]))
                 self.returns.append((frame, [offsets[j]], [exps[j]] if exps else None))
                 continue
             keep.append(j)
         return (frame, attempt, [offsets[j] for j in keep],
                 [paths[j] for j in keep] if paths else None,
                 [exps[j] for j in keep] if exps else None, [values[j] for j in keep])
-
-    def drop_unpicklable(self, segments: list[Segment]) -> list[Segment]:
-        """Dead-letter the outputs that cannot be pickled; keep the rest, one per segment."""
-        kept: list[Segment] = []
-        for frame, attempt, offsets, paths, exps, values in segments:
-            for j, value in enumerate(values):
-                path = paths[j] if paths else ()
-                exp = exps[j] if exps else 0
-                try:
-                    pickle.dumps(value, protocol=5)
-                except Exception as exc:
-                    error = TypeError(f"unit {self.spec.unit.name!r} returned a value that "
-                                      f"cannot cross processes ({describe(exc)}); return "
-                                      "plain data")
-                    self.failures.append(Failure.of(self.spec.unit.name, error, repr(value),
-                                                    path=path, frame=frame,
-                                                    offset=offsets[j]))
-                    self.returns.append((frame, [offsets[j]], [exp] if exp else None))
-                    continue
-                kept.append((frame, attempt, [offsets[j]], [path] if path else None,
-                             [exp] if exp else None, [value]))
-        return kept
 
     # -- the loops -------------------------------------------------------------------------
 

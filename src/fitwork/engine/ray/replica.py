@@ -336,7 +336,7 @@ class Replica:
                         continue
                     books.append((*single[:5], part.write([line])))
             self._count_out(books)
-            return part.written(books)
+            return Written(books)
 
     def _count_out(self, segments: list[Segment]) -> None:
         with self.lock:
