@@ -158,10 +158,28 @@ def test_room_respects_frames_in_flight_and_the_ordered_window() -> None:
     core.handle(Fed([2], 0.0))
     assert core.room() == 0
     ordered, _ = one_stage(Policy(ordered=True, ordered_window=3, max_frame=8))
-    ordered.sizes = [8]
+    ordered.sizes, ordered.stage_items = [8], [1]  # measured: past the first probe
     assert ordered.room() == 3
     ordered.handle(Fed([1, 2], 0.0))
     assert ordered.room() == 1
+
+
+def test_a_plain_first_unit_is_probed_with_one_frame_a_replica_until_it_reports() -> None:
+    """Frames are sized from the first unit's measure: before it, one frame a replica, not
+    a channel full of one-item frames (each costs as much as a full one)."""
+    core, _ = one_stage(Policy(max_frames=64))
+    assert core.room() == 1
+    core.handle(Fed([1], 0.0))
+    assert core.room() == 0
+    core.stage_items = [1]  # the first report is in
+    assert core.room() >= 1
+    pipeline = Pipeline(unit(batch_size=8, name="batched")(lambda xs: xs))
+    placement = Placement.declared(pipeline)
+    batched = RunCore(stages_of(pipeline, placement), placement, Policy(max_frames=64), "r",
+                      0.0)
+    batched.start()
+    batched.handle(Fed([1], 0.0))
+    assert batched.room() >= 1  # a batch fills from many frames: no probe
 
 
 def test_resize_spawns_and_retires_and_a_clean_exit_takes_the_retirement() -> None:

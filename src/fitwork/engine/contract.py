@@ -7,7 +7,8 @@ the run core (`fitwork.engine.core`); this module only says what the caller sees
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 class Run(Protocol):
     """What an engine's shell offers the result: outputs, record, workers, resizing."""
 
-    def events(self) -> Iterator[Any]: ...
+    def batches(self) -> Generator[list[Any], None, None]: ...
     def record(self) -> RunRecord: ...
     def close(self) -> None: ...
     def worker_pids(self, unit: str | None = None) -> list[int]: ...
@@ -37,7 +38,10 @@ class RunResult:
 
     def __init__(self, run: Run) -> None:
         self._run = run
-        self._outputs = run.events()
+        self._batches = run.batches()
+        # flattened in C: a generator resumed per output would cost the driver more than
+        # the rest of its per-item work (the loop yields one list per turn)
+        self._outputs: Iterator[Any] = itertools.chain.from_iterable(self._batches)
         self._record: RunRecord | None = None
 
     def worker_pids(self, unit: str | None = None) -> list[int]:
@@ -84,7 +88,7 @@ class RunResult:
         """
         if self._record is None:
             try:
-                for _ in self._outputs:
+                for _ in self._batches:
                     pass
             except Exception:
                 pass  # the error was raised to whoever iterated; the record says it
@@ -93,9 +97,7 @@ class RunResult:
 
     def close(self) -> None:
         """Stop the run if it is still going and release everything it holds."""
-        close = getattr(self._outputs, "close", None)
-        if close is not None:
-            close()
+        self._batches.close()
         self._run.close()
 
 

@@ -5,7 +5,7 @@ frame and send it, start and retire workers, wait, and turn what arrived into co
 events (`pump`).  The shell owns the rest: pulling the source, carrying out the core's
 instructions, dead letters, progress, the record, and the run's context::
 
-    loop:  resizes → feed (retries first) → wait → pump (events) → Tick → yield outputs
+    loop:  resizes → feed (retries first) → wait → pump (events) → Tick → yield a batch
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import signal
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -272,8 +272,9 @@ class Shell:
         for instruction in instructions:
             handlers[type(instruction)](instruction)
 
-    def events(self) -> Iterator[Any]:
-        """Drive the run; yields outputs as they settle (in source order if ``ordered``)."""
+    def batches(self) -> Generator[list[Any], None, None]:
+        """Drive the run; yields lists of outputs as they settle (in source order if
+        ``ordered``), one per turn of the loop that settled any."""
         assert self.core is not None
         core = self.core
         try:
@@ -292,12 +293,12 @@ class Shell:
                 if self.adapter is not None:
                     self._adapt()
                 if self.out:
-                    yield from self._handed_out()
+                    yield self._handed_out()
             self.stop_workers()
             self.ended = self.clock()
             self._report_now()
             if self.out:
-                yield from self._handed_out()
+                yield self._handed_out()
             if core.source_error is not None:
                 self.status, self.error = "aborted", f"the source raised: {core.source_error}"
                 raise core.source_error

@@ -5,11 +5,16 @@ host core competes with every other replica for the cores they were given, and i
 measured CPU time exceeds what was allocated.  How to hold them depends on how the replica
 starts:
 
-- a forked worker (the local engine) inherits its parent's pools, and OpenBLAS, asked to
-  shrink its pool after a fork, may start threads again; so the parent shrinks its pools
-  and sets the usual variables around the fork (`held_to`), and the child starts with them;
-- a fresh process (a Ray actor) takes the variables in its environment (`variables`)
-  before it loads any of those libraries.
+- a fresh process (a Ray actor) holds its own (`hold_threads`);
+- a forked worker (the local engine) takes its pool size from its parent: the driver holds
+  its pools while it forks (`ForkHold`).
+
+OpenBLAS shuts its threads down around every fork, in parent and child, and the next call
+that sets its size starts them again, each spinning ~0.1 s before it sleeps.  Holding a
+child after the fork therefore costs every replica that spin, and restoring the driver
+after each fork cost it 0.15 s of CPU a run (15% of a 2M-item no-op run,
+``bench/overhead.py``).  So the driver holds its pools from its first fork until the run
+ends, and only then restores them: one spin per run, after it.
 
 ONNX Runtime sessions take their thread count from the session options the unit builds;
 pass ``intra_op_num_threads``.
@@ -22,6 +27,7 @@ import math
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -37,31 +43,52 @@ def variables(cores: float) -> dict[str, str]:
     return dict.fromkeys(THREAD_VARIABLES, str(allotted_threads(cores)))
 
 
-@contextlib.contextmanager
-def held_to(cores: float) -> Iterator[None]:
-    """Within the block, this process's pools and variables are held to ``cores``.
-
-    Fork a worker inside it: the child starts with pools of that size.  On leaving, the
-    variables and pools are as they were.
-    """
-    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+def hold_threads(cores: float) -> None:
+    """Hold this process's thread pools to ``cores``: the variables for what loads later
+    (and for child processes), the pools of what is loaded already (BLAS, OpenMP, torch)."""
     os.environ.update(variables(cores))
-    limits = None
     with contextlib.suppress(Exception):
         from threadpoolctl import threadpool_limits
 
-        limits = threadpool_limits(allotted_threads(cores))
-    try:
-        yield
-    finally:
-        if limits is not None:
+        threadpool_limits(allotted_threads(cores))
+    limit_torch(cores)
+
+
+class ForkHold:
+    """A driver's pools, held to each replica's cores as it is forked, until `release`."""
+
+    def __init__(self) -> None:
+        self.threads = 0  # what the pools are held to now (0: as they were)
+        self.original: Any = None  # restores the pools as they were before the first hold
+
+    @contextlib.contextmanager
+    def forking(self, cores: float) -> Iterator[None]:
+        """Within the block, the pools and variables are held to ``cores``: fork in it."""
+        threads = allotted_threads(cores)
+        if threads != self.threads:
+            self.threads = threads
             with contextlib.suppress(Exception):
-                limits.restore_original_limits()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+                from threadpoolctl import threadpool_limits
+
+                limits = threadpool_limits(threads)
+                self.original = self.original or limits
+        saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+        os.environ.update(variables(cores))
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def release(self) -> None:
+        """The pools back as they were before the first fork."""
+        if self.original is not None:
+            with contextlib.suppress(Exception):
+                self.original.restore_original_limits()
+        self.original, self.threads = None, 0
 
 
 def limit_torch(cores: float) -> None:

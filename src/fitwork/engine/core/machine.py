@@ -141,6 +141,9 @@ class RunCore:
         self.finished = False
         self.stopping = False
         self.sizes = [1] * len(self.stages)
+        # a plain first unit is probed with one frame a replica before frames are sized; one
+        # that batches or runs calls side by side needs many items at once from the start
+        self.probe = not (self.stages[0].io or self.stages[0].batch_size)
         self.stage_items = [0] * len(self.stages)
         self.stage_busy = [0.0] * len(self.stages)
         self.stage_cpu = [0.0] * len(self.stages)
@@ -181,6 +184,8 @@ class RunCore:
             return 0
         if self.in_flight >= self.policy.max_frames:
             return 0
+        if self.probe and not self.stage_items[0] and self.in_flight >= max(1, self.live(0)):
+            return 0  # one frame a replica until the first unit reports: that sizes the next
         size = self.sizes[0]
         if self.policy.ordered:
             size = min(size, self.policy.ordered_window - (self.fed - self.released))

@@ -38,7 +38,7 @@ from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
 from fitwork.engine.options import LocalOptions, RunOptions
 from fitwork.engine.parts import Written
 from fitwork.engine.shell import Shell, policy_for
-from fitwork.engine.threads import held_to
+from fitwork.engine.threads import ForkHold
 from fitwork.placement import Placement
 from fitwork.telemetry.processes import Worker
 from fitwork.workload.pipeline import Pipeline
@@ -112,6 +112,7 @@ class LocalRun(Shell):
         # bytes this driver moved: frames it fed, and what reached it from the last unit
         self.bytes_sent = self.bytes_from_sink = self.bytes_control = 0
         self.scanned = time.monotonic()
+        self.pools = ForkHold()  # the driver's thread pools, held while it forks workers
 
     # -- sending and workers ---------------------------------------------------------------
 
@@ -143,7 +144,7 @@ class LocalRun(Shell):
             and stage == len(self.units) - 1 else None)
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
                                    name=f"fitwork-{unit.name}-{instruction.worker}")
-        with held_to(cores):  # the child starts with its pools held to its cores
+        with self.pools.forking(cores):  # the child starts with its pools held to its cores
             process.start()
         self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
                                                    pid=process.pid or 0)
@@ -281,6 +282,7 @@ class LocalRun(Shell):
                     os.kill(handle.process.pid, signal.SIGKILL)
         for handle in self.handles.values():
             handle.process.join(timeout=5)
+        self.pools.release()
         self.wire.sweep()
         self.selector.close()
         for channel in self.channels:

@@ -102,6 +102,11 @@ def worker_main(spec: WorkerSpec) -> None:
         worker.send(Fatal(spec.worker_id, describe(exc), traceback.format_exc()))
         os._exit(3)
     worker.serve(kernel)
+    # Final is sent and every output is downstream (or written and flushed to the part):
+    # leave at once, without the interpreter's teardown the driver would wait on.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _die_with_parent() -> None:

@@ -18,7 +18,6 @@ to the output segments, the weight returned by filters, failures and poison (see
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
@@ -35,7 +34,7 @@ from fitwork.engine.parts import PartWriter, Sink, Written
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
 from fitwork.engine.segment import Return, Segment, settle, split
-from fitwork.engine.threads import allotted_threads, limit_torch, variables
+from fitwork.engine.threads import hold_threads
 from fitwork.failure import Failure, describe, portable
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
@@ -362,17 +361,6 @@ class Replica:
                                   f"cross processes ({describe(exc)}); return plain data")
                 lost(summary, single, self.unit.name, error)
         return kept
-
-
-def hold_threads(cores: float) -> None:
-    """Hold this process's thread pools to ``cores``: the variables for what loads later
-    (and for child processes), the pools of what is loaded already (BLAS, OpenMP, torch)."""
-    os.environ.update(variables(cores))
-    with contextlib.suppress(Exception):
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(allotted_threads(cores))
-    limit_torch(cores)
 
 
 async def _timed_async(replica: Replica, value: Any) -> Any:
