@@ -77,6 +77,33 @@ def reduce_(a: np.ndarray) -> float:
 LIGHT = Pipeline(unit(expand, cpu=0.5), unit(transform, cpu=0.5), unit(reduce_, cpu=0.5),
                  name="cpu-chain")
 
+# fitwork's vectorised versions: batched units that take the batch as one numpy array
+# (``batch_format="numpy"``), as fitwork's docs advise for array work, and as Ray Data's
+# contenders are written below.  Rows travel between replicas as one stacked buffer.
+
+
+def expand_rows(ids: np.ndarray) -> np.ndarray:
+    """Light stage 1 over a batch of item ids: one row each."""
+    return (ids % 97)[:, None] * GRID[None, :]
+
+
+def transform_rows(a: np.ndarray) -> np.ndarray:
+    """Light stage 2 over a batch of rows."""
+    return np.sqrt(np.abs(np.sin(a) * 3.0 + a))
+
+
+def reduce_rows(a: np.ndarray) -> np.ndarray:
+    """Light stage 3 over a batch of rows: a sum per row."""
+    return a.sum(axis=1)
+
+
+def light_batched(size: int) -> Pipeline:
+    """The light pipeline as batched units of ``size`` items."""
+    return Pipeline(*(unit(fn, cpu=0.5, batch_size=size, batch_format="numpy", name=name)
+                      for fn, name in ((expand_rows, "expand"), (transform_rows, "transform"),
+                                       (reduce_rows, "reduce"))), name="cpu-chain-batched")
+
+
 # Ray Data's versions of the same stages, vectorised over a numpy batch (rows x points).
 
 
@@ -140,6 +167,35 @@ HEAVY = Pipeline(unit(features, cpu=0.5), unit(Score, name="score", cpu=0.5),
                  unit(total, cpu=0.5), name="heavy-chain")
 
 
+def features_rows(ids: np.ndarray) -> np.ndarray:
+    """Heavy stage 1 over a batch of item ids (fitwork, batched)."""
+    return ((ids % 89) / 89.0)[:, None] * np.linspace(-1.0, 1.0, WIDTH)[None, :]
+
+
+class ScoreRows:
+    """Heavy stage 2 (fitwork, batched): loads weights once per replica, scores a batch."""
+
+    def __init__(self) -> None:
+        self.weights, self.bias = load_weights()
+
+    def __call__(self, h: np.ndarray) -> np.ndarray:
+        return apply_rounds(h, self.weights[None, :], self.bias[None, :])
+
+
+def total_rows(h: np.ndarray) -> np.ndarray:
+    """Heavy stage 3 over a batch: a sum per row (fitwork, batched)."""
+    return h.sum(axis=1)
+
+
+def heavy_batched(size: int) -> Pipeline:
+    """The heavy pipeline as batched units of ``size`` items."""
+    def batched(fn: Any, name: str) -> Any:
+        return unit(fn, cpu=0.5, batch_size=size, batch_format="numpy", name=name)
+
+    return Pipeline(batched(features_rows, "features"), batched(ScoreRows, "score"),
+                    batched(total_rows, "total"), name="heavy-chain-batched")
+
+
 def features_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Heavy stage 1 over a batch."""
     scale = (batch["id"] % 89) / 89.0
@@ -170,26 +226,55 @@ def run_pipeline(pipeline: Pipeline, items: Iterable[Any], **options: Any) -> An
 
 
 def run_fitwork(pipeline: Pipeline, items: int, engine: str,
-                workers: dict[str, int] | None) -> float:
+                workers: dict[str, int] | None, placement: Any = None) -> float:
     """The pipeline through one of fitwork's engines; the sum of its outputs."""
-    with run_pipeline(pipeline, range(items), engine=engine, workers=workers) as result:
+    with run_pipeline(pipeline, range(items), engine=engine, workers=workers,
+                      placement=placement) as result:
         return float(sum(result))
+
+
+def planned(pipeline: Pipeline, sample: int) -> Any:
+    """fitwork's plan for ``pipeline`` on this host, profiled on ``sample`` items: what
+    ``fitwork plan`` then ``fitwork run --plan`` would run.  Made once, before any timed
+    run, as Ray Data's batch size is chosen before its runs."""
+    from fitwork.fit.plan import fit
+
+    profile = fitwork.profile_pipeline(pipeline, range(sample), samples=sample)
+    return fit(profile, fitwork.discover_local())
+
+
+def layout(plan: Any) -> str:
+    """A plan's layout in a few words."""
+    groups = plan.placement().groups
+    if plan.fused:
+        return f"fused x{sum(g.replicas for g in groups)}"
+    return " ".join(f"{g.unit}={g.replicas}" for g in groups)
 
 
 PIPELINES = {"light": LIGHT, "heavy": HEAVY}
 HELPER: list[ProcessPoolExecutor] = []  # the local engine's process, started before Ray
 
 
-def timed_local(name: str, items: int, workers: dict[str, int] | None) -> tuple[float, float]:
+def pipeline_named(name: str) -> Pipeline:
+    """``light`` or ``heavy``, or ``light:N`` / ``heavy:N``: batched units of N items."""
+    base, _, size = name.partition(":")
+    if not size:
+        return PIPELINES[base]
+    return (light_batched if base == "light" else heavy_batched)(int(size))
+
+
+def timed_local(name: str, items: int, workers: dict[str, int] | None,
+                placement: Any = None) -> tuple[float, float]:
     """In the helper process: one local-engine run of a pipeline; its total and seconds."""
     start = time.perf_counter()
-    total_ = run_fitwork(PIPELINES[name], items, "local", workers)
+    total_ = run_fitwork(pipeline_named(name), items, "local", workers, placement)
     return total_, time.perf_counter() - start
 
 
-def run_local(name: str, items: int, workers: dict[str, int] | None) -> tuple[float, float]:
+def run_local(name: str, items: int, workers: dict[str, int] | None,
+              placement: Any = None) -> tuple[float, float]:
     """The pipeline through fitwork's local engine, in the helper process."""
-    return HELPER[0].submit(timed_local, name, items, workers).result()
+    return HELPER[0].submit(timed_local, name, items, workers, placement).result()
 
 
 def run_ray_data(items: int, stages: list[tuple[Any, dict[str, Any]]], column: str) -> float:
@@ -233,29 +318,54 @@ def measure(contenders: list[Contender], items: int, repeats: int) -> None:
 
 
 def report(title: str, contenders: list[Contender]) -> None:
-    """items/s and configuration per contender, then the ratios against the best Ray Data."""
+    """items/s (best, and the first run's) and configuration per contender, then the ratios
+    against the best Ray Data: fitwork's per-item units, and its best batched units (the
+    like-for-like contender: Ray Data's stages are vectorised too)."""
     best = {c.name: max(c.rates) for c in contenders}
     ray_data = [c for c in contenders if c.name.startswith("ray data")]
     strongest = max(ray_data, key=lambda c: best[c.name])
     print(title)
+    print(f"  {'':<28} {'best items/s':>12} {'first run':>10}")
     for c in contenders:
         mark = "  <- best Ray Data" if c is strongest else ""
-        print(f"  {c.name:<26} {best[c.name]:>10,.0f} items/s  {c.config}{mark}")
-    on_ray, local = best["fitwork ray"], best["fitwork local"]
-    print(f"  fitwork ray / best ray data ({strongest.name}) "
-          f"{on_ray / best[strongest.name]:.2f}x  (aim >= 1)")
-    print(f"  fitwork local / best ray data              {local / best[strongest.name]:.2f}x")
-    print(f"  fitwork ray / fitwork local                {on_ray / local:.2f}x")
+        print(f"  {c.name:<28} {best[c.name]:>12,.0f} {c.rates[0]:>10,.0f}  {c.config}{mark}")
+    baseline = best[strongest.name]
+    for engine in ("ray", "local"):
+        print(f"  fitwork {engine}, as planned / best ray data: "
+              f"{best[f'fitwork {engine} planned'] / baseline:.2f}x  (issue 14 aim >= 1.5x on "
+              "Ray)")
+        per_item = best[f"fitwork {engine}"]
+        batched = max((c for c in contenders if c.name.startswith(f"fitwork {engine} batch=")),
+                      key=lambda c: best[c.name], default=None)
+        print(f"  fitwork {engine}, per-item units / best ray data ({strongest.name}): "
+              f"{per_item / baseline:.2f}x")
+        if batched is not None:
+            print(f"  fitwork {engine}, best batched ({batched.name.split(' ', 2)[2]}) / best "
+                  f"ray data: {best[batched.name] / baseline:.2f}x")
 
 
-def light_contenders(items: int, batch_sizes: list[int], task_cpus: float) -> list[Contender]:
+def light_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int],
+                     task_cpus: float, plan: Any) -> list[Contender]:
     """fitwork on Ray, fitwork local, and vectorised Ray Data at each batch size."""
     contenders = [
         Contender("fitwork ray", "3 units x 1 replica, cpu=0.5 each, per-item calls",
                   lambda: run_fitwork(LIGHT, items, "ray", None)),
         Contender("fitwork local", "3 units x 1 replica (a process each), per-item calls",
                   lambda: run_local("light", items, None)),
+        Contender("fitwork ray planned", f"fitwork's plan for this host ({layout(plan)})",
+                  lambda: run_fitwork(LIGHT, items, "ray", None, plan)),
+        Contender("fitwork local planned", f"fitwork's plan for this host ({layout(plan)})",
+                  lambda: run_local("light", items, None, plan)),
     ]
+    for size in fitwork_sizes:
+        contenders += [
+            Contender(f"fitwork ray batch={size}", f"3 batched units (numpy) of {size}, "
+                      "1 replica each, cpu=0.5", lambda size=size: run_fitwork(
+                          pipeline_named(f"light:{size}"), items, "ray", None)),
+            Contender(f"fitwork local batch={size}", f"3 batched units (numpy) of {size}, "
+                      "a process each", lambda size=size: run_local(f"light:{size}", items,
+                                                                     None)),
+        ]
     for size in batch_sizes:
         options = {"batch_size": size, "num_cpus": task_cpus}
         stages = [(expand_batch, options), (transform_batch, options), (reduce_batch, options)]
@@ -266,7 +376,8 @@ def light_contenders(items: int, batch_sizes: list[int], task_cpus: float) -> li
     return contenders
 
 
-def heavy_contenders(items: int, batch_sizes: list[int], actors: int) -> list[Contender]:
+def heavy_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int],
+                     actors: int, plan: Any) -> list[Contender]:
     """The ~10 ms/item pipeline: fitwork both ways and Ray Data with an actor pool."""
     replicas = HEAVY_WORKERS["score"]
     contenders = [
@@ -274,7 +385,20 @@ def heavy_contenders(items: int, batch_sizes: list[int], actors: int) -> list[Co
                   "cpu=0.5 each", lambda: run_fitwork(HEAVY, items, "ray", HEAVY_WORKERS)),
         Contender("fitwork local", f"features x1, score x{replicas} (class), total x1 "
                   "(a process each)", lambda: run_local("heavy", items, HEAVY_WORKERS)),
+        Contender("fitwork ray planned", f"fitwork's plan for this host ({layout(plan)})",
+                  lambda: run_fitwork(HEAVY, items, "ray", None, plan)),
+        Contender("fitwork local planned", f"fitwork's plan for this host ({layout(plan)})",
+                  lambda: run_local("heavy", items, None, plan)),
     ]
+    for size in fitwork_sizes:
+        contenders += [
+            Contender(f"fitwork ray batch={size}", f"batched units (numpy) of {size}; "
+                      f"score x{replicas} (class); cpu=0.5 each", lambda size=size: run_fitwork(
+                          pipeline_named(f"heavy:{size}"), items, "ray", HEAVY_WORKERS)),
+            Contender(f"fitwork local batch={size}", f"batched units (numpy) of {size}; "
+                      f"score x{replicas} (class); a process each",
+                      lambda size=size: run_local(f"heavy:{size}", items, HEAVY_WORKERS)),
+        ]
     import ray.data
 
     for size in batch_sizes:
@@ -317,6 +441,10 @@ def main() -> None:
                         help="Ray Data batch sizes swept, light pipeline")
     parser.add_argument("--heavy-batch-sizes", type=sizes, default=[4, 16, 64],
                         help="Ray Data batch sizes swept, heavy pipeline")
+    parser.add_argument("--fitwork-batch-sizes", type=sizes, default=[256, 1024],
+                        help="fitwork batched-unit sizes, light pipeline")
+    parser.add_argument("--fitwork-heavy-batch-sizes", type=sizes, default=[4, 16],
+                        help="fitwork batched-unit sizes, heavy pipeline")
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of each contender, alternating; best is kept (min 2)")
     parser.add_argument("--skip", choices=("light", "heavy"), help="leave one pipeline out")
@@ -326,6 +454,7 @@ def main() -> None:
     import ray
     import ray.data
 
+    plans = {"light": planned(LIGHT, 256), "heavy": planned(HEAVY, 32)}
     HELPER.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
     HELPER[0].submit(time.sleep, 0).result()  # started (and importing) before Ray is
     temp_dir = tempfile.mkdtemp(prefix="fwray-")
@@ -339,12 +468,15 @@ def main() -> None:
         print(f"fitwork vs tuned Ray Data: {cores} cores, Ray {ray.__version__}, "
               f"best of {repeats} (alternating), start-up included")
         if args.skip != "light":
-            light = light_contenders(args.items, args.batch_sizes, task_cpus=1.0)
+            light = light_contenders(args.items, args.batch_sizes, args.fitwork_batch_sizes,
+                                     task_cpus=1.0, plan=plans["light"])
             measure(light, args.items, repeats)
             report(f"light: {args.items:,} items, 3 numpy stages, ~0.1 ms of work per item",
                    light)
         if args.skip != "heavy":
-            heavy = heavy_contenders(args.heavy_items, args.heavy_batch_sizes, actors=cores)
+            heavy = heavy_contenders(args.heavy_items, args.heavy_batch_sizes,
+                                     args.fitwork_heavy_batch_sizes, actors=cores,
+                                     plan=plans["heavy"])
             measure(heavy, args.heavy_items, repeats)
             report(f"heavy: {args.heavy_items:,} items, score stage {per_item_ms():.1f} ms "
                    f"of CPU per item ({WIDTH:,} floats x {ROUNDS} rounds), loads weights "

@@ -2,30 +2,71 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fitwork.engine.contract import RunResult
-from fitwork.engine.options import RunOptions
-from fitwork.engine.parts import Sink
-from fitwork.errors import (
-    EngineError,
-    FitworkError,
-    InputError,
-    PipelineLoadError,
-    TooManyFailures,
-    UnitDefinitionError,
-)
-from fitwork.failure import Failure
-from fitwork.placement import Group, Placement
-from fitwork.resources import Resources
-from fitwork.runner import run
-from fitwork.shards import Source
-from fitwork.telemetry.record import Progress, RunRecord
 from fitwork.version import __version__
-from fitwork.workload import Kind, Pipeline, Retry, Unit, unit
 
-# Loaded on first use, so `import fitwork` stays light (the solver brings in SciPy).
+if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
+    from fitwork.decomposition import (
+        DecomposeError,
+        Decomposition,
+        decompose,
+        explain,
+        hint,
+        with_context,
+    )
+    from fitwork.engine.contract import RunResult
+    from fitwork.engine.options import RunOptions
+    from fitwork.engine.parts import Sink
+    from fitwork.errors import (
+        EngineError,
+        FitworkError,
+        InputError,
+        PipelineLoadError,
+        TooManyFailures,
+        UnitDefinitionError,
+    )
+    from fitwork.failure import Failure
+    from fitwork.fit.plan import Plan, plan_for
+    from fitwork.hardware.catalog import catalog
+    from fitwork.hardware.discover import discover_local
+    from fitwork.hardware.fleet import Fleet
+    from fitwork.llm import SLO, LLMPlan, load_trace, plan_llm
+    from fitwork.llm import simulate as simulate_llm
+    from fitwork.placement import Group, Placement
+    from fitwork.profiling import PipelineProfile, profile_pipeline
+    from fitwork.report.html import render_report
+    from fitwork.resources import Resources
+    from fitwork.runner import run
+    from fitwork.shards import Source
+    from fitwork.telemetry.record import Progress, RunRecord
+    from fitwork.workload import Kind, Pipeline, Retry, Unit, unit
+
+# Every public name loads on first use: `import fitwork` is cheap, and so is a replica
+# process that imports one engine module (the package is imported first, by Python).
 _LAZY = {
+    "RunResult": "fitwork.engine.contract",
+    "RunOptions": "fitwork.engine.options",
+    "Sink": "fitwork.engine.parts",
+    "EngineError": "fitwork.errors",
+    "FitworkError": "fitwork.errors",
+    "InputError": "fitwork.errors",
+    "PipelineLoadError": "fitwork.errors",
+    "TooManyFailures": "fitwork.errors",
+    "UnitDefinitionError": "fitwork.errors",
+    "Failure": "fitwork.failure",
+    "Group": "fitwork.placement",
+    "Placement": "fitwork.placement",
+    "Resources": "fitwork.resources",
+    "run": "fitwork.runner",
+    "Source": "fitwork.shards",
+    "Progress": "fitwork.telemetry.record",
+    "RunRecord": "fitwork.telemetry.record",
+    "Kind": "fitwork.workload",
+    "Pipeline": "fitwork.workload",
+    "Retry": "fitwork.workload",
+    "Unit": "fitwork.workload",
+    "unit": "fitwork.workload",
     "decompose": "fitwork.decomposition",
     "explain": "fitwork.decomposition",
     "hint": "fitwork.decomposition",
@@ -53,7 +94,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module, _, attribute = _LAZY[name].partition(":")
-        return getattr(importlib.import_module(module), attribute or name)
+        value = getattr(importlib.import_module(module), attribute or name)
+        globals()[name] = value  # found once: later lookups are plain attribute reads
+        return value
     raise AttributeError(f"module 'fitwork' has no attribute {name!r}")
 
 

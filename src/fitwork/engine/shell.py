@@ -54,7 +54,7 @@ from fitwork.telemetry.processes import ProcessBook, Worker
 from fitwork.telemetry.record import DeviceSample, RunRecord, RunStatus
 from fitwork.workload.pipeline import Pipeline
 
-TAKE_CHUNK = 16
+TAKE_CHUNK = 1
 
 
 class DeadLetters:
@@ -128,6 +128,11 @@ class Shell:
         self.clock = clock
         self.run_id = uuid.uuid4().hex[:12]
         self.source: Iterator[Any] = iter(source)
+        # how long a frame may wait on a slow source: a batched first unit closes its
+        # batches after batch_wait, which a frame filling for longer would defeat
+        first = self.units[0]
+        self.take_time = (min(policy.frame_time, first.batch_wait) if first.batch_size
+                          else policy.frame_time)
         self.out: list[Any] = []
         self.emitted = 0  # outputs put in ``out`` so far
         self.spans: deque[tuple[int, int, int]] = deque()  # (emitted after, start, count)
@@ -360,7 +365,7 @@ class Shell:
                 items.extend(itertools.islice(self.source, want))
                 if len(items) - got < want:
                     return Fed(items, self.clock(), end=True)
-                if self.clock() - start > self.policy.frame_time:
+                if self.clock() - start > self.take_time:
                     break
                 chunk *= 2
         except Exception as error:

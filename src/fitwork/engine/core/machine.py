@@ -140,7 +140,9 @@ class RunCore:
         self.aborted: BaseException | None = None
         self.finished = False
         self.stopping = False
-        self.sizes = [1] * len(self.stages)
+        # a batched unit's frames hold a batch at least: a smaller frame would wait its
+        # batch_wait for items from other frames (on Ray, from other calls)
+        self.sizes = [min(s.batch_size or 1, policy.max_frame) for s in self.stages]
         # a plain first unit is probed with one frame a replica before frames are sized; one
         # that batches or runs calls side by side needs many items at once from the start
         self.probe = not (self.stages[0].io or self.stages[0].batch_size)
@@ -594,7 +596,8 @@ class RunCore:
         per_item = max(self.stage_busy[stage] / items, 1e-7)
         if stage == 0 and self.policy.whole_path:
             per_item = max(sum(self.stage_busy) / items, 1e-7)
-        size = int(min(self.policy.max_frame, max(1, self.policy.frame_time / per_item)))
+        size = int(min(self.policy.max_frame, max(self.stages[stage].batch_size or 1,
+                                                   self.policy.frame_time / per_item)))
         io = self.stages[stage].io
         if io:
             size = min(size, max(1, int(io * self.policy.io_frame_share)))

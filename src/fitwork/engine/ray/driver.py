@@ -54,7 +54,7 @@ from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import pack
-from fitwork.engine.shell import Shell, policy_for
+from fitwork.engine.shell import Shell, policy_for, stages_of
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
     NODE_TYPE_LABEL,
@@ -132,7 +132,9 @@ class RayRun(Shell):
 
     def __init__(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
                  options: RunOptions, ray_options: RayOptions) -> None:
-        self.limits = [max(ray_options.in_flight, u.batch_size or 0, u.io)
+        # frames into a batched unit hold a batch (see RunCore.sizes): in_flight of them is
+        # room enough; an I/O unit may keep ``io`` calls going
+        self.limits = [max(ray_options.in_flight, u.io)
                        for u in pipeline.units]
         first = max(1, placement.replicas(pipeline.units[0].name))
         # A journaled run's outputs are released a frame at a time (spans): its frames stay
@@ -159,7 +161,9 @@ class RayRun(Shell):
         self.pushes: dict[Any, int] = {}
         self.last_stats = 0.0
         self.seen: dict[int, tuple[int, Counters]] = {}  # newest counters read per worker
-        self.hints = [0] * len(self.units)  # items per frame into each unit; 0: not measured
+        # items per frame into each unit; 0: not measured (a batched unit's: a batch)
+        self.batch_sizes = [s.batch_size or 0 for s in stages_of(self.pipeline, self.placement)]
+        self.hints = [min(MAX_FRAME, size) for size in self.batch_sizes]
         self.has_gpus = False
         self.nodes: list[dict[str, Any]] = []
         self.started = False
@@ -329,7 +333,7 @@ class RayRun(Shell):
     def frame_sizes(self, instruction: FrameSizes) -> None:
         assert self.core is not None
         measured = self.core.stage_items
-        self.hints = [min(MAX_FRAME, size) if measured[stage] else 0
+        self.hints = [min(MAX_FRAME, size) if measured[stage] or self.batch_sizes[stage] else 0
                       for stage, size in enumerate(instruction.sizes)]
 
     def reserve(self, alone: bool) -> Any:
@@ -341,7 +345,8 @@ class RayRun(Shell):
         self.router.release(token)
 
     def take(self, count: int) -> Fed:
-        return super().take(min(count, max(1, GROWTH * self.completed)))
+        return super().take(min(count, max(self.core.sizes[0] if self.core else 1,
+                                           GROWTH * self.completed)))
 
     def transmit(self, token: Any, send: Send) -> None:
         worker = self.by_key[key(token)]
