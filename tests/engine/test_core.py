@@ -178,8 +178,9 @@ def test_a_plain_first_unit_is_probed_with_one_frame_a_replica_until_it_reports(
     batched = RunCore(stages_of(pipeline, placement), placement, Policy(max_frames=64), "r",
                       0.0)
     batched.start()
+    assert batched.room() == 8  # a frame holds a batch from the first: none waits to fill
     batched.handle(Fed([1], 0.0))
-    assert batched.room() >= 1  # a batch fills from many frames: no probe
+    assert batched.room() == 8  # no probe: the batch size is known
 
 
 def test_resize_spawns_and_retires_and_a_clean_exit_takes_the_retirement() -> None:

@@ -112,6 +112,7 @@ class _Actor:
     node: str | None = None
     ended: bool = False
     retiring: bool = False
+    ready: bool = False  # it said hello: its unit is built and it takes calls
 
 
 @dataclass
@@ -167,6 +168,7 @@ class RayRun(Shell):
         self.has_gpus = False
         self.nodes: list[dict[str, Any]] = []
         self.started = False
+        self.initial: set[int] = set()  # replicas started with the run, not yet said hello
         self.ready_by = 0.0  # when the replicas started with the run must have said hello
 
     # -- setting up ------------------------------------------------------------------------
@@ -179,8 +181,9 @@ class RayRun(Shell):
                 ray.cloudpickle.register_pickle_by_value(module)
         self.nodes = live_nodes(self.timeout)  # read once: resources, labels, the host
         self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
-        self.reserve_groups({label for n in self.nodes
-                             if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
+        if len(self.nodes) > 1:  # on one node there is no node type to choose
+            self.reserve_groups({label for n in self.nodes
+                                 if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
 
     def demand(self, stage: int, group: Group | None) -> Resources:
         """What one replica asks Ray for: the plan's resources, else the unit's own."""
@@ -202,7 +205,10 @@ class RayRun(Shell):
 
         Every replica planned on a node type gets its bundle before any starts (on nodes of
         that type, where nodes are labelled), so a run never starts half-placed.  A
-        replacement takes over the bundle its predecessor held.
+        replacement takes over the bundle its predecessor held.  A cluster of one node has
+        no node type to choose: its replicas ask Ray for their resources directly (a
+        placement group made and removed per run cost ~1 s of start-up to runs back to
+        back: Ray retried the next run's group after its view of the freed cores caught up).
         """
         by_type: dict[str, list[Resources]] = {}
         for stage, name in enumerate(self.names):
@@ -243,14 +249,21 @@ class RayRun(Shell):
         return super().start()
 
     def _check_started(self) -> None:
-        """Every replica started with the run said hello: publish them and start feeding."""
-        if not self.hellos:
+        """Every unit has a replica that said hello: publish those and start feeding (the
+        rest join as they say hello, so a replica that starts late holds no frame back);
+        every replica started with the run must say hello within the start-up timeout."""
+        if not self.started and all(
+                any(a.ready and not a.ended for a in self.actors.values() if a.stage == stage)
+                for stage in range(len(self.units))):
             self.publish()
             self.started = True
+        late = [w for w in self.hellos.values() if w in self.initial]
+        if not late:
+            self.initial.clear()
             return
         if time.monotonic() > self.ready_by:
             startup = self.ray_options.startup_timeout
-            stuck = sorted({self.names[self.actors[w].stage] for w in self.hellos.values()})
+            stuck = sorted({self.names[self.actors[w].stage] for w in late})
             raise EngineError(
                 f"replicas of {', '.join(stuck)} were not placed within {startup:.0f} s: the "
                 f"cluster has {self._available()}; lower their demands, add nodes, or "
@@ -280,7 +293,7 @@ class RayRun(Shell):
         self.version += 1
         live: list[list[Any]] = [[] for _ in self.units]
         for actor in self.actors.values():
-            if not actor.ended and not actor.retiring:
+            if actor.ready and not actor.ended and not actor.retiring:
                 live[actor.stage].append(actor.handle)
         self.router.set_members(live[0], self.version)
         for actor in self.actors.values():  # retiring ones too: they finish what they hold
@@ -319,8 +332,8 @@ class RayRun(Shell):
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
         self.hellos[handle.hello.remote()] = instruction.worker
-        if self.started:  # a replacement, or one more: tell the others at once
-            self.publish()
+        if not self.started:
+            self.initial.add(instruction.worker)  # held to the start-up timeout
 
     def retire(self, instruction: Retire) -> None:
         actor = self.actors.get(instruction.worker)
@@ -408,7 +421,7 @@ class RayRun(Shell):
             if waiting else set()  # one look
         for ref in [r for r in self.hellos if r in ready]:
             self._hello(ref)
-        if not self.started:
+        if not self.started or self.initial:
             self._check_started()
         settled = next((r for r in self.calls if r in ready), None)
         if settled is not None:  # the oldest; the caller sees its outputs (and may resize)
@@ -436,8 +449,10 @@ class RayRun(Shell):
             self.handle(Exited(worker, clean=False, now=time.monotonic(),
                                cause="its unit could not start", fatal=info["error"]))
             return
-        actor.pid, actor.node = info["pid"], info["node"]
+        actor.pid, actor.node, actor.ready = info["pid"], info["node"], True
         self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
+        if self.started:  # a replacement, one more, or one that started late: it joins now
+            self.publish()
 
     def _settle(self, ref: Any) -> None:
         worker, call, own_outputs, items = self.calls.pop(ref)
