@@ -166,9 +166,14 @@ def test_async_units(engine: str) -> None:
 
 
 def test_class_units_are_built_once_per_replica(engine: str) -> None:
-    outputs, _ = run_all(Pipeline(u.Counter), list(range(200)), engine)
+    """Each replica that ran items built the class once: as many instances as replicas
+    that served (both, unless one took every item before the other started, which a
+    short run on Ray may see: feeding starts with the first replica ready)."""
+    outputs, record = run_all(Pipeline(u.Counter), list(range(200)), engine)
     assert sorted(x for x, _ in outputs) == list(range(200))
-    assert len({token for _, token in outputs}) == 2
+    served = [w for w in record.workers if w.unit == "Counter" and w.items_in]
+    assert 1 <= len(served) <= 2
+    assert len({token for _, token in outputs}) == len(served)
 
 
 @pytest.mark.processes
