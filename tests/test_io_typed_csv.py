@@ -146,3 +146,33 @@ def test_fitwork_run_types_csv_unless_told(tmp_path: Path, flags: tuple[str, ...
     assert done.returncode == 0, done.stderr
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [expected, expected]
+
+
+TYPED = textwrap.dedent("""
+    from fitwork import Pipeline, unit
+
+    @unit
+    def next_id(row):
+        return row["id"] + 1  # a number, as `fitwork run` reads it
+
+    pipeline = Pipeline(next_id, name="typed")
+""")
+
+
+@pytest.mark.parametrize(("flags", "ok"), [((), True), (("--csv-strings",), False)])
+def test_fitwork_profile_reads_csv_as_run_does(tmp_path: Path, flags: tuple[str, ...],
+                                               ok: bool) -> None:
+    """A unit is profiled on the values it will run on: typed, unless told (then this
+    unit, which adds to a number, fails on every sample, as it would in the run)."""
+    (tmp_path / "typed.py").write_text(TYPED)
+    write_csv(tmp_path / "in.csv", ["id", "code"], [[1, "007"], [2, "x"]])
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fitwork.cli", "profile", "typed.py:pipeline", "--input",
+         "in.csv", "-o", "p.json", *flags],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    assert (done.returncode == 0) is ok, done.stderr
+    assert (tmp_path / "p.json").exists() is ok
+    if not ok:
+        assert "next_id" in done.stderr and "failed on all 2 samples" in done.stderr

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
+from fitwork.cli_options import csv_strings_option
 from fitwork.decomposition.cli import (
     decompose_command,
     decompose_option,
@@ -96,8 +97,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run from its journal: only the items it had not "
                    "finished run, and the output keeps every result once.")
-@click.option("--csv-strings", is_flag=True, help="Keep every CSV field a string (by "
-              "default a field that is a number arrives as an int or a float).")
+@csv_strings_option
 @metrics_options
 @decompose_option
 def run(pipeline_ref: str | None, input_text: str, output_text: str,
@@ -261,8 +261,10 @@ def _summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | 
                    "discovered: a CPU class (cpu-x86, cpu-arm) for the host's cores, any other "
                    "class for the GPU that units with a GPU share run on. Repeat for both.")
 @decompose_option
+@csv_strings_option
 def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_path: Path,
-            device_classes: tuple[str, ...], decompose: str | None) -> None:
+            device_classes: tuple[str, ...], decompose: str | None,
+            csv_strings: bool = False) -> None:
     """Measure each unit alone on sample items and save a profile."""
     from fitwork.io import read_items
     from fitwork.profiling import profile_pipeline
@@ -275,7 +277,8 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
         pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
         with Console(stderr=True).status("profiling") as status:
             result = profile_pipeline(
-                pipeline, read_items(input_path), samples=samples, host_class=host_class,
+                pipeline, read_items(input_path, csv_types=not csv_strings), samples=samples,
+                host_class=host_class,
                 accelerator_class=accelerator_class,
                 progress=lambda name: status.update(f"profiling unit [bold]{name}[/bold]"))
     except FitworkError as exc:

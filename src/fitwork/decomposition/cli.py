@@ -16,6 +16,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from fitwork.cli_options import csv_strings_option
 from fitwork.decomposition.decomposer import MAX_SAMPLES, decompose
 from fitwork.decomposition.render import render
 from fitwork.decomposition.report import Decomposition
@@ -111,8 +112,10 @@ def _fail(exc: Exception) -> NoReturn:
                    "exactly these units.")
 @click.option("--profile-output", type=click.Path(path_type=Path),
               help="Write the units' profile (needs --input), for `fitwork plan --profile`.")
+@csv_strings_option
 def decompose_command(function_ref: str, input_path: Path | None, samples: int, no_fuse: bool,
-                      output_path: Path | None, profile_output: Path | None) -> None:
+                      output_path: Path | None, profile_output: Path | None,
+                      csv_strings: bool = False) -> None:
     """Split a monolithic function into units; print each unit and what was merged."""
     from fitwork.io import read_items
 
@@ -120,7 +123,7 @@ def decompose_command(function_ref: str, input_path: Path | None, samples: int, 
         if profile_output and not input_path:
             raise click.UsageError("--profile-output needs --input: a profile is measured")
         fn = load_function(function_ref)
-        sample = read_items(input_path) if input_path else None
+        sample = read_items(input_path, csv_types=not csv_strings) if input_path else None
         pipeline = decompose(fn, sample=sample, samples=samples, fuse=not no_fuse)
     except FitworkError as exc:
         _fail(exc)
