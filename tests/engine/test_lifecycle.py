@@ -125,6 +125,19 @@ def test_memory_stays_bounded_with_a_slow_sink(engine: str) -> None:
     assert fitwork_segments() - before == set()
 
 
+def test_the_drivers_thread_pools_are_as_they_were_after_a_run() -> None:
+    """The driver holds its own BLAS pools while it forks replicas, and only until the run
+    ends: the caller's process keeps the pools it had."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = [(i["prefix"], i["num_threads"]) for i in threadpoolctl.threadpool_info()]
+    with fitwork.run(Pipeline(u.double), range(50)) as result:
+        during = [i["num_threads"] for i in threadpoolctl.threadpool_info()]
+        assert len(list(result)) == 50
+    after = [(i["prefix"], i["num_threads"]) for i in threadpoolctl.threadpool_info()]
+    assert after == before
+    assert all(n == 1 for n in during)  # held to the one core each replica was given
+
+
 def test_a_replicas_thread_pools_are_held_to_its_cores() -> None:
     """BLAS would start a thread per host core; a one-core replica uses one core at most."""
     pipeline = Pipeline(u.matrix_work)
