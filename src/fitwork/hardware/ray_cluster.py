@@ -98,7 +98,8 @@ def connect(address: str | None = None, timeout: float = 60.0) -> None:
 
     A cluster started here has Ray's token authentication on (Ray generates the token in
     ``~/.ray/auth_token``) unless ``RAY_AUTH_MODE`` says otherwise; joining leaves the
-    cluster's own mode alone.
+    cluster's own mode alone.  ``timeout`` bounds joining; a cluster started here lives as
+    long as the calling thread (Ray's rule), so call this from the thread that keeps it.
     """
     fork_safe_grpc()
     import ray
@@ -109,9 +110,14 @@ def connect(address: str | None = None, timeout: float = 60.0) -> None:
     mode = None if target else local_auth_mode(os.environ, ray.__version__)
     if mode is not None:
         _set_auth_mode(mode)
-    where = f"ray.init({target!r})" if target else "ray.init() on this host"
-    within(timeout, where, lambda: ray.init(address=target, include_dashboard=False,
-                                            log_to_driver=True))
+    if target:
+        within(timeout, f"ray.init({target!r})",
+               lambda: ray.init(address=target, include_dashboard=False, log_to_driver=True))
+        return
+    # Started here, in this thread: Ray ties the processes of a cluster it starts to the
+    # thread that starts them (PR_SET_PDEATHSIG), so a helper thread (`within`) took the
+    # whole cluster down with it as it ended, a moment after ray.init returned.
+    ray.init(include_dashboard=False, log_to_driver=True)
 
 
 def live_nodes(timeout: float = 30.0) -> list[dict[str, Any]]:

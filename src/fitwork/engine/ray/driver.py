@@ -543,11 +543,22 @@ class RayRun(Shell):
         self.handle(Exited(worker, clean=True, now=time.monotonic(), cause="retired"))
 
     def stop_workers(self) -> None:
-        """Collect every replica's last counters (within a deadline)."""
+        """Collect every replica's last counters (within a deadline), and the hello of any
+        that started too late to take part (so the record says where it ran)."""
         pending = {actor.handle.stats.remote(): actor.worker
                    for actor in self.actors.values() if not actor.ended}
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=5.0)
-        for ref in ready:
+        late = list(self.hellos)
+        ready, _ = ray.wait([*late, *pending], num_returns=len(late) + len(pending),
+                            timeout=5.0)
+        for ref in (r for r in late if r in ready):
+            worker = self.hellos.pop(ref)
+            with contextlib.suppress(Exception):  # one that could not start just stops
+                info = ray.get(ref)
+                if not info["error"]:
+                    actor = self.actors[worker]
+                    actor.pid, actor.node, actor.ready = info["pid"], info["node"], True
+                    self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
+        for ref in (r for r in ready if r in pending):
             self._stats(ref, pending[ref])
         now = time.monotonic()
         for actor in self.actors.values():
