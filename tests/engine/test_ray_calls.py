@@ -147,3 +147,18 @@ def test_a_replicas_blas_pool_is_held_to_its_core(
         assert len(list(result)) == 24
     cpu = result.record.resource("cpu")
     assert cpu.allocated == 1 and 0 < cpu.utilization <= 1.05, cpu
+
+
+def test_a_replica_the_cluster_cannot_place_fails_the_run_in_one_line(
+        ray_cluster: object) -> None:
+    """Feeding starts with the replicas that are up; one that is never placed still fails
+    the run, naming its unit, once the start-up timeout has passed."""
+    from fitwork.errors import EngineError
+
+    start = time.monotonic()
+    unplaced = r"^replicas of big_slow were not placed within 3 s: the cluster has .*CPU"
+    with pytest.raises(EngineError, match=unplaced), \
+            fitwork.run(Pipeline(u.big_slow), range(200), engine="ray",
+                        startup_timeout=3) as result:
+        list(result)
+    assert time.monotonic() - start < 30

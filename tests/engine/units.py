@@ -165,3 +165,10 @@ def matrix_work(x: int) -> float:
         a = a @ a
         a /= np.abs(a).max()
     return float(a.sum())
+
+
+@unit(cpu=8, replicas=3)
+def big_slow(x: int) -> int:
+    """Three replicas of 8 cores each: one more than a 16-core test cluster can place."""
+    time.sleep(0.2)
+    return x
