@@ -344,28 +344,37 @@ def report(title: str, contenders: list[Contender]) -> None:
                   f"ray data: {best[batched.name] / baseline:.2f}x")
 
 
+def fitwork_contenders(name: str, items: int, workers: dict[str, int] | None, plan: Any,
+                       sizes: list[int], shape: str) -> list[Contender]:
+    """fitwork on each engine: the per-item units as written (``shape``), fitwork's plan,
+    and batched units of each of ``sizes``."""
+    pipeline, planned_config = PIPELINES[name], f"fitwork's plan for this host ({layout(plan)})"
+    contenders = [
+        Contender("fitwork ray", f"{shape}, per-item calls, cpu=0.5 each",
+                  lambda: run_fitwork(pipeline, items, "ray", workers)),
+        Contender("fitwork local", f"{shape}, per-item calls, a process each",
+                  lambda: run_local(name, items, workers)),
+        Contender("fitwork ray planned", planned_config,
+                  lambda: run_fitwork(pipeline, items, "ray", None, plan)),
+        Contender("fitwork local planned", planned_config,
+                  lambda: run_local(name, items, None, plan)),
+    ]
+    for size in sizes:
+        batched, config = f"{name}:{size}", f"{shape}, batched units (numpy) of {size}"
+        contenders += [
+            Contender(f"fitwork ray batch={size}", f"{config}, cpu=0.5 each",
+                      lambda b=batched: run_fitwork(pipeline_named(b), items, "ray", workers)),
+            Contender(f"fitwork local batch={size}", f"{config}, a process each",
+                      lambda b=batched: run_local(b, items, workers)),
+        ]
+    return contenders
+
+
 def light_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int],
                      task_cpus: float, plan: Any) -> list[Contender]:
     """fitwork on Ray, fitwork local, and vectorised Ray Data at each batch size."""
-    contenders = [
-        Contender("fitwork ray", "3 units x 1 replica, cpu=0.5 each, per-item calls",
-                  lambda: run_fitwork(LIGHT, items, "ray", None)),
-        Contender("fitwork local", "3 units x 1 replica (a process each), per-item calls",
-                  lambda: run_local("light", items, None)),
-        Contender("fitwork ray planned", f"fitwork's plan for this host ({layout(plan)})",
-                  lambda: run_fitwork(LIGHT, items, "ray", None, plan)),
-        Contender("fitwork local planned", f"fitwork's plan for this host ({layout(plan)})",
-                  lambda: run_local("light", items, None, plan)),
-    ]
-    for size in fitwork_sizes:
-        contenders += [
-            Contender(f"fitwork ray batch={size}", f"3 batched units (numpy) of {size}, "
-                      "1 replica each, cpu=0.5", lambda size=size: run_fitwork(
-                          pipeline_named(f"light:{size}"), items, "ray", None)),
-            Contender(f"fitwork local batch={size}", f"3 batched units (numpy) of {size}, "
-                      "a process each", lambda size=size: run_local(f"light:{size}", items,
-                                                                     None)),
-        ]
+    contenders = fitwork_contenders("light", items, None, plan, fitwork_sizes,
+                                    "3 units x 1 replica")
     for size in batch_sizes:
         options = {"batch_size": size, "num_cpus": task_cpus}
         stages = [(expand_batch, options), (transform_batch, options), (reduce_batch, options)]
@@ -380,25 +389,8 @@ def heavy_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int
                      actors: int, plan: Any) -> list[Contender]:
     """The ~10 ms/item pipeline: fitwork both ways and Ray Data with an actor pool."""
     replicas = HEAVY_WORKERS["score"]
-    contenders = [
-        Contender("fitwork ray", f"features x1, score x{replicas} (class), total x1, "
-                  "cpu=0.5 each", lambda: run_fitwork(HEAVY, items, "ray", HEAVY_WORKERS)),
-        Contender("fitwork local", f"features x1, score x{replicas} (class), total x1 "
-                  "(a process each)", lambda: run_local("heavy", items, HEAVY_WORKERS)),
-        Contender("fitwork ray planned", f"fitwork's plan for this host ({layout(plan)})",
-                  lambda: run_fitwork(HEAVY, items, "ray", None, plan)),
-        Contender("fitwork local planned", f"fitwork's plan for this host ({layout(plan)})",
-                  lambda: run_local("heavy", items, None, plan)),
-    ]
-    for size in fitwork_sizes:
-        contenders += [
-            Contender(f"fitwork ray batch={size}", f"batched units (numpy) of {size}; "
-                      f"score x{replicas} (class); cpu=0.5 each", lambda size=size: run_fitwork(
-                          pipeline_named(f"heavy:{size}"), items, "ray", HEAVY_WORKERS)),
-            Contender(f"fitwork local batch={size}", f"batched units (numpy) of {size}; "
-                      f"score x{replicas} (class); a process each",
-                      lambda size=size: run_local(f"heavy:{size}", items, HEAVY_WORKERS)),
-        ]
+    contenders = fitwork_contenders("heavy", items, HEAVY_WORKERS, plan, fitwork_sizes,
+                                    f"features x1, score x{replicas} (class), total x1")
     import ray.data
 
     for size in batch_sizes:

@@ -128,11 +128,11 @@ class Shell:
         self.clock = clock
         self.run_id = uuid.uuid4().hex[:12]
         self.source: Iterator[Any] = iter(source)
+        self.stages = stages_of(pipeline, self.placement)  # the units as the core sees them
         # how long a frame may wait on a slow source: a batched first unit closes its
         # batches after batch_wait, which a frame filling for longer would defeat
-        first = self.units[0]
-        self.take_time = (min(policy.frame_time, first.batch_wait) if first.batch_size
-                          else policy.frame_time)
+        self.take_time = (min(policy.frame_time, self.units[0].batch_wait)
+                          if self.stages[0].batch_size else policy.frame_time)
         self.out: list[Any] = []
         self.emitted = 0  # outputs put in ``out`` so far
         self.spans: deque[tuple[int, int, int]] = deque()  # (emitted after, start, count)
@@ -253,7 +253,7 @@ class Shell:
             if self.parts is not None:
                 self.parts.prepare()
             self.connect()
-            self.core = RunCore(stages_of(self.pipeline, self.placement), self.placement,
+            self.core = RunCore(self.stages, self.placement,
                                 self.policy, self.run_id, self.clock())
             self.started_at = time.time()
             self.host = self.describe_host()

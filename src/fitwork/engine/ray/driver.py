@@ -54,7 +54,7 @@ from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import pack
-from fitwork.engine.shell import Shell, policy_for, stages_of
+from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
     NODE_TYPE_LABEL,
@@ -163,8 +163,7 @@ class RayRun(Shell):
         self.last_stats = 0.0
         self.seen: dict[int, tuple[int, Counters]] = {}  # newest counters read per worker
         # items per frame into each unit; 0: not measured (a batched unit's: a batch)
-        self.batch_sizes = [s.batch_size or 0 for s in stages_of(self.pipeline, self.placement)]
-        self.hints = [min(MAX_FRAME, size) for size in self.batch_sizes]
+        self.hints = [min(MAX_FRAME, s.batch_size or 0) for s in self.stages]
         self.has_gpus = False
         self.nodes: list[dict[str, Any]] = []
         self.started = False
@@ -346,7 +345,8 @@ class RayRun(Shell):
     def frame_sizes(self, instruction: FrameSizes) -> None:
         assert self.core is not None
         measured = self.core.stage_items
-        self.hints = [min(MAX_FRAME, size) if measured[stage] or self.batch_sizes[stage] else 0
+        self.hints = [min(MAX_FRAME, size)
+                      if measured[stage] or self.stages[stage].batch_size else 0
                       for stage, size in enumerate(instruction.sizes)]
 
     def reserve(self, alone: bool) -> Any:
@@ -437,7 +437,6 @@ class RayRun(Shell):
 
     def _hello(self, ref: Any) -> None:
         worker = self.hellos.pop(ref)
-        actor = self.actors[worker]
         try:
             info = ray.get(ref)
         except DEATH as exc:
@@ -449,10 +448,15 @@ class RayRun(Shell):
             self.handle(Exited(worker, clean=False, now=time.monotonic(),
                                cause="its unit could not start", fatal=info["error"]))
             return
-        actor.pid, actor.node, actor.ready = info["pid"], info["node"], True
-        self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
+        self._up(worker, info)
         if self.started:  # a replacement, one more, or one that started late: it joins now
             self.publish()
+
+    def _up(self, worker: int, info: dict[str, Any]) -> None:
+        """A replica said hello with its unit built: note where it runs, tell the core."""
+        actor = self.actors[worker]
+        actor.pid, actor.node, actor.ready = info["pid"], info["node"], True
+        self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
 
     def _settle(self, ref: Any) -> None:
         worker, call, own_outputs, items = self.calls.pop(ref)
@@ -555,9 +559,7 @@ class RayRun(Shell):
             with contextlib.suppress(Exception):  # one that could not start just stops
                 info = ray.get(ref)
                 if not info["error"]:
-                    actor = self.actors[worker]
-                    actor.pid, actor.node, actor.ready = info["pid"], info["node"], True
-                    self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
+                    self._up(worker, info)
         for ref in (r for r in ready if r in pending):
             self._stats(ref, pending[ref])
         now = time.monotonic()
