@@ -174,7 +174,8 @@ def test_a_csv_sink_writes_a_header_per_part(tmp_path: Path) -> None:
         assert part.read_text().splitlines()[0] == "n,part"
 
 
-def test_a_resume_keeps_the_journaled_bytes_of_parts_even_once_sealed(tmp_path: Path) -> None:
+def test_a_resume_keeps_the_journaled_bytes_of_parts_even_once_sealed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fitwork.engine.parts import PartBooks, Sink
 
     out = tmp_path / "out"
@@ -191,7 +192,30 @@ def test_a_resume_keeps_the_journaled_bytes_of_parts_even_once_sealed(tmp_path: 
     assert manifest["rows"] == 6
     assert (out / "part-aaaa-00001.jsonl").read_bytes() == lines[0] + lines[1] + lines[4]
     assert (out / "part-bbbb-00002.jsonl").read_bytes() == b"".join(lines[:3])
-    # a part the seal had compacted cannot be cut back to the journal's ranges: refused
+    assert not (out / ".part-aaaa-00001.jsonl.inprogress").exists()  # gone once sealed
+    # killed while sealing, after a gapped part was copied out but before the manifest:
+    # its original is still there, so the resume keeps the journal's bytes of it
+    (out / ".part-ffff-00004.jsonl.inprogress").write_bytes(b"".join(lines))
+    copied = ((".part-ffff-00004.jsonl.inprogress", ((0, ends[0], 1), (ends[1], ends[2], 1))),)
+    dying = PartBooks(Sink(out, kept=copied), "gggg")
+    dying.prepare()
+    real = os.replace
+
+    def killed_at_the_manifest(source: object, target: object) -> None:
+        if str(target).endswith("_manifest.json"):
+            raise KeyboardInterrupt("killed")
+        real(source, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", killed_at_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        dying.seal()
+    monkeypatch.setattr(os, "replace", real)
+    assert (out / ".part-ffff-00004.jsonl.inprogress").exists()
+    again = PartBooks(Sink(out, kept=copied), "hhhh")
+    again.prepare()
+    assert again.seal()["rows"] == 2
+    assert (out / "part-ffff-00004.jsonl").read_bytes() == lines[0] + lines[2]
+    # a part the seal had compacted, its original gone: the journal's ranges do not apply
     (out / "part-dddd-00003.jsonl").write_bytes(lines[0] + lines[2])
     gapped = ((".part-dddd-00003.jsonl.inprogress", ((0, ends[0], 1), (ends[1], ends[2], 1))),)
     with pytest.raises(fitwork.InputError, match="died while sealing part"):

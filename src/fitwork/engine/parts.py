@@ -222,11 +222,13 @@ class PartBooks:
         A part's committed bytes are one run from its start unless it holds outputs the
         books refused (a retried item's outputs made again) or whose report was lost while
         the writer lived on (a Ray caller that died): then the committed ranges are copied
-        out, byte for byte, in order."""
+        out, byte for byte, in order, and the original goes only once the manifest is
+        written (a run killed while sealing resumes from it)."""
         if self.sealed:
             return self._manifest()
         directory = self.sink.directory
         parts = []
+        originals: list[Path] = []  # parts copied out, removed once the manifest is written
         kept = {name for name, _ in self.sink.kept}
         for entry in sorted(directory.iterdir()):
             match = _PART.fullmatch(entry.name)
@@ -238,9 +240,10 @@ class PartBooks:
             if rows == 0:
                 entry.unlink(missing_ok=True)
                 continue
-            size = _keep(entry, ranges, header=self.sink.format == "csv")
             final = self.sink.committed(match.group(1), int(match.group(2)))
-            os.replace(entry, final)
+            size, left = _keep(entry, ranges, self.sink.format == "csv", final)
+            if left:
+                originals.append(entry)
             parts.append({"name": final.name, "rows": rows, "bytes": size})
         manifest = {"run_id": self.run_id, "format": self.sink.format,
                     "rows": sum(p["rows"] for p in parts), "parts": parts}
@@ -250,6 +253,8 @@ class PartBooks:
             held.flush()
             os.fsync(held.fileno())
         os.replace(aside, directory / MANIFEST)
+        for original in originals:
+            original.unlink(missing_ok=True)
         sync_directory(directory)
         self.sealed = True
         return manifest
@@ -267,29 +272,35 @@ def _from_start(ranges: list[tuple[int, int, int]]) -> bool:
         a[1] == b[0] for a, b in itertools.pairwise(ranges))
 
 
-def _keep(path: Path, ranges: list[tuple[int, int, int]], header: bool) -> int:
-    """Cut ``path`` down to the byte ranges given (sorted); its new size, made durable.
-    With ``header`` (a CSV part) the first line is kept too: the range that held it may be
-    one whose report was lost."""
+def _keep(path: Path, ranges: list[tuple[int, int, int]], header: bool,
+          final: Path) -> tuple[int, bool]:
+    """Keep only the byte ranges given (sorted) of ``path``, as ``final``; its size, made
+    durable, and whether ``path`` is left behind.  With ``header`` (a CSV part) the first
+    line is kept too: the range that held it may be one whose report was lost.
+
+    Ranges that run from byte 0 without a gap are kept by cutting ``path`` back and renaming
+    it: the bytes keep their offsets.  Ranges with gaps are copied out into ``final`` and
+    ``path`` is left whole, for the seal to remove once the manifest is written: until then
+    a resume still finds the offsets its journal names."""
     with open(path, "r+b") as held:
         if header and ranges[0][0] != 0:
             ranges = [(0, len(held.readline()), 0), *ranges]
-        contiguous = _from_start(ranges)
-        if contiguous:
+        if _from_start(ranges):
             size = ranges[-1][1]
+            held.truncate(size)
+            held.flush()
+            os.fsync(held.fileno())
         else:
-            chunks = []
-            for start, end, _ in ranges:
-                held.seek(start)
-                chunks.append(held.read(end - start))
-            held.seek(0)
-            for chunk in chunks:
-                held.write(chunk)
-            size = held.tell()
-        held.truncate(size)
-        held.flush()
-        os.fsync(held.fileno())
-    return size
+            with open(final, "wb") as out:
+                for start, end, _ in ranges:
+                    held.seek(start)
+                    out.write(held.read(end - start))
+                size = out.tell()
+                out.flush()
+                os.fsync(out.fileno())
+            return size, True
+    os.replace(path, final)
+    return size, False
 
 
 def read_parts(directory: str | Path) -> list[Any]:
