@@ -96,6 +96,14 @@ def render_image(number: int) -> bytes:
     return buffer.getvalue()
 
 
+class _Server(ThreadingHTTPServer):
+    # The default backlog of 5 drops connection attempts once a few dozen fetches are in
+    # flight, and each dropped one waits a second for its retry: the stand-in store then
+    # limits every layout, not the layout under test.
+    request_queue_size = 256
+    daemon_threads = True
+
+
 class ImageServer:
     """A loopback HTTP server for ``/img/NNNN.png``, running in a daemon thread."""
 
@@ -131,8 +139,7 @@ class ImageServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
+        server = _Server(("127.0.0.1", 0), Handler)
         self._server = server
         self.base_url = f"http://127.0.0.1:{server.server_address[1]}"
         self._thread = threading.Thread(
