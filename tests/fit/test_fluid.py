@@ -253,10 +253,8 @@ def test_no_plan_holds_a_replica_that_carries_no_load() -> None:
 def test_refit_replaces_the_measured_rates_and_solves_again() -> None:
     plan = fit(demo_profile(), TWO_CORES)
     before = {g.unit: g for g in plan.placement().groups}
-    start = time.perf_counter()
     slower = refit(plan, {"ocr": before["ocr"].rate / 2})
-    seconds = time.perf_counter() - start
-    assert seconds < 0.5 and slower.source == "refit"
+    assert slower.source == "refit"
     after = {g.unit: g for g in slower.groups}
     assert after["ocr"].rate == pytest.approx(before["ocr"].rate / 2)
     assert after["ocr"].replicas > before["ocr"].replicas  # twice as slow: more replicas

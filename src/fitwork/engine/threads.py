@@ -68,9 +68,7 @@ class ForkHold:
         if threads != self.threads:
             self.threads = threads
             with contextlib.suppress(Exception):
-                from threadpoolctl import threadpool_limits
-
-                limits = threadpool_limits(threads)
+                limits = _controller().limit(limits=threads)
                 self.original = self.original or limits
         saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
         os.environ.update(variables(cores))
@@ -89,6 +87,20 @@ class ForkHold:
             with contextlib.suppress(Exception):
                 self.original.restore_original_limits()
         self.original, self.threads = None, 0
+
+
+_found: tuple[int, Any] = (-1, None)
+
+
+def _controller() -> Any:
+    """threadpoolctl's view of the loaded pools, found again only once more modules have
+    loaded (finding them walks every shared library: ~1 ms, a fifth of a short run's fork)."""
+    global _found
+    if _found[0] != len(sys.modules):
+        from threadpoolctl import ThreadpoolController
+
+        _found = (len(sys.modules), ThreadpoolController())
+    return _found[1]
 
 
 def limit_torch(cores: float) -> None:
