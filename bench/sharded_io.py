@@ -12,6 +12,7 @@ twice, alternating, and its fastest run is kept.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -58,9 +59,12 @@ def driver_fed(source: Path, out: Path, engine: str) -> int:
         return writer.count
 
 
-def sharded(source: Path, out: Path, engine: str) -> int:
+SPLIT_BYTES = 2 << 20
+
+
+def sharded(source: Path, out: Path, engine: str, split_bytes: int = SPLIT_BYTES) -> int:
     """Replicas read the input's byte ranges and write the output's parts."""
-    with fitwork.run(PIPELINE, fitwork.Source.files(str(source), split_bytes=2 << 20),
+    with fitwork.run(PIPELINE, fitwork.Source.files(str(source), split_bytes=split_bytes),
                      engine=engine, sink=fitwork.Sink.files(out)) as result:
         for _ in result:
             pass
@@ -85,7 +89,10 @@ def main() -> None:
     parser.add_argument("--engines", default="local,ray")
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of each mode, alternating; the fastest is kept")
+    parser.add_argument("--split-bytes", type=int, default=SPLIT_BYTES,
+                        help="the largest byte range of the input one shard covers")
     args = parser.parse_args()
+    split = functools.partial(sharded, split_bytes=args.split_bytes)
     work = Path(tempfile.mkdtemp(prefix="fitwork-sharded-"))
     print(f"{'engine':7} {'rows':>8} {'mode':12} {'rows/s':>10} {'driver cpu s / M rows':>22}"
           f" {'sharded / fed':>14}")
@@ -112,7 +119,7 @@ def main() -> None:
             # workers Ray started beforehand, later ones start their own
             runs["fed"].append(measure(driver_fed, source, work / f"fed-{engine}.jsonl",
                                        engine, rows))
-            runs["parts"].append(measure(sharded, source,
+            runs["parts"].append(measure(split, source,
                                          work / f"parts-{engine}-{repeat}", engine, rows))
         fed, parts = (max(runs[mode]) for mode in ("fed", "parts"))
         assert len(read_parts(work / f"parts-{engine}-0")) == rows - rows // 5

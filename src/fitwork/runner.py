@@ -13,7 +13,7 @@ from fitwork.engine.parts import Sink
 from fitwork.engine.registry import get_engine
 from fitwork.errors import UnitDefinitionError
 from fitwork.placement import Group, Placement
-from fitwork.shards import READER, Source
+from fitwork.shards import READER, Source, fusable
 from fitwork.workload.pipeline import Pipeline
 
 
@@ -81,7 +81,8 @@ def run(
         replanner = PlanReplanner(placement, placed)
     pipeline = placed.applied_to(pipeline)
     if isinstance(source, Source):
-        pipeline, placed = _with_reader(pipeline, placed, source, readers)
+        pipeline, placed = _with_reader(pipeline, placed, source, readers,
+                                        fuse=replanner is None)
         source = source.shards
     run_options = RunOptions(
         ordered=ordered, dead_letter=Path(dead_letter) if dead_letter else None,
@@ -93,9 +94,28 @@ def run(
 
 
 def _with_reader(pipeline: Pipeline, placed: Placement, source: Source,
-                 readers: int | None) -> tuple[Pipeline, Placement]:
+                 readers: int | None, fuse: bool) -> tuple[Pipeline, Placement]:
     """``pipeline`` with the source's reader unit in front, and the placement with its
-    replicas (as many as ``workers`` gave it, or the source's ``readers``)."""
+    replicas (as many as ``workers`` gave it, or the source's ``readers``).
+
+    Where the first unit is a plain one and nobody set the readers' count (nor re-fits
+    the run by unit), the reader runs that unit too, with its replicas: rows then take no
+    hop and no replica of their own between reading and the first unit.
+    """
+    first = pipeline.units[0]
+    own = [g for g in placed.groups if g.unit == first.name]
+    if (fuse and readers is None and fusable(first)
+            and all(g.batch_size is None for g in own)):
+        reader = source.reader(replace(first, replicas=placed.replicas(first.name)))
+        if reader.name in {u.name for u in pipeline.units[1:]}:
+            reader = replace(reader, name=f"{reader.name}_shards")
+        short = reader.replicas - placed.replicas(first.name)  # the source asked for more
+        moved = [replace(g, unit=reader.name, replicas=g.replicas + (short if i == 0 else 0))
+                 for i, g in enumerate(own)]
+        rest = tuple(g for g in placed.groups if g.unit != first.name)
+        return (Pipeline(reader, *pipeline.units[1:], name=pipeline.name,
+                         context=pipeline.context),
+                replace(placed, groups=(*moved, *rest)))
     reader = source.reader()
     if reader.name in {u.name for u in pipeline.units}:
         reader = replace(reader, name=f"{reader.name}_shards")

@@ -30,6 +30,16 @@ def spread(n: int) -> Any:
 pipeline = Pipeline(value, keep, spread, name="sharded")
 
 
+@unit(cpu=0.5)
+def picky(row: dict[str, Any]) -> int:
+    if row["n"] % 97 == 0:
+        raise ValueError(f"no {row['n']}")
+    return int(row["n"])
+
+
+picky_pipeline = Pipeline(picky, keep, spread, name="picky")
+
+
 def expected(numbers: range) -> list[tuple[int, int]]:
     """The (n, part) pairs the pipeline gives for ``numbers``, in order."""
     return [(n, part) for n in numbers if n % 5 for part in ((0, 1) if n % 3 == 0 else (0,))]

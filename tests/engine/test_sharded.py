@@ -72,8 +72,11 @@ def test_a_pattern_that_matches_nothing_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("reader", ["own", "fused"])
 def test_rows_reach_the_parts_once_through_kills_of_readers_and_writers(
-        engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+        engine: str, reader: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """``own``: the readers are replicas of their own; ``fused``: nobody set their count,
+    so the readers run the first unit too, with its replicas."""
     if engine == "ray":
         request.getfixturevalue("ray_cluster")
     else:
@@ -84,7 +87,8 @@ def test_rows_reach_the_parts_once_through_kills_of_readers_and_writers(
     rng = random.Random(3)
     killed: list[int] = []
     with fitwork.run(s.pipeline, source, engine=engine, sink=fitwork.Sink.files(out),
-                     workers={"read": 2, "spread": 2}) as result:
+                     workers={"read" if reader == "own" else "value": 2,
+                              "spread": 2}) as result:
         def kill() -> None:  # a reader and a writer, each mid-shard
             for unit in ("read", "spread", "read", "spread"):
                 time.sleep(0.25)
@@ -107,6 +111,35 @@ def test_rows_reach_the_parts_once_through_kills_of_readers_and_writers(
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [MANIFEST] + [part["name"] for part in manifest["parts"]])  # nothing half written
     assert result.record.items_completed == len(source.shards)
+    units = [u.name for u in result.record.units]
+    assert units == (["read", "value", "keep", "spread"] if reader == "own"
+                     else ["read", "keep", "spread"])
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_row_the_first_unit_fails_in_a_reader_fails_alone(
+        engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The reader runs the plain first unit on each row: a row it raises on is that
+    unit's dead letter, with its row and place, and every other row of the shard goes on."""
+    if engine == "ray":
+        request.getfixturevalue("ray_cluster")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(
+        "".join(json.dumps({"n": i}) + "\n" for i in range(2000)))
+    dead = tmp_path / "dead.jsonl"
+    source = Source.files(str(tmp_path / "in"), split_bytes=4_000)
+    with fitwork.run(s.picky_pipeline, source, engine=engine, dead_letter=dead,
+                     sink=fitwork.Sink.files(tmp_path / "out")) as result:
+        list(result)
+    assert [u.name for u in result.record.units] == ["read", "keep", "spread"]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    refused = sorted(letter["input"]["n"] for letter in letters)
+    assert refused == [n for n in range(2000) if n % 97 == 0]
+    assert all(letter["unit"] == "picky" and "ValueError: no " in letter["error"]
+               and len(letter["path"]) == 1 for letter in letters)
+    assert pairs(tmp_path / "out") == Counter(
+        pair for pair in s.expected(range(2000)) if pair[0] % 97)
+    assert result.record.status == "completed"
 
 
 def test_the_driver_reads_no_item_bytes(tmp_path: Path) -> None:

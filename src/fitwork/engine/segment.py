@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any
 
 from fitwork.failure import Failure
-from fitwork.workload.kernel import Failed, Kernel
+from fitwork.workload.kernel import ChildFailed, Failed, Kernel
 from fitwork.workload.unit import Kind
 
 Segment = tuple[int, int, Sequence[int], list[tuple[int, ...]] | None, list[int] | None,
@@ -83,9 +83,16 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
                 k = (count - 1).bit_length()
                 first = (1 << k) - count
                 for i, child in enumerate(raw):
+                    child_exp = exp + k - 1 if i < first else exp + k
+                    if type(child) is ChildFailed:  # fails alone, and returns its weight
+                        failures.append(child.failed.record(child.unit, child.value,
+                                                            (*path, i), frame, offset))
+                        back_offsets.append(offset)
+                        back_exps.append(child_exp)
+                        continue
                     out_offsets.append(offset)
                     out_paths.append((*path, i))
-                    out_exps.append(exp + k - 1 if i < first else exp + k)
+                    out_exps.append(child_exp)
                     out_values.append(child)
                 continue
         elif raw if kind is Kind.FILTER else True:

@@ -48,6 +48,17 @@ class Failed:
                           frame=frame, offset=offset)
 
 
+class ChildFailed:
+    """Stands among a flat-map's outputs for one child that a unit run inside it failed on
+    (a shard reader that also runs the pipeline's first unit): that child alone is a
+    failure of that unit, as it would be had the unit run in its own replicas."""
+
+    __slots__ = ("failed", "unit", "value")
+
+    def __init__(self, unit: str, value: Any, failed: Failed) -> None:
+        self.unit, self.value, self.failed = unit, value, failed
+
+
 class Kernel:
     """One replica's callable, with the unit's semantics around it."""
 
