@@ -63,7 +63,11 @@ def ray_cmd(*args: str, env: dict[str, str]) -> None:
 @contextlib.contextmanager
 def three_nodes(temp: Path, modules: Path) -> Any:
     """A head and two worker nodes of one logical CPU each; the cluster's address."""
-    env = {**os.environ, "PYTHONPATH": str(modules)}  # the replicas import the units there
+    # the replicas import the units from ``modules``; a loopback cluster of this script's
+    # own needs no token (a token file left in ~/.ray by another cluster would otherwise
+    # turn the head's authentication on and refuse the nodes that join it)
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    env = {**os.environ, "PYTHONPATH": str(modules)}
     port = 6390 + os.getpid() % 500
     common = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]
     try:
@@ -119,7 +123,8 @@ def main() -> None:
     short = Path(tempfile.mkdtemp(prefix="fwr-"))  # Ray's socket paths must stay < 108 bytes
     with three_nodes(short, modules) as address:
         print(f"3 Ray nodes of 1 CPU each on this host ({os.cpu_count()} cores), "
-              f"{args.rows:,} rows, replicas {workers} (+ read=1 sharded)")
+              f"{args.rows:,} rows, replicas {workers} (sharded: the readers run parse, "
+              "with its replica)")
         results = {}
         for mode in ("driver-fed", "sharded", "driver-fed", "sharded"):
             cpu, wall = time.process_time(), time.perf_counter()
@@ -127,7 +132,7 @@ def main() -> None:
                 out = work / "parts"
                 with fitwork.run(pipeline, fitwork.Source.files(str(data), split_bytes=64_000),
                                  engine="ray", address=address, sink=fitwork.Sink.files(out),
-                                 workers={**workers, "read": 1}) as result:
+                                 workers=workers) as result:
                     outputs = sum(result)
                 assert len(read_parts(out)) == args.rows
             else:
