@@ -25,7 +25,7 @@ REQUIRED = [
 ]  # fmt: skip
 CATALOG_FILE = Path(__file__).resolve().parents[2] / "src" / "fitwork" / "hardware" / "catalog.yaml"
 
-GPU_SPECS = Path(__file__).resolve().parents[3] / "shared" / "data" / "gpu-specs"
+GPU_SPECS = Path(__file__).resolve().parents[1] / "data" / "gpu-specs"
 FROM_GPU_SPECS = {
     "A100-80GB": "a100_sxm",
     "H100-SXM": "h100_sxm",
@@ -158,7 +158,6 @@ def test_gpu_specs_classes_cite_it(name: str) -> None:
     assert "gpu-specs" in sources["memory_bytes"]
 
 
-@pytest.mark.skipif(not GPU_SPECS.is_dir(), reason="../shared/data/gpu-specs is not present")
 @pytest.mark.parametrize("name", sorted(FROM_GPU_SPECS))
 def test_gpu_specs_figures_are_copied_exactly(name: str) -> None:
     spec = yaml.safe_load((GPU_SPECS / f"{FROM_GPU_SPECS[name]}.yaml").read_text())["gpu"]
