@@ -63,10 +63,11 @@ def ray_cmd(*args: str, env: dict[str, str]) -> None:
 @contextlib.contextmanager
 def three_nodes(temp: Path, modules: Path) -> Any:
     """A head and two worker nodes of one logical CPU each; the cluster's address."""
-    # the replicas import the units from ``modules``; a loopback cluster of this script's
-    # own needs no token (a token file left in ~/.ray by another cluster would otherwise
-    # turn the head's authentication on and refuse the nodes that join it)
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # One authentication mode for the head, the nodes that join it and this driver: token,
+    # as fitwork starts its own clusters (left to each command, the head took a token and
+    # the joining nodes, in the mode Ray defaults to, were refused).  The replicas import
+    # the units from ``modules``.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     env = {**os.environ, "PYTHONPATH": str(modules)}
     port = 6390 + os.getpid() % 500
     common = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]
