@@ -133,6 +133,17 @@ def slow_array(a: np.ndarray) -> float:
 
 
 @unit
+def die_once_on_13(item: tuple[int, str]) -> int:
+    """Kills its process the first time it sees 13 (``item`` carries a marker file)."""
+    x, marker = item
+    if x == 13 and not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+@unit
 def segfault_on_13(x: int) -> int:
     if x == 13:
         import ctypes

@@ -69,13 +69,17 @@ class RayOptions:
     ``address`` is the cluster to join (``None``: ``RAY_ADDRESS``, or a new one on this
     host); ``startup_timeout`` bounds placing every replica; ``call_timeout`` bounds every
     other call the driver makes into Ray (registry, stats), so nothing waits forever;
-    ``in_flight`` is how many frames each replica may hold.
+    ``in_flight`` is how many frames each replica may hold.  ``task_replicas=True`` runs a
+    pipeline of one stateless unit (a plan that fused every stage, say) as Ray tasks on
+    Ray's warm worker pool instead of actors: no replica start-up, the same books
+    (`fitwork.engine.ray.tasks`); other pipelines keep their actors.
     """
 
     address: str | None = None
     startup_timeout: float = 60.0
     call_timeout: float = 30.0
     in_flight: int = 4
+    task_replicas: bool = False
 
 
 @dataclass(frozen=True)

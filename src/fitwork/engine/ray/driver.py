@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 import ray
-from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError
+from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -53,6 +53,7 @@ from fitwork.engine.core import (
 from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
+from fitwork.engine.ray.tasks import SlotTotals, eligible, remote_frame
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
@@ -169,6 +170,12 @@ class RayRun(Shell):
         self.started = False
         self.initial: set[int] = set()  # replicas started with the run, not yet said hello
         self.ready_by = 0.0  # when the replicas started with the run must have said hello
+        # task replicas (`fitwork.engine.ray.tasks`): slots, each call a task on Ray's pool
+        self.tasks = ray_options.task_replicas and eligible(
+            self.units, [s.batch_size for s in self.stages], options.sink is not None)
+        self.unit_ref: Any = None
+        self.slots: dict[int, SlotTotals] = {}
+        self.task_options: dict[str, Any] = {}
 
     # -- setting up ------------------------------------------------------------------------
 
@@ -180,6 +187,9 @@ class RayRun(Shell):
                 ray.cloudpickle.register_pickle_by_value(module)
         self.nodes = live_nodes(self.timeout)  # read once: resources, labels, the host
         self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
+        if self.tasks:  # Ray places each task where cores are free: nothing to reserve
+            self.unit_ref = ray.put(self.units[0])
+            return
         if len(self.nodes) > 1:  # on one node there is no node type to choose
             self.reserve_groups({label for n in self.nodes
                                  if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
@@ -306,6 +316,9 @@ class RayRun(Shell):
         stage, group = instruction.stage, instruction.group
         unit = self.units[stage]
         wanted = self.demand(stage, group)
+        if self.tasks:
+            self._slot(instruction.worker, wanted)
+            return
         # No runtime_env: an actor with one of its own waits for a fresh worker process
         # (twice the start-up here); the replica holds its thread pools itself.
         options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0,
@@ -334,12 +347,27 @@ class RayRun(Shell):
         if not self.started:
             self.initial.add(instruction.worker)  # held to the start-up timeout
 
+    def _slot(self, worker: int, wanted: Resources) -> None:
+        """A task replica: a name to route to, up at once (its hello is already there)."""
+        name = f"slot-{self.run_id}-{worker}"
+        self.actors[worker] = _Actor(worker, 0, name, None)
+        self.by_key[name] = worker
+        self.slots[worker] = SlotTotals()
+        self.task_options = {"num_cpus": wanted.cpu}
+        self.hellos[ray.put({"pid": 0, "node": None, "error": None})] = worker
+        if not self.started:
+            self.initial.add(worker)
+
     def retire(self, instruction: Retire) -> None:
         actor = self.actors.get(instruction.worker)
         if actor is None or actor.ended:
             return
         actor.retiring = True
         self.publish()
+        if self.tasks:  # a slot stops taking frames; it is gone once its calls are back
+            self.router.drop(actor.handle)
+            self._slot_gone(actor.worker)
+            return
         self.drains[actor.handle.drain.remote()] = actor.worker
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
@@ -364,7 +392,13 @@ class RayRun(Shell):
     def transmit(self, token: Any, send: Send) -> None:
         worker = self.by_key[key(token)]
         call = next(self.call_ids)
-        ref, outputs = token.process.remote(pack([send.segment]), self.hints, self.version)
+        if isinstance(token, str):  # a task replica's slot
+            ref, outputs = remote_frame().options(**self.task_options).remote(
+                [self.unit_ref], self.run_id, token, self.task_options["num_cpus"],
+                self.options.max_attempts, pack([send.segment]), self.version)
+        else:
+            ref, outputs = token.process.remote(pack([send.segment]), self.hints,
+                                                self.version)
         segment = send.segment
         self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None,
                            len(segment[5]))
@@ -463,11 +497,16 @@ class RayRun(Shell):
         actor = self.actors[worker]
         self.router.release(actor.handle)
         now = time.monotonic()
-        try:
-            summary = ray.get(ref)
-        except DEATH as exc:
-            self._died(worker, f"the actor died ({type(exc).__name__})")
-            return
+        if isinstance(actor.handle, str):
+            summary = self._task_summary(ref, worker, call, now)
+            if summary is None:
+                return
+        else:
+            try:
+                summary = ray.get(ref)
+            except DEATH as exc:
+                self._died(worker, f"the actor died ({type(exc).__name__})")
+                return
         self.completed = max(self.completed, items)
         refs = list(summary["outputs"]) + ([own_outputs] if own_outputs is not None else [])
         try:
@@ -484,13 +523,42 @@ class RayRun(Shell):
                 self._died(dead, "the actor died (reported by a peer)")
         for actor_id, counters in summary.get("counters", {}).items():
             seen = self.by_key.get(actor_id)
-            if seen is not None:
+            if seen is not None and seen in self.slots:  # what one task added
+                self._measure(seen, self.slots[seen].add(counters), summary["intervals"])
+            elif seen is not None:
                 self._measure(seen, counters, ())
         segments = [segment for batch in batches if batch for segment in batch]
         for written in summary.get("written", ()):  # a sink's parts hold these outputs
             segments.extend(written.segments)
         self.handle(Arrived(segments, now, summary["returns"], summary["failures"]))
         self.handle(Done(worker, [call], (), (), now))
+        if actor.retiring:
+            self._slot_gone(worker)
+
+    def _task_summary(self, ref: Any, worker: int, call: int,
+                      now: float) -> dict[str, Any] | None:
+        """A task's summary; None when the task died (its frame lost, to be retried) or
+        its unit could not be built (the run stops, naming why)."""
+        try:
+            summary: dict[str, Any] = ray.get(ref)
+        except RayError as exc:  # the worker process died under the task
+            self.handle(Lost(worker, call, now, f"its task's worker died ({type(exc).__name__})"))
+            return None
+        if "error" in summary:
+            self.handle(Exited(worker, clean=False, now=now, cause="its unit could not start",
+                               fatal=summary["error"]))
+            return None
+        actor = self.actors[worker]
+        actor.pid = summary["pid"]
+        return summary
+
+    def _slot_gone(self, worker: int) -> None:
+        """A retiring slot leaves once no call of it is still out."""
+        actor = self.actors[worker]
+        if actor.ended or any(w == worker for w, *_ in self.calls.values()):
+            return
+        actor.ended = True
+        self.handle(Exited(worker, clean=True, now=time.monotonic(), cause="retired"))
 
     def _died(self, worker: int, cause: str) -> None:
         actor = self.actors.get(worker)
@@ -508,7 +576,8 @@ class RayRun(Shell):
         if self.stats:
             return
         for actor in self.actors.values():
-            if not actor.ended and actor.worker not in self.hellos.values():
+            if not actor.ended and actor.worker not in self.hellos.values() \
+                    and actor.worker not in self.slots:  # a slot's counters come with calls
                 self.stats[actor.handle.stats.remote()] = actor.worker
 
     def _stats(self, ref: Any, worker: int) -> None:
@@ -550,7 +619,8 @@ class RayRun(Shell):
         """Collect every replica's last counters (within a deadline), and the hello of any
         that started too late to take part (so the record says where it ran)."""
         pending = {actor.handle.stats.remote(): actor.worker
-                   for actor in self.actors.values() if not actor.ended}
+                   for actor in self.actors.values()
+                   if not actor.ended and actor.worker not in self.slots}
         late = list(self.hellos)
         ready, _ = ray.wait([*late, *pending], num_returns=len(late) + len(pending),
                             timeout=5.0)
@@ -571,8 +641,9 @@ class RayRun(Shell):
     def release(self) -> None:
         """Kill every actor of this run and free its placement groups."""
         for actor in self.actors.values():
-            with contextlib.suppress(Exception):
-                ray.kill(actor.handle, no_restart=True)
+            if actor.worker not in self.slots:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor.handle, no_restart=True)
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)

@@ -22,8 +22,9 @@ from fitwork.errors import EngineError
 
 
 def key(handle: Any) -> str:
-    """The actor id of a handle, as the driver names actors."""
-    return str(handle._actor_id.hex())
+    """The actor id of a handle, as the driver names actors (a task replica's slot is
+    its name already)."""
+    return handle if isinstance(handle, str) else str(handle._actor_id.hex())
 
 
 class Router:

@@ -1,0 +1,99 @@
+"""Task replicas: each frame of a one-unit pipeline runs as a Ray task on Ray's worker pool.
+
+A replica actor costs a fresh worker process and ~0.3-0.5 s of start-up before its first
+call; a task takes a worker Ray keeps warm and starts in milliseconds, which is what a
+short run of light work is decided by.  So with ``task_replicas=True`` a pipeline of one
+stateless stage (a plan that fused every stage, say) gets *slots* instead of actors: a slot
+is a name the driver routes frames to, with the same bound on calls in flight, and each
+call is a task.  The unit is built once per worker process and run (a class unit: once per
+process per run), and a task returns the frame's outputs, the same summary an actor's call
+does, and what the call added to its counters, which the driver sums per slot.
+
+A task whose worker dies loses its frame, not the slot: the run core retries the frame's
+items (alone, as after any death) and makes an item that keeps killing workers poison.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import ray
+
+from fitwork.engine.ray.replica import Replica
+from fitwork.engine.segment import Segment
+from fitwork.workload.unit import Unit
+
+_built: dict[str, Replica] = {}
+"""The replica each worker process built for the run it last served (by run id)."""
+
+SUMMED = ("items_in", "items_out", "bytes_in", "bytes_out", "busy_s", "blocked_s", "cpu_s",
+          "queued_s")
+
+
+def eligible(units: list[Unit], batch_sizes: list[int | None], sink: bool) -> bool:
+    """Whether a pipeline can run on task replicas: one synchronous, unbatched unit on
+    cores, with no gate shared by its replicas and no sink (a part needs a writer that
+    outlives one call)."""
+    if len(units) != 1 or sink:
+        return False
+    unit = units[0]
+    return (not unit.is_io and not unit.is_async and not unit.batch_size
+            and not batch_sizes[0] and not unit.resources.gpu and not unit.resources.devices
+            and unit.max_concurrency is None and unit.rate_limit is None)
+
+
+def run_frame(box: list[Any], run: str, slot: str, cores: float, max_attempts: int,
+              segments: list[Segment], version: int) -> tuple[dict[str, Any], Any]:
+    """One call: the frame through the unit, with the summary an actor's call returns and
+    what this call added to the counters (keyed by ``slot``)."""
+    replica = _built.get(run)
+    if replica is None:
+        unit: Unit = ray.get(box[0])
+        _built.clear()  # one run's replica per process: an earlier run's goes
+        replica = _built[run] = Replica(unit, 0, [unit.name], max_attempts, [1], None,
+                                         cores, 1, 30.0)
+    if replica.error is not None:
+        return {"error": replica.error}, None
+    with replica.lock:
+        before = replica._counters()
+    summary, outputs = replica._process(segments, [0], version)
+    with replica.lock:
+        after = replica._counters()
+        intervals, replica.intervals = replica.intervals, []
+    summary["counters"] = {slot: {name: after[name] - before[name] for name in SUMMED}}
+    summary["intervals"] = intervals
+    summary["pid"] = os.getpid()
+    return summary, outputs
+
+
+def remote_frame() -> Any:
+    """``run_frame`` as a Ray task that returns its summary and outputs apart."""
+    global _remote
+    if _remote is None:
+        _remote = ray.remote(num_returns=2, max_retries=0)(run_frame)
+    return _remote
+
+
+_remote: Any = None
+
+
+class SlotTotals:
+    """A slot's counters, summed over its calls, numbered as a replica numbers its own."""
+
+    def __init__(self) -> None:
+        self.totals = dict.fromkeys(SUMMED, 0.0)
+        self.seq = 0
+        self.started = time.monotonic()
+
+    def add(self, delta: dict[str, Any]) -> dict[str, Any]:
+        """The totals with one call's ``delta`` added."""
+        for name in SUMMED:
+            self.totals[name] += delta.get(name, 0.0)
+        self.seq += 1
+        return {"seq": self.seq, **{k: (int(v) if k.startswith(("items", "bytes")) else v)
+                                    for k, v in self.totals.items()}}
+
+
+__all__ = ["SlotTotals", "eligible", "remote_frame", "run_frame"]
