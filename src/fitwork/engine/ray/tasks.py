@@ -26,7 +26,8 @@ from fitwork.engine.segment import Segment
 from fitwork.workload.unit import Unit
 
 _built: dict[str, Replica] = {}
-"""The replica each worker process built for the run it last served (by run id)."""
+"""The replica each worker process built for the run it last served (by run id); it stays
+built, a class unit's state with it, until that process serves another run's first task."""
 
 SUMMED = ("items_in", "items_out", "bytes_in", "bytes_out", "busy_s", "blocked_s", "cpu_s",
           "queued_s")
