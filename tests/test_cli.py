@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,6 +154,22 @@ def test_unknown_unit_in_workers(project: Path) -> None:
                    "--workers", "nosuch=2", cwd=project)
     assert done.returncode == 1
     assert "nosuch" in done.stderr and "parse, odd, square" in done.stderr
+
+
+def test_ray_tasks_asks_for_the_ray_engine(project: Path) -> None:
+    done = fitwork("run", "squares.py:sleepy", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "--ray-tasks", cwd=project)
+    assert done.returncode == 2 and "--ray-tasks runs on Ray: add --engine ray" in done.stderr
+
+
+def test_ray_tasks_runs_a_one_unit_pipeline_as_tasks(project: Path, ray_cluster: Any) -> None:
+    done = fitwork("run", "squares.py:sleepy", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "--engine", "ray", "--ray-address", ray_cluster.address, "--ray-tasks",
+                   "--record", "r.json", "--quiet", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert sorted(row["n"] for row in read_jsonl(project / "o.jsonl")) == list(range(50))
+    record = json.loads((project / "r.json").read_text())
+    assert record["engine"] == "ray" and record["items_completed"] == 50
 
 
 def test_malformed_workers_option(project: Path) -> None:

@@ -87,6 +87,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
               "simulation on the plan's rates.")
 @click.option("--ray-address", help="The Ray cluster to join [default: RAY_ADDRESS, or a "
               "new one on this host].")
+@click.option("--ray-tasks", is_flag=True,
+              help="With --engine ray: run a pipeline of one stateless unit (a plan that "
+                   "fused every stage) as Ray tasks on Ray's warm workers, not actors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
               help="Run only the first N input items (a quick look).")
@@ -104,7 +107,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         workers: tuple[str, ...], ordered: bool, dead_letter: Path | None,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
         node_type: str | None, adapt: bool, monolithic: bool, engine: str,
-        ray_address: str | None,
+        ray_address: str | None, ray_tasks: bool,
         quiet: bool, limit: int | None, journal_path: Path | None, no_journal: bool,
         resume: bool, metrics_port: int | None, metrics_host: str,
         decompose: str | None, csv_strings: bool = False) -> None:
@@ -120,6 +123,12 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
 
     errors = Console(stderr=True)
     replicas = _parse_workers(workers)
+    if ray_tasks and engine != "ray":
+        raise click.UsageError("--ray-tasks runs on Ray: add --engine ray")
+    options: dict[str, Any] = {}
+    if engine == "ray":
+        options = ({"address": ray_address} if ray_address else {}) | (
+            {"task_replicas": True} if ray_tasks else {})
     planned = None
     record = None
     journal: Journal | None = None
@@ -149,8 +158,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
                 quiet=quiet, limit=limit,
                 journal_dir=_journal_dir(journal_path, no_journal, resume, output_path),
                 resume=resume, csv_types=not csv_strings, adapt=adapt and not monolithic,
-                record_path=record_path, options={"address": ray_address}
-                if engine == "ray" and ray_address else {},
+                record_path=record_path, options=options,
                 metrics=(metrics_port, metrics_host))
             _summarise(record, planned, monolithic, record_path, max_failures,
                        f"wrote {written:,} outputs in parts to {output_path}/")
@@ -170,7 +178,6 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
                 items = journal.state.done.remaining(items)
                 resume_at = (journal.state.output_at, journal.state.outputs)
                 keep = dead_letter.stat().st_size if dead_letter.exists() else 0
-        options = {"address": ray_address} if engine == "ray" and ray_address else {}
         total = None if quiet else count_items(input_path)
         if limit is not None and total is not None:
             total = min(total, limit)
