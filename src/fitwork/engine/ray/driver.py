@@ -30,7 +30,13 @@ from typing import Any
 
 import psutil
 import ray
-from ray.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, RayError
+from ray.exceptions import (
+    GetTimeoutError,
+    ObjectLostError,
+    OwnerDiedError,
+    RayError,
+    RayTaskError,
+)
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -532,7 +538,7 @@ class RayRun(Shell):
             segments.extend(written.segments)
         self.handle(Arrived(segments, now, summary["returns"], summary["failures"]))
         self.handle(Done(worker, [call], (), (), now))
-        if actor.retiring:
+        if actor.retiring and worker in self.slots:
             self._slot_gone(worker)
 
     def _task_summary(self, ref: Any, worker: int, call: int,
@@ -541,6 +547,8 @@ class RayRun(Shell):
         its unit could not be built (the run stops, naming why)."""
         try:
             summary: dict[str, Any] = ray.get(ref)
+        except RayTaskError as exc:  # fitwork's own code failed in the task: no retry helps
+            raise EngineError(f"a task replica failed: {exc.cause!r}") from None
         except RayError as exc:  # the worker process died under the task
             self.handle(Lost(worker, call, now, f"its task's worker died ({type(exc).__name__})"))
             return None
