@@ -125,6 +125,32 @@ def test_memory_stays_bounded_with_a_slow_sink(engine: str) -> None:
     assert fitwork_segments() - before == set()
 
 
+def test_a_worker_killed_while_it_waits_to_send_leaves_no_file_behind() -> None:
+    """A worker blocked on a full channel holds a frame file it has written; once it is
+    killed and reaped that file is gone while the run goes on (a long run with many kills
+    used to keep one such file per kill in /dev/shm until its end)."""
+    pipeline = Pipeline(u.big_output, u.slow_first_byte)  # frames too big to go inline
+    with fitwork.run(pipeline, range(150), channel_capacity=2) as result:
+        outputs = iter(result)
+        got = [next(outputs) for _ in range(10)]
+        (pid,) = result.worker_pids("big_output")
+        # Reading nothing now fills the channels back to the writer, which waits for a
+        # credit with its next frame written: the same held file stays there.
+        deadline = time.monotonic() + 10
+        held: set[str] = set()
+        while not held:
+            assert time.monotonic() < deadline, "the writer never waited for a credit"
+            before = {n for n in fitwork_segments([pid]) if n.endswith(".w")}
+            time.sleep(0.2)
+            held = before & fitwork_segments([pid])
+        os.kill(pid, signal.SIGKILL)
+        while pid in result.worker_pids():  # the driver reaps it as the run goes on
+            got.append(next(outputs))
+        assert not [n for n in fitwork_segments([pid]) if n.endswith(".w")]
+        got.extend(outputs)
+    assert sorted(got) == sorted(x % 256 for x in range(150))  # and no item lost or doubled
+
+
 def test_the_drivers_thread_pools_are_as_they_were_after_a_run() -> None:
     """The driver holds its own BLAS pools while it forks replicas, and only until the run
     ends: the caller's process keeps the pools it had."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 import numpy as np
 
@@ -36,6 +37,19 @@ def test_big_pickles_spill_too_and_sweep_removes_leftovers() -> None:
     assert data[:1] == b"S"
     assert wire.sweep() == 1
     assert wire.sweep() == 0
+
+
+def test_a_held_file_has_its_name_only_once_ready_and_a_dead_writers_are_swept() -> None:
+    wire = Wire("fitwork-testheld")
+    data, _ = wire.dumps("x" * (2 * INLINE_LIMIT), held=True)
+    name = data[1:].decode()
+    assert [p.name for p in wire.directory.glob("fitwork-testheld-*")] == [f"{name}.w"]
+    wire.ready(data)  # what a worker does once it holds a credit, just before sending
+    assert wire.loads(data)[0] == "x" * (2 * INLINE_LIMIT)
+    wire.dumps("y" * (2 * INLINE_LIMIT), held=True)  # a writer killed before its credit
+    assert wire.sweep_unsent(os.getpid() + 1) == 0  # another process's files stay
+    assert wire.sweep_unsent(os.getpid()) == 1
+    assert not list(wire.directory.glob("fitwork-testheld-*"))
 
 
 def test_channel_credits_bound_what_waits() -> None:

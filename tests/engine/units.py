@@ -133,6 +133,18 @@ def slow_array(a: np.ndarray) -> float:
 
 
 @unit
+def big_output(x: int) -> bytes:
+    """An output too large to travel inline: every frame of them goes through a file."""
+    return bytes([x % 256]) * 100_000
+
+
+@unit
+def slow_first_byte(data: bytes) -> int:
+    time.sleep(0.01)
+    return data[0]
+
+
+@unit
 def die_once_on_13(item: tuple[int, str]) -> int:
     """Kills its process the first time it sees 13 (``item`` carries a marker file)."""
     x, marker = item

@@ -12,6 +12,7 @@ channel: a slow stage slows its producers.  The only thing a kill can leak is a 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -31,10 +32,14 @@ class Channel:
             end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
             end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
 
-    def put(self, data: bytes, timeout: float | None = None) -> bool:
-        """Take a credit (waiting up to ``timeout``) and send; False if no credit came."""
+    def put(self, data: bytes, timeout: float | None = None,
+            ready: Callable[[bytes], None] | None = None) -> bool:
+        """Take a credit (waiting up to ``timeout``), call ``ready`` with the data, and send;
+        False if no credit came."""
         if not self.credits.acquire(timeout=timeout):
             return False
+        if ready is not None:
+            ready(data)
         self.send_end.send(data)
         return True
 

@@ -257,6 +257,8 @@ class LocalRun(Shell):
             # workers for days must not hold one per worker it ever had.
             del self.handles[worker]
             handle.process.close()
+            if not handle.final:  # it died: a frame it was still writing is no one's
+                self.wire.sweep_unsent(handle.pid)
             self.handle(Exited(handle.worker_id, clean=handle.final, now=time.monotonic(),
                                cause=cause, code=code))
 

@@ -4,16 +4,22 @@ Pickle protocol 5 hands over every buffer of 1 MiB or more (numpy arrays) out of
 a frame is large, the sender writes the pickle stream and those buffers, 64-byte aligned, into
 one file under ``/dev/shm`` and sends only its name.  The receiver maps the file privately,
 unlinks it at once, and rebuilds the arrays as views of the mapping: one copy in total,
-against the three or four of pickling through a pipe::
+against the three or four of pickling through a pipe.  A worker writes the file under a
+name ending in ``.w`` and renames it only once it holds a credit to send the name (`ready`):
+a worker killed while it waits for one (a slow reader downstream) leaves a ``.w`` file no
+datagram names, which the driver removes when it sees that worker die.  Before, each such
+kill left a file in ``/dev/shm`` until the run's end, so a long run with many kills filled
+it::
 
     sender                       /dev/shm/fitwork-<run>-<pid>-<n>            receiver
     pickle5 ──inline bytes──▶ [header | pickle stream | buf 0 | buf 1 …] ──mmap──▶ views
 
-Every file name starts with the run's prefix, so the driver can sweep whatever a killed
-process left behind, and ends with 64 random bits, so no other user can guess a name and
-create the file first.  Files are created exclusively with mode 0600 (narrowed further by the
-umask); the receiver opens a name only inside this run's prefix, does not follow a symbolic
-link, and unpickles only a regular file owned by this user that no one else may read or write.
+Every file name starts with the run's prefix and the writer's pid, so the driver can sweep
+whatever a killed process left behind, and ends with 64 random bits, so no other user can
+guess a name and create the file first.  Files are created exclusively with mode 0600
+(narrowed further by the umask); the receiver opens a name only inside this run's prefix,
+does not follow a symbolic link, and unpickles only a regular file owned by this user that
+no one else may read or write.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import secrets
 import stat
 import struct
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ _ALIGN = 64
 _INLINE, _SPILLED = b"I", b"S"
 _HEADER = struct.Struct("<QQ")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_WRITING = ".w"
 
 
 class WireError(EngineError):
@@ -61,8 +69,9 @@ class Wire:
         self.directory = shm_dir()
         self._counter = itertools.count()
 
-    def dumps(self, obj: Any) -> tuple[bytes, int]:
-        """The datagram for ``obj`` and the number of bytes it moves in all."""
+    def dumps(self, obj: Any, held: bool = False) -> tuple[bytes, int]:
+        """The datagram for ``obj`` and the number of bytes it moves in all.  ``held``: a
+        spilled file keeps its ``.w`` name until `ready` (call it just before sending)."""
         buffers: list[pickle.PickleBuffer] = []
 
         def keep_inline(buffer: pickle.PickleBuffer) -> bool:
@@ -74,14 +83,22 @@ class Wire:
         stream = pickle.dumps(obj, protocol=5, buffer_callback=keep_inline)
         if not buffers and len(stream) < INLINE_LIMIT:
             return _INLINE + stream, len(stream) + 1
-        return self._spill(stream, [b.raw() for b in buffers])
+        return self._spill(stream, [b.raw() for b in buffers], held)
 
-    def _spill(self, stream: bytes, raws: list[memoryview]) -> tuple[bytes, int]:
+    def ready(self, data: bytes) -> None:
+        """Give a held spilled file the name its datagram carries (inline: nothing to do)."""
+        if data[:1] == _SPILLED:
+            name = data[1:].decode()
+            os.rename(self.directory / f"{name}{_WRITING}", self.directory / name)
+
+    def _spill(self, stream: bytes, raws: list[memoryview],
+               held: bool) -> tuple[bytes, int]:
         name = f"{self.prefix}-{os.getpid()}-{next(self._counter)}-{secrets.token_hex(8)}"
         sizes = [raw.nbytes for raw in raws]
         header = _HEADER.pack(len(stream), len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
         offset = _aligned(len(header) + len(stream))
-        fd = os.open(self.directory / name,
+        writing = self.directory / f"{name}{_WRITING}"
+        fd = os.open(writing,
                      os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | _NOFOLLOW, 0o600)
         try:
             _write_all(fd, header + stream)
@@ -92,7 +109,10 @@ class Wire:
             os.ftruncate(fd, max(offset, 1))
         finally:
             os.close(fd)
-        return _SPILLED + name.encode(), offset
+        data = _SPILLED + name.encode()
+        if not held:
+            self.ready(data)
+        return data, offset
 
     def loads(self, data: bytes) -> tuple[Any, int]:
         """The object a datagram from `dumps` carries, and the bytes it moved.
@@ -135,16 +155,25 @@ class Wire:
                             f"({self.prefix}-*); refusing the frame")
         return self.directory / name
 
+    def sweep_unsent(self, pid: int) -> int:
+        """Remove the files process ``pid`` (dead) was still writing; how many there were."""
+        return _unlink(self.directory.glob(f"{self.prefix}-{pid}-*{_WRITING}"))
+
     def sweep(self) -> int:
         """Remove every file of this run still present; returns how many there were."""
-        removed = 0
-        for path in self.directory.glob(f"{self.prefix}-*"):
-            try:
-                path.unlink()
-                removed += 1
-            except OSError:
-                pass
-        return removed
+        return _unlink(self.directory.glob(f"{self.prefix}-*"))
+
+
+def _unlink(paths: Iterable[Path]) -> int:
+    """Remove each path that is still there; how many were."""
+    removed = 0
+    for path in paths:
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def _check_private(path: Path, info: os.stat_result) -> None:

@@ -262,14 +262,14 @@ class Worker:
     def put(self, segments: list[Segment]) -> None:
         """Send one frame, waiting for a credit (that wait is blocked time)."""
         try:
-            data, size = self.wire.dumps((next(self.frame_ids), segments))
+            data, size = self.wire.dumps((next(self.frame_ids), segments), held=True)
         except Exception:
             segments = self.drop_unpicklable(segments)
             if not segments:
                 return
-            data, size = self.wire.dumps((next(self.frame_ids), segments))
+            data, size = self.wire.dumps((next(self.frame_ids), segments), held=True)
         start = time.monotonic()
-        while not self.spec.outbox.put(data, timeout=1.0):
+        while not self.spec.outbox.put(data, timeout=1.0, ready=self.wire.ready):
             if os.getppid() != self.spec.parent_pid:
                 os._exit(4)
         self.blocked_s += time.monotonic() - start
