@@ -348,11 +348,16 @@ def report(title: str, contenders: list[Contender]) -> None:
                   f"ray data: {best[batched.name] / baseline:.2f}x")
 
 
+def plan_config(plan: Any) -> str:
+    """How a contender running fitwork's plan is described."""
+    return f"fitwork's plan for this host ({layout(plan)})"
+
+
 def fitwork_contenders(name: str, items: int, workers: dict[str, int] | None, plan: Any,
                        sizes: list[int], shape: str) -> list[Contender]:
     """fitwork on each engine: the per-item units as written (``shape``), fitwork's plan,
     and batched units of each of ``sizes``."""
-    pipeline, planned_config = PIPELINES[name], f"fitwork's plan for this host ({layout(plan)})"
+    pipeline, planned_config = PIPELINES[name], plan_config(plan)
     contenders = [
         Contender("fitwork ray", f"{shape}, per-item calls, cpu=0.5 each",
                   lambda: run_fitwork(pipeline, items, "ray", workers)),
@@ -378,9 +383,9 @@ def fitwork_tasks(name: str, items: int, plan: Any) -> Contender:
     """fitwork's plan on Ray with task replicas.  It runs after the Ray Data contenders, as
     each of those runs after another: all of them then find Ray's pool of workers warm (a
     run of actors before it leaves the pool cold: Ray retires idle workers beyond one per
-    core while the actors hold theirs).  Its first run, in the table, is the cold one."""
+    core while the actors hold theirs; bench/README gives that figure too)."""
     return Contender("fitwork ray planned, tasks",
-                     f"fitwork's plan for this host ({layout(plan)}), task_replicas=True",
+                     f"{plan_config(plan)}, task_replicas=True",
                      lambda: run_fitwork(PIPELINES[name], items, "ray", None, plan,
                                          task_replicas=True))
 

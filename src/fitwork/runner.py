@@ -13,7 +13,7 @@ from fitwork.engine.parts import Sink
 from fitwork.engine.registry import get_engine
 from fitwork.errors import UnitDefinitionError
 from fitwork.placement import Group, Placement
-from fitwork.shards import READER, Source, fusable
+from fitwork.shards import READER, Source
 from fitwork.workload.pipeline import Pipeline
 
 
@@ -104,21 +104,20 @@ def _with_reader(pipeline: Pipeline, placed: Placement, source: Source,
     """
     first = pipeline.units[0]
     own = [g for g in placed.groups if g.unit == first.name]
-    if (fuse and readers is None and fusable(first)
-            and all(g.batch_size is None for g in own)):
-        reader = source.reader(replace(first, replicas=placed.replicas(first.name)))
-        if reader.name in {u.name for u in pipeline.units[1:]}:
-            reader = replace(reader, name=f"{reader.name}_shards")
-        short = reader.replicas - placed.replicas(first.name)  # the source asked for more
-        moved = [replace(g, unit=reader.name, replicas=g.replicas + (short if i == 0 else 0))
-                 for i, g in enumerate(own)]
-        rest = tuple(g for g in placed.groups if g.unit != first.name)
-        return (Pipeline(reader, *pipeline.units[1:], name=pipeline.name,
-                         context=pipeline.context),
-                replace(placed, groups=(*moved, *rest)))
-    reader = source.reader()
-    if reader.name in {u.name for u in pipeline.units}:
+    fused = (fuse and readers is None and first.is_plain
+             and all(g.batch_size is None for g in own))
+    units = pipeline.units[1:] if fused else pipeline.units
+    reader = (source.reader(replace(first, replicas=placed.replicas(first.name))) if fused
+              else source.reader())
+    if reader.name in {u.name for u in units}:
         reader = replace(reader, name=f"{reader.name}_shards")
-    group = Group(reader.name, readers if readers is not None else reader.replicas)
-    return (Pipeline(reader, *pipeline.units, name=pipeline.name, context=pipeline.context),
-            replace(placed, groups=(group, *placed.groups)))
+    if fused:  # the first unit's groups become the reader's (more if the source asked)
+        short = reader.replicas - placed.replicas(first.name)
+        groups = (*[replace(g, unit=reader.name, replicas=g.replicas + (short if i == 0 else 0))
+                    for i, g in enumerate(own)],
+                  *[g for g in placed.groups if g.unit != first.name])
+    else:
+        groups = (Group(reader.name, readers if readers is not None else reader.replicas),
+                  *placed.groups)
+    return (Pipeline(reader, *units, name=pipeline.name, context=pipeline.context),
+            replace(placed, groups=groups))

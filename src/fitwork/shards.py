@@ -100,7 +100,7 @@ class Source:
         """The flat-map unit that reads one shard into its rows (no retries of its own: a
         shard that fails is retried whole by the run, then dead-lettered).
 
-        With ``first`` (the pipeline's first unit, a plain one: see `fusable`), the reader
+        With ``first`` (the pipeline's first unit, a plain one: `Unit.is_plain`), the reader
         runs it on each row as it reads, in the same replica: no replica and no hop of
         their own for the rows.  A row that unit fails on fails alone, named as that unit's
         failure of that row, as it would be in the unit's own replicas.
@@ -116,30 +116,17 @@ class Source:
                 self.kernel = Kernel(first)  # a class unit: built once per replica
 
             def __call__(self, shard: Any) -> Iterator[Any]:
-                kernel, kind = self.kernel, self.kernel.kind
+                kernel = self.kernel
                 for row in read(shard):
                     raw = kernel.result(row)
                     if type(raw) is Failed:
                         yield ChildFailed(kernel.name, row, raw)
-                    elif kind is Kind.MAP:
-                        yield raw
-                    elif kind is Kind.FILTER:
-                        if raw:
-                            yield row
                     else:
-                        yield from raw
+                        yield from kernel.outputs(row, raw)
 
         return Unit(fn=ReadThen, name=READER, kind=Kind.FLAT_MAP,
                     resources=replace(first.resources, cpu=max(0.5, first.resources.cpu)),
                     replicas=max(self.readers, first.replicas), retry=Retry(attempts=1))
-
-
-def fusable(unit: Unit) -> bool:
-    """Whether a reader may run ``unit`` on each row itself: a synchronous, unbatched unit
-    with no device, no I/O threads and no gate shared among its replicas."""
-    return (not unit.batch_size and not unit.is_io and not unit.is_async
-            and not unit.resources.gpu and unit.max_concurrency is None
-            and unit.rate_limit is None and not unit.device_memory)
 
 
 def data_files(patterns: Iterable[str | Path]) -> list[str]:
@@ -293,5 +280,4 @@ def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-__all__ = ["SPLIT_BYTES", "Shard", "Source", "data_files", "file_shards", "fusable",
-           "read_shard"]
+__all__ = ["SPLIT_BYTES", "Shard", "Source", "data_files", "file_shards", "read_shard"]

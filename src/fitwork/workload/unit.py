@@ -172,6 +172,16 @@ class Unit:
         return _is_async(self.fn)
 
     @property
+    def is_plain(self) -> bool:
+        """True for a synchronous, unbatched unit on cores alone (no GPU or other device),
+        with no gate its replicas share: one that can run inside another replica (a shard
+        reader) or as a task of its own, call by call."""
+        return (not self.batch_size and not self.is_io and not self.is_async
+                and not self.resources.gpu and not self.resources.devices
+                and not self.device_memory and self.max_concurrency is None
+                and self.rate_limit is None)
+
+    @property
     def policy(self) -> Retry:
         """The retry policy in force (declared, or the default for this kind of unit)."""
         assert self.retry is not None

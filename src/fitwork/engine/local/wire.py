@@ -7,9 +7,8 @@ unlinks it at once, and rebuilds the arrays as views of the mapping: one copy in
 against the three or four of pickling through a pipe.  A worker writes the file under a
 name ending in ``.w`` and renames it only once it holds a credit to send the name (`ready`):
 a worker killed while it waits for one (a slow reader downstream) leaves a ``.w`` file no
-datagram names, which the driver removes when it sees that worker die.  Before, each such
-kill left a file in ``/dev/shm`` until the run's end, so a long run with many kills filled
-it::
+datagram names, which the driver removes when it sees that worker die, so a long run with
+many kills does not fill ``/dev/shm``::
 
     sender                       /dev/shm/fitwork-<run>-<pid>-<n>            receiver
     pickle5 ──inline bytes──▶ [header | pickle stream | buf 0 | buf 1 …] ──mmap──▶ views
@@ -97,8 +96,7 @@ class Wire:
         sizes = [raw.nbytes for raw in raws]
         header = _HEADER.pack(len(stream), len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
         offset = _aligned(len(header) + len(stream))
-        writing = self.directory / f"{name}{_WRITING}"
-        fd = os.open(writing,
+        fd = os.open(self.directory / (f"{name}{_WRITING}" if held else name),
                      os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | _NOFOLLOW, 0o600)
         try:
             _write_all(fd, header + stream)
@@ -109,10 +107,7 @@ class Wire:
             os.ftruncate(fd, max(offset, 1))
         finally:
             os.close(fd)
-        data = _SPILLED + name.encode()
-        if not held:
-            self.ready(data)
-        return data, offset
+        return _SPILLED + name.encode(), offset
 
     def loads(self, data: bytes) -> tuple[Any, int]:
         """The object a datagram from `dumps` carries, and the bytes it moved.

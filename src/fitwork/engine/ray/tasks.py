@@ -16,7 +16,6 @@ items (alone, as after any death) and makes an item that keeps killing workers p
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import ray
@@ -37,12 +36,7 @@ def eligible(units: list[Unit], batch_sizes: list[int | None], sink: bool) -> bo
     """Whether a pipeline can run on task replicas: one synchronous, unbatched unit on
     cores, with no gate shared by its replicas and no sink (a part needs a writer that
     outlives one call)."""
-    if len(units) != 1 or sink:
-        return False
-    unit = units[0]
-    return (not unit.is_io and not unit.is_async and not unit.batch_size
-            and not batch_sizes[0] and not unit.resources.gpu and not unit.resources.devices
-            and unit.max_concurrency is None and unit.rate_limit is None)
+    return len(units) == 1 and not sink and units[0].is_plain and not batch_sizes[0]
 
 
 def run_frame(box: list[Any], run: str, slot: str, cores: float, max_attempts: int,
@@ -69,6 +63,9 @@ def run_frame(box: list[Any], run: str, slot: str, cores: float, max_attempts: i
     return summary, outputs
 
 
+_remote: Any = None
+
+
 def remote_frame() -> Any:
     """``run_frame`` as a Ray task that returns its summary and outputs apart."""
     global _remote
@@ -77,16 +74,12 @@ def remote_frame() -> Any:
     return _remote
 
 
-_remote: Any = None
-
-
 class SlotTotals:
     """A slot's counters, summed over its calls, numbered as a replica numbers its own."""
 
     def __init__(self) -> None:
         self.totals = dict.fromkeys(SUMMED, 0.0)
         self.seq = 0
-        self.started = time.monotonic()
 
     def add(self, delta: dict[str, Any]) -> dict[str, Any]:
         """The totals with one call's ``delta`` added."""
