@@ -194,10 +194,17 @@ def test_the_record_accounts_for_the_run(engine: str) -> None:
 
 
 def test_gpu_replicas_take_the_given_gpus_in_turn() -> None:
-    outputs, _ = run_all(Pipeline(u.which_gpu), list(range(40)), "local",
-                         workers={"which_gpu": 3}, gpus=("0", "1"))
-    assert sorted(x for x, _ in outputs) == list(range(40))
-    assert {gpu for _, gpu in outputs} <= {"0", "1"}
+    outputs, record = run_all(Pipeline(u.which_gpu), list(range(60)), "local",
+                              workers={"which_gpu": 3}, gpus=("0", "1"))
+    assert sorted(x for x, _, _ in outputs) == list(range(60))
+    seen: dict[int, set[str]] = {}
+    for _, pid, gpu in outputs:
+        seen.setdefault(pid, set()).add(gpu)
+    assert {w.pid for w in record.workers if w.items_in} == set(seen)
+    assert len(seen) == 3, f"{len(seen)} of 3 replicas served items"
+    assert all(len(gpus) == 1 for gpus in seen.values()), seen  # one GPU for a replica's life
+    # Three replicas on two GPUs in turn: GPU 0, GPU 1, GPU 0.
+    assert sorted(gpus.pop() for gpus in seen.values()) == ["0", "0", "1"]
 
 
 def test_visible_gpus_reads_cuda_visible_devices() -> None:

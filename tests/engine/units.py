@@ -177,8 +177,9 @@ def fail_with_arrays(x: int) -> np.ndarray:
 
 
 @unit(gpu=0.5, cpu=1)
-def which_gpu(x: int) -> tuple[int, str]:
-    return x, os.environ.get("CUDA_VISIBLE_DEVICES", "")
+def which_gpu(x: int) -> tuple[int, int, str]:
+    time.sleep(0.005)  # long enough that every replica takes items
+    return x, os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES", "")
 
 
 @unit
