@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,43 @@ def load_object(reference: str, default_name: str = "pipeline") -> Any:
     if target.endswith(".py") or path.is_file():
         module = _import_file(reference, path)
     else:
-        try:
-            module = importlib.import_module(target)
-        except Exception as exc:
-            raise PipelineLoadError(
-                f"{reference!r}: cannot import module {target!r} ({type(exc).__name__}: "
-                f"{exc}); check the module name or pass a file path") from exc
+        module = _import_module(reference, target)
     try:
         return getattr(module, name)
     except AttributeError:
         raise PipelineLoadError(
             f"{reference!r}: {target} has no {name!r}; {_what_it_defines(module)}") from None
+
+
+def _import_module(reference: str, target: str) -> Any:
+    """Import ``target`` as ``python -m`` would: the current directory is on the path, so
+    ``pipe:pipeline`` finds ``./pipe.py``.  A module found only there travels to other
+    hosts by value (a Ray worker's directory is not this one)."""
+    here = os.getcwd()
+    added = "" not in sys.path and not any(_same_dir(entry, here) for entry in sys.path)
+    if added:
+        sys.path.insert(0, here)
+    try:
+        module = importlib.import_module(target)
+    except Exception as exc:
+        raise PipelineLoadError(
+            f"{reference!r}: cannot import module {target!r} from {here} or the installed "
+            f"packages ({type(exc).__name__}: {exc}); check the module name or pass a file "
+            "path (dir/pipe.py:pipeline)") from exc
+    top = sys.modules.get(target.partition(".")[0])
+    origin = getattr(top, "__file__", None)
+    if added and origin and any(_same_dir(str(folder), here)  # pipe.py or pipe/__init__.py
+                                for folder in Path(origin).parents[:2]):
+        for found in {id(top): top, id(module): module}.values():
+            found.__fitwork_by_value__ = True  # see Unit.__reduce__
+    return module
+
+
+def _same_dir(entry: str, here: str) -> bool:
+    try:
+        return os.path.samefile(entry or ".", here)
+    except OSError:
+        return False
 
 
 def _what_it_defines(module: Any) -> str:
