@@ -100,6 +100,11 @@ def _on_sigterm(signum: int, frame: object) -> None:
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted run from its journal: only the items it had not "
                    "finished run, and the output keeps every result once.")
+@click.option("--bad-input", type=click.Choice(["error", "dead-letter"]), default="error",
+              show_default=True,
+              help="A line or row the reader cannot read (bad JSON, a bad CSV row, a Parquet "
+                   "row group that fails): stop with the error, or send it to the dead "
+                   "letters with its file and position, count it as a failed item, and go on.")
 @csv_strings_option
 @metrics_options
 @decompose_option
@@ -110,7 +115,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         ray_address: str | None, ray_tasks: bool,
         quiet: bool, limit: int | None, journal_path: Path | None, no_journal: bool,
         resume: bool, metrics_port: int | None, metrics_host: str,
-        decompose: str | None, csv_strings: bool = False) -> None:
+        decompose: str | None, csv_strings: bool = False, bad_input: str = "error") -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     import itertools
 
@@ -163,7 +168,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
             _summarise(record, planned, monolithic, record_path, max_failures,
                        f"wrote {written:,} outputs in parts to {output_path}/")
             return
-        items = read_items(input_path, csv_types=not csv_strings)
+        items = reader = read_items(input_path, csv_types=not csv_strings, bad_input=bad_input)
         if limit is not None:
             items = itertools.islice(items, limit)
         dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
@@ -172,8 +177,8 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         if where is not None:
             header = identity(pipeline.name, input_path, output_path,
                               units=[u.name for u in pipeline.units])
-            journal = (Journal.resume(where, header) if resume
-                       else Journal.start(where, header))
+            journal = (Journal.resume(where, header, reader) if resume
+                       else Journal.start(where, header, reader))
             if resume:
                 items = journal.state.done.remaining(items)
                 resume_at = (journal.state.output_at, journal.state.outputs)

@@ -14,18 +14,25 @@ import os
 import re
 import shutil
 import stat
+from collections import deque
 from collections.abc import Callable, Iterator
-from io import TextIOWrapper
 from pathlib import Path, PurePath
 from types import ModuleType, TracebackType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import numpy as np
 
 from fitwork.errors import InputError
 from fitwork.fs import expand, is_glob, is_url, open_input
+from fitwork.unreadable import Unreadable
 
-__all__ = ["OutputWriter", "count_items", "open_writer", "read_items"]
+__all__ = ["BAD_INPUT", "InputReader", "OutputWriter", "Unreadable", "count_items",
+           "open_writer", "read_items"]
+
+BadInput = Literal["error", "dead-letter"]
+BAD_INPUT: tuple[str, ...] = ("error", "dead-letter")
+"""What a reader does with a line or row it cannot read: stop the run with the one-line
+error, or yield an `Unreadable` in its place (which the run dead-letters) and go on."""
 
 PARQUET_EXTRA = "install the parquet extra: pip install 'fitwork[parquet]'"
 PARQUET_BATCH_ROWS = 10_000
@@ -107,7 +114,79 @@ Opener = Callable[[], IO[bytes]]
 """Opens one input file for binary reading (a local file, or a URL through fsspec)."""
 
 
-def read_items(path: str | Path, csv_types: bool = False) -> Iterator[Any]:
+@dataclasses.dataclass
+class _Reading:
+    """How one `read_items` call reads, and where its readers are: the file being read
+    (its number among the input's files, its name) and the byte offset after the last
+    item yielded from it."""
+
+    tolerant: bool = False
+    file: int = 0
+    name: str = ""
+    at: int = 0
+
+    def unreadable(self, error: str, **where: Any) -> Unreadable:
+        """What stands for a bad line or row of the file being read."""
+        return Unreadable(error=error, file=self.name, **where)
+
+
+class InputReader:
+    """The iterator `read_items` returns: the items, and, once `track` is called, where
+    each one ends in the input (for a journal to identify what a run has read).
+
+    ``files`` lists the input's files in reading order where positions are byte offsets
+    in them (JSON Lines and CSV); it is None where they are not (Parquet, a directory's
+    file names), and a journal then identifies the input whole.
+    """
+
+    def __init__(self, items: Iterator[Any], reading: _Reading, files: list[str] | None
+                 ) -> None:
+        self._items = items
+        self._reading = reading
+        self.files = files
+        self._count = 0
+        self._from = 0
+        self._ends: deque[tuple[int, int, int]] | None = None
+
+    def __iter__(self) -> InputReader:
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self._items)
+        if self._ends is not None and self._count >= self._from:
+            reading = self._reading
+            self._ends.append((self._count, reading.file, reading.at))
+        self._count += 1
+        return item
+
+    def track(self, start: int = 0) -> None:
+        """Keep where each item from index ``start`` on ends, until `end_of` forgets it."""
+        if self._ends is None:
+            self._ends, self._from = deque(), start
+
+    def end_of(self, index: int) -> tuple[int, int] | None:
+        """Where item ``index`` (0-based, in reading order) ends: the number of its file in
+        `files` and the byte offset after its line.  Forgets the ends of earlier items, so
+        ask in increasing order; None if that item was not read while tracking."""
+        ends = self._ends
+        if ends is None:
+            return None
+        while len(ends) > 1 and ends[1][0] <= index:
+            ends.popleft()
+        if ends and ends[0][0] == index:
+            return ends[0][1], ends[0][2]
+        return None
+
+
+def _check_bad_input(bad_input: str) -> bool:
+    """Whether ``bad_input`` asks for tolerant reading; an InputError for an unknown mode."""
+    if bad_input not in BAD_INPUT:
+        raise InputError(f"bad_input={bad_input!r}: must be one of {', '.join(BAD_INPUT)}")
+    return bad_input == "dead-letter"
+
+
+def read_items(path: str | Path, csv_types: bool = False,
+               bad_input: BadInput | str = "error") -> InputReader:
     """Stream the items of a run input, one at a time.
 
     JSON Lines (any file that is not ``.csv``/``.parquet``) yields each non-blank line's value;
@@ -118,23 +197,39 @@ def read_items(path: str | Path, csv_types: bool = False) -> Iterator[Any]:
     URL (``s3://bucket/x.parquet``, ``s3://bucket/x/*.jsonl``) is read through fsspec (the
     ``fsspec`` extra), and must be passed as a string. The path is checked now; bad content
     raises `InputError` when iteration reaches it, after the items before it were yielded.
+
+    ``bad_input="dead-letter"`` reads on past what cannot be read: a bad JSON Lines line
+    (invalid JSON or UTF-8, too long), a CSV row (wrong field count, bytes not UTF-8,
+    malformed) or a Parquet row group that fails to read is yielded as an `Unreadable`
+    naming the file and the line and byte offset (or the row group), and `fitwork.run`
+    dead-letters it as a failed item.  A file that cannot be opened at all, or a CSV
+    header, still raises.
     """
+    tolerant = _check_bad_input(bad_input)
+    reading = _Reading(tolerant)
     text = os.fspath(path)
     if is_url(text) or (is_glob(text) and not os.path.lexists(text)):
-        return _read_matches(text, csv_types)
+        matches = _matches(text)
+        offsets = all(_format(Path(m)) != "parquet" for m in matches)
+        return InputReader(_read_each(matches, csv_types, reading), reading,
+                           matches if offsets else None)
     path = Path(path)
     place = f"input {path}"
     info = _stat_input(path, place)
     if stat.S_ISDIR(info.st_mode):
-        return _read_directory(path, place)
-    return _read_file(path, place, functools.partial(_open_input, path, place), csv_types)
+        return InputReader(_read_directory(path, place), reading, None)
+    reading.name = str(path)
+    items = _read_file(path, place, functools.partial(_open_input, path, place), csv_types,
+                       reading)
+    return InputReader(items, reading, None if _format(path) == "parquet" else [str(path)])
 
 
-def _read_file(name: str | Path, place: str, opener: Opener, csv_types: bool) -> Iterator[Any]:
+def _read_file(name: str | Path, place: str, opener: Opener, csv_types: bool,
+               reading: _Reading) -> Iterator[Any]:
     """The items of one file, by the suffix of its name."""
     fmt = _format(Path(name))
     if fmt == "csv":
-        return _read_csv(opener, place, csv_types)
+        return _read_csv(opener, place, csv_types, reading)
     if fmt == "parquet":
         pyarrow, parquet = _import_pyarrow(place)
         if not pyarrow_reads_safely(pyarrow.__version__):
@@ -142,29 +237,34 @@ def _read_file(name: str | Path, place: str, opener: Opener, csv_types: bool) ->
                 f"{place}: pyarrow {pyarrow.__version__} can run code hidden in a Parquet file "
                 "(CVE-2023-47248); upgrade it: pip install 'pyarrow>=14.0.1'"
             )
-        return _read_parquet(opener, place, pyarrow, parquet)
-    return _read_jsonl(opener, place)
+        return _read_parquet(opener, place, pyarrow, parquet, reading)
+    return _read_jsonl(opener, place, reading)
 
 
-def _read_matches(pattern: str, csv_types: bool) -> Iterator[Any]:
-    """The items of every file a glob or URL names; nothing there is an InputError now."""
+def _matches(pattern: str) -> list[str]:
+    """The files a glob or URL names; nothing there is an InputError now."""
     matches = expand(pattern, files_only=True)
     if not matches:
         if is_glob(pattern):
             raise InputError(f"input {pattern}: no file matches the pattern; check the --input "
                              "pattern")
         raise InputError(f"input {pattern}: no such file; check the --input URL")
-    return _read_each(matches, csv_types)
+    return matches
 
 
-def _read_each(matches: list[str], csv_types: bool) -> Iterator[Any]:
-    for match in matches:
+def _read_each(matches: list[str], csv_types: bool, reading: _Reading) -> Iterator[Any]:
+    for number, match in enumerate(matches):
+        place = f"input {match}"
         if is_url(match):
-            place = f"input {match}"
             opener = functools.partial(open_input, match, "rb", place)
-            yield from _read_file(match, place, opener, csv_types)
         else:
-            yield from read_items(match, csv_types)
+            path = Path(match)
+            if stat.S_ISDIR(_stat_input(path, place).st_mode):
+                raise InputError(f"{place}: is a directory, expected a file; check the "
+                                 "--input pattern")
+            opener = functools.partial(_open_input, path, place)
+        reading.file, reading.name, reading.at = number, match, 0
+        yield from _read_file(match, place, opener, csv_types, reading)
 
 
 def _open_input(path: Path, place: str, **kwargs: Any) -> IO[Any]:
@@ -193,11 +293,12 @@ def _read_error(place: str, exc: OSError) -> InputError:
     return InputError(f"{place}: read failed ({_os_reason(exc)}); check the file and the disk")
 
 
-def _read_jsonl(opener: Opener, place: str) -> Iterator[Any]:
-    """Each non-blank line's JSON value; the error for a bad line names its 1-based number."""
+def _read_jsonl(opener: Opener, place: str, reading: _Reading) -> Iterator[Any]:
+    """Each non-blank line's JSON value; the error for a bad line names its 1-based number
+    (a tolerant reader yields it as an `Unreadable` with its byte offset too)."""
     limit = MAX_LINE_BYTES
     with opener() as handle:
-        number = 0
+        number = at = 0
         while True:
             try:
                 raw = handle.readline(limit + 1)
@@ -206,23 +307,49 @@ def _read_jsonl(opener: Opener, place: str) -> Iterator[Any]:
             if not raw:
                 return
             number += 1
-            if len(raw) > limit:
-                raise InputError(
-                    f"{place}:{number}: line longer than {limit:,} bytes; split the item, or "
-                    "check that the file is JSON Lines (one value per line)"
-                )
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
+            start, at = at, at + len(raw)
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{place}:{number}: not valid UTF-8 (byte {exc.start + 1}); "
-                    "save the file as UTF-8 or fix that line"
-                ) from exc
-            if not text.strip():
+                if len(raw) > limit:
+                    if reading.tolerant:  # the rest of the line goes with it
+                        at += _skip_line(handle, limit, place)
+                    raise InputError(
+                        f"{place}:{number}: line longer than {limit:,} bytes; split the item, "
+                        "or check that the file is JSON Lines (one value per line)"
+                    )
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InputError(
+                        f"{place}:{number}: not valid UTF-8 (byte {exc.start + 1}); "
+                        "save the file as UTF-8 or fix that line"
+                    ) from exc
+                if not text.strip():
+                    continue
+                value = _json_line(text, place, number)
+            except InputError as exc:
+                if not reading.tolerant:
+                    raise
+                reading.at = at
+                yield reading.unreadable(str(exc), line=number, byte=start,
+                                         text=raw[:1000].decode("utf-8", "replace"))
                 continue
-            yield _json_line(text, place, number)
+            reading.at = at
+            yield value
+
+
+def _skip_line(handle: IO[bytes], limit: int, place: str) -> int:
+    """Read past the rest of an over-long line; how many bytes that was."""
+    skipped = 0
+    while True:
+        try:
+            raw = handle.readline(limit + 1)
+        except OSError as exc:
+            raise _read_error(place, exc) from exc
+        skipped += len(raw)
+        if not raw or raw.endswith(b"\n"):
+            return skipped
 
 
 def _json_line(text: str, place: str, number: int) -> Any:
@@ -230,8 +357,9 @@ def _json_line(text: str, place: str, number: int) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        reason = _one_line(exc.msg).removesuffix(" at")  # "Invalid control character at"
         raise InputError(
-            f"{place}:{number}: invalid JSON ({_one_line(exc.msg)} at column {exc.colno}); "
+            f"{place}:{number}: invalid JSON ({reason} at column {exc.colno}); "
             "fix or remove that line"
         ) from exc
     except RecursionError:
@@ -244,16 +372,61 @@ def _json_line(text: str, place: str, number: int) -> Any:
         ) from exc
 
 
-def _read_csv(opener: Opener, place: str, csv_types: bool) -> Iterator[dict[str, Any]]:
+_BARE_CR = re.compile(rb"(?<=\r)(?!\n)")
+_BOM = b"\xef\xbb\xbf"
+
+
+class _CsvLines:
+    """A binary file's lines as text for `csv.reader` (split at ``\n``, ``\r\n`` and a
+    bare ``\r``, as universal newlines do), counting the bytes handed out in ``at``.
+
+    `csv.reader` asks for lines only as it needs them for the row it is reading, so
+    ``at`` before and after a row are where the row starts and ends.  Bytes that are not
+    UTF-8 are carried through as surrogates (see `_check_utf8`).
+    """
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.at = 0
+        self.back: list[bytes] = []  # pieces of a line split at bare CRs, reversed
+        self.first = True
+
+    def __iter__(self) -> _CsvLines:
+        return self
+
+    def __next__(self) -> str:
+        if self.back:
+            piece = self.back.pop()
+        else:
+            raw = self.handle.readline()
+            if not raw:
+                raise StopIteration
+            if self.first:
+                self.first = False
+                if raw.startswith(_BOM):
+                    self.at, raw = 3, raw[3:]
+            if b"\r" in raw:
+                pieces = [p for p in _BARE_CR.split(raw) if p]
+                self.back.extend(reversed(pieces[1:]))
+                piece = pieces[0]
+            else:
+                piece = raw
+        self.at += len(piece)
+        return piece.decode("utf-8", "surrogateescape")
+
+
+def _read_csv(opener: Opener, place: str, csv_types: bool, reading: _Reading
+              ) -> Iterator[dict[str, Any]]:
     """Each CSV row as a dict keyed by the header row; values stay strings unless
     ``csv_types`` turns numbers into numbers.
 
     Bytes that are not UTF-8 are carried through as surrogates and reported on the row that
-    holds them, so every row before it is still yielded.
+    holds them, so every row before it is still yielded.  A tolerant reader yields a bad
+    row as an `Unreadable` and reads on (a bad header still raises).
     """
-    with TextIOWrapper(opener(), encoding="utf-8-sig", errors="surrogateescape",
-                       newline="") as handle:
-        reader = csv.reader(handle)
+    with opener() as handle:
+        lines = _CsvLines(handle)
+        reader = csv.reader(lines)
         try:
             header = next(reader, None)
             if header is None:
@@ -262,9 +435,17 @@ def _read_csv(opener: Opener, place: str, csv_types: bool) -> Iterator[dict[str,
                 )
             _check_utf8(header, place, reader.line_num)
             _check_header(header, place)
-            width = len(header)
-            while True:
-                start = reader.line_num + 1  # a quoted field may carry a row over lines
+        except csv.Error as exc:
+            raise InputError(
+                f"{place}:{reader.line_num}: malformed CSV ({_one_line(exc)}); fix that row"
+            ) from exc
+        except OSError as exc:
+            raise _read_error(place, exc) from exc
+        width = len(header)
+        while True:
+            start = reader.line_num + 1  # a quoted field may carry a row over lines
+            byte = lines.at
+            try:
                 row = next(reader, None)
                 if row is None:
                     return
@@ -276,17 +457,30 @@ def _read_csv(opener: Opener, place: str, csv_types: bool) -> Iterator[dict[str,
                         f"{place}:{start}: row has {len(row)} fields but the header has "
                         f"{width}; make every row match the header (quote fields that hold commas)"
                     )
-                if csv_types:
-                    yield {name: csv_value(value)
-                           for name, value in zip(header, row, strict=True)}
-                else:
-                    yield dict(zip(header, row, strict=True))
-        except csv.Error as exc:
-            raise InputError(
-                f"{place}:{reader.line_num}: malformed CSV ({_one_line(exc)}); fix that row"
-            ) from exc
-        except OSError as exc:
-            raise _read_error(place, exc) from exc
+            except csv.Error as exc:
+                error = InputError(
+                    f"{place}:{reader.line_num}: malformed CSV ({_one_line(exc)}); fix that row"
+                )
+                if not reading.tolerant:
+                    raise error from exc
+                reading.at = lines.at
+                yield reading.unreadable(str(error), line=reader.line_num, byte=byte)
+                continue
+            except InputError as exc:
+                if not reading.tolerant:
+                    raise
+                reading.at = lines.at
+                text = ",".join(row).encode("utf-8", "surrogateescape")
+                yield reading.unreadable(str(exc), line=start, byte=byte,
+                                         text=text[:1000].decode("utf-8", "replace"))
+                continue
+            except OSError as exc:
+                raise _read_error(place, exc) from exc
+            reading.at = lines.at
+            if csv_types:
+                yield {name: csv_value(value) for name, value in zip(header, row, strict=True)}
+            else:
+                yield dict(zip(header, row, strict=True))
 
 
 _CSV_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
@@ -363,32 +557,44 @@ def _read_directory(path: Path, place: str) -> Iterator[str]:
 
 
 def _read_parquet(
-    opener: Opener, place: str, pyarrow: ModuleType, parquet: ModuleType
+    opener: Opener, place: str, pyarrow: ModuleType, parquet: ModuleType, reading: _Reading
 ) -> Iterator[dict[str, Any]]:
-    """Each Parquet row as a dict, read a record batch at a time."""
+    """Each Parquet row as a dict, read a record batch at a time, a row group after
+    another; a tolerant reader yields a row group that fails (from the batch that failed
+    on) as one `Unreadable` and reads the next."""
+    errors = (pyarrow.ArrowException, OSError, ValueError, MemoryError)
     with opener() as handle:
         try:
             reader = parquet.ParquetFile(handle)
-        except (pyarrow.ArrowException, OSError, ValueError, MemoryError) as exc:
+        except errors as exc:
             raise InputError(
                 f"{place}: not a readable Parquet file ({_one_line(exc)}); check the file, or "
                 "rename it if it is not Parquet"
             ) from exc
-        batches = reader.iter_batches(batch_size=_READ_BATCH_ROWS)
         rows = 0
-        while True:
-            try:
-                batch = next(batches, None)
-                values = [] if batch is None else batch.to_pylist()
-            except (pyarrow.ArrowException, OSError, ValueError, MemoryError) as exc:
-                raise InputError(
-                    f"{place}: row {rows + 1}: Parquet data is corrupt ({_one_line(exc)}); "
-                    "rewrite the file"
-                ) from exc
-            if batch is None:
-                return
-            rows += len(values)
-            yield from values
+        for group in range(reader.num_row_groups):
+            size = reader.metadata.row_group(group).num_rows
+            batches = reader.iter_batches(batch_size=_READ_BATCH_ROWS, row_groups=[group])
+            read = 0
+            while True:
+                try:
+                    batch = next(batches, None)
+                    values = [] if batch is None else batch.to_pylist()
+                except errors as exc:
+                    error = InputError(
+                        f"{place}: row {rows + read + 1} (row group {group}): Parquet data is "
+                        f"corrupt ({_one_line(exc)}); rewrite the file"
+                    )
+                    if not reading.tolerant:
+                        raise error from exc
+                    yield reading.unreadable(str(error), row_group=group,
+                                             rows=(rows + read + 1, rows + size))
+                    break
+                if batch is None:
+                    break
+                read += len(values)
+                yield from values
+            rows += size
 
 
 def count_items(path: str | Path) -> int | None:

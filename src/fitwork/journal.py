@@ -15,6 +15,16 @@ output back to P and feeds only the items no line names.  Items in flight at the
 were never journaled, so their outputs lie past P and are cut: each output ends up in the
 output exactly once.  Dead letters are
 kept whole (a failure of an item in flight at the crash may be written again).
+
+The input is identified by what the run had read up to its last checkpoint, where the
+run reads it through `fitwork.io.read_items` and its items end at byte offsets (JSON Lines
+and CSV files, and globs or URLs of them): each line also holds
+``"read": [file, offset, hash]``, a BLAKE2b hash of the input's bytes up to the end of the
+furthest item done (``file`` counts the input's files in reading order).  A resumed run
+hashes the same bytes of the input as it is now: a line repaired after them is read anew
+(a run that stopped at a bad line resumes once the line is fixed), one changed before
+them is refused, naming the file and the offset.  Other inputs (Parquet, a directory, a
+sharded run's files) are identified whole, by their sizes and a hash of their ends.
 """
 
 from __future__ import annotations
@@ -31,12 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from fitwork.errors import InputError
-from fitwork.io import sync_directory
+from fitwork.io import InputReader, sync_directory
 from fitwork.version import __version__
 
 JOURNAL_FILE = "journal.jsonl"
-JOURNAL_VERSION = 2
-"""Bumped when the line format changes; a journal of another version is refused."""
+JOURNAL_VERSION = 3
+"""Bumped when the line format changes; a journal of another version is refused.  3: an
+input read by `fitwork.io.read_items` is identified by the prefix the run had read."""
 CHECKPOINT_SECONDS = 1.0
 """How often a run takes a checkpoint (at the first span boundary after this long)."""
 SAMPLE_BYTES = 1 << 20
@@ -80,6 +91,90 @@ def identity(pipeline: str, input_path: Path, output_path: Path, **extra: Any
     """The header of a journal for this run."""
     return {"journal": JOURNAL_VERSION, "pipeline": pipeline, **input_identity(input_path),
             "output": str(output_path.resolve()), **extra}
+
+
+def _by_prefix(header: dict[str, Any], reader: InputReader | None) -> dict[str, Any]:
+    """``header`` for a run that reads its input through ``reader``: where that gives byte
+    offsets, the input's whole size and content give way to its files' names (the
+    checkpoints then hash what was read)."""
+    if reader is None or reader.files is None:
+        return header
+    names = hashlib.blake2b("\0".join(reader.files).encode(), digest_size=16).hexdigest()
+    kept = {k: v for k, v in header.items()
+            if k not in ("input_bytes", "input_entries", "input_hash")}
+    return {**kept, "input_read": "prefix", "input_files": names}
+
+
+class Prefix:
+    """A running hash of an input's bytes from its start, over its files in order."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+        self.digest = hashlib.blake2b(digest_size=16)
+        self.file, self.at = 0, 0
+        self.handle: Any = None
+
+    def _open(self) -> Any:
+        from fitwork.fs import is_url, open_input
+
+        name = self.files[self.file]
+        return open_input(name, "rb", f"input {name}") if is_url(name) else open(name, "rb")
+
+    def advance(self, file: int, at: int) -> bool:
+        """Hash on to byte ``at`` of file number ``file``; False if the input ends first."""
+        while (self.file, self.at) < (file, at):
+            if self.handle is None:
+                self.handle = self._open()
+            want = at - self.at if self.file == file else 1 << 20
+            block = self.handle.read(min(want, 1 << 20))
+            if not block:
+                if self.file == file:
+                    return False
+                self.handle.close()
+                self.handle = None
+                self.digest.update(b"\0file\0")  # where one file ends and the next begins
+                self.file, self.at = self.file + 1, 0
+                continue
+            self.digest.update(block)
+            self.at += len(block)
+        return True
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+def check_prefix(state: State, reader: InputReader, directory: Path) -> Prefix:
+    """Refuse the input if the bytes the interrupted run had read (to the end of the
+    furthest item done) differ now, naming the file and the offset; the running hash,
+    there, to go on from."""
+    prefix = Prefix(reader.files or [])
+    read = state.read
+    if read is None:
+        if state.checkpoints:
+            raise JournalError(f"journal {directory}: its last line does not say what the run "
+                               f"had read; delete {directory} and run again without --resume")
+        return prefix
+    file, at, digest = read
+    name = prefix.files[file] if file < len(prefix.files) else "?"
+    fix = f"resume with the input as it was, or delete {directory} and run again without --resume"
+    try:
+        whole = prefix.advance(file, at)
+    except OSError as exc:
+        raise JournalError(f"journal {directory}: cannot read input {name} to check it "
+                           f"({exc.strerror or exc}); {fix}") from None
+    if not whole:
+        raise JournalError(f"journal {directory}: input {name} is now shorter than the "
+                           f"{at:,} bytes the interrupted run had finished; {fix}")
+    if prefix.hexdigest() != digest:
+        raise JournalError(f"journal {directory}: input {name} changed within its first "
+                           f"{at:,} bytes, which the interrupted run had finished (a line "
+                           f"repaired after byte {at:,} is fine); {fix}")
+    return prefix
 
 
 @dataclass
@@ -163,6 +258,8 @@ class State:
     checkpoints: int = 0
     parts: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
     """A sharded output's parts: file name -> committed ``(start, end, rows)`` ranges."""
+    read: tuple[int, int, str] | None = None
+    """The input read up to the furthest item done: file number, byte offset, hash."""
 
 
 def load(directory: Path) -> State:
@@ -192,9 +289,15 @@ def load(directory: Path) -> State:
                                "run again without --resume") from None
         records.append(record)
     header, checkpoints = records[0], records[1:]
-    if header.get("journal") != JOURNAL_VERSION:
-        raise JournalError(f"{place}: not a fitwork journal (or from another version); "
-                           f"delete {directory} and run again without --resume")
+    version = header.get("journal")
+    if isinstance(version, int) and version != JOURNAL_VERSION:
+        raise JournalError(f"{place}: written by a fitwork with journal version {version}, "
+                           f"this one reads version {JOURNAL_VERSION}; finish that run with "
+                           f"the fitwork that began it, or delete {directory} and run again "
+                           "without --resume")
+    if version != JOURNAL_VERSION:
+        raise JournalError(f"{place}: not a fitwork journal; delete {directory} and run "
+                           "again without --resume")
     done = Done()
     state = State(header=header, done=done)
     for number, record in enumerate(checkpoints, 2):
@@ -206,6 +309,9 @@ def load(directory: Path) -> State:
                 if not isinstance(name, str) or "/" in name or name.startswith(".."):
                     raise ValueError(f"part name {name!r}")
                 state.parts[name] = [(int(a), int(b), int(n)) for a, b, n in ranges]
+            if "read" in record:
+                file, at, digest = record["read"]
+                state.read = (int(file), int(at), str(digest))
         except (KeyError, TypeError, ValueError):
             raise JournalError(f"{place}: line {number} is corrupt; delete {directory} and "
                                "run again without --resume") from None
@@ -216,12 +322,15 @@ def load(directory: Path) -> State:
 def check_same_run(state: State, header: dict[str, Any], directory: Path) -> None:
     """Refuse a journal written for another pipeline, input or output, naming what differs."""
     names = {"pipeline": "pipeline", "units": "units", "input": "input",
+             "input_read": "way of identifying the input",
              "input_bytes": "input's size", "input_entries": "input's files",
-             "input_hash": "input's content", "output": "output"}
+             "input_files": "input's files", "input_hash": "input's content",
+             "output": "output"}
     for key, name in names.items():
         was, now = state.header.get(key), header.get(key)
         if was != now:
-            shown = "" if key == "input_hash" else f" (journal: {was}; this run: {now})"
+            shown = ("" if key in ("input_hash", "input_files")
+                     else f" (journal: {was}; this run: {now})")
             raise JournalError(
                 f"journal {directory}: its {name} differs{shown}; resume with the same "
                 f"command, or delete {directory} and run again without --resume")
@@ -230,16 +339,27 @@ def check_same_run(state: State, header: dict[str, Any], directory: Path) -> Non
 class Journal:
     """An open journal: `checkpoint` appends a line durably; `finish` removes it."""
 
-    def __init__(self, directory: Path, state: State, renumber: Renumbering | None) -> None:
+    def __init__(self, directory: Path, state: State, renumber: Renumbering | None,
+                 reader: InputReader | None = None, prefix: Prefix | None = None) -> None:
         self.directory = directory
         self.state = state
         self.renumber = renumber
+        self.reader = reader if reader is not None and reader.files is not None else None
+        self.prefix = prefix
+        if self.reader is not None:
+            done = state.done.intervals
+            self.reader.track(done[-1][1] - 1 if done else 0)
+            if self.prefix is None:
+                self.prefix = Prefix(self.reader.files or [])
         self.file = (directory / JOURNAL_FILE).open("ab")
 
     @classmethod
-    def start(cls, directory: Path, header: dict[str, Any]) -> Journal:
+    def start(cls, directory: Path, header: dict[str, Any],
+              reader: InputReader | None = None) -> Journal:
         """A new journal for a run starting from the first item; refuses to replace the
-        journal of a run that did not finish."""
+        journal of a run that did not finish.  ``reader`` (the run's `read_items`) lets
+        the journal identify the input by what the run has read."""
+        header = _by_prefix(header, reader)
         if (directory / JOURNAL_FILE).exists():
             raise JournalError(
                 f"journal {directory}: an interrupted run into this output left it; pass "
@@ -251,14 +371,19 @@ class Journal:
             held.flush()
             os.fsync(held.fileno())
         sync_directory(directory)
-        return cls(directory, State(header=header, done=Done()), None)
+        return cls(directory, State(header=header, done=Done()), None, reader)
 
     @classmethod
-    def resume(cls, directory: Path, header: dict[str, Any]) -> Journal:
-        """The journal of an interrupted run of the same command, to continue it."""
+    def resume(cls, directory: Path, header: dict[str, Any],
+               reader: InputReader | None = None) -> Journal:
+        """The journal of an interrupted run of the same command, to continue it (refused
+        if the input changed where the run had read it; see the module docstring)."""
         state = load(directory)
-        check_same_run(state, header, directory)
-        return cls(directory, state, Renumbering(state.done))
+        check_same_run(state, _by_prefix(header, reader), directory)
+        prefix = None
+        if reader is not None and reader.files is not None:
+            prefix = check_prefix(state, reader, directory)
+        return cls(directory, state, Renumbering(state.done), reader, prefix)
 
     def checkpoint(self, spans: Sequence[tuple[int, int]], output_at: int,
                    outputs: int, parts: dict[str, list[tuple[int, int, int]]] | None = None
@@ -273,20 +398,42 @@ class Journal:
         if parts:
             line["parts"] = {name: [list(r) for r in ranges] for name, ranges in parts.items()}
             self.state.parts.update(parts)
+        read = self._read(original)
+        if read is not None:
+            line["read"] = list(read)
         self.file.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
         self.file.flush()
         os.fsync(self.file.fileno())
         for start, count in original:
             self.state.done.add(start, count)
         self.state.output_at, self.state.outputs = output_at, outputs
+        self.state.read = read if read is not None else self.state.read
+
+    def _read(self, spans: list[tuple[int, int]]) -> tuple[int, int, str] | None:
+        """What the run has read up to the end of the furthest item done once ``spans``
+        (original indices) are: the file number, the offset and the hash of the bytes."""
+        if self.reader is None or self.prefix is None:
+            return None
+        furthest = max([start + count for start, count in spans]
+                       + [hi for _, hi in self.state.done.intervals[-1:]]) - 1
+        if furthest < 0:
+            return None
+        end = self.reader.end_of(furthest)
+        if end is None:  # not read while tracking: the journal can no longer vouch for it
+            raise JournalError(f"journal {self.directory}: cannot tell where item "
+                               f"{furthest + 1} of the input ends; run again without --resume")
+        self.prefix.advance(*end)
+        return (*end, self.prefix.hexdigest())
 
     def close(self) -> None:
         """Close the file, keeping the journal (the run did not finish)."""
         self.file.close()
+        if self.prefix is not None:
+            self.prefix.close()
 
     def finish(self) -> None:
         """The run finished: the journal is no longer needed."""
-        self.file.close()
+        self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

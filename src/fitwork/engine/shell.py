@@ -52,6 +52,7 @@ from fitwork.failure import Failure
 from fitwork.placement import Placement
 from fitwork.telemetry.processes import ProcessBook, Worker
 from fitwork.telemetry.record import DeviceSample, RunRecord, RunStatus
+from fitwork.unreadable import feed_alone, holds_unreadable
 from fitwork.workload.pipeline import Pipeline
 
 TAKE_CHUNK = 1
@@ -363,6 +364,9 @@ class Shell:
                 want = min(chunk, count - len(items))
                 got = len(items)
                 items.extend(itertools.islice(self.source, want))
+                if holds_unreadable(items, got):  # a bad input line is fed alone
+                    items, self.source = feed_alone(items, got, self.source)
+                    return Fed(items, self.clock())
                 if len(items) - got < want:
                     return Fed(items, self.clock(), end=True)
                 if self.clock() - start > self.take_time:

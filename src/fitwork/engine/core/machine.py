@@ -64,6 +64,7 @@ from fitwork.errors import EngineError, TooManyFailures
 from fitwork.failure import Failure, portable
 from fitwork.placement import Group, Placement
 from fitwork.telemetry.record import Progress
+from fitwork.unreadable import Unreadable
 
 KEEP_FAILURES = 1000
 LIVE_FIGURES = ("items_in", "items_out", "busy_s", "cpu_s")
@@ -235,7 +236,9 @@ class RunCore:
 
     def _fed(self, event: Fed) -> None:
         self.last_activity = event.now
-        if event.items:
+        if event.items and type(event.items[0]) is Unreadable:  # the shell feeds it alone
+            self._unreadable(event.items[0], event.now)
+        elif event.items:
             frame = Frame(next(self.frame_ids), self.fed, event.items, event.now)
             self.fed += frame.count
             self.fed_records += frame.count
@@ -248,6 +251,18 @@ class RunCore:
             self.source_done = True
             self.source_error = event.error
         self._maybe_finish()
+
+    def _unreadable(self, bad: Unreadable, now: float) -> None:
+        """A line the tolerant reader could not read: it takes its source index, as a frame
+        of its own that is dead-lettered and settled at once (no worker sees it)."""
+        frame = Frame(next(self.frame_ids), self.fed, [bad], now)
+        self.fed += 1
+        self.frames[frame.id] = frame
+        self.in_flight += 1
+        if self.policy.ordered:
+            self.order.append(frame)
+        self._dead_letter(bad.failure(frame.src, self.run_id))
+        self._complete(frame, now)
 
     def _ready(self, event: Ready) -> None:
         self.last_activity = event.now
