@@ -144,7 +144,8 @@ class Pipeline:
             memory=sum(u.resources.memory for u in self.units))
         fused = Unit(fn=Fused, name=name or f"{self.name}_fused",
                      kind=Kind.MAP if maps else Kind.FLAT_MAP,
-                     resources=resources, io=io, retry=NO_RETRY)
+                     resources=resources, io=io, retry=NO_RETRY,
+                     cpu_given=any(u.cpu_given for u in self.units))
         return Pipeline(fused, name=fused.name, context=self.context)
 
     def __repr__(self) -> str:

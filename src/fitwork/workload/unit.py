@@ -50,6 +50,9 @@ def parse_memory(value: int | str | None) -> int:
 
 PerItem = float | Callable[[Any], float] | None
 
+_DEFAULT_RESOURCES = Resources(cpu=1.0)
+"""What a unit that declares no resources holds (`Unit.cpu_given` is then False)."""
+
 BATCH_FORMATS = ("numpy", "pandas", "arrow")
 """What a batched unit may ask to receive instead of a list: see `Unit.batch_format`."""
 _FORMAT_LIBRARY = {"numpy": ("numpy", "numpy"), "pandas": ("pandas", "pandas"),
@@ -98,12 +101,16 @@ class Unit:
     call may fail.  ``flops``, ``device_bytes`` and ``device_memory`` describe the work for
     the cost model: FLOPs and bytes moved through device memory per item, and the device
     memory one replica needs.
+
+    ``cpu_given`` says whether ``cpu`` was declared (``None``: whether ``resources`` was
+    passed at all).  An engine that must reserve cores (Ray) holds a declared ``cpu`` to
+    its figure and shares out the cores among units that left it at its default of one.
     """
 
     fn: Callable[..., Any]
     name: str
     kind: Kind = Kind.MAP
-    resources: Resources = field(default_factory=lambda: Resources(cpu=1.0))
+    resources: Resources = field(default_factory=lambda: _DEFAULT_RESOURCES)
     io: int = 0
     batch_size: int | None = None
     batch_wait: float = 0.05
@@ -117,9 +124,14 @@ class Unit:
     device_bytes: PerItem = None
     device_memory: int | None = None
     batch_format: str | None = None
+    cpu_given: bool | None = None
 
     def __post_init__(self) -> None:
         name = self.name
+        if self.cpu_given is None:  # resources left at their default: cpu= was not given
+            object.__setattr__(self, "cpu_given", self.resources is not _DEFAULT_RESOURCES)
+        elif not self.cpu_given and self.resources.cpu != _DEFAULT_RESOURCES.cpu:
+            object.__setattr__(self, "cpu_given", True)  # a copy with its cores set
         if not callable(self.fn):
             raise UnitDefinitionError(f"unit {name!r}: {self.fn!r} is not callable")
         if self.batch_size is not None and self.batch_size < 1:
@@ -206,18 +218,41 @@ class Unit:
         # A decorated function's module attribute is this Unit, not the function, so
         # pickle (and cloudpickle, for Ray) could not find the function by name and would
         # copy it by value, globals and all; point them at the module attribute instead.
+        # A unit no other process can import goes by value: one defined in ``__main__``
+        # (a script's, a notebook's) or in a module loaded from a file path or the current
+        # directory (marked ``__fitwork_by_value__``, see `fitwork.workload.loader`).
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "fn"}
         module, qualname = getattr(self.fn, "__module__", None), \
             getattr(self.fn, "__qualname__", "")
         owner = sys.modules.get(module or "")
-        # A module loaded from a file path has a made-up name no other process can import:
-        # such units travel by value (an engine registers the module with cloudpickle).
-        if owner is not None and "." not in qualname and \
-                not getattr(owner, "__fitwork_by_value__", False):
+        if owner is not None and by_value(owner):
+            _register_by_value(owner)
+            return _unit_from_fields, (self.fn, values)
+        if owner is not None and "." not in qualname:
             attribute = getattr(owner, qualname, None)
             if isinstance(attribute, Unit) and attribute.fn is self.fn:
                 return _unit_from_module, (module, qualname, values)
         return _unit_from_fields, (self.fn, values)
+
+
+def by_value(module: Any) -> bool:
+    """Whether ``module``'s functions and classes must travel by value: no other process
+    can import it by its name (``__main__``, or a module fitwork loaded from a path)."""
+    return module.__name__ in ("__main__", "__mp_main__") or \
+        bool(getattr(module, "__fitwork_by_value__", False))
+
+
+def _register_by_value(module: Any) -> None:
+    """Have every loaded cloudpickle (Ray's copy, the package) copy ``module``'s functions
+    and classes by value, so the helpers a unit calls travel with it (cloudpickle already
+    does so for ``__main__``)."""
+    if module.__name__ in ("__main__", "__mp_main__"):
+        return
+    for name in ("ray.cloudpickle", "cloudpickle"):
+        pickler = sys.modules.get(name)
+        register = getattr(pickler, "register_pickle_by_value", None)
+        if register is not None:
+            register(module)
 
 
 def _unit_from_fields(fn: Callable[..., Any], values: dict[str, Any]) -> Unit:
@@ -240,7 +275,7 @@ def unit(fn: Callable[..., Any], /) -> Unit: ...
 @overload
 def unit(
     fn: None = None, /, *, name: str | None = ..., kind: Kind | str | None = ...,
-    cpu: float = ..., gpu: float = ..., io: int = ..., memory: int | str | None = ...,
+    cpu: float | None = ..., gpu: float = ..., io: int = ..., memory: int | str | None = ...,
     batch_size: int | None = ..., batch_wait: float = ..., batch_format: str | None = ...,
     replicas: int = ...,
     flops: PerItem = ..., retry: int | Retry | None = ..., timeout: float | None = ...,
@@ -255,7 +290,7 @@ def unit(
     *,
     name: str | None = None,
     kind: Kind | str | None = None,
-    cpu: float = 1.0,
+    cpu: float | None = None,
     gpu: float = 0.0,
     io: int = 0,
     memory: int | str | None = None,
@@ -286,7 +321,8 @@ def unit(
     ``rate_limit`` (calls per second) bound the calls of all replicas together.
     ``flops`` and ``device_bytes`` declare the FLOPs and device-memory bytes one item needs
     (a number, or a function of the item); ``device_memory`` the device memory one replica
-    holds (weights, caches).
+    holds (weights, caches).  ``cpu`` left out counts as one core, which a Ray run may share
+    out to fit its cluster (see `Unit`); a declared ``cpu`` is held to.
     """
 
     def wrap(target: Callable[..., Any]) -> Unit:
@@ -303,7 +339,8 @@ def unit(
             ) from None
         label = name or getattr(target, "__name__", type(target).__name__)
         try:
-            resources = Resources(cpu=cpu, gpu=gpu, memory=parse_memory(memory))
+            resources = Resources(cpu=1.0 if cpu is None else cpu, gpu=gpu,
+                                  memory=parse_memory(memory))
         except ValueError as exc:
             raise UnitDefinitionError(f"unit {label!r}: {exc}") from None
         return Unit(
@@ -313,7 +350,7 @@ def unit(
             reserve=reserve, max_concurrency=max_concurrency, rate_limit=rate_limit,
             device_bytes=device_bytes,
             device_memory=parse_memory(device_memory) if device_memory is not None else None,
-            batch_format=batch_format,
+            batch_format=batch_format, cpu_given=cpu is not None,
         )
 
     return wrap(fn) if fn is not None else wrap

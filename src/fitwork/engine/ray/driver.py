@@ -22,10 +22,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import sys
+import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psutil
@@ -57,6 +57,7 @@ from fitwork.engine.core import (
     Taken,
 )
 from fitwork.engine.options import RayOptions, RunOptions
+from fitwork.engine.ray.asks import CPU_STEP, Ask, never_placed, share
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.tasks import SlotTotals, eligible, remote_frame
@@ -79,7 +80,6 @@ GROWTH = 4
 """A new frame holds at most this many times the items of the largest call completed so
 far: a size measured on a few items (which may have missed the rare slow one) is not
 committed to, many frames at once, before calls of that size have come back."""
-CPU_STEP = 0.001
 _REMOTE: dict[type, Any] = {}
 
 
@@ -182,36 +182,66 @@ class RayRun(Shell):
         self.unit_ref: Any = None
         self.slots: dict[int, SlotTotals] = {}
         self.task_options: dict[str, Any] = {}
+        self.blobs: list[bytes] = []
+        self.share = 1.0  # the cores each replica of a unit with no declared cpu asks for
 
     # -- setting up ------------------------------------------------------------------------
 
     def connect(self) -> None:
         connect(self.ray_options.address, self.ray_options.startup_timeout)
-        for unit in self.units:  # a pipeline loaded from a file travels by value
-            module = sys.modules.get(getattr(unit.fn, "__module__", "") or "")
-            if module is not None and getattr(module, "__fitwork_by_value__", False):
-                ray.cloudpickle.register_pickle_by_value(module)
+        # Each unit crosses as bytes a replica loads itself, so a unit its workers cannot
+        # load is said in one line, not a crash; one from __main__ or a file travels by
+        # value (`Unit.__reduce__`), pickled once per run.
+        self.blobs = [ray.cloudpickle.dumps(unit) for unit in self.units]
         self.nodes = live_nodes(self.timeout)  # read once: resources, labels, the host
         self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
+        self.fit_asks()
         if self.tasks:  # Ray places each task where cores are free: nothing to reserve
-            self.unit_ref = ray.put(self.units[0])
+            self.unit_ref = ray.put(self.blobs[0])
             return
         if len(self.nodes) > 1:  # on one node there is no node type to choose
             self.reserve_groups({label for n in self.nodes
                                  if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
 
-    def demand(self, stage: int, group: Group | None) -> Resources:
-        """What one replica asks Ray for: the plan's resources, else the unit's own."""
+    def fit_asks(self) -> None:
+        """Fail at once if no node could ever hold one replica of a declared or planned ask;
+        share the cores those leave among the replicas of units that declare no cpu."""
+        asks = []
+        for stage, name in enumerate(self.names):
+            for group in self.placement.of(name) or (None,):
+                planned = group is not None and group.resources is not None
+                wanted = self.demand(stage, group, shared=1.0)
+                amounts = {"CPU": wanted.cpu, "GPU": wanted.gpu, **wanted.devices}
+                asks.append(Ask(name, group.replicas if group is not None else 1, amounts,
+                                fixed=planned or self._declared(stage),
+                                origin="plan" if planned else "declared"))
+        capacity = [n["Resources"] for n in self.nodes]
+        never_placed(asks, capacity)
+        self.share = share(asks, capacity)
+
+    def _declared(self, stage: int) -> bool:
+        """Whether a unit's cores are its own to hold (declared, or reserved)."""
         unit = self.units[stage]
-        wanted = group.resources if group is not None and group.resources is not None \
-            else unit.resources
+        return bool(unit.cpu_given) or unit.reserve
+
+    def demand(self, stage: int, group: Group | None,
+               shared: float | None = None) -> Resources:
+        """What one replica asks Ray for: the plan's resources, else the unit's own (its
+        cores a share of the cluster's when it declares none, see `fit_asks`)."""
+        unit = self.units[stage]
+        planned = group is not None and group.resources is not None
+        wanted = group.resources if planned else unit.resources
+        if not planned and not self._declared(stage):
+            wanted = replace(wanted, cpu=self.share if shared is None else shared)
         devices = dict(wanted.devices)
         if group is not None and group.device_class and \
                 not group.device_class.startswith("cpu-"):
             devices.setdefault(group.device_class, wanted.gpu or 0.01)
         # A plan's fluid cores fill a node to the brim; rounded down to a thousandth, the
         # asks of one node's replicas never add up to more than it has.
-        cpu = max(CPU_STEP, math.floor(wanted.cpu / CPU_STEP) * CPU_STEP)
+        cpu = math.floor(wanted.cpu / CPU_STEP + 1e-9) * CPU_STEP
+        if planned or self._declared(stage) or wanted.cpu > 0:
+            cpu = max(CPU_STEP, cpu)  # a share of 0: the declared asks took every core
         return Resources(cpu=cpu, gpu=wanted.gpu if self.has_gpus else 0.0, memory=0,
                          devices=devices)
 
@@ -251,6 +281,13 @@ class RayRun(Shell):
             self.bundles += [_Bundle(group, i, node_type, shape)
                              for i, shape in enumerate(shapes)]
 
+    def _ask(self, stage: int) -> str:
+        """What one replica of a unit asks Ray for, in words."""
+        groups = self.placement.of(self.names[stage]) or (None,)
+        wanted = self.demand(stage, groups[0])
+        amounts = {"CPU": wanted.cpu, "GPU": wanted.gpu, **wanted.devices}
+        return ", ".join(f"{v:g} {k}" for k, v in amounts.items() if v) or "nothing"
+
     def _available(self) -> Any:
         with contextlib.suppress(Exception):
             return cluster_resources(5)
@@ -278,11 +315,14 @@ class RayRun(Shell):
             return
         if time.monotonic() > self.ready_by:
             startup = self.ray_options.startup_timeout
-            stuck = sorted({self.names[self.actors[w].stage] for w in late})
+            stuck = {self.names[self.actors[w].stage]: self.actors[w].stage for w in late}
+            asks = "; ".join(f"{name} asks {self._ask(stage)} a replica"
+                             for name, stage in sorted(stuck.items()))
             raise EngineError(
-                f"replicas of {', '.join(stuck)} were not placed within {startup:.0f} s: the "
-                f"cluster has {self._available()}; lower their demands, add nodes, or "
-                "check --ray-address")
+                f"replicas of {', '.join(sorted(stuck))} were not placed within "
+                f"{startup:.0f} s: the cluster has {self._available()} (other jobs may hold "
+                f"some), and {asks}; lower their asks (@unit(cpu=...), --cpus UNIT=N), run "
+                "fewer replicas (--workers UNIT=N), add nodes, or check --ray-address")
 
     def describe_host(self) -> dict[str, Any] | None:
         nodes = self.nodes or live_nodes(self.timeout)
@@ -294,7 +334,9 @@ class RayRun(Shell):
         return {"name": f"Ray cluster of {len(nodes)} nodes",
                 "cores": sum(n["Resources"].get("CPU", 0.0) for n in nodes),
                 "memory": int(sum(n["Resources"].get("memory", 0.0) for n in nodes)),
-                "devices": devices}
+                "devices": devices,
+                "hostnames": sorted({str(n.get("NodeManagerHostname") or "") for n in nodes}
+                                    - {""})}
 
     def start_devices(self) -> Any:
         from fitwork.engine.ray.devices import ClusterSamplers
@@ -342,7 +384,7 @@ class RayRun(Shell):
         batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
         replicas = max(1, self.placement.replicas(unit.name))
         handle = remote_class(Replica).options(**options).remote(
-            unit, stage, self.names, self.options.max_attempts, self.limits,
+            self.blobs[stage], stage, self.names, self.options.max_attempts, self.limits,
             batch, wanted.cpu, max(1, unit.io), self.timeout, replicas,
             (self.options.sink, self.run_id, instruction.worker)
             if self.options.sink is not None and stage == len(self.units) - 1 else None)
@@ -400,7 +442,7 @@ class RayRun(Shell):
         call = next(self.call_ids)
         if isinstance(token, str):  # a task replica's slot
             ref, outputs = remote_frame().options(**self.task_options).remote(
-                [self.unit_ref], self.run_id, token, self.task_options["num_cpus"],
+                [self.unit_ref, self.names[0]], self.run_id, token, self.task_options["num_cpus"],
                 self.options.max_attempts, pack([send.segment]), self.version)
         else:
             ref, outputs = token.process.remote(pack([send.segment]), self.hints,
@@ -480,10 +522,14 @@ class RayRun(Shell):
         try:
             info = ray.get(ref)
         except DEATH as exc:
-            self.handle(Exited(worker, clean=False, now=time.monotonic(),
-                               cause="the actor died starting",
-                               fatal=f"its actor died while starting ({type(exc).__name__})"))
-            return
+            name = self.names[self.actors[worker].stage]
+            raise EngineError(
+                f"unit {name!r}: its Ray replica's process died while starting "
+                f"({death_cause(exc)}); if the unit's constructor or a module it imports "
+                "crashes the process, fix that, else see the worker's log (ray logs "
+                "worker-*.err)") from None
+        if info.get("load"):  # not the unit's constructor: its code is not loadable there
+            raise EngineError(f"{info['error']}; {LOAD_FIX}")
         if info["error"]:  # the core aborts the run, naming the unit and the cause
             self.handle(Exited(worker, clean=False, now=time.monotonic(),
                                cause="its unit could not start", fatal=info["error"]))
@@ -552,6 +598,8 @@ class RayRun(Shell):
         except RayError as exc:  # the worker process died under the task
             self.handle(Lost(worker, call, now, f"its task's worker died ({type(exc).__name__})"))
             return None
+        if summary.get("load"):
+            raise EngineError(f"{summary['error']}; {LOAD_FIX}")
         if "error" in summary:
             self.handle(Exited(worker, clean=False, now=now, cause="its unit could not start",
                                fatal=summary["error"]))
@@ -655,6 +703,21 @@ class RayRun(Shell):
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
+
+
+LOAD_FIX = ("every module a unit's code imports must be importable on the cluster's nodes "
+            "(install it there, or pass a runtime_env to ray.init); a unit defined in the "
+            "pipeline's own file or script travels with it")
+
+
+def death_cause(exc: BaseException) -> str:
+    """The line of a Ray death report that names the exception behind it (Ray's reports
+    run to dozens of lines), else the report's type."""
+    named = [line.strip() for line in str(exc).splitlines()
+             if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b:?", line.strip())
+             and not line.strip().startswith(("ray.exceptions.", "RayTaskError"))]
+    cause = named[-1] if named else type(exc).__name__
+    return cause[:300]
 
 
 def _running(pid: int) -> bool:

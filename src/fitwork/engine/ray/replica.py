@@ -84,10 +84,19 @@ class Batcher:
 class Replica:
     """One replica of one unit (wrapped with ``ray.remote`` by the driver)."""
 
-    def __init__(self, unit: Unit, stage: int, names: list[str],
+    def __init__(self, unit: Unit | bytes, stage: int, names: list[str],
                  max_attempts: int, limits: list[int], batch_size: int | None,
                  cores: float, slots: int, timeout: float, replicas: int = 1,
                  sink: tuple[Sink, str, int] | None = None) -> None:
+        self.error: str | None = None
+        self.load_error: str | None = None  # the unit could not be unpickled here
+        if isinstance(unit, bytes):  # loaded here, so a failure is said, not a crash
+            loaded = load_unit(unit, names[stage])
+            if isinstance(loaded, str):
+                self.load_error = loaded
+                unit = Unit(_unloaded, names[stage])
+            else:
+                unit = loaded
         self.unit, self.stage, self.names = unit, stage, names
         self.sink = sink  # the last unit's, in a run with a sink: sink, run id, worker id
         self.part: PartWriter | None = None
@@ -95,11 +104,11 @@ class Replica:
         self.last = stage == len(names) - 1
         self.max_attempts = max_attempts
         self.id = ray.get_runtime_context().get_actor_id()
-        self.error: str | None = None
         self.kernel: Kernel | None = None
         try:
             hold_threads(cores)
-            self.kernel = Kernel(unit)
+            if self.load_error is None:
+                self.kernel = Kernel(unit)
         except Exception as exc:  # reported by hello(), in one line, by the driver
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
         self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
@@ -124,7 +133,8 @@ class Replica:
     def hello(self) -> dict[str, Any]:
         """Where this replica runs, and why its unit could not start if it could not."""
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
-                "actor": self.id, "error": self.error}
+                "actor": self.id, "error": self.load_error or self.error,
+                "load": self.load_error is not None}
 
     def set_members(self, version: int, members: list[Any]) -> None:
         """The next unit's live replicas, as the driver holds them at ``version``."""
@@ -361,6 +371,24 @@ class Replica:
                                   f"cross processes ({describe(exc)}); return plain data")
                 lost(summary, single, self.unit.name, error)
         return kept
+
+
+def load_unit(blob: bytes, name: str) -> Unit | str:
+    """The unit pickled in ``blob``, or one line saying why this process cannot load it
+    (a module its code needs that is not importable here, say)."""
+    try:
+        loaded = ray.cloudpickle.loads(blob)
+    except Exception as exc:
+        return (f"a Ray worker could not load unit {name!r}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:300] if str(exc) else ''}".rstrip(": "))
+    if not isinstance(loaded, Unit):
+        return f"a Ray worker loaded {type(loaded).__name__}, not unit {name!r}"
+    return loaded
+
+
+def _unloaded(value: Any) -> Any:
+    """What a replica that could not load its unit holds in its place (never called)."""
+    raise RuntimeError("the unit could not be loaded")
 
 
 async def _timed_async(replica: Replica, value: Any) -> Any:

@@ -45,12 +45,13 @@ def run_frame(box: list[Any], run: str, slot: str, cores: float, max_attempts: i
     what this call added to the counters (keyed by ``slot``)."""
     replica = _built.get(run)
     if replica is None:
-        unit: Unit = ray.get(box[0])
+        blob: bytes = ray.get(box[0])  # the unit pickled (loaded by the replica: see hello)
         _built.clear()  # one run's replica per process: an earlier run's goes
-        replica = _built[run] = Replica(unit, 0, [unit.name], max_attempts, [1], None,
+        replica = _built[run] = Replica(blob, 0, [box[1]], max_attempts, [1], None,
                                          cores, 1, 30.0)
-    if replica.error is not None:
-        return {"error": replica.error}, None
+    if replica.error is not None or replica.load_error is not None:
+        return {"error": replica.load_error or replica.error,
+                "load": replica.load_error is not None}, None
     with replica.lock:
         before = replica._counters()
     summary, outputs = replica._process(segments, [0], version)
