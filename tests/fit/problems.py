@@ -43,8 +43,11 @@ def _cpu_demand(draw: st.DrawFn, batch: int | None = None) -> ClassDemand:
         cores=draw(st.sampled_from([0.5, 1.0, 2.0, 3.0, 4.0])),
         memory=draw(st.sampled_from([0, 1, 4, 8])) * GIB,
         bytes_out_per_item=draw(st.sampled_from([0.0, 1e3, 1e5])),
-        # A busy replica uses from a tenth of a core (it mostly waits) to all it declares.
-        cpu_seconds=draw(st.sampled_from([None, None, 0.1 / rate, 0.5 / rate, 1.0 / rate])),
+        # A busy replica uses from a tenth of a core (it mostly waits) to all it declares,
+        # or more than one process can (as measured with spinning pool threads).
+        cpu_seconds=draw(st.sampled_from([None, None, 0.1 / rate, 0.5 / rate, 1.0 / rate,
+                                          2.0 / rate])),
+        parallelism=draw(st.sampled_from([None, 1.0, 1.0, 1.5, 4.0])),
         reserve=draw(st.sampled_from([False, False, False, True])),
         batch_size=batch,
         latency=None if batch is None else batch / (rate * batch ** 0.5),
@@ -118,12 +121,33 @@ def consumed(device_class: str, demand: ClassDemand) -> tuple[float, float]:
     return cpu, device
 
 
+def bounded(device_class: str, demand: ClassDemand) -> ClassDemand:
+    """``demand`` at the most items/s one replica carries within its parallelism, computed
+    from scratch: its fluid core-seconds per item times its rate at most ``parallelism``."""
+    cpu, _ = consumed(device_class, demand)
+    if demand.reserve or demand.parallelism is None or cpu * demand.rate <= demand.parallelism:
+        return demand
+    return demand.model_copy(update={"rate": demand.parallelism / cpu, "cpu_seconds": cpu})
+
+
 def _option(unit: UnitDemand, device_class: str, batch: int | None,
             rate: float) -> ClassDemand:
-    options = [unit.classes[device_class], *unit.alternatives.get(device_class, [])]
+    options = [bounded(device_class, d)
+               for d in [unit.classes[device_class], *unit.alternatives.get(device_class, [])]]
     found = [d for d in options if d.batch_size == batch and math.isclose(d.rate, rate)]
     assert found, (unit.name, device_class, batch, rate)
     return found[0]
+
+
+def check_parallelism(result: FitResult, units: Sequence[UnitDemand]) -> None:
+    """No planned replica consumes more cores than its unit's parallelism on that class."""
+    named = {u.name: u for u in units}
+    for p in result.replicas:
+        unit = named[p.unit]
+        options = [unit.classes[p.device_class], *unit.alternatives.get(p.device_class, [])]
+        demand = next(d for d in options if d.batch_size == p.batch_size)
+        if demand.parallelism is not None and not p.reserved:
+            assert p.cores <= demand.parallelism * (1 + EPS) + EPS, (p, demand)
 
 
 def check_plan(result: FitResult, units: Sequence[UnitDemand], node_types: Sequence[NodeType],

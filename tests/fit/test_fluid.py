@@ -111,6 +111,39 @@ def test_two_model_replicas_share_two_cores_with_the_io_units() -> None:
     assert cores["fetch"] < 0.1 and cores["store"] < 0.1  # what they use, not what they hold
 
 
+def skewed_profile(parallelism: float | None = None) -> PipelineProfile:
+    """The issue's heavy-tailed pipeline as profiled with BLAS threads free: more CPU than
+    wall per item, from pool threads spinning beside the unit's one."""
+    def measured(name: str, wall: float, cpu: float) -> UnitProfile:
+        return UnitProfile(name=name, kind="map", resources={"cpu": 1.0},
+                           device_class="cpu-x86", samples=64, wall_s=wall, cpu_s=cpu,
+                           bytes_in=300.0, bytes_out=300.0, output_ratio=1.0,
+                           peak_rss=20 << 20, parallelism=parallelism)
+
+    return PipelineProfile(fitwork_version="test", pipeline="skewed", host_class="cpu-x86",
+                           created_at=0.0, units=[measured("parse_rec", 0.00077, 0.00152),
+                                                  measured("score_skewed", 0.00228, 0.00463)])
+
+
+@pytest.mark.parametrize("parallelism", [None, 1.0, 1.5])
+def test_a_replica_is_planned_no_more_cores_than_one_process_keeps_busy(
+        parallelism: float | None) -> None:
+    # Without a measured figure a plain unit's replica keeps one core busy (its declared
+    # cpu=1); the plan that gave score_skewed one replica of 1.51 cores now gives it more
+    # replicas, each within what one process can do.
+    plan = fit(skewed_profile(parallelism), TWO_CORES, fuse=False)
+    bound = parallelism or 1.0
+    for side in (plan.fitted, plan.monolithic):
+        for p in side.result.replicas:
+            assert p.cores <= bound * (1 + 1e-9), p
+            assert p.rate <= bound / (0.00463 if "score" in p.unit else 0.00152) + 1e-6
+    replicas = {p.unit: p.replicas for p in plan.fitted.result.replicas}
+    if bound == 1.0:
+        assert replicas["score_skewed"] >= 2
+    # The cores the load consumes still bound it: two cores over the CPU one item costs.
+    assert plan.fitted.throughput <= 2 / (0.00463 + 0.00152) * (1 + 1e-6)
+
+
 def test_the_ceiling_comes_from_the_measured_run_queue_wait() -> None:
     assert core_ceiling(demo_profile()) == 1.0
     waited = demo_profile(queued=0.004)

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from fitwork.fit import NodeType, UnitDemand, UnitFitsNowhere, monolithic, solve
-from tests.fit.problems import EPS, check_plan, fleets, pipelines
+from tests.fit.problems import EPS, check_parallelism, check_plan, fleets, pipelines
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -116,3 +116,27 @@ def test_monolithic_baseline_fits_the_fleet(units: list[UnitDemand],
     assert {p.unit for p in result.replicas} == {"monolithic"}
     for u in result.utilization:
         assert -EPS <= u.utilization <= 1 + EPS
+
+
+@SETTINGS
+@given(units=pipelines(), fleet=fleets(max_count=4),
+       objective=st.sampled_from(["max_throughput", "min_cost"]))
+def test_no_replica_consumes_more_cores_than_its_parallelism(
+        units: list[UnitDemand], fleet: list[NodeType], objective: str) -> None:
+    # Throughput beyond what one process can carry comes from more replicas, never from a
+    # replica planned to keep more cores busy than its unit's threads run at once.
+    result = solve(units, fleet)
+    if objective == "min_cost":
+        assume(result.throughput > 0)
+        result = solve(units, fleet, objective="min_cost", target=0.8 * result.throughput)
+    check_parallelism(result, units)
+    check_plan(result, units, fleet)
+    try:
+        fused = monolithic(units, fleet)
+    except UnitFitsNowhere:
+        return
+    # A fused replica runs its stages in turn: it keeps busy at most what its widest does.
+    bounds = [d.parallelism for u in units for d in u.classes.values()]
+    if None not in bounds:
+        for p in fused.replicas:
+            assert p.reserved or p.cores <= max(bounds) * (1 + EPS) + EPS, p  # type: ignore[type-var]

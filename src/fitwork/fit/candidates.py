@@ -167,8 +167,10 @@ def _check_demand(unit: str, name: str, demand: ClassDemand) -> None:
 
 def _options(unit: UnitDemand, name: str,
              max_latency: float | None) -> list[tuple[int, ClassDemand]]:
-    """The unit's runnable options on ``name`` within the latency bound, with their index."""
-    return [(k, d) for k, d in enumerate(unit.options(name)) if d.rate > 0
+    """The unit's runnable options on ``name`` within the latency bound, with their index,
+    each at the rate one replica can carry (`ClassDemand.within_parallelism`)."""
+    options = [(k, d.within_parallelism()) for k, d in enumerate(unit.options(name))]
+    return [(k, d) for k, d in options if d.rate > 0
             and (max_latency is None or d.call_latency() <= max_latency * (1 + 1e-9))]
 
 
@@ -228,6 +230,9 @@ def build_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *
 def candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
                unit: UnitDemand, bytes_in: float, *, last: bool, choice: int,
                group: int, option: int = 0) -> Candidate | None:
+    """Replicas of ``demand`` on ``node`` (``None``: not one fits), at the rate one replica
+    can carry within its parallelism (`ClassDemand.within_parallelism`)."""
+    demand = demand.within_parallelism()
     cpu, device_time = fluid(demand, name)
     share = packed_share(demand.device_share)
     held = demand.cores if demand.reserve else 0.0

@@ -170,7 +170,8 @@ def _hop(profile: UnitProfile, estimate: RateEstimate, hop: float, arriving: flo
 def _demand(profile: UnitProfile, estimate: RateEstimate, memory: int,
             hop: float) -> ClassDemand:
     """One option of a unit for the solver; ``hop`` seconds of engine work per item (from
-    `_hop`) are added to its core-seconds and to its replica's time per item (the rate)."""
+    `_hop`) are added to its core-seconds and to its replica's time per item (the rate).
+    Its parallelism is the profile's: the solver bounds one replica's rate by it."""
     cpu, device = consumption(profile, estimate)
     share = 0.0 if is_cpu_class(estimate.device_class) else profile.resources.get("gpu", 0.0)
     batch = estimate.batch_size or 1
@@ -180,7 +181,8 @@ def _demand(profile: UnitProfile, estimate: RateEstimate, memory: int,
         rate=rate, cores=profile.resources.get("cpu", 1.0), memory=memory,
         device_share=share, bytes_out_per_item=profile.bytes_out, cpu_seconds=cpu + hop,
         device_seconds=device if share and share <= 1 else None, reserve=profile.reserve,
-        batch_size=estimate.batch_size, latency=latency)
+        batch_size=estimate.batch_size, latency=latency,
+        parallelism=profile.replica_parallelism())
 
 
 def _no_class(u: UnitProfile, needs: str, fleet: Fleet | None) -> str:

@@ -6,8 +6,11 @@ each source item, so its rate is ``1 / sum_u m_u / rate_u``.  It is fitted under
 fluid model as a plan: it consumes its stages' measured CPU in sequence,
 ``sum_u m_u · cpu_u`` core-seconds per source item, and ``sum_{u on d} m_u · a_u``
 device-seconds; so fused replicas may outnumber cores too, as a person runs more processes
-than cores to hide a stage's waiting.  It holds the union of its stages' memory (summed) and
-the largest device slot of the stages on d; if any stage reserves cores, the fused replica
+than cores to hide a stage's waiting.  Each stage runs at the rate one process can carry
+(`ClassDemand.within_parallelism`), and the fused replica keeps busy at most the cores of
+the stage it is in (its parallelism: the stages', weighted by their time).  It holds the
+union of its stages' memory (summed) and the largest device slot of the stages on d; if any
+stage reserves cores, the fused replica
 reserves the most any stage declares (one container, one request).  A stage's
 ``max_concurrency`` bounds the fused replicas (each has at most one call of it in flight)
 and its ``rate_limit`` R bounds the fused rate to ``R / m_u``.  For utilization it keeps its
@@ -64,7 +67,7 @@ def _stages(units: Sequence[UnitDemand], accel: str | None,
     """Each unit's faster class among ``accel`` and ``cpu``; ``None`` if one runs on neither."""
     stages: list[Stage] = []
     for unit in units:
-        options = [(cls, unit.classes[cls]) for cls in (accel, cpu)
+        options = [(cls, unit.classes[cls].within_parallelism()) for cls in (accel, cpu)
                    if cls is not None and cls in unit.classes and unit.classes[cls].rate > 0]
         if not options:
             return None
@@ -83,6 +86,12 @@ def _fused(stages: list[Stage], accel: str | None,
     share = max((d.device_share for _, d, _ in on_accel), default=0.0)
     reserve = any(d.reserve for _, d, _ in stages)
     cpu = sum(m * d.core_seconds() for _, d, m in stages) + hop
+    # The stages run in turn, so the fused process keeps busy at once what the stage it is
+    # in does: its parallelism is the stages', weighted by the time each takes (the engine's
+    # work on the item, a plain Python call, by one core).
+    bounds = [d.parallelism for _, d, _ in stages]
+    parallelism = None if None in bounds or seconds <= 0 else (
+        sum(m / d.rate * (d.parallelism or 1.0) for _, d, m in stages) + hop) / seconds
     device = sum(m * fluid(d, cls)[1] for cls, d, m in on_accel)
     demand = ClassDemand(
         rate=1.0 / seconds,
@@ -92,6 +101,7 @@ def _fused(stages: list[Stage], accel: str | None,
         cpu_seconds=cpu,
         device_seconds=device if on_accel and share <= 1.0 else None,
         reserve=reserve,
+        parallelism=parallelism,
     )
     busy: list[tuple[str, float]] = []
     if on_accel:

@@ -240,6 +240,11 @@ def _pinned(demand: ClassDemand, device_class: str, ratio: float,
 
 def _rescaled(unit: UnitDemand, rate: float, ran: Replicas | None,
               cpu: float | None = None) -> UnitDemand:
+    # The rates the plan ran at: each option within what one replica can carry.
+    unit = unit.model_copy(update={
+        "classes": {c: d.within_parallelism() for c, d in unit.classes.items()},
+        "alternatives": {c: [d.within_parallelism() for d in ds]
+                         for c, ds in unit.alternatives.items()}})
     planned = None
     if ran is not None:
         options = unit.options(ran.device_class) if ran.device_class in unit.classes else []

@@ -26,7 +26,10 @@ class ClassDemand(BaseModel):
     ``cpu-`` class.  ``bytes_out_per_item`` is what the unit sends to the next unit per item.
     ``batch_size`` and ``latency`` (wall seconds of one call, a whole batch) say which batch
     this demand is for; a unit may give several per class (`UnitDemand.alternatives`) and the
-    fit picks one.
+    fit picks one.  ``parallelism`` is the most cores one replica can keep busy at once (1
+    for plain Python; more only where its measured threads really run at once; ``None``:
+    not bounded): a replica's rate is at most ``parallelism / core_seconds()`` (see
+    `within_parallelism`), and throughput beyond that comes from more replicas.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -41,12 +44,29 @@ class ClassDemand(BaseModel):
     reserve: bool = False
     batch_size: int | None = Field(default=None, ge=1)
     latency: float | None = Field(default=None, ge=0)
+    parallelism: float | None = Field(default=None, gt=0)
 
     def core_seconds(self) -> float:
         """Core-seconds one processed item consumes (fluid), whether given or implied."""
         if self.cpu_seconds is not None:
             return self.cpu_seconds
         return self.cores / self.rate if self.rate > 0 else 0.0
+
+    def within_parallelism(self) -> ClassDemand:
+        """This demand with its rate bounded by what one replica can do: at most
+        ``parallelism`` cores of fluid core-seconds per second (a reserved replica holds its
+        cores instead, and an unbounded one keeps its rate).  A call of a batch then takes
+        at least ``batch_size`` items at the bounded rate."""
+        if self.parallelism is None or self.reserve or self.rate <= 0:
+            return self
+        cpu = self.core_seconds()
+        if cpu <= 0 or cpu * self.rate <= self.parallelism * (1 + 1e-9):
+            return self
+        rate = self.parallelism / cpu
+        latency = None if self.latency is None else max(
+            self.latency, (self.batch_size or 1) / rate)
+        return self.model_copy(update={"rate": rate, "latency": latency,
+                                       "cpu_seconds": cpu})
 
     def call_latency(self) -> float:
         """Wall seconds of one call (a batch): given, or one item at this rate."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -10,6 +11,12 @@ from fitwork.document import Document
 from fitwork.errors import InputError
 
 IO_BOUND_BELOW = 0.5
+
+
+def replica_threads(cores: float) -> int:
+    """Threads a replica holding ``cores`` cores may run: at least one, rounded up (the
+    rule `fitwork.engine.threads.allotted_threads` applies to every replica)."""
+    return max(1, math.ceil(cores - 1e-9))
 
 
 class BatchMeasurement(BaseModel):
@@ -41,6 +48,15 @@ class UnitProfile(BaseModel):
     a device class with less gets no replica. Both are ``None`` when unknown.
     ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
     for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
+
+    The conditions it was measured under: ``threads`` is the limit its BLAS, OpenMP and
+    torch pools were held to, the one a replica of it gets (`replica_threads`: its declared
+    cores, rounded up), so its rates are the rates a run sees and no spinning pool thread
+    counts as its CPU.  ``parallelism`` is the most cores one replica keeps busy at once:
+    1 unless the unit's threads were measured to run at once (`replica_parallelism`).
+    ``thread_speedup`` is its wall time at one thread over that at ``threads``, where it
+    was measured at both (``None``: ``threads`` is 1, or no pool was loaded).  A profile
+    from before fitwork held the pools has ``threads`` ``None``.
     """
 
     name: str
@@ -69,6 +85,26 @@ class UnitProfile(BaseModel):
     reserve: bool = False
     max_concurrency: int | None = None
     rate_limit: float | None = None
+    threads: int | None = None
+    parallelism: float | None = None
+    thread_speedup: float | None = None
+
+    def replica_parallelism(self) -> float:
+        """The most cores one replica of this unit keeps busy: as measured, or for a profile
+        without the figure, its declared cores (at least one)."""
+        if self.parallelism is not None:
+            return self.parallelism
+        return max(1.0, self.resources.get("cpu", 1.0))
+
+    @property
+    def conditions(self) -> str:
+        """What it was measured under, in words."""
+        if self.threads is None:
+            return "thread pools not held (a profile from before fitwork held them)"
+        said = f"thread pools held to {self.threads} (as a replica's)"
+        if self.thread_speedup is not None:
+            said += f", {self.thread_speedup:.2f}x faster than at 1 thread"
+        return said + f"; parallelism {self.replica_parallelism():.2f} cores"
 
     @property
     def waiting_s(self) -> float:
