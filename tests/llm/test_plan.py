@@ -83,7 +83,8 @@ def test_min_cost_serves_the_rate_for_less(conv) -> None:
     most = plan_split("llama2-70b", conv, fleet, SLO_)
     assert cheap.goodput == pytest.approx(conv.rate, rel=1e-6)
     assert cheap.cost_per_hour < most.cost_per_hour
-    with pytest.raises(LLMInputError, match=r"beyond this fleet.*serves at most"):
+    with pytest.raises(LLMInputError, match=r"^cannot serve x1000 under the SLO on this fleet: "
+                                            r"at most [\d.]+ req/s"):
         plan_split("llama2-70b", conv.scaled(1000), _fleet(1, 0), SLO_, objective="min_cost")
 
 

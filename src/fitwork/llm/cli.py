@@ -23,12 +23,23 @@ def _fail(message: object) -> NoReturn:
     sys.exit(1)
 
 
-def _book(phase_data: Path | None) -> PhaseBook:
+def _book(phase_data: Path | None, framework: str | None = None) -> PhaseBook:
     from fitwork.llm.phases import PhaseBook, default_book, load_phase_csv, load_splitwise
 
-    if phase_data is None:
+    if phase_data is None and framework is None:
         return default_book()
-    return PhaseBook([*load_splitwise(), *load_phase_csv(phase_data)])
+    rows = load_phase_csv(phase_data, framework=framework) if phase_data is not None else []
+    return PhaseBook([*load_splitwise(), *rows], framework=framework)
+
+
+PHASE_DATA = click.option(
+    "--phase-data", type=click.Path(path_type=Path),
+    help="Your measured rows, in fitwork's phase CSV format (docs/llm.md); an optional "
+         "framework column names each row's serving stack.")
+FRAMEWORK = click.option(
+    "--framework", default=None,
+    help="The serving stack to plan for: only rows of it are fitted (the shipped rows are "
+         "splitwise-2023); --phase-data rows without a framework column are taken as it.")
 
 
 def _trace(ref: str, rate_scale: float) -> Trace:
@@ -44,19 +55,22 @@ def llm() -> None:
 
 
 @llm.command("phases")
-@click.option("--phase-data", type=click.Path(path_type=Path),
-              help="More measured rows, in fitwork's phase CSV format (docs/llm.md).")
-def phases_command(phase_data: Path | None) -> None:
+@PHASE_DATA
+@FRAMEWORK
+def phases_command(phase_data: Path | None, framework: str | None) -> None:
     """Fitted phase models: fit error per (model, class, TP) and leave-one-class-out."""
-    from fitwork.llm.phases import leave_class_out
+    from fitwork.llm.phases import describe_stack, leave_class_out
 
     try:
-        book = _book(phase_data)
-        click.echo(f"{'model':<12} {'class':<10} {'TP':>3}  prefill fit error / decode fit error")
+        book = _book(phase_data, framework)
+        click.echo(f"{'model':<12} {'class':<10} {'TP':>3}  prefill fit error / decode fit error"
+                   "  [serving stack]")
         for (model, name, tp), m in book.fitted.items():
             assert m.prefill_error is not None and m.decode_error is not None
             click.echo(f"{model:<12} {name:<10} {tp:>3}  {m.prefill_error.line()} / "
-                       f"{m.decode_error.line()}")
+                       f"{m.decode_error.line()}  [{m.stack}]")
+        for stack in sorted({m.stack for m in book.fitted.values()}):
+            click.echo(f"stack {describe_stack(stack)}")
         for phase, err in book.fit_errors().items():
             click.echo(f"all rows, {phase}: {err.line()}")
         click.echo("leave one class out (roofline transfer from the other class):")
@@ -80,16 +94,28 @@ def trace_command(trace_ref: str, rate_scale: float) -> None:
 
 
 def _show(plan: LLMPlan) -> None:
+    if not plan.feasible:
+        click.echo(f"\n{plan.label}: {plan.bottleneck}")
+        return
     cost = f"${plan.cost_per_million_tokens:.3f}" if plan.cost_per_million_tokens else "-"
     click.echo(f"\n{plan.label}: goodput {plan.goodput:.3f} req/s (capacity "
                f"{plan.capacity:.3f} at a steady rate, burst x{plan.burst:.2f}), "
                f"{plan.tokens_per_s:,.0f} tok/s, ${plan.cost_per_hour:.2f}/h, {cost}/Mtok")
-    if not plan.feasible:
-        click.echo(f"  infeasible: {plan.bottleneck}")
-        return
+    r = plan.replay
+    if r is not None:
+        held = ", ".join(f"{k} x{v:.2f}" for k, v in sorted(plan.derate.items()))
+        verdict = "holds" if r.holds else f"does NOT hold (under {r.target:.0%})"
+        ttft_r = f"{r.ttft_p90:.3f}s" if r.ttft_p90 is not None else "-"
+        tpot_r = f"{r.tpot_p90 * 1e3:.1f}ms" if r.tpot_p90 is not None else "-"
+        click.echo(f"  replayed at {r.rate:.3f} req/s ({r.window}): {r.attained:.1%} within "
+                   f"both SLOs, TTFT p90 {ttft_r}, TPOT p90 {tpot_r}: {verdict}, "
+                   f"{r.rounds} round(s)"
+                   + (f", rates held to {held}" if held else ""))
     ttft = f"{plan.ttft_p90:.3f}s" if plan.ttft_p90 is not None else "-"
     tpot = f"{plan.tpot_p90 * 1e3:.1f}ms" if plan.tpot_p90 is not None else "-"
     click.echo(f"  predicted TTFT p90 {ttft}, TPOT p90 {tpot}")
+    if plan.stack:
+        click.echo(f"  phase rates describe: {plan.stack}")
     for p in plan.pools:
         click.echo(f"  {p.phase:<9} {p.device_class:<10} TP{p.tp} x{p.replicas:<4} on "
                    f"{p.node_type:<10} max batch {p.max_batch:<4} {p.load:8.3f} req/s "
@@ -117,25 +143,38 @@ def _show(plan: LLMPlan) -> None:
 @click.option("--burst", type=float, default=None,
               help="Provision this factor above the mean rate [default: the trace's "
                    "99th-percentile one-minute rate over its mean]; 1 for a steady rate.")
-@click.option("--phase-data", type=click.Path(path_type=Path),
-              help="More measured rows, in fitwork's phase CSV format.")
+@PHASE_DATA
+@FRAMEWORK
+@click.option("--replay-rounds", type=click.IntRange(0, 20), default=None,
+              help="Rounds of replay and re-provisioning per plan [default: 8; 0: plan "
+                   "from the queue models alone, unchecked].")
 @click.option("--time-limit", type=float, default=10.0, show_default=True)
 @click.option("--mip-gap", type=float, default=0.01, show_default=True)
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               help="Write the plans (JSON) here, for `fitwork llm simulate`.")
 def plan_command(model: str, trace_ref: str, fleet_ref: str, slo: str, objective: str,
                  rate_scale: float, burst: float | None, phase_data: Path | None,
-                 time_limit: float, mip_gap: float, output_path: Path | None) -> None:
-    """Fit prefill and decode pools to the fleet under the SLO, beside colocated baselines."""
+                 framework: str | None, replay_rounds: int | None, time_limit: float,
+                 mip_gap: float, output_path: Path | None) -> None:
+    """Fit prefill and decode pools to the fleet under the SLO, beside colocated baselines;
+    replay each plan at the rate it promises and re-provision until it holds."""
     from fitwork.llm.options import SLO
     from fitwork.llm.plan import load_fleet, plan_llm
+    from fitwork.llm.verify import MAX_ROUNDS, plan_held
 
     try:
         trace = _trace(trace_ref, rate_scale)
-        plans = plan_llm(model, trace, load_fleet(fleet_ref), SLO.parse(slo),
-                         objective=objective,  # type: ignore[arg-type]
-                         book=_book(phase_data), time_limit=time_limit, mip_gap=mip_gap,
-                         burst=burst)
+        fleet, parsed, book = load_fleet(fleet_ref), SLO.parse(slo), _book(phase_data, framework)
+        rounds = MAX_ROUNDS if replay_rounds is None else replay_rounds
+        if rounds:
+            plans = plan_held(model, trace, fleet, parsed,
+                              objective=objective,  # type: ignore[arg-type]
+                              book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst,
+                              rounds=rounds)
+        else:
+            plans = plan_llm(model, trace, fleet, parsed,
+                             objective=objective,  # type: ignore[arg-type]
+                             book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst)
     except FitworkError as exc:
         _fail(exc)
     click.echo(f"{model} on {fleet_ref}, trace {trace.name} ({len(trace):,} requests, "
@@ -204,7 +243,10 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
                 for p in sim.pools:
                     click.echo(f"  {p.phase:<9} {p.device_class:<10} TP{p.tp} x{p.replicas:<4} "
                                f"busy {p.busy:.0%} MFU {p.compute:.0%} server capacity "
-                               f"{p.capacity:.0%} HBM bandwidth {p.bandwidth:.0%}")
+                               f"{p.capacity:.0%} HBM bandwidth {p.bandwidth:.0%}"
+                               + (f" (carried {p.over_plan:.2f}x its planned rate: the plan "
+                                  "under-predicted this pool's load)"
+                                  if p.over_plan > 1.005 else ""))
     except FitworkError as exc:
         _fail(exc)
     if as_json:

@@ -17,6 +17,12 @@ Fitted per (model, class, TP), by non-negative least squares on relative error::
     prefill_ms(p, b) = a0 + a1 * b p + a2 * b p^2      (fixed cost, linear layers, attention)
     decode_ms(b, c)  = d0 + d1 * b + d2 * b c           (weights read, per-sequence, KV read)
 
+An optional ``framework`` column names the serving stack a row was measured on (vLLM 0.6,
+TensorRT-LLM 0.12, ...); rows without it take the stack `load_phase_csv` is told, else
+`UNNAMED`.  Splitwise's rows are `SPLITWISE_STACK`.  A `PhaseBook` fits the rows of the stack
+it is asked for (all rows when none is named) and every model says which stack its rows come
+from (`PhaseModel.stack`).
+
 A class with no rows for the model and TP is TRANSFERRED from a measured class at the same
 TP: the measured fit times the ratio of the two datasheet rooflines of the same step (FLOPs
 2N/TP per token, bytes (2N + kv * tokens)/TP; `fitwork.fit.calibration.ModelShape`).  With no
@@ -45,6 +51,19 @@ from fitwork.hardware.catalog import Catalog, DeviceClass, UnknownDeviceClass, c
 COLUMNS = ("model", "device_class", "tp", "prompt_tokens", "batch_size", "context_tokens",
            "output_tokens", "prefill_ms", "decode_ms")
 TP_DEGREES = (1, 2, 4, 8)
+SPLITWISE_STACK = "splitwise-2023"
+"""The stack of the shipped rows: Splitwise's 2023 profiling of FP16 llama2-70b and bloom-176b
+on DGX-A100 and DGX-H100 (Patel et al., ISCA 2024), served with vLLM of mid-2023.  Current
+stacks run faster; plan with their rows (``--phase-data``, ``--framework``) to describe them."""
+STACKS = {SPLITWISE_STACK: "vLLM of mid-2023, FP16, as Splitwise measured it (ISCA 2024)"}
+"""Shipped stacks and what they are."""
+UNNAMED = "unnamed"
+"""The stack of rows that name none (no ``framework`` column and no ``--framework``)."""
+
+
+def describe_stack(name: str) -> str:
+    """``name`` with what it is, where fitwork knows (`STACKS`)."""
+    return f"{name} ({STACKS[name]})" if name in STACKS else name
 
 
 class LLMInputError(InputError):
@@ -64,6 +83,7 @@ class PhaseRow:
     output: int
     prefill_s: float | None
     decode_s: float | None
+    framework: str = SPLITWISE_STACK
 
 
 def _num(value: str, kind: type, place: str, column: str) -> float | int | None:
@@ -78,8 +98,10 @@ def _num(value: str, kind: type, place: str, column: str) -> float | int | None:
     return out
 
 
-def load_phase_csv(path: Path | str, known: Catalog | None = None) -> list[PhaseRow]:
-    """The rows of a phase-timing CSV in fitwork's format (see the module docstring)."""
+def load_phase_csv(path: Path | str, known: Catalog | None = None,
+                   framework: str | None = None) -> list[PhaseRow]:
+    """The rows of a phase-timing CSV in fitwork's format (see the module docstring); a row
+    without a ``framework`` value takes ``framework`` (None: `UNNAMED`)."""
     known = known or catalog()
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -111,7 +133,8 @@ def load_phase_csv(path: Path | str, known: Catalog | None = None) -> list[Phase
             prompt=int(ints["prompt_tokens"] or 0), batch=int(ints["batch_size"] or 0),
             context=float(ctx) if ctx is not None else int(ints["prompt_tokens"] or 0) + output / 2,
             output=output, prefill_s=None if pre is None else float(pre) / 1e3,
-            decode_s=None if dec is None else float(dec) / 1e3))
+            decode_s=None if dec is None else float(dec) / 1e3,
+            framework=(row.get("framework") or "").strip() or framework or UNNAMED))
     return rows
 
 
@@ -119,11 +142,11 @@ def write_phase_csv(rows: Iterable[PhaseRow], path: Path | str) -> None:
     """Write ``rows`` in fitwork's phase-timing format (times in ms)."""
     with open(path, "w", encoding="utf-8", newline="") as handle:
         out = csv.writer(handle)
-        out.writerow(COLUMNS)
+        out.writerow((*COLUMNS, "framework"))
         for r in rows:
             out.writerow([r.model, r.device_class, r.tp, r.prompt, r.batch, f"{r.context:g}",
                           r.output, "" if r.prefill_s is None else f"{r.prefill_s * 1e3:.6g}",
-                          "" if r.decode_s is None else f"{r.decode_s * 1e3:.6g}"])
+                          "" if r.decode_s is None else f"{r.decode_s * 1e3:.6g}", r.framework])
 
 
 def load_splitwise(path: Path | str | None = None) -> list[PhaseRow]:
@@ -260,7 +283,8 @@ class PhaseModel:
 
     ``source`` is ``measured`` (fitted on rows of this class), ``transferred from CLASS``
     (the measured fit on CLASS carried by the roofline ratio) or ``roofline`` (no
-    measurement of this model at this TP; datasheet roofline at pooled efficiencies).
+    measurement of this model at this TP; datasheet roofline at pooled efficiencies);
+    ``stack`` the serving stack(s) of the rows behind it.
     """
 
     model: str
@@ -276,6 +300,7 @@ class PhaseModel:
     prefill_error: FitError | None = None
     decode_error: FitError | None = None
     left_out: tuple[tuple[PhaseRow, str], ...] = ()
+    stack: str = SPLITWISE_STACK
 
     @property
     def transferred(self) -> bool:
@@ -366,6 +391,7 @@ def fit_model(rows: Sequence[PhaseRow], shape: ModelShape, device: DeviceClass) 
     d, out_d = _fit(_decode_terms(bd, cd), yd)
     return PhaseModel(first.model, device.name, first.tp, shape, device, "measured",
                       prefill_coef=a, decode_coef=d,
+                      stack=" + ".join(sorted({r.framework for r in rows})),
                       prefill_error=_error(_prefill_terms(p, b) @ a, y, out_a),
                       decode_error=_error(_decode_terms(bd, cd) @ d, yd, out_d),
                       left_out=tuple([(r, "prefill") for r, k in zip(pre, out_a, strict=True)
@@ -374,12 +400,24 @@ def fit_model(rows: Sequence[PhaseRow], shape: ModelShape, device: DeviceClass) 
 
 
 class PhaseBook:
-    """Fitted phase models for every (model, class, TP) the rows measure, and transfers."""
+    """Fitted phase models for every (model, class, TP) the rows measure, and transfers.
+
+    ``framework`` keeps only the rows of that serving stack (case-insensitive; None: every
+    row, and a model fitted on rows of two stacks names both)."""
 
     def __init__(self, rows: Sequence[PhaseRow], known: Catalog | None = None,
-                 shapes: dict[str, ModelShape] | None = None) -> None:
+                 shapes: dict[str, ModelShape] | None = None,
+                 framework: str | None = None) -> None:
         self.known = known or catalog()
         self.shapes = dict(MODELS if shapes is None else shapes)
+        self.framework = framework
+        if framework is not None:
+            have = sorted({r.framework for r in rows})
+            rows = [r for r in rows if r.framework.lower() == framework.lower()]
+            if not rows:
+                raise LLMInputError(f"--framework {framework!r}: no phase rows of that stack "
+                                    f"(rows name: {', '.join(have) or 'none'}); give your "
+                                    "rows with --phase-data, or name one of those")
         self.rows = list(rows)
         groups: dict[tuple[str, str, int], list[PhaseRow]] = defaultdict(list)
         for r in self.rows:
@@ -422,12 +460,19 @@ class PhaseBook:
                         + abs(np.log((o.memory_bandwidth or 1.0) / device.memory_bandwidth)))
 
             source = min(sorted(sources), key=distance)
+            base = self.fitted[model, source, tp]
             return PhaseModel(model, name, tp, shape, device, f"transferred from {source}",
-                              base=self.fitted[model, source, tp])
+                              base=base, stack=base.stack)
         from fitwork.fit.calibration import calibration
 
         eff, _ = calibration().device_efficiency(name)
-        return PhaseModel(model, name, tp, shape, device, "roofline", efficiency=eff)
+        return PhaseModel(model, name, tp, shape, device, "roofline", efficiency=eff,
+                          stack=f"datasheet roofline at {SPLITWISE_STACK}'s pooled efficiencies")
+
+    def stack_of(self, model: str, pools: Iterable[tuple[str, int]]) -> str:
+        """The serving stack(s) the rates of ``model`` on these (class, TP) describe."""
+        names = sorted({self.get(model, c, tp).stack for c, tp in pools})
+        return "; ".join(describe_stack(n) for n in names)
 
     def fit_errors(self) -> dict[str, FitError]:
         """Pooled in-sample fit error per phase over every fitted (model, class, TP)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -83,6 +84,27 @@ class ClassFigures(BaseModel):
     memory: float
 
 
+class ReplayCheck(BaseModel):
+    """A plan replayed at the rate it promises (`fitwork.llm.verify`): the share of requests
+    within both SLOs, the p90s, and the rounds of re-provisioning it took (``holds``: at least
+    ``target`` of the requests within both SLOs)."""
+
+    rate: float
+    requests: int
+    window: str
+    attained: float
+    ttft_attained: float
+    tpot_attained: float
+    ttft_p90: float | None
+    tpot_p90: float | None
+    goodput: float
+    target: float
+    holds: bool
+    rounds: int
+    seconds: float
+    history: list[str] = []
+
+
 class LLMPlan(BaseModel):
     """A fitted serving plan and its predicted figures.
 
@@ -117,6 +139,9 @@ class LLMPlan(BaseModel):
     burst: float = 1.0
     capacity: float = 0.0
     trace_rate: float = 0.0
+    stack: str = ""
+    derate: dict[str, float] = {}
+    replay: ReplayCheck | None = None
 
 
 class PlanSet(BaseModel):
@@ -169,10 +194,37 @@ def _network(fleet: Fleet, device_class: str) -> float | None:
     return None if any(n is None for n in nets) or not nets else float(min(nets))  # type: ignore
 
 
+class CannotServe(LLMInputError):
+    """A rate the fleet cannot serve under the SLO; ``achievable``: the most it serves (mean
+    requests/s of the trace's mix)."""
+
+    def __init__(self, message: str, achievable: float) -> None:
+        super().__init__(message)
+        self.achievable = achievable
+
+
+def cannot_serve(trace: Trace, achievable: float, why: str = "") -> CannotServe:
+    """The one line for a rate beyond the fleet: ``achievable`` in mean requests/s."""
+    return CannotServe(f"cannot serve x{trace.scale:g} under the SLO on this fleet: at most "
+                       f"{achievable:.3g} req/s ({trace.name} offers {trace.rate:.3g} req/s"
+                       f"{'; ' + why if why else ''}); scale the trace down (--rate-scale) "
+                       "or add nodes", achievable)
+
+
+def _derated(found: list[Option], factor: float) -> list[Option]:
+    if factor >= 1.0:
+        return found
+    return [replace(o, rate=o.rate * factor,
+                    limit=f"{o.limit}; held to x{factor:.2f} of that after replay")
+            if o.rate > 0 else o for o in found]
+
+
 def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase: str,
-            servers: dict[tuple[str, int], int] | None = None) -> dict[str, list[Option]]:
+            servers: dict[tuple[str, int], int] | None = None,
+            derate: dict[str, float] | None = None) -> dict[str, list[Option]]:
     """Every (class, TP) option of ``phase`` on the fleet's classes, by class (prefill:
-    ``servers[class, tp]`` replicas of it share the queue, 1 when not given)."""
+    ``servers[class, tp]`` replicas of it share the queue, 1 when not given; ``derate[phase]``
+    scales the rates, as the replay loop asks)."""
     out: dict[str, list[Option]] = {}
     for name, per_node in _classes(fleet).items():
         found = []
@@ -188,7 +240,7 @@ def options(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO, phase
                 found.append(decode_option(pm, mix, slo, _network(fleet, name)))
             else:
                 found.append(colocated_option(pm, mix, slo))
-        out[name] = found
+        out[name] = _derated(found, (derate or {}).get(phase, 1.0))
     return out
 
 
@@ -245,19 +297,18 @@ def _unmet(phase: str, opts: dict[str, list[Option]], slo: SLO) -> LLMInputError
                          "or add faster GPUs")
 
 
-def _solve(units: list[UnitDemand], fleet: Fleet, objective: Objective, target: float | None,
-           time_limit: float, mip_gap: float) -> FitResult:
+def _solve(units: list[UnitDemand], fleet: Fleet, objective: Objective, trace: Trace,
+           burst: float, time_limit: float, mip_gap: float) -> FitResult:
     nodes = solver_nodes(fleet, catalog())
     if objective == "max_goodput":
         return solve(units, nodes, objective="max_throughput", time_limit=time_limit,
                      mip_gap=mip_gap)
     try:
-        return solve(units, nodes, objective="min_cost", target=target, time_limit=time_limit,
-                     mip_gap=mip_gap)
+        return solve(units, nodes, objective="min_cost", target=trace.rate * burst,
+                     time_limit=time_limit, mip_gap=mip_gap)
     except TargetUnreachable as exc:
-        raise LLMInputError(f"the trace's rate {target:.3g} requests/s is beyond this fleet "
-                            f"under the SLO: it serves at most {exc.achievable:.3g}; scale "
-                            "the trace down (--rate-scale) or add nodes") from None
+        raise cannot_serve(trace, exc.achievable / burst,
+                           f"provisioned x{burst:.2f} for its busiest minute") from None
 
 
 def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix, burst: float
@@ -286,10 +337,10 @@ def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix, burst
         row = acc.setdefault(pool.device_class, {"gpus": 0, "busy": 0.0, "flops": 0.0,
                                                  "bytes": 0.0, "mem": 0.0, "cap": 0.0})
         row["gpus"] += pool.gpus
-        row["cap"] += per / pool.rate_per_replica * pool.gpus
+        row["cap"] += min(1.0, per / pool.rate_per_replica) * pool.gpus
         row["busy"] += min(1.0, busy) * pool.gpus
-        row["flops"] += flops * pool.gpus
-        row["bytes"] += bytes_ * pool.gpus
+        row["flops"] += min(flops, pm.device.fp16_flops) * pool.gpus
+        row["bytes"] += min(bytes_, pm.device.memory_bandwidth or math.inf) * pool.gpus
         row["mem"] += (pm.weight_bytes + held) * pool.replicas
     out = []
     for name, row in sorted(acc.items()):
@@ -299,7 +350,7 @@ def _figures(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix, burst
             device_class=name, gpus=int(g), busy=row["busy"] / g,
             compute=row["flops"] / g / dev.fp16_flops, capacity=row["cap"] / g,
             bandwidth=row["bytes"] / g / (dev.memory_bandwidth or math.inf),
-            memory=row["mem"] / (g * dev.memory_bytes)))
+            memory=min(1.0, row["mem"] / (g * dev.memory_bytes))))
     return out
 
 
@@ -353,9 +404,8 @@ def _predicted(pools: Sequence[Pool], book: PhaseBook, model: str, mix: Mix
 def _plan(units: list[UnitDemand], chosen: Chosen, *, mode: Mode,
           label: str, model: str, trace: Trace, mix: Mix, fleet: Fleet, slo: SLO,
           objective: Objective, book: PhaseBook, time_limit: float, mip_gap: float,
-          burst: float) -> LLMPlan:
-    target = trace.rate * burst if objective == "min_cost" else None
-    result = _solve(units, fleet, objective, target, time_limit, mip_gap)
+          burst: float, derate: dict[str, float] | None = None) -> LLMPlan:
+    result = _solve(units, fleet, objective, trace, burst, time_limit, mip_gap)
     nets = {n.name: n.network_bandwidth for n in fleet.node_types}
     pools = []
     for p in result.replicas:
@@ -387,7 +437,9 @@ def _plan(units: list[UnitDemand], chosen: Chosen, *, mode: Mode,
                 "bound": result.bound, "lp_bound": result.lp_bound,
                 "seconds": result.solve_seconds},
         mean_prompt=mix.mean_prompt, mean_output=mix.mean_output, burst=burst,
-        capacity=result.throughput, trace_rate=trace.rate)
+        capacity=result.throughput, trace_rate=trace.rate,
+        stack=book.stack_of(model, [(p.device_class, p.tp) for p in pools]),
+        derate={k: v for k, v in (derate or {}).items() if v < 1.0})
 
 
 def _empty(mode: Mode, label: str, model: str, trace: Trace, mix: Mix, slo: SLO,
@@ -397,47 +449,68 @@ def _empty(mode: Mode, label: str, model: str, trace: Trace, mix: Mix, slo: SLO,
                    goodput=0.0, tokens_per_s=0.0, cost_per_hour=0.0,
                    cost_per_million_tokens=None, pools=[], utilization=[], ttft_p90=None,
                    tpot_p90=None, bottleneck=why, transferred=[], solver={},
-                   mean_prompt=mix.mean_prompt, mean_output=mix.mean_output)
+                   mean_prompt=mix.mean_prompt, mean_output=mix.mean_output,
+                   trace_rate=trace.rate)
 
 
 def plan_split(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
                objective: Objective = "max_goodput", book: PhaseBook | None = None,
                time_limit: float = 10.0, mip_gap: float = 0.01,
-               burst: float | None = None) -> LLMPlan:
+               burst: float | None = None, derate: dict[str, float] | None = None) -> LLMPlan:
     """The phase-split plan: prefill and decode pools fitted together by the solver.
 
     ``burst`` (None: the trace's `Trace.burstiness`; 1.0: a steady rate) is how far above
-    its mean rate the plan provisions."""
+    its mean rate the plan provisions; ``derate`` (phase -> factor < 1) holds that phase's
+    replicas below their queue-model rate (the replay loop of `fitwork.llm.verify` sets it).
+    A ``min_cost`` rate beyond the fleet raises `CannotServe`."""
     book = book or default_book()
     mix = Mix.of(trace)
     burst = trace.burstiness() if burst is None else burst
 
-    def attempt(servers: dict[tuple[str, int], int]) -> tuple[LLMPlan, dict[str, int]]:
-        units, chosen = split_units(book, model, fleet, mix, slo, servers)
+    def attempt(servers: dict[tuple[str, int], int], goal: Objective
+                ) -> tuple[LLMPlan, dict[str, int]]:
+        units, chosen = split_units(book, model, fleet, mix, slo, servers, derate)
         try:
             plan = _plan(units, chosen, mode="split", label="phase-split", model=model,
-                         trace=trace, mix=mix, fleet=fleet, slo=slo, objective=objective,
-                         book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst)
+                         trace=trace, mix=mix, fleet=fleet, slo=slo, objective=goal,
+                         book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst,
+                         derate=derate)
         except (UnitFitsNowhere, FitInputError) as exc:
             raise LLMInputError(f"the phase-split plan does not fit the fleet: {exc}") from None
         return plan, _prefill_gpus(plan)
 
-    best, first = attempt({})
+    best: LLMPlan | None = None
+    refused: CannotServe | None = None
+    try:
+        best, first = attempt({}, objective)
+    except CannotServe as exc:  # one queue per replica is too pessimistic; size it by the
+        refused = exc  # prefill GPUs the fleet's most goodput would use, then ask again
+        first = attempt({}, "max_goodput")[1]
     lo, hi, share = 0.0, 1.0, 1.0
     for _ in range(REFINE_ROUNDS):
         assumed = {(c, tp): max(1, int(g * share) // tp) for c, g in first.items()
                    for tp in TP_DEGREES}
-        plan, gpus = attempt(assumed)
+        try:
+            plan, gpus = attempt(assumed, objective)
+        except CannotServe as exc:
+            if refused is None or exc.achievable > refused.achievable:
+                refused = exc
+            hi = share
+            share = (lo + hi) / 2
+            continue
         if all(gpus[p.device_class] >= assumed.get((p.device_class, p.tp), 1) * p.tp
                for p in plan.pools if p.phase == "prefill"):
             lo = share
-            if _better(plan, best, objective):
+            if best is None or _better(plan, best, objective):
                 best = plan
             if share == 1.0:
                 break
         else:
             hi = share
         share = (lo + hi) / 2
+    if best is None:
+        assert refused is not None
+        raise refused
     return best
 
 
@@ -465,14 +538,14 @@ def _better(a: LLMPlan, b: LLMPlan, objective: Objective) -> bool:
 
 
 def split_units(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO,
-                 servers: dict[tuple[str, int], int] | None = None
-                 ) -> tuple[list[UnitDemand], Chosen]:
+                servers: dict[tuple[str, int], int] | None = None,
+                derate: dict[str, float] | None = None) -> tuple[list[UnitDemand], Chosen]:
     """The two units the solver fits, each with a demand per runnable (class, TP) option
     (prefill: ``servers[class, tp]`` replicas share its queue, 1 when not given), and the
     options by (unit, class) in the order of those demands."""
     units, chosen = [], {}
     for phase in ("prefill", "decode"):
-        opts = options(book, model, fleet, mix, slo, phase, servers)
+        opts = options(book, model, fleet, mix, slo, phase, servers, derate)
         every = [o for found in opts.values() for o in found]
         out = every[0].model.shape.kv_bytes_per_token * mix.mean_prompt \
             if phase == "prefill" and every else 0.0
@@ -487,11 +560,13 @@ def split_units(book: PhaseBook, model: str, fleet: Fleet, mix: Mix, slo: SLO,
 def plan_colocated(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
                    classes: Sequence[str] | None = None, objective: Objective = "max_goodput",
                    book: PhaseBook | None = None, time_limit: float = 10.0,
-                   mip_gap: float = 0.01, burst: float | None = None) -> LLMPlan:
-    """The colocated baseline on ``classes`` (all of the fleet's: the best mix)."""
+                   mip_gap: float = 0.01, burst: float | None = None,
+                   derate: dict[str, float] | None = None) -> LLMPlan:
+    """The colocated baseline on ``classes`` (all of the fleet's: the best mix); an empty,
+    infeasible plan saying why where it cannot serve (``derate`` as `plan_split` takes it)."""
     book = book or default_book()
     mix = Mix.of(trace)
-    opts = options(book, model, fleet, mix, slo, "colocated")
+    opts = options(book, model, fleet, mix, slo, "colocated", derate=derate)
     if classes is not None:
         opts = {k: v for k, v in opts.items() if k in set(classes)}
     label = "colocated " + ("+".join(sorted(opts)) if classes is not None else "best mix")
@@ -504,7 +579,7 @@ def plan_colocated(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
         return _plan([unit], chosen, mode="colocated",
                      label=label, model=model, trace=trace, mix=mix, fleet=fleet, slo=slo,
                      objective=objective, book=book, time_limit=time_limit, mip_gap=mip_gap,
-                     burst=trace.burstiness() if burst is None else burst)
+                     burst=trace.burstiness() if burst is None else burst, derate=derate)
     except (LLMInputError, UnitFitsNowhere, FitInputError) as exc:
         return _empty("colocated", label, model, trace, mix, slo, objective, str(exc))
 

@@ -194,7 +194,12 @@ class PoolFigures(BaseModel):
     utilization), ``compute`` (MFU: FLOPs over peak FLOP/s x GPU-seconds) and ``capacity``
     (server capacity: requests it served per second over its replicas' planned rate), with
     ``bandwidth`` (HBM bytes over peak); busy, compute and bandwidth also per time bin
-    (``SimResult.bin_s``; FLOPs and bytes binned by the middle of the runs that did them)."""
+    (``SimResult.bin_s``; a run's FLOPs and bytes spread over the bins it spans).
+
+    Every figure is a share of what exists, at most 1 by construction: ``capacity`` is
+    carried over planned, capped at 1; a pool that carried more than its plan said it would
+    has ``over_plan`` > 1 (carried / planned), which says the plan under-predicted its load
+    (the one prefill queue sends work to whichever replica is idle)."""
 
     phase: str
     device_class: str
@@ -207,6 +212,7 @@ class PoolFigures(BaseModel):
     busy_over_time: list[float]
     compute_over_time: list[float] = []
     bandwidth_over_time: list[float] = []
+    over_plan: float = 0.0
 
 
 class SimResult(BaseModel):
@@ -264,6 +270,28 @@ def _bins(starts: np.ndarray, ends: np.ndarray, width: float, count: int) -> np.
         if b > a + 1:
             out[a + 1:b] += width
     return out[:count]
+
+
+def _share(value: float) -> float:
+    """A utilization figure as a share of what exists: within [0, 1]."""
+    return float(min(1.0, max(0.0, value)))
+
+
+def _spread(starts: np.ndarray, ends: np.ndarray, amounts: np.ndarray, width: float,
+            count: int) -> np.ndarray:
+    """``amounts`` done over [start, end) each, spread over the bins in proportion to time."""
+    out = np.zeros(count)
+    if len(starts) == 0:
+        return out
+    span = np.maximum(ends - starts, 1e-12)
+    rate = amounts / span
+    edges = np.arange(count + 1) * width
+    cum = np.zeros(count + 1)  # amount done by each edge, summed over the runs
+    for i in range(count + 1):
+        cum[i] = float((rate * np.clip(edges[i] - starts, 0.0, span)).sum())
+    out = np.diff(cum)
+    out[-1] += float(amounts.sum()) - cum[-1]  # work past the last edge
+    return out
 
 
 def simulate(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None = None,
@@ -438,20 +466,21 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
         seconds = span * pool.replicas
         t0 = float(run.arrival[0])
         over = _bins(starts - t0, ends - t0, width, count)
-        mid = np.minimum(((starts + ends) / 2 - t0) // width, count - 1).astype(int)
         peak = dev.fp16_flops * width * pool.replicas
         hbm = (dev.memory_bandwidth or math.inf) * width * pool.replicas
+        carried = served / span / (pool.replicas * pool.rate_per_replica)
         pools.append(PoolFigures(
             phase=pool.phase, device_class=pool.device_class, tp=pool.tp,
-            replicas=pool.replicas, busy=busy / seconds,
-            compute=flops / seconds / dev.fp16_flops,
-            capacity=served / span / (pool.replicas * pool.rate_per_replica),
-            bandwidth=nbytes / seconds / (dev.memory_bandwidth or math.inf),
-            busy_over_time=[float(v) for v in over / (width * pool.replicas)],
-            compute_over_time=[float(v) for v in
-                               np.bincount(mid, seg_flops, minlength=count) / peak],
-            bandwidth_over_time=[float(v) for v in
-                                 np.bincount(mid, seg_bytes, minlength=count) / hbm]))
+            replicas=pool.replicas, busy=_share(busy / seconds),
+            compute=_share(flops / seconds / dev.fp16_flops),
+            capacity=_share(carried), over_plan=carried,
+            bandwidth=_share(nbytes / seconds / (dev.memory_bandwidth or math.inf)),
+            busy_over_time=[_share(v) for v in over / (width * pool.replicas)],
+            compute_over_time=[_share(v) for v in
+                               _spread(starts - t0, ends - t0, seg_flops, width, count) / peak],
+            bandwidth_over_time=[_share(v) for v in
+                                 _spread(starts - t0, ends - t0, seg_bytes, width, count)
+                                 / hbm]))
     return SimResult(
         plan=plan.label, trace=trace.name, requests=n, completed=int(ok.sum()),
         dropped=len(dropped), duration_s=span, offered_s=trace.duration, seed=seed,

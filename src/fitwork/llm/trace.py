@@ -24,6 +24,8 @@ class Trace:
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    scale: float = 1.0
+    """How many times the source trace's rate this one runs at (`scaled` multiplies it)."""
 
     def __post_init__(self) -> None:
         if not (len(self.arrival) == len(self.prompt) == len(self.output)):
@@ -48,7 +50,8 @@ class Trace:
         """The same requests arriving ``factor`` times as fast (inter-arrival gaps / factor)."""
         if not factor > 0:
             raise LLMInputError(f"rate factor {factor}: must be > 0")
-        return Trace(f"{self.name} x{factor:g}", self.arrival / factor, self.prompt, self.output)
+        return Trace(f"{self.name} x{factor:g}", self.arrival / factor, self.prompt, self.output,
+                     self.scale * factor)
 
     def superposed(self, copies: int, seed: int = 0) -> Trace:
         """``copies`` copies of the trace over the same span, each shifted by a random offset
@@ -62,11 +65,12 @@ class Trace:
         order = np.argsort(arrival, kind="stable")
         tile = np.tile
         return Trace(f"{self.name} +{copies}", arrival[order] - arrival[order][0],
-                     tile(self.prompt, copies)[order], tile(self.output, copies)[order])
+                     tile(self.prompt, copies)[order], tile(self.output, copies)[order],
+                     self.scale * copies)
 
     def head(self, n: int) -> Trace:
         """The first ``n`` requests."""
-        return Trace(self.name, self.arrival[:n], self.prompt[:n], self.output[:n])
+        return Trace(self.name, self.arrival[:n], self.prompt[:n], self.output[:n], self.scale)
 
     def burstiness(self, window: float = 60.0, q: float = 0.99) -> float:
         """The ``q``-quantile, over requests, of the rate in the ``window``-second window each

@@ -1,0 +1,191 @@
+"""Simulation in the loop: replay each plan at the rate it promises, re-provision what misses.
+
+The planner's rates come from queue models (M/G/c prefill at the trace's busiest minute, a
+decode batch bound); the trace's shorter bursts and the one shared prefill queue are not in
+them.  So every plan is replayed (`fitwork.llm.sim.simulate`) at the rate it promises:
+``min_cost`` at the trace's rate, ``max_goodput`` at its planned goodput.  Where fewer than
+`ATTAIN` of the requests finish within both SLOs, the phase that missed (prefill for TTFT,
+decode for TPOT, the colocated replicas for either) has its replicas' planned rate held to
+a share of what the queue model allowed, and the plan is solved again: ``min_cost`` then buys
+more replicas of that phase, ``max_goodput`` moves GPUs to it and promises less.  As
+DistServe searches placements with its simulator, but bounded: at most `MAX_ROUNDS` rounds
+and `BUDGET_S` seconds per plan.  A ``min_cost`` target the re-provisioned plan cannot reach
+says so in one line (`fitwork.llm.plan.CannotServe`): the most the fleet serves.
+
+The replay runs the whole trace when it has at most `MAX_REPLAY` requests (the shipped
+traces: conv 19,366, code 8,819), else its first `MAX_REPLAY`; `ReplayCheck.window` says
+which.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from fitwork.hardware.fleet import Fleet
+from fitwork.llm.options import SLO
+from fitwork.llm.phases import PhaseBook, default_book
+from fitwork.llm.plan import (
+    CannotServe,
+    LLMPlan,
+    Objective,
+    PlanSet,
+    ReplayCheck,
+    _classes,
+    plan_colocated,
+    plan_split,
+)
+from fitwork.llm.sim import SimResult, simulate
+from fitwork.llm.trace import Trace
+
+ATTAIN = 0.9
+"""Share of requests within both SLOs a replayed plan must reach to hold (the SLOs are
+90th percentiles)."""
+MAX_ROUNDS = 8
+BUDGET_S = 90.0
+MAX_REPLAY = 50_000
+SHARPEST = 0.6
+"""The most one round cuts a phase's planned rate to (a share of what it was)."""
+
+
+def replay_window(trace: Trace) -> tuple[Trace, str]:
+    """The part of ``trace`` a check replays, and its description."""
+    if len(trace) <= MAX_REPLAY:
+        return trace, f"whole trace ({len(trace):,} requests)"
+    return trace.head(MAX_REPLAY), f"first {MAX_REPLAY:,} of {len(trace):,} requests"
+
+
+def promised(plan: LLMPlan, trace: Trace) -> Trace:
+    """``trace`` at the rate ``plan`` promises: its goodput (``min_cost``: the trace's rate)."""
+    if plan.objective == "min_cost" or plan.goodput <= 0:
+        return trace
+    return trace.scaled(plan.goodput / trace.rate)
+
+
+AIM = 0.93
+"""What a re-provisioned phase aims its own share within its SLO at (above `ATTAIN`, so
+both together reach it)."""
+
+
+def _next(points: list[tuple[float, float]]) -> float:
+    """The next log-share of its queue-model rate for a phase, from the (log-share,
+    attainment) of the rounds so far: interpolated where two rounds bracket `AIM`, else the
+    secant through the last two (a heuristic cut after one round), at most `SHARPEST` per
+    round and at least 3%."""
+    x, a = points[-1]
+    lo_cut, hi_cut = x + math.log(SHARPEST), x + math.log(0.97)
+    below = [p for p in points if p[1] < AIM]
+    above = [p for p in points if p[1] >= AIM]
+    if below and above:
+        (x1, a1), (x2, a2) = min(below, key=lambda p: p[0]), max(above, key=lambda p: p[0])
+        t = (AIM - a1) / (a2 - a1) if a2 != a1 else 0.5
+        return x1 + min(0.9, max(0.1, t)) * (x2 - x1)
+    if len(points) >= 2:
+        (x1, a1), (x2, a2) = points[-2], points[-1]
+        slope = (a2 - a1) / (x2 - x1) if x2 != x1 else 0.0
+        if slope < -1e-6:
+            return min(hi_cut, max(lo_cut, x2 + (AIM - a2) / slope))
+    return min(hi_cut, max(lo_cut, x + math.log(max(1e-3, 1.0 - 1.5 * (AIM - a)))))
+
+
+def _phases(plan: LLMPlan, sim: SimResult) -> dict[str, float]:
+    """Phase -> its share within its SLO, for the phases to re-provision."""
+    if plan.mode == "colocated":
+        return {"colocated": sim.attained}
+    both = {"prefill": sim.ttft_attained, "decode": sim.tpot_attained}
+    out = {p: a for p, a in both.items() if a < AIM}
+    if not out:  # each alone within, both together short: the lower one
+        phase = min(both, key=lambda p: both[p])
+        out[phase] = both[phase]
+    return out
+
+
+def _check(plan: LLMPlan, sim: SimResult, run: Trace, window: str, rounds: int,
+           seconds: float, history: list[str]) -> ReplayCheck:
+    return ReplayCheck(rate=run.rate, requests=len(run), window=window,
+                       attained=sim.attained, ttft_attained=sim.ttft_attained,
+                       tpot_attained=sim.tpot_attained, ttft_p90=sim.ttft.get("p90"),
+                       tpot_p90=sim.tpot.get("p90"), goodput=sim.goodput, target=ATTAIN,
+                       holds=sim.attained >= ATTAIN, rounds=rounds, seconds=seconds,
+                       history=list(history))
+
+
+def hold(make: Callable[[dict[str, float]], LLMPlan], trace: Trace, *,
+         book: PhaseBook | None = None, seed: int = 0, rounds: int = MAX_ROUNDS,
+         budget_s: float = BUDGET_S) -> LLMPlan:
+    """Plan (``make(derate)``), replay at the promised rate, re-provision the phase that
+    missed, repeat: the first plan that holds, or the last one tried with its replay
+    (``replay.holds`` False) once ``rounds`` or ``budget_s`` run out.  A ``min_cost`` target
+    beyond the re-provisioned fleet raises `CannotServe`."""
+    book = book or default_book()
+    start = time.perf_counter()
+    derate: dict[str, float] = {}
+    points: dict[str, list[tuple[float, float]]] = {}
+    history: list[str] = []
+    window_trace, window = replay_window(trace)
+    for k in range(1, rounds + 1):
+        plan = make(dict(derate))
+        if not plan.feasible:
+            if history:
+                return plan.model_copy(update={
+                    "bottleneck": f"{plan.bottleneck} (re-provisioned after replay: "
+                                  f"{history[-1]})"})
+            return plan
+        run = promised(plan, window_trace)
+        sim = simulate(plan, run, seed=seed, book=book)
+        history.append(f"round {k}: {plan.goodput:.3g} req/s promised, {sim.attained:.1%} "
+                       f"within both SLOs (TTFT {sim.ttft_attained:.1%}, TPOT "
+                       f"{sim.tpot_attained:.1%})"
+                       + (f", rates held to {_held(derate)}" if derate else ""))
+        seconds = time.perf_counter() - start
+        if sim.attained >= ATTAIN or k == rounds or seconds > budget_s:
+            return plan.model_copy(update={"replay": _check(plan, sim, run, window, k,
+                                                            seconds, history)})
+        for phase, attained in _phases(plan, sim).items():
+            points.setdefault(phase, []).append((math.log(derate.get(phase, 1.0)), attained))
+            derate[phase] = math.exp(_next(points[phase]))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _held(derate: dict[str, float]) -> str:
+    return ", ".join(f"{p} x{f:.2f}" for p, f in sorted(derate.items()))
+
+
+def plan_held(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
+              objective: Objective = "max_goodput", book: PhaseBook | None = None,
+              time_limit: float = 10.0, mip_gap: float = 0.01, burst: float | None = None,
+              seed: int = 0, rounds: int = MAX_ROUNDS, budget_s: float = BUDGET_S) -> PlanSet:
+    """`fitwork.llm.plan.plan_llm` with every plan held in replay (`hold`): the phase-split
+    plan and the colocated baselines (each class, the best mix).  A plan the fleet cannot
+    serve under the SLO comes back infeasible, its ``bottleneck`` the `CannotServe` line."""
+    from fitwork.llm.options import Mix
+    from fitwork.llm.plan import _empty
+
+    book = book or default_book()
+    book.get(model, next(iter(_classes(fleet)), "H100-SXM"), 8)  # unknown model: say so
+    burst = trace.burstiness() if burst is None else burst
+    kw = {"objective": objective, "book": book, "time_limit": time_limit, "mip_gap": mip_gap,
+          "burst": burst}
+    mix = Mix.of(trace)
+
+    def held(make: Callable[[dict[str, float]], LLMPlan], mode: str, label: str) -> LLMPlan:
+        try:
+            return hold(make, trace, book=book, seed=seed, rounds=rounds, budget_s=budget_s)
+        except CannotServe as exc:  # the split plan's min_cost target beyond the fleet
+            return _empty(mode, label, model, trace, mix, slo, objective,  # type: ignore
+                          str(exc))
+
+    split = held(lambda d: plan_split(model, trace, fleet, slo, derate=d, **kw),  # type: ignore
+                 "split", "phase-split")
+    names = sorted(_classes(fleet))
+    groups: list[list[str] | None] = [[n] for n in names]
+    if len(names) > 1:
+        groups.append(None)
+    colocated = []
+    for group in groups:
+        label = "colocated " + ("+".join(group) if group else "best mix")
+        colocated.append(held(
+            lambda d, g=group: plan_colocated(model, trace, fleet, slo, classes=g,  # type: ignore
+                                              derate=d, **kw), "colocated", label))
+    return PlanSet(split=split, colocated=colocated)
