@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import time
 import xml.etree.ElementTree as ET
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -22,7 +23,13 @@ from fitwork.hardware.catalog import catalog
 from fitwork.hardware.discover import discover_local
 from fitwork.profiling import profile_pipeline
 from fitwork.report.cli_report import report
-from fitwork.report.html import SECTIONS, cost_per_million, render_report, run_price
+from fitwork.report.html import (
+    SECTIONS,
+    cost_per_million,
+    default_labels,
+    render_report,
+    run_price,
+)
 from fitwork.report.svg import (
     BarSeries,
     GanttRow,
@@ -205,7 +212,9 @@ def test_bad_arguments_are_refused(runs: tuple[list[RunRecord], Plan]) -> None:
 def test_default_labels_tell_runs_apart(runs: tuple[list[RunRecord], Plan]) -> None:
     records, _ = runs
     html = render_report([records[1], records[1]])
-    assert f"small ({records[1].run_id})" in html
+    assert escape(f"split [small: wait x3, crunch x1, odd x1] ({records[1].run_id})") in html
+    # the layout that ran, not the pipeline's name: the fused baseline is monolithic
+    assert default_labels([records[0]]) == ["monolithic [2 replicas]"]
 
 
 def figures(classes: list[ClassFigures]) -> RunFigures:

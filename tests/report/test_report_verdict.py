@@ -186,8 +186,9 @@ def test_cores_busy_of_the_host_beside_fleet_utilization() -> None:
                       r"<td>([\d.%-]+)</td></tr>", html)
     assert rows == [("monolithic", "2.00", "1.00", "2", "100.0%", "8", "25.0%"),
                     ("fitted", "0.96", "0.80", "1.2", "100.0%", "8", "15.0%")]
-    assert "the cores each run allocated (monolithic 2, fitted 1.2)" in html
-    assert "all the host&#x27;s cores (monolithic 8, fitted 8)" in html
+    assert "fleet CPU: CPU s / (cores allocated x wall s)" in html
+    assert "cores busy: CPU s / (host cores x wall s)" in html
+    assert html.count("Two different figures") == 1
     bare = [r.model_copy(update={"host": None}) for r in runs]
     html = section(render_report(bare, LABELS), "utilization")
     assert "No record describes its host&#x27;s cores" in html

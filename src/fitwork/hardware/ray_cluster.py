@@ -122,7 +122,7 @@ def connect(address: str | None = None, timeout: float = 60.0) -> None:
 
 def live_nodes(timeout: float = 30.0) -> list[dict[str, Any]]:
     """The cluster's live nodes, in the shape ``ray.nodes()`` gives (``NodeID``, ``Alive``,
-    ``Resources``, ``Labels``).
+    ``Resources``, ``Labels``, ``NodeManagerHostname``).
 
     Read through the connected worker's GCS client, which takes a timeout, rather than
     ``ray.nodes()``, whose separate state connection has been seen to hang in a process
@@ -145,7 +145,8 @@ def live_nodes(timeout: float = 30.0) -> list[dict[str, Any]]:
         if info.state != type(info).ALIVE:
             continue
         nodes.append({"NodeID": info.node_id.hex(), "Alive": True,
-                      "Resources": dict(info.resources_total), "Labels": dict(info.labels)})
+                      "Resources": dict(info.resources_total), "Labels": dict(info.labels),
+                      "NodeManagerHostname": getattr(info, "node_manager_hostname", "")})
     return nodes
 
 
@@ -156,7 +157,9 @@ def _node_table_from_the_cluster(timeout: float) -> list[dict[str, Any]]:
 
     def read() -> list[dict[str, Any]]:
         return [{"NodeID": n["NodeID"], "Alive": True, "Resources": dict(n["Resources"]),
-                 "Labels": dict(n.get("Labels") or {})} for n in ray.nodes() if n["Alive"]]
+                 "Labels": dict(n.get("Labels") or {}),
+                 "NodeManagerHostname": n.get("NodeManagerHostname", "")}
+                for n in ray.nodes() if n["Alive"]]
 
     try:  # bounded whole: exporting the task talks to the GCS too, with no timeout of its own
         return within(timeout + 5, "the node table from a task",

@@ -64,7 +64,7 @@ def report(records: tuple[Path, ...], labels: tuple[str, ...], plan_path: Path |
             plan = Plan.load(plan_path)
         page = render_report(loaded, list(labels) or None, plan,
                              price_per_hour=price_per_hour, classes=classes or None, llm=llm)
-        verdict = headline(loaded, list(labels) or default_labels(loaded), plan) \
+        verdict = headline(loaded, list(labels) or default_labels(loaded, plan), plan) \
             if loaded else None
     except FitworkError as exc:
         console.print(f"error: {exc}", soft_wrap=True, highlight=False, markup=False,

@@ -62,11 +62,32 @@ def cores_busy_of_host(cpu_s: float, cores: float | None, wall_s: float) -> floa
     return cpu_s / (cores * wall_s)
 
 
+def machines(host: Mapping[str, Any]) -> frozenset[str] | None:
+    """The machines a host description names: a cluster's ``hostnames`` (Ray's nodes), else
+    a single host's ``name``; ``None`` when it names none."""
+    names = host.get("hostnames")
+    if isinstance(names, list | tuple) and names:
+        return frozenset(str(n) for n in names)
+    name = host.get("name")
+    return frozenset([str(name)]) if name and "hostnames" not in host else None
+
+
 def compare_hosts(hosts: Sequence[Mapping[str, Any] | None]) -> HostCheck:
-    """Whether the runs were on one host, as far as their host descriptions tell."""
+    """Whether the runs were on one host, as far as their host descriptions tell.
+
+    Where a run went through a cluster (its description lists ``hostnames``), the runs are
+    on the same host when they name the same machines: a one-node Ray cluster on this host
+    is the same host as a local run on it, whatever each engine counts as its cores.
+    Otherwise the descriptions must agree on name, cores, memory, CPU and GPUs.
+    """
     if any(not h for h in hosts):
         return "host not recorded"
-    keys = {tuple(str(h.get(k)) for k in HOST_IDENTITY) for h in hosts if h}
+    present = [h for h in hosts if h]
+    if any("hostnames" in h for h in present):
+        named = [machines(h) for h in present]
+        if all(n is not None for n in named):
+            return "same host" if len(set(named)) == 1 else "different hosts"
+    keys = {tuple(str(h.get(k)) for k in HOST_IDENTITY) for h in present}
     return "same host" if len(keys) == 1 else "different hosts"
 
 

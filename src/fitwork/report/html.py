@@ -40,6 +40,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fitwork.errors import InputError
+from fitwork.fit.monolithic import FUSED
 from fitwork.fit.plan import Plan, PlanSide
 from fitwork.hardware.catalog import Catalog, catalog
 from fitwork.report.figures import (
@@ -71,7 +72,7 @@ from fitwork.report.svg import (
     legend_height,
     line_chart,
 )
-from fitwork.telemetry.figures import merge_intervals, ratio
+from fitwork.telemetry.figures import merge_intervals, share
 from fitwork.telemetry.record import DeviceSample, RunRecord
 from fitwork.telemetry.utilization import RunFigures, run_figures
 
@@ -111,11 +112,60 @@ svg { display: block; margin: 6px 0; }
 """
 
 
-def default_labels(records: Sequence[RunRecord]) -> list[str]:
-    """Each record's pipeline name, with its run id where two pipelines share a name."""
-    names = [r.pipeline for r in records]
-    return [f"{r.pipeline} ({r.run_id})" if names.count(r.pipeline) > 1 else r.pipeline
-            for r in records]
+def _fused(record: RunRecord) -> bool:
+    """Whether the run ran its stages fused into one unit (a plan's fusion, or the
+    monolithic baseline `Pipeline.fused` makes)."""
+    if (record.placement or {}).get("fusion"):
+        return True
+    return len(record.units) == 1 and (FUSED in (record.pipeline, record.units[0].name)
+                                       or record.units[0].name.endswith("_fused"))
+
+
+def _side_of(record: RunRecord, plan: Plan) -> str | None:
+    """The plan side a record ran (``fitted``, ``monolithic``), where its replicas tell."""
+    if not _fused(record):
+        names = {u.name for u in record.units}
+        return "fitted" if names and names <= set(plan.units) else None
+    replicas = record.units[0].replicas if record.units else 0
+    fitted = sum(p.replicas for p in plan.fitted.result.replicas) if plan.fused else None
+    mono = sum(p.replicas for p in plan.monolithic.result.replicas)
+    if replicas == fitted and replicas != mono:
+        return "fitted"
+    if replicas == mono and replicas != fitted:
+        return "monolithic"
+    return None
+
+
+def layout_label(record: RunRecord, plan: Plan | None = None) -> str:
+    """The layout a run ran, in words: ``fitted`` or ``monolithic`` (a plan's side, where
+    ``plan`` and the replicas tell), ``planned``, ``monolithic`` (fused, not planned) or
+    ``split``; then what ran: the fused unit's replicas, or each unit's."""
+    planned = (record.placement or {}).get("source") == "plan"
+    fused = _fused(record)
+    side = _side_of(record, plan) if plan is not None and planned else None
+    if side is not None:
+        kind = f"{side} (plan{', fused' if fused else ''})"
+    elif planned:
+        kind = "planned, fused" if fused else "planned"
+    else:
+        kind = "monolithic" if fused else "split"
+    if fused:
+        count = record.units[0].replicas if record.units else 0
+        what = f"{count} replica{'s' if count != 1 else ''}"
+    else:
+        what = ", ".join(f"{u.name} x{u.replicas}" for u in record.units)
+        what = f"{record.pipeline}: {what}" if what else record.pipeline
+    return f"{kind} [{what}]"
+
+
+def default_labels(records: Sequence[RunRecord], plan: Plan | None = None) -> list[str]:
+    """Each record's layout (`layout_label`), with its engine where the runs' engines
+    differ and its run id where two labels would be the same."""
+    labels = [layout_label(r, plan) for r in records]
+    if len({r.engine for r in records}) > 1:
+        labels = [f"{label} on {r.engine}" for label, r in zip(labels, records, strict=True)]
+    return [f"{label} ({r.run_id})" if labels.count(label) > 1 else label
+            for label, r in zip(labels, records, strict=True)]
 
 
 def cost_per_million(price_per_hour: float | None, throughput: float) -> float | None:
@@ -252,6 +302,9 @@ def headline(records: Sequence[RunRecord], labels: Sequence[str],
     b, b_label = records[base], labels[base]
     prediction = [_prediction(plan)] if plan is not None else []
     if len(records) == 1:
+        if _empty(b):
+            return Headline(f"{b_label}: {_empty_text(b)}; nothing measured to compare",
+                            prediction, "doubt")
         return Headline(f"{b_label}: {_rate(b.throughput)} ({b.items_completed:,} items in "
                         f"{b.wall_s:.2f} s; measured, one run, nothing to compare with)",
                         prediction, "even")
@@ -260,11 +313,17 @@ def headline(records: Sequence[RunRecord], labels: Sequence[str],
     tones: list[Tone] = []
     for index in compared(labels):
         c, c_label = records[index], labels[index]
+        if _empty(b) or _empty(c):
+            empty = [f"{label}: {_empty_text(r)}" for label, r in ((c_label, c), (b_label, b))
+                     if _empty(r)]
+            leads.append("NO COMPARISON: " + "; ".join(empty))
+            tones.append("doubt")
+            continue
         times = speedup(c.throughput, b.throughput)
         basis = ", ".join(comparison_basis(b, c))
         lead = (f"{c_label} {_rate(c.throughput)} vs {b_label} {_rate(b.throughput)}: "
                 f"{_times(times)} ({basis})")
-        if times is not None and times < 1:
+        if times is not None and 0 < times < 1:
             lead = f"{c_label} LOSES to {b_label}, {1 / times:.2f}\u00d7 slower: " + lead
             tones.append("lose")
         elif not comparable(b, c):
@@ -281,6 +340,19 @@ def headline(records: Sequence[RunRecord], labels: Sequence[str],
                            f"({_ms(c.latency_p95_s)} vs {_ms(b.latency_p95_s)})")
     tone: Tone = next((t for t in ORDER if t in tones), "even")
     return Headline("; ".join(leads), details + prediction, tone)
+
+
+def _empty(record: RunRecord) -> bool:
+    """A run that settled no item or measured no time: nothing to take a rate from."""
+    return record.items_completed <= 0 or record.wall_s <= 0 or record.throughput <= 0
+
+
+def _empty_text(record: RunRecord) -> str:
+    """What an empty or stopped run did, in words."""
+    status = "run " + record.status.upper() if record.status != "completed" else "run ended"
+    why = f" ({record.error})" if record.error else ""
+    return (f"{status}{why} with {record.items_completed:,} of {record.items_in:,} items "
+            f"completed in {record.wall_s:.2f} s, so no rate to compare")
 
 
 def _headline(records: Sequence[RunRecord], labels: Sequence[str], plan: Plan | None) -> str:
@@ -480,7 +552,7 @@ def _latency_line(records: Sequence[RunRecord], labels: Sequence[str]) -> str:
         if times is None:
             continue
         verdict = (f"{times:.2f}\u00d7 WORSE" if times > 1 else
-                   f"{1 / times:.2f}\u00d7 better" if times < 1 else "the same")
+                   f"{1 / times:.2f}\u00d7 better" if 0 < times < 1 else "the same")
         lines.append(f"p95 latency: {labels[index]} {_ms(c.latency_p95_s)} vs {b_label} "
                      f"{_ms(b.latency_p95_s)}, {verdict} for {labels[index]} (p50 ratio "
                      f"{_times(speedup(c.latency_p50_s, b.latency_p50_s))})")
@@ -493,37 +565,45 @@ def _is_cpu_class(name: str, known: Catalog) -> bool:
 
 def _host_use(records: Sequence[RunRecord], labels: Sequence[str],
               figures: Sequence[RunFigures], known: Catalog) -> list[str]:
-    """Cores busy of the host beside fleet CPU utilization: a chart, a table, a caption."""
-    rows, bars, allocated_text, host_text = [], [], [], []
+    """Cores busy of the host beside fleet CPU utilization: a chart, a table, a caption.
+
+    Cores allocated are at most the host's (what replicas declare beyond them does not
+    exist); both shares are held to 100%, and each column says what it divides by.
+    """
+    rows, bars, notes = [], [], []
     for i, (label, r, f) in enumerate(zip(labels, records, figures, strict=True)):
         cpu_rows = [c for c in f.classes if _is_cpu_class(c.device_class, known)]
         allocated = sum(c.allocated for c in cpu_rows)
-        fleet = ratio(sum(c.busy_s for c in cpu_rows), sum(c.allocated_s for c in cpu_rows))
+        declared = sum(c.declared if c.declared is not None else c.allocated
+                       for c in cpu_rows)
+        fleet = share(sum(c.busy_s for c in cpu_rows), sum(c.allocated_s for c in cpu_rows))
         used = cpu_seconds(r)
         cores = host_cores(r.host)
-        share = cores_busy_of_host(used, cores, r.wall_s)
-        rows.append([label, f"{used:,.2f}", f"{r.wall_s:.2f}", f"{allocated:g}",
+        busy = cores_busy_of_host(used, cores, r.wall_s)
+        busy = None if busy is None else min(1.0, busy)
+        cells = f"{allocated:g}" + (f" (declared {declared:g})" if declared > allocated
+                                    else "")
+        rows.append([label, f"{used:,.2f}", f"{r.wall_s:.2f}", cells,
                      _pct(fleet if cpu_rows else None), "-" if cores is None else f"{cores:g}",
-                     _pct(share)])
-        if share is not None:
-            bars.append(BarSeries(label, {"cores busy of the host": share}, colour(i)))
-        allocated_text.append(f"{label} {allocated:g}")
-        host_text.append(f"{label} {'not recorded' if cores is None else f'{cores:g}'}")
+                     _pct(busy)])
+        if busy is not None:
+            bars.append(BarSeries(label, {"cores busy of the host": busy}, colour(i)))
+        notes += [f"{label}: {c.note}" for c in cpu_rows if c.note]
     parts = []
     if bars:
         parts.append(bar_chart(["cores busy of the host"], bars, width=CHART_WIDTH,
                                label="Cores busy of the host",
                                caption="CPU seconds used / (host cores x wall seconds)"))
-    parts.append(_table(["run", "CPU s used", "wall s", "cores allocated",
-                         "fleet CPU utilization", "host cores", "cores busy of the host"],
-                        rows))
+    parts.append(_table(["run", "CPU s used", "wall s", "cores allocated (at most the host's)",
+                         "fleet CPU: CPU s / (cores allocated x wall s)", "host cores",
+                         "cores busy: CPU s / (host cores x wall s)"], rows))
     parts.append(_basis(
-        "Fleet CPU utilization divides CPU seconds by the cores each run allocated ("
-        + ", ".join(allocated_text) + "); cores busy of the host divides them by all the "
-        "host's cores (" + ", ".join(host_text) + "), the same for every run on one host. "
-        "So compare runs by cores busy of the host: a run that allocates fewer cores can "
-        "show the higher fleet utilization while keeping less of the host busy."
-        + ("" if bars else " No record describes its host's cores, so there is no figure.")))
+        "Two different figures: fleet CPU is the share of the cores each run allocated that "
+        "it kept busy; cores busy is the share of all the host's cores, the same "
+        "denominator for every run on one host, so compare runs by it."
+        + ("" if bars else " No record describes its host's cores, so there is no "
+           "cores-busy figure.")))
+    parts += [_basis(note) for note in notes]
     return parts
 
 
@@ -670,13 +750,13 @@ def _timeline(records: Sequence[RunRecord], labels: Sequence[str], colours: dict
         for w in sorted(record.workers, key=lambda w: (order.get(w.unit, 0), w.worker_id)):
             end = w.ended_s if w.ended_s is not None else record.wall_s
             busy = merge_intervals(w.busy_intervals, gap=seconds_per_px / 2)
-            share = w.busy_s / (end - w.started_s) if end > w.started_s else 0.0
+            busy_share = share(w.busy_s, end - w.started_s)
             rows.append(GanttRow(
                 label=f"{w.unit} #{w.worker_id}", group=w.unit, alive=(w.started_s, end),
                 busy=busy, colour=colours[w.unit],
                 tooltip=f"{w.unit} worker {w.worker_id} (pid {w.pid}"
                         + (f" on {w.node}" if w.node else "") + f"): busy {w.busy_s:.2f} s "
-                        f"of {end - w.started_s:.2f} s alive ({share:.0%}), "
+                        f"of {end - w.started_s:.2f} s alive ({busy_share:.0%}), "
                         f"{w.items_in:,} items in"))
         charts.append(gantt(rows, x_max, width=CHART_WIDTH,
                             label=f"{label}: {record.pipeline}, {record.wall_s:.2f} s"))
@@ -734,9 +814,12 @@ def _utilization(records: Sequence[RunRecord], labels: Sequence[str],
     if capacity:
         parts.append(bar_chart(["server capacity"], capacity, width=CHART_WIDTH,
                                label="Server-capacity utilization",
-                               caption="achieved items/s / the most these servers sustain"))
+                               caption="achieved items/s / the most these servers sustain "
+                                       "(at most 100%)"))
         parts.append(_basis("; ".join(sorted({f.capacity_basis for f in figures
                                               if f.capacity_basis}))))
+        parts += [_basis(f"{label}: {f.capacity_note}")
+                  for label, f in zip(labels, figures, strict=True) if f.capacity_note]
     else:
         parts.append(_basis("Server-capacity utilization: no plan or bound was given."))
     rows = [[label, c.device_class, f"{c.allocated:g}", f"{c.busy_s:,.2f}",
@@ -747,6 +830,9 @@ def _utilization(records: Sequence[RunRecord], labels: Sequence[str],
     parts.append(_table(["run", "device class", "devices", "busy device-s",
                          "allocated device-s", "fleet utilization", "FLOPs needed", "MFU",
                          "server capacity"], rows, left=(0, 1)))
+    parts += [_basis(f"{label}, {c.device_class}: {c.note}")
+              for label, f in zip(labels, figures, strict=True) for c in f.classes
+              if c.note and not _is_cpu_class(c.device_class, known)]
     return _section("utilization", "Utilization: fleet, host, MFU, server capacity (never "
                     "mixed)", *parts)
 
@@ -883,7 +969,7 @@ def _llm_cdf(section: LLMSection, key: str, name: str, scale: float, unit: str) 
 
 
 def _llm_pools(run: LLMRun) -> str:
-    lines = [LineSeries(pool.name, [((k + 0.5) * run.bin_s, v)
+    lines = [LineSeries(pool.name, [((k + 0.5) * run.bin_s, min(1.0, max(0.0, v)))
                                     for k, v in enumerate(pool.busy_over_time)], colour(i))
              for i, pool in enumerate(run.pools)]
     chart = line_chart(lines, max(run.duration_s, run.bin_s),
@@ -893,8 +979,9 @@ def _llm_pools(run: LLMRun) -> str:
                        y_caption="busy share", y_max=1.0)
     table = _table([f"{run.label}: pool", "busy (fleet utilization)", "MFU",
                     "server capacity", "HBM bandwidth of peak"],
-                   [[p.name, f"{p.busy:.0%}", f"{p.compute:.0%}", f"{p.capacity:.0%}",
-                     f"{p.bandwidth:.0%}"] for p in run.pools])
+                   [[p.name, *(f"{min(1.0, max(0.0, v)):.0%}" for v in
+                               (p.busy, p.compute, p.capacity, p.bandwidth))]
+                    for p in run.pools])
     notes = "<pre>" + escape("\n".join(run.notes)) + "</pre>" if run.notes else ""
     return f"<h3>{escape(run.label)}</h3>" + chart + table + notes
 
@@ -943,7 +1030,7 @@ def render_report(records: list[RunRecord], labels: list[str] | None = None,
         return _page(title, [f"<h1>{escape(title)}</h1>", llm_section(llm)])
     if not records:
         raise InputError("a report needs at least one run record (or an LLM section)")
-    labels = labels or default_labels(records)
+    labels = labels or default_labels(records, plan)
     if len(labels) != len(records):
         raise InputError(f"{len(labels)} labels for {len(records)} run records; give one "
                          "label per record")

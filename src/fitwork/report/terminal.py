@@ -75,12 +75,15 @@ def summary(record: RunRecord) -> Group:
         units.add_column(column, justify="left" if column in ("unit", "kind") else "right")
     for u in record.units:
         units.add_row(u.name, u.kind, str(u.replicas), f"{u.items_in:,}", f"{u.items_out:,}",
-                      _pct(u.busy_fraction), f"{u.cpu_s:.2f}")
+                      _pct(min(1.0, max(0.0, u.busy_fraction))), f"{u.cpu_s:.2f}")
 
-    resources = Table(title="resources (fleet utilization)", title_justify="left")
+    from fitwork.telemetry.utilization import record_resources
+
+    resources = Table(title="resources (fleet utilization: used s / allocated s, allocated "
+                      "at most what the host has)", title_justify="left")
     for column in ("resource", "allocated", "used s", "allocated s", "utilization"):
         resources.add_column(column, justify="left" if column == "resource" else "right")
-    for r in record.resources:
+    for r in record_resources(record):
         resources.add_row(r.resource, f"{r.allocated:g}", f"{r.used_s:.2f}",
                           f"{r.allocated_s:.2f}", _pct(r.utilization))
     return Group(head, units, resources)

@@ -65,14 +65,21 @@ def ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator > 0 else 0.0
 
 
+def share(part: float, whole: float) -> float:
+    """``part / whole`` held to 0..1: a share of what exists is never more than all of it
+    (0.0 when nothing was in ``whole``)."""
+    return min(1.0, max(0.0, ratio(part, whole)))
+
+
 def busy_fraction(busy_seconds: float, replicas: int, wall_seconds: float) -> float:
-    """Share of the replicas' time spent working: busy s / (replicas x wall s)."""
-    return ratio(busy_seconds, replicas * wall_seconds)
+    """Share of the replicas' time spent working: busy s / (replicas x wall s), at most 1."""
+    return share(busy_seconds, replicas * wall_seconds)
 
 
 def utilization(used: float, allocated: float) -> float:
-    """Fleet utilization of one resource: busy resource-seconds / allocated resource-seconds."""
-    return ratio(used, allocated)
+    """Fleet utilization of one resource: busy resource-seconds / allocated resource-seconds,
+    at most 1 (a replica that used more than it declared kept all of its share busy)."""
+    return share(used, allocated)
 
 
 def bucket_series(

@@ -219,7 +219,7 @@ def summarize_units(
             "bytes_out": sum(w.bytes_out for w in mine),
             "busy_s": busy,
             "cpu_s": sum(w.cpu_s for w in mine),
-            "busy_fraction": ratio(busy, base.replica_s) if base.replica_s
+            "busy_fraction": busy_fraction(busy, 1, base.replica_s) if base.replica_s
             else busy_fraction(busy, base.replicas, wall_s),
         }))
     return summed

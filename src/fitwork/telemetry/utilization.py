@@ -22,6 +22,12 @@ Busy time is MEASURED where it can be and DECLARED where it cannot, and each cla
   least those sampled, since the run could use every GPU it saw.
 - accelerator classes without samples: each unit's busy seconds x its GPU share.
 
+No figure is ever over 100%, by construction: what a class allocated is held to what the
+record's host (or cluster) has, cores and GPUs; busy time over it, FLOPs over the peak and
+achieved items/s over the plan's bound are each held to 1, and where the raw figure was
+higher the row's ``note`` (or the run's ``capacity_note``) says why (a replica that used
+more cores than it declared, FLOPs that exceed the peak, a plan that under-predicted).
+
 Everything here is arithmetic over values it is given (the catalog of peaks defaults to
 the packaged one).  A class the catalog gives no peak for at the precision asked (an
 SN40L's or a Gaudi2's FP32 rate) has no MFU figure.
@@ -37,8 +43,13 @@ from pydantic import BaseModel
 
 from fitwork.errors import InputError
 from fitwork.hardware.catalog import Catalog, catalog
-from fitwork.telemetry.figures import ratio
-from fitwork.telemetry.record import DeviceSample, RunRecord, UnitRecord
+from fitwork.telemetry.figures import ratio, share
+from fitwork.telemetry.record import (
+    DeviceSample,
+    ResourceRecord,
+    RunRecord,
+    UnitRecord,
+)
 
 if TYPE_CHECKING:
     from fitwork.fit.plan import Plan
@@ -56,11 +67,14 @@ GPU_MEASURED_BASIS = ("measured: mean NVML utilization x wall seconds, summed ov
 class ClassFigures(BaseModel):
     """Fleet utilization and MFU of one device class in one run.
 
-    ``allocated`` counts devices (cores for a CPU class); ``busy_s`` and ``allocated_s`` are
-    device-seconds.  ``flops`` is what the work on this class needed, ``mfu`` that over
-    ``peak_flops x allocated x wall``; both ``None`` when no FLOPs were given for its units,
+    ``allocated`` counts devices (cores for a CPU class), at most what the host has;
+    ``declared`` is what the replicas declared when that was more (else ``None``).
+    ``busy_s`` and ``allocated_s`` are device-seconds; ``utilization`` is their ratio held
+    to 1.  ``flops`` is what the work on this class needed, ``mfu`` that over ``peak_flops
+    x allocated x wall`` held to 1; both ``None`` when no FLOPs were given for its units,
     and ``mfu`` also when the catalog has no peak for the class.  ``measured`` tells a
-    measured basis from a declared one (see ``basis``).
+    measured basis from a declared one (see ``basis``); ``note`` says, in words, where a
+    figure was held to what exists.
     """
 
     device_class: str
@@ -70,13 +84,20 @@ class ClassFigures(BaseModel):
     utilization: float
     basis: str
     measured: bool = True
+    declared: float | None = None
     flops: float | None = None
     peak_flops: float | None = None
     mfu: float | None = None
+    note: str = ""
 
 
 class RunFigures(BaseModel):
-    """The three figures of one run: two per device class, server capacity for the run."""
+    """The three figures of one run: two per device class, server capacity for the run.
+
+    ``capacity_utilization`` is achieved items/s over the bound, held to 1;
+    ``capacity_realized`` is the raw ratio, and ``capacity_note`` says when it is over 1
+    (the plan under-predicted what these servers sustain).
+    """
 
     run_id: str
     pipeline: str
@@ -85,7 +106,9 @@ class RunFigures(BaseModel):
     classes: list[ClassFigures]
     capacity_bound: float | None = None
     capacity_utilization: float | None = None
+    capacity_realized: float | None = None
     capacity_basis: str = ""
+    capacity_note: str = ""
 
     def of(self, device_class: str) -> ClassFigures:
         """The figures of ``device_class``."""
@@ -158,13 +181,41 @@ def _placed(record: RunRecord, classes: Mapping[str, str] | None, cpu_class: str
     return unit_classes(record.units, classes, cpu_class, known, gpu_class), sampled
 
 
+def _positive(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
+def host_limits(host: Mapping[str, object] | None) -> tuple[float | None, float | None]:
+    """(cores, GPUs) the record's host or cluster has; ``None`` where it does not say.
+
+    Cores are its ``cores``; GPUs its ``devices`` (Ray's ``GPU`` count, else the sum of its
+    classes' counts) or the length of its ``gpus`` list, when positive.
+    """
+    host = host or {}
+    cores = _positive(host.get("cores"))
+    devices = host.get("devices")
+    gpus: float | None = None
+    if isinstance(devices, Mapping) and devices:
+        gpus = _positive(devices["GPU"]) if "GPU" in devices else _positive(sum(
+            v for k, v in devices.items() if not str(k).startswith("accelerator_type:")
+            and isinstance(v, int | float) and not isinstance(v, bool)))
+    listed = host.get("gpus")
+    if gpus is None and isinstance(listed, list) and listed:
+        gpus = float(len(listed))
+    return cores, gpus
+
+
 def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class: str,
-                 known: Catalog) -> dict[str, tuple[float, float, str]]:
-    """Per class: (devices allocated, busy device-seconds, basis), in order of first use.
+                 known: Catalog) -> dict[str, tuple[float, float, str, float | None]]:
+    """Per class: (devices allocated, busy device-seconds, basis, declared when more than
+    exists), in order of first use.
 
     A unit placed on an accelerator without a declared GPU share holds one whole device.
     An accelerator class with device samples takes its busy time from them, and at least
-    the devices sampled as allocated.
+    the devices sampled as allocated.  Cores allocated are at most the host's cores, GPUs
+    at most its GPUs (what the replicas declare beyond that does not exist to allocate).
     """
     placed, sampled = _placed(record, classes, cpu_class, known)
     cpu_class = _canonical(cpu_class, known)
@@ -186,12 +237,33 @@ def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class
             entry[0] += u.replicas * cores
             entry[1] += u.cpu_s
             bases[host] = CPU_BASIS
+    cores, gpus = host_limits(record.host)
+    found: dict[str, tuple[float, float, str, float | None]] = {}
     for name, entry in totals.items():
         if name in sampled and bases[name] == GPU_BASIS:
             devices, busy = sampled[name]
             entry[0], entry[1] = max(entry[0], float(devices)), busy
             bases[name] = GPU_MEASURED_BASIS
-    return {name: (alloc, busy, bases[name]) for name, (alloc, busy) in totals.items()}
+        limit = cores if _is_cpu(name, known) else gpus
+        declared = None
+        if limit is not None and entry[0] > limit + 1e-9:
+            declared, entry[0] = entry[0], limit
+        found[name] = (entry[0], entry[1], bases[name], declared)
+    return found
+
+
+def _class_note(name: str, alloc: float, busy: float, wall: float, declared: float | None,
+                known: Catalog) -> str:
+    what = "cores" if _is_cpu(name, known) else "GPUs"
+    notes = []
+    if declared is not None:
+        notes.append(f"the replicas declared {declared:g} {what}; the host has {alloc:g}, so "
+                     f"{alloc:g} are counted as allocated")
+    if busy > alloc * wall * (1 + 1e-9) and alloc * wall > 0:
+        notes.append(f"busy {busy:,.2f} device-s is more than the {alloc * wall:,.2f} "
+                     f"allocated (replicas used more {what} than they declared): shown as "
+                     "100%, every allocated device kept busy")
+    return "; ".join(notes)
 
 
 def fleet_utilization(record: RunRecord, classes: Mapping[str, str] | None = None, *,
@@ -201,10 +273,25 @@ def fleet_utilization(record: RunRecord, classes: Mapping[str, str] | None = Non
     known = known or catalog()
     wall = record.wall_s
     return [ClassFigures(device_class=name, allocated=alloc, allocated_s=alloc * wall,
-                         busy_s=busy, utilization=ratio(busy, alloc * wall), basis=basis,
-                         measured=basis.startswith("measured"))
-            for name, (alloc, busy, basis)
+                         busy_s=busy, utilization=share(busy, alloc * wall), basis=basis,
+                         measured=basis.startswith("measured"), declared=declared,
+                         note=_class_note(name, alloc, busy, wall, declared, known))
+            for name, (alloc, busy, basis, declared)
             in _allocations(record, classes, cpu_class, known).items()]
+
+
+def record_resources(record: RunRecord) -> list[ResourceRecord]:
+    """The record's own resources (``cpu``, ``gpu``) as a report shows them: allocated at
+    most what the host has, utilization held to 1."""
+    cores, gpus = host_limits(record.host)
+    shown = []
+    for r in record.resources:
+        limit = cores if r.resource == "cpu" else gpus if r.resource == "gpu" else None
+        allocated = min(r.allocated, limit) if limit is not None else r.allocated
+        allocated_s = allocated * record.wall_s if allocated < r.allocated else r.allocated_s
+        shown.append(r.model_copy(update={"allocated": allocated, "allocated_s": allocated_s,
+                                          "utilization": share(r.used_s, allocated_s)}))
+    return shown
 
 
 def needed_flops(record: RunRecord, flops_per_item: Mapping[str, float],
@@ -230,7 +317,8 @@ def model_flops_utilization(record: RunRecord, flops_per_item: Mapping[str, floa
                             classes: Mapping[str, str] | None = None, *,
                             cpu_class: str = DEFAULT_CPU_CLASS, precision: Precision = "fp16",
                             known: Catalog | None = None) -> dict[str, float]:
-    """MFU per device class: FLOPs needed / (peak FLOP/s x devices allocated x wall seconds).
+    """MFU per device class: FLOPs needed / (peak FLOP/s x devices allocated x wall seconds),
+    at most 1 (more means the FLOPs per item overstate the work; `run_figures` says so).
 
     The peak is the catalog's: FP32 for a CPU class (no CPU in it runs FP16 faster), the
     ``precision`` figure for an accelerator.  A class without that figure in the catalog
@@ -243,8 +331,8 @@ def model_flops_utilization(record: RunRecord, flops_per_item: Mapping[str, floa
         peak = _peak(name, precision, known)
         if peak is None:
             continue
-        devices = allocated.get(name, (0.0, 0.0, ""))[0]
-        figures[name] = ratio(flops, peak * devices * record.wall_s)
+        devices = allocated[name][0] if name in allocated else 0.0
+        figures[name] = share(flops, peak * devices * record.wall_s)
     return figures
 
 
@@ -259,8 +347,19 @@ def _peak(name: str, precision: Precision, known: Catalog) -> float | None:
 
 
 def capacity_utilization(throughput: float, bound: float) -> float:
-    """Server-capacity utilization: achieved items/s over the most the servers sustain."""
-    return ratio(throughput, bound)
+    """Server-capacity utilization: achieved items/s over the most the servers sustain, at
+    most 1 (a run faster than the bound shows the plan under-predicted: see
+    `capacity_note`)."""
+    return share(throughput, bound)
+
+
+def capacity_note(throughput: float, bound: float) -> str:
+    """Words for a run that beat its bound (empty when it did not)."""
+    realized = ratio(throughput, bound)
+    if realized <= 1.0:
+        return ""
+    return (f"the plan under-predicted (realized {realized:.2f}\u00d7 the prediction: "
+            f"{throughput:,.1f} vs {bound:,.1f} items/s); shown as 100%, never more than full")
 
 
 def capacity_bound(plan: Plan) -> float:
@@ -308,9 +407,17 @@ def run_figures(record: RunRecord, plan: Plan | None = None,
     rows = []
     for row in fleet_utilization(record, classes, cpu_class=cpu_class, known=known):
         if row.device_class in needed:
+            peak = _peak(row.device_class, precision, known)
+            flops = needed[row.device_class]
+            note = row.note
+            if peak is not None and flops > peak * row.allocated_s * (1 + 1e-9):
+                note = "; ".join(n for n in (note, (
+                    f"the FLOPs counted ({flops:.3g}) exceed the peak over the run "
+                    f"({peak * row.allocated_s:.3g}): MFU shown as 100%; the FLOPs per item "
+                    "overstate the work or the catalog's peak is low")) if n)
             row = row.model_copy(update={
-                "flops": needed[row.device_class], "mfu": mfu.get(row.device_class),
-                "peak_flops": _peak(row.device_class, precision, known)})
+                "flops": flops, "mfu": mfu.get(row.device_class), "peak_flops": peak,
+                "note": note})
         rows.append(row)
     basis = ""
     if bound is None and plan is not None:
@@ -324,7 +431,9 @@ def run_figures(record: RunRecord, plan: Plan | None = None,
         throughput=record.throughput, classes=rows, capacity_bound=bound,
         capacity_utilization=None if bound is None else capacity_utilization(
             record.throughput, bound),
-        capacity_basis=basis)
+        capacity_realized=None if bound is None else ratio(record.throughput, bound),
+        capacity_basis=basis,
+        capacity_note="" if bound is None else capacity_note(record.throughput, bound))
 
 
 def throughput_series(record: RunRecord, width: float) -> list[tuple[float, float]]:
