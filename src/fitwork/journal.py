@@ -171,9 +171,10 @@ def check_prefix(state: State, reader: InputReader, directory: Path) -> Prefix:
         raise JournalError(f"journal {directory}: input {name} is now shorter than the "
                            f"{at:,} bytes the interrupted run had finished; {fix}")
     if prefix.hexdigest() != digest:
-        raise JournalError(f"journal {directory}: input {name} changed within its first "
-                           f"{at:,} bytes, which the interrupted run had finished (a line "
-                           f"repaired after byte {at:,} is fine); {fix}")
+        earlier = " (or a file before it)" if file else ""
+        raise JournalError(f"journal {directory}: input {name}{earlier} changed within its "
+                           f"first {at:,} bytes, which the interrupted run had finished (a "
+                           f"line repaired after byte {at:,} is fine); {fix}")
     return prefix
 
 
