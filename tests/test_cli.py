@@ -242,11 +242,12 @@ def test_failed_items_exit_non_zero_unless_allowed(project: Path) -> None:
     assert len(letters) == 5 and "missing columns [x]" in letters[0]["error"]
     assert len({letter["run_id"] for letter in letters}) == 1
     allowed = fitwork("run", "squares.py:picky_pipeline", "--input", "in.jsonl", "--output",
-                      "o.jsonl", "-q", "--max-failures", "5", cwd=project)
+                      "o.jsonl", "-q", "--max-failures", "5", "--mode", "overwrite",
+                      cwd=project)
     assert allowed.returncode == 0, allowed.stderr
     assert "5 failed items in o.jsonl.dead-letters.jsonl" in allowed.stdout
     stopped = fitwork("run", "squares.py:picky_pipeline", "--input", "in.jsonl", "--output",
-                      "o.jsonl", "-q", "--max-failures", "2", cwd=project)
+                      "o.jsonl", "-q", "--max-failures", "2", "--mode", "overwrite", cwd=project)
     assert stopped.returncode == 1 and "more than max_failures=2" in stopped.stderr
 
 

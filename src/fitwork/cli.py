@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 import time
@@ -12,8 +13,16 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from fitwork.cli_options import csv_strings_option
+from fitwork.cli_options import (
+    UnitSettings,
+    conflicting_paths,
+    csv_strings_option,
+    holds_outputs,
+    output_mode_option,
+    unit_options,
+)
 from fitwork.decomposition.cli import (
+    AUTO,
     decompose_command,
     decompose_option,
     load_pipeline_for,
@@ -108,6 +117,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 @csv_strings_option
 @metrics_options
 @decompose_option
+@output_mode_option
+@unit_options
 def run(pipeline_ref: str | None, input_text: str, output_text: str,
         workers: tuple[str, ...], ordered: bool, dead_letter: Path | None,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
@@ -115,7 +126,9 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         ray_address: str | None, ray_tasks: bool,
         quiet: bool, limit: int | None, journal_path: Path | None, no_journal: bool,
         resume: bool, metrics_port: int | None, metrics_host: str,
-        decompose: str | None, csv_strings: bool = False, bad_input: str = "error") -> None:
+        decompose: str | None, csv_strings: bool = False, mode: str | None = None,
+        cpus: tuple[str, ...] = (), batch: tuple[str, ...] = (),
+        io: tuple[str, ...] = (), bad_input: str = "error") -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     import itertools
 
@@ -128,8 +141,21 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
 
     errors = Console(stderr=True)
     replicas = _parse_workers(workers)
+    settings = UnitSettings.parse(cpus, batch, io)
     if ray_tasks and engine != "ray":
         raise click.UsageError("--ray-tasks runs on Ray: add --engine ray")
+    if settings and adapt:
+        raise click.UsageError("--cpus/--batch/--io with --adapt: a re-fit would change "
+                               "them again; drop --adapt or the per-unit flags")
+    pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
+    sharded = _names_directory(output_text)
+    dead_letter = dead_letter or (output_path / "_dead-letters.jsonl" if sharded else
+                                  output_path.with_name(output_path.name + ".dead-letters.jsonl"))
+    where = _journal_dir(journal_path, no_journal, resume, output_path)
+    _refuse_overwriting_inputs(pipeline_ref, input_path, plan_path, decompose, output_path,
+                               record_path, dead_letter, where)
+    existed = output_path.exists()
+    appended_at = _prepare_output(output_path, sharded, mode, resume, where, errors)
     options: dict[str, Any] = {}
     if engine == "ray":
         options = ({"address": ray_address} if ray_address else {}) | (
@@ -137,10 +163,17 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
     planned = None
     record = None
     journal: Journal | None = None
+    writer: Any = None
+    held: dict[str, Any] = {}  # a sharded run's journal and committed count, for a failure
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
-        pipeline = load_pipeline_for(pipeline_ref, decompose)
+        sample = None
+        if decompose == AUTO and plan_path is None:  # a plan names the units by source alone
+            def sample() -> Any:
+                return read_items(input_path, csv_types=not csv_strings)
+        pipeline = load_pipeline_for(pipeline_ref, decompose, sample=sample)
+        if sample is not None:
+            _say_decomposed(errors, pipeline, input_text)
         placement: Any = None
         if adapt and not plan_path:
             raise click.UsageError("--adapt re-fits a plan while the run goes on: give "
@@ -156,32 +189,45 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
             from fitwork.fit.monolithic import FUSED
 
             pipeline = pipeline.fused(name=FUSED)
-        if _names_directory(output_text):
+        if settings:
+            pipeline = settings.apply(pipeline, also=placement.units if placement else ())
+            if placement is not None:
+                placement = settings.placed(placement)
+        if planned is not None:
+            for line in batch_changes(planned, pipeline, side="monolithic" if monolithic
+                                      else "fitted", settings=settings):
+                errors.print(line, markup=False, highlight=False, soft_wrap=True)
+        if sharded:
             record, written = _run_sharded(
                 pipeline, input_text, output_path, engine=engine, placement=placement,
                 workers=replicas, dead_letter=dead_letter, max_failures=max_failures,
                 quiet=quiet, limit=limit,
-                journal_dir=_journal_dir(journal_path, no_journal, resume, output_path),
+                journal_dir=where,
                 resume=resume, csv_types=not csv_strings, adapt=adapt and not monolithic,
                 record_path=record_path, options=options,
-                metrics=(metrics_port, metrics_host))
+                metrics=(metrics_port, metrics_host), held=held)
             _summarise(record, planned, monolithic, record_path, max_failures,
                        f"wrote {written:,} outputs in parts to {output_path}/")
             return
         items = reader = read_items(input_path, csv_types=not csv_strings, bad_input=bad_input)
         if limit is not None:
             items = itertools.islice(items, limit)
-        dead_letter = dead_letter or output_path.with_name(output_path.name + ".dead-letters.jsonl")
-        where = _journal_dir(journal_path, no_journal, resume, output_path)
         resume_at = keep = None
+        if appended_at is not None:  # --mode append: after what the output holds
+            resume_at = (appended_at, 0)
+            keep = dead_letter.stat().st_size if dead_letter.exists() else 0
         if where is not None:
             header = identity(pipeline.name, input_path, output_path,
-                              units=[u.name for u in pipeline.units])
+                              units=[u.name for u in pipeline.units],
+                              **({"appended_at": appended_at} if appended_at else {}))
             journal = (Journal.resume(where, header, reader) if resume
                        else Journal.start(where, header, reader))
             if resume:
                 items = journal.state.done.remaining(items)
-                resume_at = (journal.state.output_at, journal.state.outputs)
+                state = journal.state
+                at = state.output_at if state.checkpoints else \
+                    int(state.header.get("appended_at", 0))
+                resume_at = (at, state.outputs)
                 keep = dead_letter.stat().st_size if dead_letter.exists() else 0
         total = None if quiet else count_items(input_path)
         if limit is not None and total is not None:
@@ -224,25 +270,180 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
     except KeyboardInterrupt as stop:
         what = "terminated" if isinstance(stop, Terminated) else "interrupted"
         saved = f"; run record in {record_path}" if record_path and record else ""
-        if journal is not None:
-            saved += "; --resume continues the run"
-        _fail(f"{what}: workers stopped; outputs so far are in {output_path}{saved}",
+        left = _left_behind(journal or held.get("journal"),
+                            writer.count if writer is not None else held.get("committed", 0),
+                            output_path, existed, sharded)
+        where_to = "" if left.startswith("; no item") else \
+            f"; outputs so far are in {output_path}"
+        _fail(f"{what}: workers stopped{where_to}{saved}{left}",
               code=143 if isinstance(stop, Terminated) else 130)
     except FitworkError as exc:
         saved = f" (run record in {record_path})" if record_path and record else ""
-        _fail(f"{exc}{saved}")
+        left = _left_behind(journal or held.get("journal"),
+                            writer.count if writer is not None else held.get("committed", 0),
+                            output_path, existed, sharded)
+        _fail(f"{exc}{saved}{left}")
     assert record is not None
     _summarise(record, planned, monolithic, record_path, max_failures,
                f"wrote {writer.count:,} outputs to {output_path}")
+
+
+def _refuse_overwriting_inputs(reference: str, input_path: Path, plan_path: Path | None,
+                               decompose: str | None, output: Path, record: Path | None,
+                               dead_letter: Path, journal: Path | None) -> None:
+    """One line and exit 2 when a path the run writes is one it reads."""
+    target = reference.rpartition(":")[0]
+    reads = {"--input": input_path, "--plan": plan_path,
+             "--decompose file": Path(decompose) if decompose not in (None, AUTO) else None,
+             "pipeline file": Path(target) if target.endswith(".py") else None}
+    writes = {"--output": output, "--record": record, "--dead-letter": dead_letter,
+              "--journal": journal}
+    clash = conflicting_paths(writes, reads)
+    if clash:
+        _fail(clash, code=2)
+
+
+def _prepare_output(output: Path, directory: bool, mode: str | None, resume: bool,
+                    journal: Path | None, errors: Console) -> int | None:
+    """Check ``--mode`` against what the output holds; the byte size an append writes after.
+
+    A journal left by a run that did no item is removed (with a note): it would only block
+    this run.  ``--mode overwrite`` also drops an unfinished run's journal: it starts over.
+    """
+    from fitwork.journal import JOURNAL_FILE
+
+    if resume:
+        if mode is not None:
+            _fail(f"--resume continues the interrupted run into {output}; drop --mode {mode}",
+                  code=2)
+        return None
+    chosen = mode or "error"
+    if chosen == "append" and (directory or output.suffix.lower() == ".parquet"):
+        _fail(f"--mode append adds lines to a JSON Lines file; {output} is "
+              f"{'a directory' if directory else 'Parquet'}: write to a new path instead",
+              code=2)
+    unfinished = journal is not None and (journal / JOURNAL_FILE).exists()
+    if unfinished and journal is not None:
+        if _did_nothing(journal, output, directory):
+            shutil.rmtree(journal, ignore_errors=True)
+            errors.print(f"note: removed journal {journal}: the run that left it did no item",
+                         markup=False, highlight=False, soft_wrap=True)
+            unfinished = False
+        elif chosen == "overwrite":
+            shutil.rmtree(journal, ignore_errors=True)
+            errors.print(f"note: removed journal {journal} of an unfinished run: --mode "
+                         "overwrite starts over", markup=False, highlight=False, soft_wrap=True)
+            unfinished = False
+    if not holds_outputs(output, directory):
+        return None
+    if chosen == "error":
+        resume_hint = "--resume to continue the interrupted run, " if unfinished else ""
+        _fail(f"output {output} already holds outputs; pass {resume_hint}--mode overwrite to "
+              "replace them, or --mode append to add to them (JSON Lines)")
+    return output.stat().st_size if chosen == "append" else None
+
+
+def _did_nothing(journal: Path, output: Path, directory: bool) -> bool:
+    """Whether the journal's run recorded no item done and left no output past its start."""
+    from fitwork.journal import JournalError, load
+
+    try:
+        state = load(journal)
+    except JournalError:
+        return not holds_outputs(output, directory)  # empty or torn: nothing to resume
+    if state.checkpoints or state.done.count:
+        return False
+    start = int(state.header.get("appended_at", 0))
+    return not holds_outputs(output, directory) or (
+        output.is_file() and output.stat().st_size == start)
+
+
+def _left_behind(journal: Any, written: int, output: Path, existed: bool,
+                 directory: bool) -> str:
+    """After a run stopped: when it did no item, remove its journal (and the output it
+    created and wrote nothing to), so the same command runs again; say what was left."""
+    if journal is not None and (journal.state.done.count or journal.state.outputs or written):
+        return "; --resume continues the run"
+    if written:
+        return ""
+    removed = []
+    if journal is not None and journal.directory.exists():
+        journal.finish()
+        removed.append(f"its journal {journal.directory}")
+    if not existed and not directory and output.is_file():
+        output.unlink(missing_ok=True)
+        shutil.rmtree(output.with_name(output.name + ".parts"), ignore_errors=True)
+        removed.append(f"the empty {output}")
+    if not removed:
+        return ""
+    return (f"; no item was done, so {' and '.join(removed)} "
+            f"{'were' if len(removed) > 1 else 'was'} removed: the same command can run again")
+
+
+def _say_decomposed(errors: Console, pipeline: Any, input_text: str) -> None:
+    """One line on stderr: how ``--decompose`` split the function on the input's items."""
+    made = getattr(pipeline, "decomposition", None)
+    if made is None:
+        return
+    units = " -> ".join(f"{u.name} ({u.kind or 'cpu'})" for u in made.units)
+    errors.print(f"decomposed {made.function} on {made.samples} items of {input_text}: "
+                 f"{units}", markup=False, highlight=False, soft_wrap=True)
+
+
+def batch_changes(plan: Any, pipeline: Any, side: str = "fitted",
+                  settings: UnitSettings | None = None) -> list[str]:
+    """A line for each unit whose planned batch size differs from its declared one, with why
+    the fit chose it (from the rates it had at both sizes)."""
+    chosen = plan.fitted if side == "fitted" else plan.monolithic
+    if plan.fused or side != "fitted":
+        return []
+    rates = [*plan.rates, *plan.batch_rates]
+    lines = []
+    for p in chosen.result.replicas:
+        if not p.replicas or not p.batch_size:
+            continue
+        try:
+            declared = pipeline.unit_named(p.unit).batch_size
+        except FitworkError:
+            continue
+        if settings is not None and p.unit in settings.batch:
+            continue  # the flag set it; nothing of the plan's to explain
+        if not declared or declared == p.batch_size:
+            continue
+        at = {r.batch_size: r for r in rates if r.unit == p.unit
+              and r.device_class == p.device_class and r.rate > 0}
+        lines.append(f"plan: unit {p.unit!r} runs batch_size={p.batch_size}, not the declared "
+                     f"{declared}: {_why_batch(at, p.batch_size, declared, plan.max_latency)} "
+                     f"(--batch {p.unit}={declared} keeps the declared size)")
+    return lines
+
+
+def _why_batch(at: dict[int | None, Any], planned: int, declared: int,
+               max_latency: float | None) -> str:
+    mine, theirs = at.get(planned), at.get(declared)
+    if theirs is None:
+        return f"the profile has no rate at {declared}"
+    if max_latency is not None and theirs.batch_latency_s is not None \
+            and theirs.batch_latency_s > max_latency:
+        return (f"a batch of {declared} takes {theirs.batch_latency_s:.3f} s, over "
+                f"--max-latency {max_latency:g} s")
+    if mine is None:
+        return "the fit chose it"
+    if mine.rate >= theirs.rate:
+        return (f"one replica does {mine.rate:,.1f} items/s at {planned} against "
+                f"{theirs.rate:,.1f} at {declared} ({mine.method})")
+    return (f"one replica does {theirs.rate:,.1f} items/s at {declared} against "
+            f"{mine.rate:,.1f} at {planned}, but the plan reaches the same throughput with the "
+            "smaller batch (less latency and memory per call)")
 
 
 def _summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | None,
                max_failures: int | None, wrote: str) -> None:
     """The end of a run on stdout: the summary, the plan's prediction against what the run
     did, where things went, and the failures (exit 1 unless they were allowed)."""
-    from fitwork.report.terminal import summary
+    from fitwork.report.terminal import stdout_console, summary
 
-    console = Console()
+    console = stdout_console()
     console.print(summary(record))
     if planned is not None:
         side = planned.monolithic if monolithic else planned.fitted
@@ -281,9 +482,9 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
     from fitwork.io import read_items
     from fitwork.profiling import profile_pipeline
     from fitwork.profiling.classes import split_classes
-    from fitwork.report.terminal import profile_table
+    from fitwork.report.terminal import profile_table, stdout_console
 
-    console = Console()
+    console = stdout_console()
     try:
         host_class, accelerator_class = split_classes(device_classes)
         pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
@@ -328,9 +529,9 @@ def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
     from fitwork.profiling import PipelineProfile
-    from fitwork.report.terminal import plan_table
+    from fitwork.report.terminal import plan_table, stdout_console
 
-    console = Console()
+    console = stdout_console()
     try:
         pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
         profiled = PipelineProfile.load(profile_path)
@@ -343,6 +544,8 @@ def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective
         _fail(exc)
     result.save(output_path)
     console.print(plan_table(result))
+    for line in batch_changes(result, pipeline):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote plan to {output_path}", markup=False)
 
 
@@ -359,8 +562,9 @@ _FLEET_OUTPUT = click.option(
 def _show_fleet(discover: Callable[[], Any], output_path: Path | None) -> None:
     """Discover a fleet, print it, and write it as YAML when asked."""
     from fitwork.hardware.render import render_fleet
+    from fitwork.report.terminal import stdout_console
 
-    console = Console()
+    console = stdout_console()
     try:
         found = discover()
     except FitworkError as exc:
@@ -406,7 +610,8 @@ def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: s
                  max_failures: int | None, quiet: bool, limit: int | None,
                  journal_dir: Path | None, resume: bool, csv_types: bool, adapt: bool,
                  record_path: Path | None, options: dict[str, Any],
-                 metrics: tuple[int | None, str]) -> tuple[Any, int]:
+                 metrics: tuple[int | None, str],
+                 held: dict[str, Any] | None = None) -> tuple[Any, int]:
     """A run whose replicas read the input's shards and write the output's parts (``--output
     DIR/``): the driver hands out shards and keeps the books, and touches no item.  Its
     journal records the shards done and, per part, the byte ranges committed."""
@@ -430,6 +635,8 @@ def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: s
                           units=[u.name for u in pipeline.units], sharded=True)
         journal = (Journal.resume(journal_dir, header) if resume
                    else Journal.start(journal_dir, header))
+        if held is not None:
+            held["journal"] = journal
         if resume:
             shards = list(journal.state.done.remaining(source.shards))
             source = replace(source, shards=shards, count=len(shards))
@@ -454,6 +661,8 @@ def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: s
                 with result:
                     for count in result:  # the parts hold the outputs; these are counts
                         committed += count
+                        if held is not None:
+                            held["committed"] = committed
                         if journal is not None and time.monotonic() >= due:
                             _checkpoint(journal, result, committed)
                             due = time.monotonic() + CHECKPOINT_SECONDS
@@ -461,6 +670,8 @@ def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: s
                 if journal is not None:
                     journal.finish()
                     journal = None
+                    if held is not None:
+                        held.pop("journal", None)
             finally:
                 record = result.record
                 if record_path:

@@ -10,7 +10,7 @@ Register them in ``fitwork.cli``::
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -74,11 +74,14 @@ def load_function(reference: str) -> Callable[..., Any]:
     return found
 
 
-def load_pipeline_for(reference: str, decompose_value: str | None) -> Pipeline:
+def load_pipeline_for(reference: str, decompose_value: str | None,
+                      sample: Callable[[], Iterable[Any]] | None = None) -> Pipeline:
     """The pipeline to run or plan: as loaded, or the named function decomposed.
 
     A plain function marked with `with_context` keeps its context either way, so the
-    monolithic baseline of such a function runs with its test server too.
+    monolithic baseline of such a function runs with its test server too.  ``sample``
+    gives items to measure the pieces on when ``--decompose`` has no file (`fitwork run`
+    passes its ``--input``, as `fitwork decompose --input` measures).
     """
     from fitwork.workload.loader import load_object, load_pipeline
 
@@ -90,7 +93,7 @@ def load_pipeline_for(reference: str, decompose_value: str | None) -> Pipeline:
         return load_pipeline(reference)
     fn = load_function(reference)
     if decompose_value == AUTO:
-        return decompose(fn)
+        return decompose(fn, sample=sample() if sample is not None else None)
     return decompose(fn, layout=Decomposition.load(decompose_value))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
@@ -24,6 +25,19 @@ if TYPE_CHECKING:
     from fitwork.fit.cost import RateEstimate
     from fitwork.fit.plan import Plan
     from fitwork.fit.result import Placement as Replicas
+
+
+PIPED_WIDTH = 400
+"""Columns results get when stdout is not a terminal (a file, a pipe) and ``COLUMNS`` is
+unset: wide enough that no table is cut, where rich would otherwise assume 80."""
+
+
+def stdout_console() -> Console:
+    """The console results go to: a terminal's width, or `PIPED_WIDTH` when piped."""
+    console = Console()
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(width=PIPED_WIDTH)
 
 
 class ProgressView:
