@@ -78,7 +78,8 @@ def test_the_hetjob_has_a_component_per_node_type_and_starts_ray_as_planned(
     assert "--cpus-per-task=4" in gpu and "--mem=3000" in gpu and "--partition=fw" in gpu
     assert "--gres" not in cpu and "--constraint=cpu" in cpu
     assert f"--nodes={shapes['fw-cpu'].nodes}" in cpu
-    starts = [line for line in script.splitlines() if line.startswith("srun --het-group=")]
+    starts = [line for line in script.splitlines()
+              if line.startswith("FITWORK_RAY_TOKEN=$token srun --het-group=")]
     assert len(starts) == 2
     assert "--labels=fitwork.node-type=fw-h100" in starts[0]
     assert f"'--resources={{\"H100-SXM\": {slots}}}'" in starts[0]

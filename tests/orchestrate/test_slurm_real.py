@@ -1,7 +1,8 @@
 """A real Slurm controller on this host: `fitwork fleet slurm` reads it back, and the hetjob
 `fitwork deploy slurm` writes runs the pipeline on Ray across both nodes, with the planned
-labels, every output exactly once, and no Ray process left however the job ends.  Skips,
-with the reason, where Slurm cannot run here (see slurm_harness)."""
+labels, every output exactly once, Ray's token authentication on, and no process of the job
+left however the job ends.  Skips, with the reason, where Slurm cannot run here (see
+slurm_harness)."""
 
 from __future__ import annotations
 
@@ -48,20 +49,76 @@ def slurm() -> Iterator[SlurmCluster]:
 
 
 def job_env(cluster: SlurmCluster) -> dict[str, str]:
+    """What sbatch gets: no Ray auth settings of this session's (the job makes its own)."""
     bin_dir = str(Path(sys.executable).parent)
-    return {**cluster.env, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-            "PYTHONPATH": str(ROOT), "FITWORK_PYTHON": sys.executable,
-            "RAY_AUTH_MODE": "disabled"}
+    env = {k: v for k, v in cluster.env.items() if not k.startswith("RAY_AUTH")}
+    return {**env, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(ROOT), "FITWORK_PYTHON": sys.executable}
 
 
-def ray_processes(job: str) -> list[psutil.Process]:
-    """Processes of the job's Ray nodes (their command lines name its Ray directory)."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
+def environ(process: psutil.Process) -> dict[str, str]:
+    """A process's environment as it started ({} when it is gone or not readable; a process
+    that retitles itself may have overwritten part of it)."""
+    with contextlib.suppress(psutil.Error, OSError):
+        return dict(process.environ())
+    return {}
+
+
+class JobWatch:
+    """Finds a job's processes without their names: by the SLURM_JOB_ID that Slurm puts in
+    the environment of the job's steps and every process they start inherits, and by the
+    sessions such processes were seen in (a process that retitles itself, as Ray's do, may
+    overwrite its environment; it stays in its session)."""
+
+    def __init__(self, cluster: SlurmCluster, job: str) -> None:
+        self.job = job
+        self.sessions: set[int] = set()
+        daemons = [os.getpid()]
+        for pidfile in cluster.pidfiles:
+            with contextlib.suppress(OSError, ValueError):
+                daemons.append(int(pidfile.read_text().split()[0]))
+        self.excluded = set()
+        for pid in daemons:
+            with contextlib.suppress(OSError):
+                self.excluded.add(os.getsid(pid))
+
+    def look(self) -> list[psutil.Process]:
+        """The job's live processes now; notes the sessions of those found by environment."""
+        found = []
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                session = os.getsid(process.pid)
+                if environ(process).get("SLURM_JOB_ID") == self.job:
+                    if session not in self.excluded:
+                        self.sessions.add(session)
+                    found.append(process)
+                elif session in self.sessions:
+                    found.append(process)
+        return found
+
+    def left_after(self, timeout: float) -> list[str]:
+        """The job's processes still there after up to ``timeout`` seconds (described)."""
+        deadline = time.monotonic() + timeout
+        left = self.look()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = self.look()
+        return described(left)
+
+    def kill(self) -> None:
+        for process in self.look():
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def described(processes: list[psutil.Process]) -> list[str]:
+    out = []
+    for process in processes:
         with contextlib.suppress(psutil.Error):
-            if f"/tmp/fwr-{job}/" in " ".join(process.info["cmdline"] or []):
-                found.append(process)
-    return found
+            out.append(f"{process.pid} {' '.join(process.cmdline())[:80]}")
+    return out
 
 
 def submit(cluster: SlurmCluster, tmp_path: Path, items: int) -> tuple[str, Path, Path]:
@@ -80,14 +137,18 @@ def submit(cluster: SlurmCluster, tmp_path: Path, items: int) -> tuple[str, Path
     return job, tmp_path / "job" / f"fitwork-{job}.out", tmp_path / "out.jsonl"
 
 
-def wait_gone(cluster: SlurmCluster, job: str, timeout: float) -> None:
+def wait_gone(cluster: SlurmCluster, job: str, timeout: float,
+              watch: JobWatch | None = None) -> None:
+    """Wait until the job has left the queue (looking at its processes meanwhile)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if watch is not None:
+            watch.look()
         queued = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True,
                                 env=cluster.env, timeout=10)
         if not queued.stdout.strip():
             return
-        time.sleep(1)
+        time.sleep(0.5)
     pytest.fail(f"job {job} still queued after {timeout:g} s; slurmctld log: "
                 f"{cluster.log('slurmctld.log')[-1500:]}")
 
@@ -102,18 +163,71 @@ def test_fleet_slurm_reads_the_controller_back(slurm: SlurmCluster, tmp_path: Pa
     }
 
 
+PROBE = """
+import ray
+ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+print(sorted(ray.cluster_resources()))
+"""
+
+
+def connect_with(address: str, token: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """A Ray client joining the job's cluster with ``token`` (from the environment)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    return subprocess.run([sys.executable, "-c", f"ray_address = {address!r}\n{PROBE}"],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def check_auth(watch: JobWatch) -> None:
+    """The running job's Ray is in token mode with one token, kept in 0600 files in 0700
+    folders and on no command line; a client with another token is refused, one with the
+    job's token joins."""
+    processes = watch.look()
+    ray_nodes = [p for p in processes if "FITWORK_RAY_NODE" in environ(p)]
+    assert ray_nodes, described(processes)
+    base = Path(f"/tmp/fwr-{watch.job}")
+    assert base.stat().st_mode & 0o777 == 0o700 and base.stat().st_uid == os.getuid()
+    tokens, address = set(), ""
+    for process in ray_nodes:
+        env = environ(process)
+        assert env.get("RAY_AUTH_MODE") == "token", described([process])
+        assert "RAY_AUTH_TOKEN" not in env and "FITWORK_RAY_TOKEN" not in env
+        token_file = Path(env["RAY_AUTH_TOKEN_PATH"])
+        assert token_file.parent == base / "auth"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert token_file.parent.stat().st_mode & 0o777 == 0o700
+        assert token_file.stat().st_uid == os.getuid()
+        tokens.add(token_file.read_text())
+        address = address or env.get("RAY_ADDRESS", "")
+    assert len(tokens) == 1, tokens
+    token = tokens.pop()
+    assert len(token) == 64
+    nodes = {environ(p)["FITWORK_RAY_NODE"] for p in ray_nodes}
+    assert len(nodes) == 3, nodes  # the head and a worker per Slurm node
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            assert token not in " ".join(process.cmdline()), described([process])
+    refused = connect_with(address, "0" * 64)
+    assert refused.returncode != 0, refused.stdout
+    assert re.search(r"(?i)unauthenticated|invalidauthtoken|authentication",
+                     refused.stderr), refused.stderr[-2000:]
+    joined = connect_with(address, token)
+    assert joined.returncode == 0, joined.stderr[-2000:]
+    assert "H100-SXM" in joined.stdout, joined.stdout
+
+
 def test_the_hetjob_runs_the_plan_on_ray_and_stops_it(slurm: SlurmCluster,
                                                        tmp_path: Path) -> None:
     job, log, out = submit(slurm, tmp_path, 200)
+    watch = JobWatch(slurm, job)
     try:
-        wait_gone(slurm, job, 150)
+        wait_gone(slurm, job, 150, watch)
+        leftover = watch.left_after(10)
     finally:
-        leftover = ray_processes(job)
-        for process in leftover:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        watch.kill()
     text = log.read_text() if log.exists() else ""
     assert "fitwork: ray stopped; job exit 0" in text, text[-4000:]
+    assert "Unauthenticated" not in text and "InvalidAuthToken" not in text, text[-4000:]
     outputs = sorted(json.loads(line) for line in out.read_text().splitlines())
     assert outputs == [3 * x + 1 for x in range(200)]  # every item, exactly once
     plan = plan_on(read_live(), "fw-h100", "fw-cpu")
@@ -124,28 +238,31 @@ def test_the_hetjob_runs_the_plan_on_ray_and_stops_it(slurm: SlurmCluster,
         f"{name} {dict(sorted({'CPU': float(s.cores), **({'GPU': float(s.device_slots), s.device_class: float(s.device_slots)} if s.device_slots else {})}.items()))}"  # noqa: E501
         for name, s in shapes.items())
     assert ready.group(1).split("; ") == expected
-    assert leftover == [], [p.info["cmdline"][:2] for p in leftover]
+    assert len(watch.sessions) >= 4  # the batch step's, the head's, two workers' at least
+    assert leftover == []  # no process of the job, Ray's agents included
+    assert not Path(f"/tmp/fwr-{job}").exists()  # nor its token
 
 
 def test_a_cancelled_job_leaves_no_ray_behind(slurm: SlurmCluster, tmp_path: Path) -> None:
     job, log, _ = submit(slurm, tmp_path, 100_000)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (
-            log.exists() and "ray nodes ready" in log.read_text()):
-        time.sleep(0.5)
-    assert log.exists() and "ray nodes ready" in log.read_text(), \
-        log.read_text()[-3000:] if log.exists() else "no job log"
-    time.sleep(3)  # the pipeline is running
-    subprocess.run(["scancel", job], env=slurm.env, timeout=30, check=True)
+    watch = JobWatch(slurm, job)
     try:
-        wait_gone(slurm, job, 90)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and ray_processes(job):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                log.exists() and "ray nodes ready" in log.read_text()):
+            watch.look()
             time.sleep(0.5)
+        assert log.exists() and "ray nodes ready" in log.read_text(), \
+            log.read_text()[-3000:] if log.exists() else "no job log"
+        check_auth(watch)  # while the pipeline runs
+        running = len(watch.look())
+        subprocess.run(["scancel", job], env=slurm.env, timeout=30, check=True)
+        wait_gone(slurm, job, 90, watch)
+        leftover = watch.left_after(15)
     finally:
-        leftover = ray_processes(job)
-        for process in leftover:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        subprocess.run(["scancel", job], env=slurm.env, timeout=30, check=False)
+        watch.kill()
+    assert running > 10  # what is looked at: the job's steps and every Ray process
     assert leftover == []
     assert "fitwork: ray stopped; job exit 143" in log.read_text()
+    assert not Path(f"/tmp/fwr-{job}").exists()

@@ -3,12 +3,24 @@
 The batch step (on the first component's first node) starts the Ray head with no CPUs; an
 ``srun`` step per component starts one Ray worker per node with the node type's label,
 cores and devices (the device class as a Ray resource); once every node has joined, the
-pipeline runs there with ``fitwork run --engine ray --plan``.  Ray is stopped however the
-job ends: the batch script's EXIT trap ends the worker steps, whose own traps stop the
-Ray processes of this job on each node (those whose command line names the node's own Ray
-directory: /tmp/fwr-JOBID for the head, /tmp/fwr-JOBID/NODENAME for a worker), since Ray's
-daemons outlive a job step under ``proctrack/linuxproc``.  A directory per Slurm node keeps
-the Ray nodes of several Slurm nodes on one host (a test cluster) from colliding.
+pipeline runs there with ``fitwork run --engine ray --plan``.
+
+Everything of the job on a host lies in /tmp/fwr-JOBID, a 0700 folder of the user's own
+(Ray makes the Ray folders in it, ``head`` and ``node-NODENAME``, world-writable; the
+folder keeps others out).  A folder per Slurm node keeps the Ray nodes of several Slurm
+nodes on one host (a test cluster) from colliding.
+
+Ray's token authentication is on: the batch step makes a token (256 random bits) and writes
+it to a 0600 file in the 0700 folder ``auth``; the head and the driver read that file
+(``RAY_AUTH_TOKEN_PATH``).  Each worker step gets the token in its environment from
+``srun`` and writes its node's own copy the same way before Ray starts, so no Ray process
+holds it in its environment.  The token is never on a command line.
+
+Ray is stopped however the job ends: the batch script's EXIT trap stops the head and ends
+the worker steps, whose own traps stop their nodes.  Each Ray node starts in a session of
+its own (``setsid``), which every process Ray starts stays in whatever it calls itself
+(``ray::DashboardAgent``...), and a node is stopped by its session: TERM, then KILL, until no
+process of it is left.  Ray's daemons outlive a job step under ``proctrack/linuxproc``.
 """
 
 from __future__ import annotations
@@ -69,19 +81,66 @@ FREE_PORT = [
     "}",
 ]
 
-WORKER = "\n".join(FREE_PORT) + "\n" + r"""
-tmp=$1/${SLURMD_NODENAME:-$(hostname)}; shift
+SHARED = [
+    *FREE_PORT,
+    "private_dir() {  # a folder only this user can enter: an existing one must be its own",
+    "    mkdir -m 700 -- \"$1\" 2>/dev/null || true",
+    "    if [ -L \"$1\" ] || [ ! -d \"$1\" ] || [ ! -O \"$1\" ]; then",
+    "        echo \"fitwork: $1 is not a folder of this user's own; remove it and resubmit\" >&2",
+    "        return 1",
+    "    fi",
+    "    chmod 700 -- \"$1\"",
+    "}",
+    "write_token() {  # $1 (the token) into the file $2, readable by this user only",
+    "    rm -f -- \"$2\" && (umask 077 && printf '%s' \"$1\" > \"$2\")",
+    "}",
+    "in_session() {  # this user's live processes in session $1",
+    "    ps -u \"$(id -u)\" -o pid=,sid=,stat= | awk -v s=\"$1\" '$2 == s && $3 !~ /^Z/ "
+    "{print $1}'",
+    "}",
+    "stop_session() {  # every process of session $1, however it titles itself: TERM, then KILL",
+    "    local pids tries",
+    "    case \"${1:-}\" in ''|*[!0-9]*) return 0 ;; esac",
+    "    pids=$(in_session \"$1\")",
+    "    [ -n \"$pids\" ] || return 0",
+    "    kill -TERM $pids 2>/dev/null || true",
+    "    for tries in 1 2 3 4 5 6 7 8 9 10 11 12; do",
+    "        sleep 0.5",
+    "        pids=$(in_session \"$1\")",
+    "        [ -n \"$pids\" ] || return 0",
+    "        if [ \"$tries\" -ge 6 ]; then kill -KILL $pids 2>/dev/null || true; fi",
+    "    done",
+    "    echo \"fitwork: processes of Ray session $1 still there: $pids\" >&2",
+    "}",
+]
+
+WORKER = "\n".join(SHARED) + "\n" + r"""
+base=$1; shift
+node=${SLURMD_NODENAME:-$(hostname)}
+tmp=$base/node-$node
+session=
 stop() {
-    pkill -TERM -f -- "$tmp/" 2>/dev/null || true
-    sleep 2
-    pkill -KILL -f -- "$tmp/" 2>/dev/null || true
+    [ -n "$session" ] || session=$(cat -- "$tmp.session" 2>/dev/null || true)
+    stop_session "$session"
+    if [ ! -L "$base" ] && [ -O "$base" ]; then
+        rm -rf -- "$tmp" "$tmp.session" "$base/auth/node-$node"
+        rmdir -- "$base/auth" "$base" 2>/dev/null || true
+    fi
 }
 trap stop EXIT
 trap 'exit 143' TERM INT HUP
 [ "${1:-}" = --stop ] && exit 0
-mkdir -p "$tmp"
-"$RAY" start "$@" --temp-dir="$tmp" --dashboard-agent-listen-port="$(free_port)" --block &
-wait $!
+private_dir "$base" || exit 1
+private_dir "$base/auth" || exit 1
+write_token "${FITWORK_RAY_TOKEN:?the job gives each worker step the cluster token}" \
+    "$base/auth/node-$node" || exit 1
+unset FITWORK_RAY_TOKEN RAY_AUTH_TOKEN
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$base/auth/node-$node
+FITWORK_RAY_NODE=$tmp setsid "$RAY" start "$@" --temp-dir="$tmp" \
+    --dashboard-agent-listen-port="$(free_port)" --block &
+session=$!  # setsid, not a group leader here, makes its own pid the session
+echo "$session" > "$tmp.session"
+wait "$session"
 """.strip("\n")
 
 
@@ -108,7 +167,7 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "export PYTHON RAY",
         f"PLAN=${{FITWORK_PLAN:-{shlex.quote(job.plan_path)}}}",
         'RAY_TMP=/tmp/fwr-${SLURM_JOB_ID}',
-        *FREE_PORT,
+        *SHARED,
         'PORT=${FITWORK_RAY_PORT:-$(free_port)}',
         "HEAD_IP=${FITWORK_HEAD_IP:-$(hostname -I | awk '{print $1}')}",
         'ADDRESS=$HEAD_IP:$PORT',
@@ -118,11 +177,8 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "FITWORK_WORKER",
         ")",
         "workers=()",
-        "stop_ray() {",
-        "    pkill -TERM -f -- \"$RAY_TMP/session_\" 2>/dev/null || true",
-        "    sleep 2",
-        "    pkill -KILL -f -- \"$RAY_TMP/session_\" 2>/dev/null || true",
-        "}",
+        "made_tmp=0",
+        "head_session=",
         "cleanup() {",
         "    status=$?",
         "    trap - EXIT TERM INT HUP",
@@ -131,9 +187,9 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "    stops=()",
         *[line for i, (s, _) in enumerate(pairs) for line in (
             f"    timeout 30 srun --het-group={i} --nodes={s.nodes} --ntasks={s.nodes} "
-            "--ntasks-per-node=1 --overlap bash -c \"$WORKER\" fitwork-ray-stop \"$RAY_TMP\" "
-            "--stop >/dev/null 2>&1 &", "    stops+=($!)")],
-        "    stop_ray",
+            "--ntasks-per-node=1 --overlap --export=ALL bash -c \"$WORKER\" fitwork-ray-stop "
+            "\"$RAY_TMP\" --stop >/dev/null 2>&1 &", "    stops+=($!)")],
+        "    stop_session \"$head_session\"",
         "    for pid in \"${stops[@]}\"; do wait \"$pid\" 2>/dev/null || true; done",
         "    for pid in \"${workers[@]}\"; do kill -TERM \"$pid\" 2>/dev/null || true; done",
         "    for _ in $(seq 10); do",
@@ -142,18 +198,40 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "        [ \"$alive\" = 0 ] && break",
         "        sleep 1",
         "    done",
-        "    pkill -KILL -f -- \"$RAY_TMP/\" 2>/dev/null || true",
-        "    rm -rf \"$RAY_TMP\"",
+        "    if [ \"$made_tmp\" = 1 ]; then",
+        "        for file in \"$RAY_TMP\"/node-*.session; do  # workers on this host",
+        "            [ -f \"$file\" ] && stop_session \"$(cat -- \"$file\")\"",
+        "        done",
+        "        rm -rf -- \"$RAY_TMP\"",
+        "    fi",
         "    echo \"fitwork: ray stopped; job exit $status\"",
         "    exit \"$status\"",
         "}",
         "trap cleanup EXIT",
         "trap 'exit 143' TERM INT HUP",
         "",
-        "# The Ray head: on this (the batch) node, with no CPUs, so no replica lands on it.",
-        '"$RAY" start --head --node-ip-address="$HEAD_IP" --port="$PORT" --num-cpus=0 '
-        '--num-gpus=0 --temp-dir="$RAY_TMP" --include-dashboard=false --disable-usage-stats '
-        '--dashboard-agent-listen-port="$(free_port)" --ray-client-server-port="$(free_port)"',
+        "# Ray's token authentication: a fresh token, in a file only this user can read; the",
+        "# head and the driver read the file, each worker step gets the token from srun",
+        "private_dir \"$RAY_TMP\"",
+        "made_tmp=1",
+        "private_dir \"$RAY_TMP/auth\"",
+        "token=$(od -An -v -tx1 -N32 /dev/urandom | tr -d ' \\n')",
+        "if [ \"${#token}\" != 64 ]; then",
+        "    echo \"fitwork: could not make a Ray token from /dev/urandom\" >&2",
+        "    exit 1",
+        "fi",
+        "write_token \"$token\" \"$RAY_TMP/auth/head\"",
+        "unset RAY_AUTH_TOKEN FITWORK_RAY_TOKEN",
+        "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_TMP/auth/head",
+        "",
+        "# The Ray head: on this (the batch) node, with no CPUs, so no replica lands on it; in",
+        "# a session of its own, by which it is stopped.",
+        'FITWORK_RAY_NODE=$RAY_TMP/head setsid "$RAY" start --head --node-ip-address="$HEAD_IP" '
+        '--port="$PORT" --num-cpus=0 --num-gpus=0 --temp-dir="$RAY_TMP/head" '
+        "--include-dashboard=false --disable-usage-stats "
+        '--dashboard-agent-listen-port="$(free_port)" --ray-client-server-port="$(free_port)" &',
+        "head_session=$!",
+        'wait "$head_session"',
         "",
     ]
     for index, (shape, _) in enumerate(pairs):
@@ -167,8 +245,9 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         env = "" if shape.device_slots else "env -u CUDA_VISIBLE_DEVICES "
         body += [
             f"# node type {shape.name}: {shape.nodes} Ray worker(s), one per node",
-            f"srun --het-group={index} --nodes={shape.nodes} --ntasks={shape.nodes} "
-            f"--ntasks-per-node=1 --overlap --kill-on-bad-exit=0 "
+            f"FITWORK_RAY_TOKEN=$token srun --het-group={index} --nodes={shape.nodes} "
+            f"--ntasks={shape.nodes} --ntasks-per-node=1 --overlap --kill-on-bad-exit=0 "
+            "--export=ALL "
             f'{env}bash -c "$WORKER" fitwork-ray "$RAY_TMP" {quoted} &',
             "workers+=($!)",
         ]
