@@ -6,7 +6,10 @@ it the descriptors, and lets its replicas hand the rows straight to the first un
 driver moves a few hundred bytes per shard and never an item.  A shard is an item of the
 run's books, so the run's exactly-once guarantee covers it: a reader killed mid-shard has
 its shard read again, and its rows reach the output once.  A shard that cannot be read is
-retried, then dead-lettered with the file and the byte offset or row of the fault.
+retried, then dead-lettered with the file and the byte offset or row of the fault.  A
+shard whose reader (or a later unit holding its rows) died is not retried whole: the run
+core retries it as `Slice`s, row ranges of it that a reader reads alone, bisected until the
+row that kills is alone (see ``fitwork.engine.core.machine``).
 
 `Source.files` shards data files: JSON Lines by byte ranges (a range holds the lines that
 start inside it), Parquet by row groups, and CSV whole (a quoted field may hold a newline,
@@ -37,6 +40,34 @@ FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv
            ".parquet": "parquet"}
 READER = "read"
 """The name of the reader unit a sharded run puts in front of the pipeline."""
+
+
+class Slice(NamedTuple):
+    """Rows ``[lo, hi)`` of the shard ``value`` (``hi`` None: to its end): what the run core
+    sends a reader in a shard's place once a worker died holding it.  The reader yields those
+    rows only, numbered as in the whole shard, and runs nothing on the others."""
+
+    value: Any
+    lo: int
+    hi: int | None
+
+
+class Children(NamedTuple):
+    """What a reader that runs a filter or flat-map first unit yields for one row: that
+    row's outputs, so a reader's n-th child is always its n-th row (its outputs are the
+    n-th child's children), whichever rows a `Slice` of the shard holds."""
+
+    values: list[Any]
+
+
+def sliced(rows: Iterable[Any], piece: Slice) -> Iterator[Any]:
+    """The rows of ``piece`` among ``rows`` (the whole shard's), reading no further than
+    its end."""
+    for index, row in enumerate(rows):
+        if piece.hi is not None and index >= piece.hi:
+            return
+        if index >= piece.lo:
+            yield row
 
 
 class Shard(NamedTuple):
@@ -98,31 +129,47 @@ class Source:
 
     def reader(self, first: Unit | None = None) -> Unit:
         """The flat-map unit that reads one shard into its rows (no retries of its own: a
-        shard that fails is retried whole by the run, then dead-lettered).
+        shard whose read raises is retried by the run, then dead-lettered; one whose reader
+        died is retried as `Slice`s, which it reads alone).
 
         With ``first`` (the pipeline's first unit, a plain one: `Unit.is_plain`), the reader
         runs it on each row as it reads, in the same replica: no replica and no hop of
         their own for the rows.  A row that unit fails on fails alone, named as that unit's
         failure of that row, as it would be in the unit's own replicas.
         """
+        read = self.read
         if first is None:
-            return Unit(fn=self.read, name=READER, kind=Kind.FLAT_MAP,
+            class Read:
+                slices_rows = True  # the run core may send it a `Slice` of a shard
+
+                def __call__(self, shard: Any) -> Iterator[Any]:
+                    if type(shard) is Slice:
+                        return sliced(read(shard.value), shard)
+                    return iter(read(shard))
+
+            return Unit(fn=Read, name=READER, kind=Kind.FLAT_MAP,
                         resources=Resources(cpu=0.5), replicas=self.readers,
                         retry=Retry(attempts=1))
-        read = self.read
 
         class ReadThen:
+            slices_rows = True  # the run core may send it a `Slice` of a shard
+
             def __init__(self) -> None:
                 self.kernel = Kernel(first)  # a class unit: built once per replica
 
             def __call__(self, shard: Any) -> Iterator[Any]:
                 kernel = self.kernel
-                for row in read(shard):
+                rows = (sliced(read(shard.value), shard) if type(shard) is Slice
+                        else read(shard))
+                single = kernel.kind is Kind.MAP
+                for row in rows:
                     raw = kernel.result(row)
                     if type(raw) is Failed:
                         yield ChildFailed(kernel.name, row, raw)
+                    elif single:
+                        yield raw
                     else:
-                        yield from kernel.outputs(row, raw)
+                        yield Children(kernel.outputs(row, raw))
 
         return Unit(fn=ReadThen, name=READER, kind=Kind.FLAT_MAP,
                     resources=replace(first.resources, cpu=max(0.5, first.resources.cpu)),
@@ -280,4 +327,5 @@ def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-__all__ = ["SPLIT_BYTES", "Shard", "Source", "data_files", "file_shards", "read_shard"]
+__all__ = ["SPLIT_BYTES", "Children", "Shard", "Slice", "Source", "data_files", "file_shards",
+           "read_shard"]

@@ -130,8 +130,9 @@ def test_a_poison_item_is_dead_lettered_after_max_attempts(
     assert [(d["input"], d["kind"]) for d in letters] == [(13, "poison")]
     # The local engine sees the signal; Ray reports the actor's death.
     assert (signal_name if engine == "local" else "died") in letters[0]["error"]
-    assert record.poisoned == 1
-    assert record.worker_restarts == 3
+    assert record.poisoned == 1 and letters[0]["attempt"] == 3
+    # three deaths alone, and the death of the frame it shared, if it shared one
+    assert record.worker_restarts in (3, 4)
 
 
 @pytest.mark.processes

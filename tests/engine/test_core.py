@@ -38,6 +38,7 @@ from fitwork.engine.core import (
 from fitwork.engine.segment import settle, split
 from fitwork.engine.shell import stages_of
 from fitwork.placement import Placement
+from fitwork.shards import Slice
 from fitwork.workload.kernel import Failed, Kernel
 
 
@@ -414,3 +415,195 @@ def _checked(seen: list[RunCore]) -> Callable[..., RunCore]:
         return core
 
     return make
+
+
+# -- rows that kill the worker that touches them ------------------------------------------
+
+
+@unit
+def tag_inc(row: tuple[int, int]) -> tuple[int, int]:
+    return (row[0], row[1] + 1)
+
+
+@unit(kind="filter")
+def tag_even(row: tuple[int, int]) -> bool:
+    return row[1] % 2 == 0
+
+
+@unit
+def tag_fan(row: tuple[int, int]) -> Any:
+    for i in range(row[0] % 3):
+        yield (row[0], row[1] * 10 + i)
+
+
+TAGGED = {"inc": tag_inc, "even": tag_even, "fan": tag_fan}
+
+
+def read_rows(shard: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return list(shard)
+
+
+class PoisonEngine(AdversarialEngine):
+    """The adversarial engine, where some rows (``(row id, n)`` values) kill any worker of
+    their stage that touches them: ``always`` every time, ``once`` the first time only.  A
+    reader (sharded source) touches the rows it yields; other units the values they get."""
+
+    def __init__(self, pipeline: Pipeline, items: list[Any], policy: Policy,
+                 rng: random.Random, always: dict[int, int], once: dict[int, int]) -> None:
+        super().__init__(pipeline, items, policy, rng, death=0.0, ghost=0.0)
+        self.always, self.once = always, once  # row id -> the stage where it kills
+        self.deaths = 0
+
+    def kills(self, stage: int, rows: list[Any]) -> bool:
+        for row in rows:
+            rid = row[0]
+            if self.always.get(rid) == stage:
+                return True
+            if self.once.get(rid) == stage:
+                del self.once[rid]
+                return True
+        return False
+
+    def step(self) -> None:
+        self.now += 0.001
+        room = self.core.room()
+        if room and self.rng.random() < 0.5:
+            batch = list(itertools.islice(self.items, self.rng.randint(1, max(1, room))))
+            self.apply(self.core.handle(Fed(batch, self.now, end=not batch)))
+            return
+        busy = [s for s, q in enumerate(self.queues) if q]
+        if not busy:
+            self.apply(self.core.handle(Tick(self.now)))
+            return
+        stage = self.rng.choice(busy)
+        queue = self.queues[stage]
+        frame_id, segments = queue.pop(self.rng.randrange(len(queue)))
+        worker = self.rng.choice([w for w, s in self.workers.items() if s == stage])
+        self.apply(self.core.handle(Taken(worker, frame_id, [(s[0], s[2]) for s in segments],
+                                          self.now)))
+        kernel, outputs, returns, failures = self.kernels[stage], [], [], []
+        touched: list[Any] = []
+        for segment in segments:
+            results, failed = kernel.results(segment[5])
+            if self.core.stages[stage].slices:  # a reader touches each row it reads
+                touched += [row for v in segment[5]
+                            for row in (v.value[v.lo:v.hi] if type(v) is Slice else v)]
+            else:
+                touched += segment[5]
+            out, back, bad = settle(kernel, segment, results, failed)
+            outputs += [out] if out else []
+            returns += [back] if back else []
+            failures += bad
+        if self.kills(stage, touched):
+            self.deaths += 1
+            self._die(worker)
+            return
+        if stage + 1 < len(self.queues):
+            for piece in (p for s in outputs for p in split(s, self.rng.randint(1, 3))):
+                self.queues[stage + 1].append((next(self.ids), [piece]))
+        elif outputs:
+            self.apply(self.core.handle(Arrived(outputs, self.now)))
+        self.apply(self.core.handle(Done(worker, [frame_id], returns, failures, self.now)))
+
+
+def _reaches(units: list[Any], row: Any, index: int) -> bool:
+    """Whether ``row`` (or a value made of it) enters ``units[index]``."""
+    values = [row]
+    for stage in units[:index]:
+        kernel = Kernel(stage)
+        values = [o for v in values for o in kernel.outputs(v, kernel.result(v))]
+    return bool(values)
+
+
+def _tagged_serial(pipeline: Pipeline, rows: list[Any]) -> Counter[Any]:
+    out: Counter[Any] = Counter()
+    for row in rows:
+        values = [row]
+        for stage in pipeline.units:
+            kernel = Kernel(stage)
+            values = [o for v in values for o in kernel.outputs(v, kernel.result(v))]
+        out.update(values)
+    return out
+
+
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(st.sampled_from(sorted(TAGGED)), min_size=1, max_size=3),
+       count=st.integers(1, 120), sharded=st.booleans(), fused=st.booleans(),
+       shard_size=st.integers(1, 40), seed=st.integers(0, 10**6),
+       always_share=st.sampled_from([0.0, 0.02, 0.05]),
+       once_share=st.sampled_from([0.0, 0.05, 0.2]), ordered=st.booleans(),
+       max_attempts=st.integers(2, 4))
+def test_a_row_that_kills_its_worker_costs_only_itself(
+        names: list[str], count: int, sharded: bool, fused: bool, shard_size: int,
+        seed: int, always_share: float, once_share: float, ordered: bool,
+        max_attempts: int) -> None:
+    """Rows that kill any worker touching them, once or every time, in frames of any size
+    or in shards (read by a reader of their own, or by one that runs the first unit): every
+    other row completes exactly once, each always-killing row is dead-lettered alone after
+    ``max_attempts``, a once-killing row completes, and the run never aborts."""
+    rng = random.Random(seed)
+    units = [unit(TAGGED[n].fn, name=f"{n}{i}", kind=TAGGED[n].kind)
+             for i, n in enumerate(names)]
+    rows = [(i, i) for i in range(count)]
+    killers = rng.sample(range(count), min(count, int(count * (always_share + once_share))
+                                           + (1 if rng.random() < 0.5 else 0)))
+    cut = min(10, round(len(killers) * always_share / max(1e-9, always_share + once_share)))
+    stages = len(units) + (1 if sharded and not fused else 0)
+    always = {r: rng.randrange(stages) for r in killers[:cut]}
+    once = {r: rng.randrange(stages) for r in killers[cut:]}
+    if sharded:
+        source = fitwork.Source.of([], read_rows)
+        reader = source.reader(units[0]) if fused else source.reader()
+        pipeline = Pipeline([reader, *(units[1:] if fused else units)], name="sharded")
+        items: list[Any] = [rows[i:i + shard_size] for i in range(0, count, shard_size)]
+    else:
+        pipeline = Pipeline(units, name="frames")
+        items = rows
+    policy = Policy(ordered=ordered, max_attempts=max_attempts, max_frames=6,
+                    ordered_window=64)
+    model = PoisonEngine(pipeline, items, policy, rng, always, dict(once))
+    offset = 1 if sharded and not fused else 0
+    always = {r for r, s in always.items()  # those that reach the stage where they kill
+              if _reaches(units, rows[r], max(0, s - offset))}
+    model.run()  # an Abort raises: the run never gives up while rows complete
+    core = model.core
+    assert core.completed == len(items) and not core.frames
+    letters = [f for f in model.letters]
+    assert all(f.kind == "poison" for f in letters)
+    if sharded:
+        poisoned = [items[f.item][f.input["row"]][0] for f in letters]
+        assert all(f.path == (f.input["row"],) for f in letters)
+    else:
+        poisoned = [f.input[0] for f in letters]
+    assert sorted(poisoned) == sorted(always)  # each always-killer, alone, once
+    assert all(f.attempt == max_attempts for f in letters)  # deaths alone
+    user = Pipeline(units, name="user")
+    want = _tagged_serial(user, [r for r in rows if r[0] not in always])
+    assert Counter(model.emitted) == want  # once-killers included; nothing twice
+    if ordered:
+        assert model.emitted == list(want.elements()) or Counter(model.emitted) == want
+
+
+def test_a_once_killing_row_in_each_of_many_frames_does_not_read_as_a_restart_storm() -> None:
+    """The issue's repro, on the core: a replacement worker that takes the next frame and
+    dies on its bad row is progress as long as retried singles complete."""
+    rng = random.Random(7)
+    rows = [(i, i) for i in range(3000)]
+    once = {r: 0 for r in rng.sample(range(3000), 30)}
+    pipeline = Pipeline([unit(tag_inc.fn, name="crashy")])
+    model = PoisonEngine(pipeline, rows, Policy(max_attempts=3, max_frames=64), rng, {},
+                         once)
+    model.run()
+    assert model.deaths == 30 and model.letters == []
+    assert sorted(model.emitted) == [(i, i + 1) for i in range(3000)]
+
+
+def test_workers_that_die_on_every_item_stop_the_run_naming_the_poison_rows() -> None:
+    rows = [(i, i) for i in range(200)]
+    pipeline = Pipeline([unit(tag_inc.fn, name="oom")])
+    model = PoisonEngine(pipeline, rows, Policy(max_attempts=2), random.Random(1),
+                         {i: 0 for i in range(200)}, {})
+    with pytest.raises(fitwork.EngineError, match=r"keep dying .* rows isolated as poison"):
+        model.run()
+    assert 0 < model.core.poisoned <= 20

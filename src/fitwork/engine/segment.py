@@ -7,9 +7,13 @@ feed frame (a ``range`` for a fresh run of items), ``paths`` names a flat-map ch
 (``None``: every weight is 1).  A source item starts with weight 1; a map passes its weight
 on, a filter that drops an item and a failed item *return* theirs, and a flat-map splits
 its weight exactly among its children (``n`` children of ``2**-e`` get ``2**-(e+k-1)`` or
-``2**-(e+k)``, ``k = ceil(log2 n)``).  The run's books know a source item is finished when
-the weights that reached the sink or were returned add up to 1, whatever order reports
-arrive in.  A return is ``(frame, offsets, exps)``.
+``2**-(e+k)``, ``k = ceil(log2 n)``).  The children of a `Slice` (rows ``lo..`` of a shard,
+what the run core sends a reader in place of a shard whose worker died) are numbered from
+``lo``, as in the whole shard, and share the slice's weight; a reader's `Children` (the
+outputs of one row, when it runs a filter or flat-map first unit) split that row's weight
+as a flat-map's children do, one level down.  The run's books know a source
+item is finished when the weights that reached the sink or were returned add up to 1,
+whatever order reports arrive in.  A return is ``(frame, offsets, exps)``.
 
 The common case costs no per-item work here: a map over a fresh segment keeps its
 metadata and swaps its values.
@@ -22,6 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from fitwork.failure import Failure
+from fitwork.shards import Children, Slice
 from fitwork.workload.kernel import ChildFailed, Failed, Kernel
 from fitwork.workload.unit import Kind
 
@@ -82,16 +87,22 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
             if count:
                 k = (count - 1).bit_length()
                 first = (1 << k) - count
+                base = values[j].lo if type(values[j]) is Slice else 0
                 for i, child in enumerate(raw):
                     child_exp = exp + k - 1 if i < first else exp + k
                     if type(child) is ChildFailed:  # fails alone, and returns its weight
                         failures.append(child.failed.record(child.unit, child.value,
-                                                            (*path, i), frame, offset))
+                                                            (*path, base + i), frame, offset))
                         back_offsets.append(offset)
                         back_exps.append(child_exp)
                         continue
+                    if type(child) is Children:
+                        _grandchildren(child.values, offset, (*path, base + i), child_exp,
+                                       (out_offsets, out_paths, out_exps, out_values),
+                                       (back_offsets, back_exps))
+                        continue
                     out_offsets.append(offset)
-                    out_paths.append((*path, i))
+                    out_paths.append((*path, base + i))
                     out_exps.append(child_exp)
                     out_values.append(child)
                 continue
@@ -110,3 +121,22 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
                out_exps if any(out_exps) else None, out_values)
     back = (frame, back_offsets, back_exps if any(back_exps) else None) if back_offsets else None
     return out, back, failures
+
+
+def _grandchildren(values: list[Any], offset: int, path: tuple[int, ...], exp: int,
+                   out: tuple[list[int], list[tuple[int, ...]], list[int], list[Any]],
+                   back: tuple[list[int], list[int]]) -> None:
+    """One row's outputs (a reader's `Children`), sharing the weight ``2**-exp`` of its
+    child ``path`` as a flat-map's children do; none returns the weight."""
+    count = len(values)
+    if not count:
+        back[0].append(offset)
+        back[1].append(exp)
+        return
+    k = (count - 1).bit_length()
+    first = (1 << k) - count
+    for q, value in enumerate(values):
+        out[0].append(offset)
+        out[1].append((*path, q))
+        out[2].append(exp + k - 1 if q < first else exp + k)
+        out[3].append(value)

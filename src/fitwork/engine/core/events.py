@@ -133,3 +133,5 @@ class Stage:
     io: int = 0
     batch_size: int | None = None
     demand: dict[str, float] = field(default_factory=dict)
+    slices: bool = False
+    """A sharded source's reader: an item whose worker died is retried as `Slice`s of it."""

@@ -5,28 +5,42 @@ the metadata of what arrived (references to lists already received, no per-item 
 When one of its items must be retried, the frame *itemizes*: the log is replayed into
 per-item books (weight of the current attempt, paths already delivered), and from then on
 that frame is handled item by item.  A retry is a frame of its own with one item and an
-``origin`` pointing at the item it stands for.
+``origin`` pointing at the item it stands for.  An item of a sharded source's reader is
+retried as *pieces* instead: frames of one `fitwork.shards.Slice` of it each (``piece``),
+settled when their own weight comes back, the item once its last live piece is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from fitwork.engine.segment import Weight, weight_of
+
+
+class Piece(NamedTuple):
+    """Rows ``[lo, hi)`` of an item (``hi`` None: to its end; ``width``: where a death splits
+    such a tail), and how many workers died holding them (``deaths``)."""
+
+    lo: int
+    hi: int | None
+    width: int
+    deaths: int
 
 
 class Item:
     """One item of an itemized frame: weight per attempt, and what was already delivered."""
 
-    __slots__ = ("attempt", "failed", "paths", "settled", "weights")
+    __slots__ = ("attempt", "failed", "paths", "pieces", "settled", "shared", "weights")
 
     def __init__(self) -> None:
         self.attempt = 0
+        self.shared = 0  # 1 once a worker died holding it with other items (not its fault)
         self.weights: dict[int, Weight] = {}
         self.paths: set[tuple[int, ...]] = set()
         self.failed: set[tuple[int, ...]] = set()
         self.settled = False
+        self.pieces: set[int] = set()  # ids of the live piece frames retrying it by slices
 
     def add(self, attempt: int, weight: Weight) -> bool:
         """Count weight returned by ``attempt``; True once any attempt has all of it.
@@ -43,7 +57,8 @@ class Frame:
     """A feed frame: ``count`` source items from index ``src`` on, fed at ``fed_at``."""
 
     __slots__ = ("attempt", "buffer", "count", "done", "fed_at", "id", "items", "log",
-                 "origin", "retries", "singles", "src", "unsettled", "values", "weight")
+                 "origin", "piece", "retries", "singles", "src", "unsettled", "values",
+                 "weight")
 
     def __init__(self, frame_id: int, src: int, values: list[Any], fed_at: float,
                  attempt: int = 0, origin: tuple[Frame, int] | None = None) -> None:
@@ -59,6 +74,7 @@ class Frame:
         self.singles: list[tuple[int, tuple[int, ...], Any]] = []
         self.retries: list[int] = []
         self.done = False
+        self.piece: Piece | None = None
 
     def itemize(self) -> list[Item]:
         """Switch to per-item books, replaying everything that has arrived so far."""

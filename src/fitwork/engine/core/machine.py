@@ -20,6 +20,30 @@ Invariants (each checked by a Hypothesis property in ``tests/engine/test_core.py
 6. Replicas alive (less those retiring) equal the target of each stage once spawns land.
 7. With ``spans``, every source item is in exactly one emitted span, emitted once it has
    settled and together with all its outputs.
+8. A worker's death costs only the rows that kill: what it held is narrowed down before
+   anything is dead-lettered, and only a row that died alone is poison.
+
+Narrowing a death.  A frame's items travel by value, so the items a dead worker held are
+replayed *one by one*: each becomes a frame of its own (a single), and one that killed
+``max_attempts`` workers alone is poison (a death with other items is no item's fault, so
+a row that kills once completes whatever it shared a frame with).  One by one,
+because it costs one death per killing item and nothing per innocent one, and a frame is
+small (about 5 ms of work).  An item of a sharded source's reader (``Stage.slices``) is a
+shard of thousands of rows, which only a reader can re-read: replaying its rows one by one
+would re-read the shard once per row.  It is *bisected* instead: its retry is two
+`Slice`s, row ranges a reader reads alone, and a range whose worker dies is split in two
+again (a range open at its end, whose length nobody knows yet, is split at its ``width``,
+and the open rest gets twice that), so a row that kills is alone after about log2(rows)
+deaths, reading the shard about twice per level; then, like a single, it is poison once it
+has killed ``max_attempts`` workers alone.  The
+dead letter names the shard and the row.  Any other row of a killing range is read again in
+a smaller one, and the paths it delivered before are not emitted twice.
+
+Progress is an item settled: the restart-storm rule aborts only when workers keep dying
+and no item (single, piece or frame) completes in between.  A row isolated as poison
+accounts for the deaths it took, but only up to ``POISON_STREAK`` rows in a row: a unit
+that kills every worker on every item (out of memory at any input) stops the run instead
+of dead-lettering all of it.
 """
 
 from __future__ import annotations
@@ -45,7 +69,7 @@ from fitwork.engine.core.events import (
     Taken,
     Tick,
 )
-from fitwork.engine.core.frames import Frame, Item
+from fitwork.engine.core.frames import Frame, Item, Piece
 from fitwork.engine.core.instructions import (
     Abort,
     DeadLetter,
@@ -63,10 +87,16 @@ from fitwork.engine.segment import Return, Segment, fresh, weight_of
 from fitwork.errors import EngineError, TooManyFailures
 from fitwork.failure import Failure, portable
 from fitwork.placement import Group, Placement
+from fitwork.shards import Slice
 from fitwork.telemetry.record import Progress
 from fitwork.unreadable import Unreadable
 
 KEEP_FAILURES = 1000
+POISON_STREAK = 16
+"""Rows isolated as poison with no item completed in between before a run gives up."""
+SLICE_WIDTH = 256
+"""Rows of the first piece of a shard whose worker died, before the run has seen a shard's
+rows (then half the rows a shard had)."""
 LIVE_FIGURES = ("items_in", "items_out", "busy_s", "cpu_s")
 
 
@@ -135,7 +165,9 @@ class RunCore:
         self.failures = self.poisoned = 0
         self.failures_by_unit: dict[str, int] = {}
         self.failed_items: list[Failure] = []
-        self.deaths_since_progress = 0
+        self.deaths_since_progress = self.poisoned_since_progress = 0
+        self.slices = self.stages[0].slices
+        self.shard_rows = 2 * SLICE_WIDTH  # about how many rows a shard has (a power of 2)
         self.source_done = False
         self.source_error: BaseException | None = None
         self.aborted: BaseException | None = None
@@ -320,12 +352,18 @@ class RunCore:
                 for frame_id, offsets in parts:
                     self._retry_part(frame_id, offsets, name, why, event.now)
             worker.held.clear()
-            limit = 3 * self.policy.max_attempts + 2 * max(1, sum(self.targets))
-            if self.deaths_since_progress > limit:
+            per_row = self.policy.max_attempts
+            if self.slices:
+                per_row += 2 * self.shard_rows.bit_length()  # deaths that bisect a shard
+            limit = (3 * self.policy.max_attempts + 2 * max(1, sum(self.targets))
+                     + per_row * self.poisoned_since_progress)
+            if (self.deaths_since_progress > limit
+                    or self.poisoned_since_progress > POISON_STREAK):
                 self._abort(EngineError(
                     f"workers of unit {name!r} keep dying ({event.cause}) and no item has "
-                    f"finished in {self.deaths_since_progress} restarts; check its memory "
-                    "demand and native code"))
+                    f"finished in {self.deaths_since_progress} restarts ({self.poisoned} "
+                    "rows isolated as poison before that); check its memory demand and "
+                    "native code"))
                 return
         if not self.stopping and self.live(worker.stage) < self.targets[worker.stage]:
             self._spawn(worker.stage, worker.group, event.now)
@@ -396,6 +434,8 @@ class RunCore:
                 self._arrive_itemized(frame, segment, now)
                 continue
             _, _, offsets, paths, exps, values = segment
+            if self.slices and exps:  # a shard's children weigh 2**-k: it had <= 2**k rows
+                self.shard_rows = 1 << min(exps[0], 24)
             frame.log.append((offsets, paths, exps, True))
             self.outputs += len(values)
             if ordered:
@@ -439,23 +479,49 @@ class RunCore:
                     owner.singles.append((index, path, values[j]))
                 else:
                     self.out.append(Emit([values[j]]))
-            if item.add(attempt, weight_of([exps[j]], 1) if exps else 1):
-                self._settle_item(owner, item, now)
+            self._add(frame, owner, item, attempt, weight_of([exps[j]], 1) if exps else 1, now)
 
     def _return_itemized(self, frame: Frame, offsets: Sequence[int], exps: list[int] | None,
                          now: float) -> None:
         for j, offset in enumerate(offsets):
             owner, item, attempt = self._owner(frame, offset)
-            if not item.settled and item.add(attempt, weight_of([exps[j]], 1) if exps else 1):
-                self._settle_item(owner, item, now)
+            if not item.settled:
+                self._add(frame, owner, item, attempt,
+                          weight_of([exps[j]], 1) if exps else 1, now)
 
-    def _settle_item(self, frame: Frame, item: Item, now: float) -> None:
+    def _add(self, frame: Frame, owner: Frame, item: Item, attempt: int, weight: Any,
+             now: float) -> None:
+        """Count weight that came back for ``item`` through ``frame`` (a piece's weight is
+        its own: the item settles once its last live piece has all of it)."""
+        if frame.piece is None:
+            if item.add(attempt, weight):
+                self._settle_item(owner, item, now)
+            return
+        frame.weight += weight
+        if frame.weight == 1 and frame.id in item.pieces:
+            self.deaths_since_progress = self.poisoned_since_progress = 0
+            self._drop_piece(owner, item, frame, now)
+
+    def _drop_piece(self, owner: Frame, item: Item, piece: Frame, now: float) -> None:
+        """``piece`` is settled or replaced: the item settles with its last live piece."""
+        item.pieces.discard(piece.id)
+        self.frames.pop(piece.id, None)
+        if not item.pieces and not item.settled:
+            self._settle_item(owner, item, now, progress=False)
+
+    def _settle_item(self, frame: Frame, item: Item, now: float,
+                     progress: bool = True) -> None:
         item.settled = True
+        if progress:
+            self.deaths_since_progress = self.poisoned_since_progress = 0
+        for piece_id in item.pieces:
+            self.frames.pop(piece_id, None)
+        item.pieces.clear()
         frame.unsettled -= 1
         if frame.unsettled == 0:
-            self._complete(frame, now)
+            self._complete(frame, now, progress)
 
-    def _complete(self, frame: Frame, now: float) -> None:
+    def _complete(self, frame: Frame, now: float, progress: bool = True) -> None:
         """Every item of ``frame`` is settled: count it, and release it in turn if ordered."""
         del self.frames[frame.id]
         for retry_id in frame.retries:
@@ -463,7 +529,8 @@ class RunCore:
         frame.done = True
         self.in_flight -= 1
         self.completed += frame.count
-        self.deaths_since_progress = 0
+        if progress:
+            self.deaths_since_progress = self.poisoned_since_progress = 0
         self.latencies.append((now - frame.fed_at, frame.count))
         self.completions.append((now - self.t0, self.completed))
         spans = self.policy.spans
@@ -508,13 +575,15 @@ class RunCore:
         self.failures_by_unit[failure.unit] = self.failures_by_unit.get(failure.unit, 0) + 1
         if failure.kind == "poison":
             self.poisoned += 1
+            self.poisoned_since_progress += 1
         if len(self.failed_items) < KEEP_FAILURES:
             self.failed_items.append(failure.summary())
         self.out.append(DeadLetter(failure))
         limit = self.policy.max_failures
         if limit is not None and self.failures > limit and self.aborted is None:
             self._abort(TooManyFailures(
-                f"{self.failures} items failed, more than max_failures={limit} (last: unit "
+                f"{self.failures} items failed, more than max_failures={limit}, "
+                f"{self.poisoned} of them rows isolated as poison (last: unit "
                 f"{failure.unit!r}: {failure.error}); fix the unit or raise max_failures"))
 
     def _retry_part(self, frame_id: int, offsets: Sequence[int], unit: str, why: str,
@@ -525,27 +594,84 @@ class RunCore:
         if frame.origin is not None:
             owner, index = frame.origin
             item = owner.itemize()[index]
-            if not item.settled and item.attempt == frame.attempt:
-                self._retry_or_poison(owner, index, unit, why, now)
+            if frame.piece is not None:
+                if not item.settled and frame.id in item.pieces:
+                    self._piece_died(owner, index, frame, unit, why, now)
+            elif not item.settled and item.attempt == frame.attempt:
+                self._retry_or_poison(owner, index, unit, why, now, alone=True)
             return
         items = frame.itemize()
         for offset in sorted(set(offsets)):
             item = items[offset]
             if not item.settled and item.attempt == 0:
-                self._retry_or_poison(frame, offset, unit, why, now)
+                if self.slices:
+                    item.attempt = 1
+                    width = max(1, self.shard_rows // 2)
+                    self._send_piece(frame, offset, Piece(0, width, width, 1), 0, now)
+                    self._send_piece(frame, offset, Piece(width, None, 2 * width, 1), 0, now)
+                else:
+                    self._retry_or_poison(frame, offset, unit, why, now,
+                                          alone=frame.count == 1)
+
+    def _piece_died(self, owner: Frame, index: int, frame: Frame, unit: str, why: str,
+                    now: float) -> None:
+        """A worker died holding rows ``piece`` of an item: split them, or retry the row it
+        holds alone (poison once it has killed ``max_attempts`` workers)."""
+        item = owner.itemize()[index]
+        piece = frame.piece
+        assert piece is not None
+        lo, hi, width, deaths = piece.lo, piece.hi, piece.width, piece.deaths + 1
+        item.pieces.discard(frame.id)
+        self.frames.pop(frame.id, None)
+        if hi is None:
+            self._send_piece(owner, index, Piece(lo, lo + width, width, deaths), 0, now)
+            self._send_piece(owner, index, Piece(lo + width, None, 2 * width, deaths), 0, now)
+        elif hi - lo > 1:
+            mid = (lo + hi) // 2
+            self._send_piece(owner, index, Piece(lo, mid, mid - lo, deaths), 0, now)
+            self._send_piece(owner, index, Piece(mid, hi, hi - mid, deaths), 0, now)
+        elif frame.attempt + 1 < self.policy.max_attempts:  # attempts alone
+            self._send_piece(owner, index, Piece(lo, hi, 1, deaths), frame.attempt + 1, now)
+        else:
+            shard = owner.values[index]
+            self._dead_letter(Failure(
+                unit=unit, error=f"{why} on each of {frame.attempt + 1} attempts with this "
+                f"row alone ({deaths} deaths in all with it)", kind="poison",
+                attempt=frame.attempt + 1, path=(lo,), input={"shard": portable(shard), "row": lo},
+                item=owner.src + index, run_id=self.run_id))
+        if not item.pieces and not item.settled:
+            self._settle_item(owner, item, now, progress=False)
+
+    def _send_piece(self, owner: Frame, index: int, piece: Piece, attempt: int,
+                    now: float) -> None:
+        """Feed rows ``piece`` of an item as a frame of their own (a `Slice` of it)."""
+        value = Slice(owner.values[index], piece.lo, piece.hi)
+        retry = Frame(next(self.frame_ids), owner.src + index, [value], now,
+                      attempt=attempt, origin=(owner, index))
+        retry.piece = piece
+        self.frames[retry.id] = retry
+        owner.retries.append(retry.id)
+        owner.itemize()[index].pieces.add(retry.id)
+        self.retries += 1
+        self.fed_records += 1
+        self.out.append(Send(retry.id, fresh(retry.id, [value], attempt), retry=True))
 
     def _retry_or_poison(self, frame: Frame, index: int, unit: str, why: str,
-                         now: float) -> None:
-        """Feed one item again, alone, or dead-letter it once it has used its attempts."""
+                         now: float, alone: bool) -> None:
+        """Feed one item again, alone, or dead-letter it once it has used its attempts (a
+        death with other items counts, but only an item that died alone is poison)."""
         item = frame.itemize()[index]
         item.attempt += 1
+        if not alone:
+            item.shared = 1
         value = frame.values[index]
-        if item.attempt >= self.policy.max_attempts:
+        attempts = item.attempt - item.shared  # deaths alone
+        if attempts >= self.policy.max_attempts:
             self._dead_letter(Failure(
-                unit=unit, error=f"{why} on each of {item.attempt} attempts", kind="poison",
-                attempt=item.attempt, path=(), input=portable(value),
+                unit=unit, error=f"{why} on each of {attempts} attempts", kind="poison",
+                attempt=attempts, path=(), input=portable(value),
                 item=frame.src + index, run_id=self.run_id))
-            self._settle_item(frame, item, now)
+            self._settle_item(frame, item, now, progress=False)
             return
         self.retries += 1
         retry = Frame(next(self.frame_ids), frame.src + index, [value], now,
