@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,7 @@ def kind(every: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 def test_plain_manifests_validate_and_carry_one_worker_group_per_node_type(
         whole: ClusterFleet, mixed_plan: Plan) -> None:
     every = objects(mixed_plan, whole)
-    assert [o["kind"] for o in every] == ["ConfigMap", "RayCluster", "RayJob"]
+    assert [o["kind"] for o in every] == ["Secret", "ConfigMap", "RayCluster", "RayJob"]
     cluster_obj = kind(every, "RayCluster")[0]
     groups = {g["groupName"]: g for g in cluster_obj["spec"]["workerGroupSpecs"]}
     shapes = {s.name: s for s in plan_shapes(mixed_plan)}
@@ -100,8 +102,8 @@ def test_dra_claims_select_the_product_by_the_drivers_attribute(whole: ClusterFl
                                            r"through DRA .*; deploy with --dra"):
         manifests(plan, whole, SPEC)
     every = objects(plan, whole, dra=True)
-    assert [o["kind"] for o in every] == ["ConfigMap", "ResourceClaimTemplate", "RayCluster",
-                                          "RayJob"]
+    assert [o["kind"] for o in every] == ["Secret", "ConfigMap", "ResourceClaimTemplate",
+                                          "RayCluster", "RayJob"]
     claim = kind(every, "ResourceClaimTemplate")[0]
     assert claim["apiVersion"] == "resource.k8s.io/v1"
     request = claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]
@@ -201,7 +203,8 @@ def test_deploy_k8s_writes_the_files_and_prints_cost_and_throughput(
                    "--slices", str(DATA / "slices.json"), "--gang", "volcano")
     assert done.returncode == 0, done.stderr
     written = sorted(p.name for p in out.iterdir())
-    assert written == ["01-configmap.yaml", "02-raycluster.yaml", "03-rayjob.yaml"]
+    assert written == ["01-secret.yaml", "02-configmap.yaml", "03-raycluster.yaml",
+                       "04-rayjob.yaml"]
     for path in out.iterdir():
         for obj in yaml.safe_load_all(path.read_text()):
             assert errors(obj) == []
@@ -209,6 +212,58 @@ def test_deploy_k8s_writes_the_files_and_prints_cost_and_throughput(
     price = sum(s.hourly_price() or 0 for s in shapes)
     assert f"at ${price:,.2f} per hour at the fleet's prices" in done.stdout
     assert f"plan predicts {mixed_plan.fitted.throughput:,.1f} items/s" in done.stdout
+
+
+def test_the_cluster_has_token_auth_with_the_token_in_a_secret(whole: ClusterFleet,
+                                                               mixed_plan: Plan) -> None:
+    every = objects(mixed_plan, whole)
+    secret = kind(every, "Secret")[0]
+    name = secret["metadata"]["name"]
+    assert name == "fw-placed-ray-token" and secret["type"] == "Opaque"
+    token = secret["stringData"]["auth_token"]  # the key KubeRay's secretName wants
+    assert re.fullmatch(r"[0-9a-f]{64}", token)
+    raycluster = kind(every, "RayCluster")[0]
+    assert raycluster["spec"]["authOptions"] == {"mode": "token", "secretName": name}
+    submitter = kind(every, "RayJob")[0]["spec"]["submitterPodTemplate"]["spec"]
+    assert submitter["restartPolicy"] == "Never"
+    env = {e["name"]: e for e in submitter["containers"][0]["env"]}
+    assert env["RAY_AUTH_MODE"]["value"] == "token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": name,
+                                                                   "key": "auth_token"}}
+    assert "command" not in submitter["containers"][0]  # KubeRay's own `ray job submit`
+    for obj in every:  # the token is in the Secret only
+        assert obj is secret or token not in json.dumps(obj)
+    again = kind(objects(mixed_plan, whole), "Secret")[0]["stringData"]["auth_token"]
+    assert again != token  # a new token each time
+    given = kind(objects(mixed_plan, whole, token="ab" * 32), "Secret")[0]
+    assert given["stringData"]["auth_token"] == "ab" * 32
+    broken = copy.deepcopy(raycluster)
+    broken["spec"]["authOptions"]["mode"] = "tokens"
+    assert "'tokens' is not one of ['disabled', 'token']" in errors(broken)[0]
+
+
+def test_deploy_k8s_writes_the_token_readable_by_the_user_only(tmp_path: Path,
+                                                                mixed_plan: Plan) -> None:
+    plan_path = tmp_path / "plan.json"
+    mixed_plan.save(plan_path)
+    out = tmp_path / "k8s"
+    out.mkdir()
+    (out / "01-secret.yaml").write_text("old")
+    (out / "01-secret.yaml").chmod(0o644)  # an earlier file, readable by all, is narrowed
+    old = os.umask(0o022)
+    try:
+        done = fitwork("deploy", "k8s", str(plan_path), "-o", str(out), "--pipeline", "m:p",
+                       "--input", "/in", "--output", "/out", "--nodes",
+                       str(DATA / "nodes.json"))
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    secret = out / "01-secret.yaml"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert (out / "03-raycluster.yaml").stat().st_mode & 0o777 == 0o644
+    token = yaml.safe_load(secret.read_text())["stringData"]["auth_token"]
+    assert len(token) == 64 and token not in done.stdout
+    assert f"kubectl apply -f {secret} -f {out / '02-configmap.yaml'}" in done.stdout
 
 
 def test_a_plan_for_a_node_type_the_cluster_lacks_names_what_is_missing(

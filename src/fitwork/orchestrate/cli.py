@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -167,6 +168,15 @@ def _report(plan: Any, written: list[Path], then: str) -> None:
     console.print(then, markup=False, soft_wrap=True)
 
 
+def _write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable and writable by this user only (a file already there
+    is narrowed to that before it is written; a link is refused)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        os.fchmod(fd, 0o600)
+        file.write(text)
+
+
 @deploy.command("k8s")
 @_PLAN
 @_DIR
@@ -206,7 +216,14 @@ def deploy_k8s(plan_path: Path, out_dir: Path, pipeline_ref: str, input_path: st
     written = []
     for index, (kind, items) in enumerate(objects.items(), start=1):
         path = out_dir / f"{index:02d}-{kind}.yaml"
-        path.write_text(yaml.safe_dump_all(items, sort_keys=False))
+        text = yaml.safe_dump_all(items, sort_keys=False)
+        try:
+            if kind == "secret":
+                _write_private(path, text)
+            else:
+                path.write_text(text)
+        except OSError as exc:
+            _fail(f"{path}: cannot write: {(exc.strerror or str(exc)).lower()}")
         written.append(path)
     _report(plan, written, f"apply with: kubectl apply {' '.join(f'-f {p}' for p in written)}")
 

@@ -1,4 +1,5 @@
-"""A plan as Kubernetes objects: a KubeRay RayCluster, a RayJob, the plan's ConfigMap, DRA claims.
+"""A plan as Kubernetes objects: a KubeRay RayCluster, a RayJob, the plan's ConfigMap, DRA claims,
+and the Secret holding the cluster's Ray token.
 
 One worker group per planned node type: as many pods as the plan uses nodes of it, one Ray
 node per pod, told the node type's cores and the devices its replicas need, with the
@@ -8,6 +9,11 @@ on nodes picked by the product label, as MIG slices where the node type's GPUs a
 partitioned, or with ``dra`` as a ResourceClaimTemplate (resource.k8s.io/v1) selecting the
 product by the DRA driver's device attribute.  Fractional shares on whole GPUs are
 time-sliced: Ray packs the replicas' shares onto the devices the pod holds, as planned.
+
+Ray's token authentication is on: the RayCluster's ``authOptions`` (KubeRay 1.5.1+) ask for
+token mode with the token in the Secret ``NAME-ray-token`` (key ``auth_token``, 256 random
+bits made when the manifests are written); KubeRay gives it to every Ray container.  The
+RayJob's submitter pod reads it from the same Secret to reach the head's job API.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,6 +36,8 @@ PLAN_DIR = "/etc/fitwork"
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 VOLCANO_QUEUE = "volcano.sh/queue-name"
 SCHEDULER = "ray.io/scheduler-name"
+TOKEN_KEY = "auth_token"
+"""The key of the Ray token in its Secret, as KubeRay's ``authOptions.secretName`` wants it."""
 CONFIGMAP_LIMIT = 1_000_000
 Gang = Literal["volcano", "kueue"]
 
@@ -46,6 +55,8 @@ class JobSpec:
     queue: str | None = None
     gang: Gang | None = None
     dra: bool = False
+    token: str | None = None
+    """The cluster's Ray token [default: a new one, 256 random bits]."""
 
 
 def k8s_name(text: str, limit: int = 50) -> str:
@@ -184,9 +195,21 @@ def _worker_group(shape: NodeShape, cluster: ClusterNodeType, spec: JobSpec,
             "maxReplicas": shape.nodes, "rayStartParams": params, "template": template}
 
 
+def _submitter(spec: JobSpec, token_secret: str) -> dict[str, Any]:
+    """The RayJob's submitter pod: KubeRay's default command (``ray job submit``), with the
+    cluster's token from its Secret (the head's job API refuses a caller without it)."""
+    env = [{"name": "RAY_AUTH_MODE", "value": "token"},
+           {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
+               "name": token_secret, "key": TOKEN_KEY}}}]
+    container = {"name": "ray-job-submitter", "image": spec.image, "env": env,
+                 "resources": {"requests": {"cpu": "500m", "memory": "512Mi"},
+                               "limits": {"cpu": "1", "memory": "1Gi"}}}
+    return {"spec": {"restartPolicy": "Never", "containers": [container]}}
+
+
 def manifests(plan: Plan, cluster: ClusterFleet, spec: JobSpec) -> dict[str, list[dict[str, Any]]]:
-    """The objects to apply, by file name: ``configmap``, ``resourceclaimtemplates`` (with
-    DRA), ``raycluster`` and ``rayjob``."""
+    """The objects to apply, by file name: ``secret`` (the Ray token), ``configmap``,
+    ``resourceclaimtemplates`` (with DRA), ``raycluster`` and ``rayjob``."""
     if spec.gang == "kueue" and not spec.queue:
         raise ClusterError("--gang kueue admits the cluster through a Kueue LocalQueue: give "
                            "--queue NAME")
@@ -204,6 +227,10 @@ def manifests(plan: Plan, cluster: ClusterFleet, spec: JobSpec) -> dict[str, lis
             labels[VOLCANO_QUEUE] = spec.queue
     elif spec.queue:
         labels[KUEUE_QUEUE] = spec.queue
+    token_secret = f"{spec.name}-ray-token"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(token_secret, spec),
+              "type": "Opaque",
+              "stringData": {TOKEN_KEY: spec.token or secrets.token_hex(32)}}
     configmap = {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": _meta(f"{spec.name}-plan", spec),
                  "data": {"plan.json": text}}
@@ -215,7 +242,8 @@ def manifests(plan: Plan, cluster: ClusterFleet, spec: JobSpec) -> dict[str, lis
                              "configMap": {"name": f"{spec.name}-plan"}}]}}}
     raycluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
                   "metadata": _meta(spec.name, spec, labels),
-                  "spec": {"headGroupSpec": head, "workerGroupSpecs": workers}}
+                  "spec": {"authOptions": {"mode": "token", "secretName": token_secret},
+                           "headGroupSpec": head, "workerGroupSpecs": workers}}
     if spec.queue and spec.gang != "volcano":
         raycluster["spec"]["suspend"] = True  # Kueue resumes it once the queue admits it
     command = ["fitwork", "run", spec.pipeline, "--input", spec.input, "--output",
@@ -224,8 +252,9 @@ def manifests(plan: Plan, cluster: ClusterFleet, spec: JobSpec) -> dict[str, lis
               "metadata": _meta(f"{spec.name}-run", spec),
               "spec": {"entrypoint": shlex.join(command),
                        "clusterSelector": {"ray.io/cluster": spec.name},
-                       "submissionMode": "K8sJobMode"}}
-    out = {"configmap": [configmap]}
+                       "submissionMode": "K8sJobMode",
+                       "submitterPodTemplate": _submitter(spec, token_secret)}}
+    out = {"secret": [secret], "configmap": [configmap]}
     if claims:
         out["resourceclaimtemplates"] = claims
     out["raycluster"] = [raycluster]
