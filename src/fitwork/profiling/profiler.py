@@ -7,6 +7,14 @@ wall seconds, CPU seconds (their ratio tells I/O-bound from compute-bound), acce
 seconds, FLOPs, bytes in and out, bytes through device memory, the output ratio, the peak
 RSS above the process's starting point and the device memory one replica holds.
 
+Each unit is measured under the conditions of a run: its BLAS, OpenMP and torch pools are
+held to the threads a replica of it gets (its declared cores, rounded up:
+`fitwork.profiling.pools`), so no spinning pool thread counts as its CPU and its rates are
+the ones its replicas show.  A unit held to more than one thread is timed again at one, to
+say whether its threads really run at once (``thread_speedup``); the cores one replica
+keeps busy (``parallelism``) is 1 unless they do, or its own threads ran at once (CPU
+seconds over wall), and its CPU per item is never more than one thread spent.
+
 Every figure is measured on one device class (`fitwork.profiling.classes`): the host's CPU
 class as discovery finds it (``cpu-x86``, ``cpu-arm``), or, for a unit that holds a GPU
 share on a host with a GPU, that GPU's class; either can be given instead.  On an
@@ -35,7 +43,13 @@ from fitwork.errors import FitworkError
 from fitwork.forked import ChildFailed, run_forked
 from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.onnx import Runs, watch_runs
-from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
+from fitwork.profiling.pools import hold_pools
+from fitwork.profiling.record import (
+    BatchMeasurement,
+    PipelineProfile,
+    UnitProfile,
+    replica_threads,
+)
 from fitwork.profiling.timers import Timers
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
@@ -220,14 +234,16 @@ class _Timed:
     device_memory: int | None
 
 
-def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers) -> _Timed:
-    """Wall, CPU, queued and accelerator seconds per item at each batch size."""
+def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
+                  sizes: list[int] | None = None) -> _Timed:
+    """Wall, CPU, queued and accelerator seconds per item at each batch size (``sizes``, or
+    the sweep `_sizes` makes)."""
     call = _caller(kernel)
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
     failures = 0
     chosen_source: str | None = None
-    for size in _sizes(unit, len(inputs)):
+    for size in sizes or _sizes(unit, len(inputs)):
         wall = cpu = accel = queued = 0.0
         measured = 0
         produced: list[Any] = []
@@ -269,20 +285,38 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     import psutil
 
     start_rss = psutil.Process().memory_info().rss
+    threads = replica_threads(unit.resources.cpu)
+    hold_pools(threads)  # as a replica is held, before the unit builds (torch reads it)
     kernel = Kernel(unit)
     call = _caller(kernel)
     with contextlib.suppress(Exception):
         call([inputs[0]])  # warm-up: imports, caches, CUDA context
+    pools = hold_pools(threads)  # again, for the pools the unit or its warm-up loaded
     accelerated = on.on_accelerator(unit)
     with _onnx_runs() as onnx_runs:
         timers = Timers(kernel.fn, None if accelerated else [])
         try:
             timed = _time_batches(unit, kernel, inputs, timers)
+            alone = None
+            if threads > 1 and pools and timed.batches:  # do the threads really help?
+                hold_pools(1)
+                alone = _time_batches(unit, kernel, inputs, timers,
+                                      [timed.batches[-1].batch_size]).batches
+                hold_pools(threads)
         finally:
             timers.close()
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
     chosen = timed.batches[-1]
+    speedup, parallelism = None, max(1.0, chosen.cpu_s / chosen.wall_s if chosen.wall_s else 1.0)
+    if alone:
+        # Threads that really run at once shorten the call; CPU beyond what one thread
+        # spent on the same items is the pool's spinning and overhead, not the unit's work.
+        speedup = alone[0].wall_s / chosen.wall_s if chosen.wall_s else 1.0
+        parallelism = min(float(threads), max(1.0, speedup))
+        worked = min(chosen.cpu_s, alone[0].cpu_s)
+        if worked < chosen.cpu_s:
+            timed.batches[-1] = chosen = chosen.model_copy(update={"cpu_s": worked})
     peak_rss = max(0, _rss() - start_rss)  # before counting, which may build a second replica
     counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
     memory: int | None = unit.device_memory
@@ -303,5 +337,6 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         bytes_out=sum(map(_size, timed.outputs)) / len(inputs),
         output_ratio=len(timed.outputs) / chosen.items,
         peak_rss=peak_rss, batches=timed.batches, reserve=unit.reserve,
-        max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit)
+        max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit,
+        threads=threads, parallelism=parallelism, thread_speedup=speedup)
     return profile, timed.outputs
