@@ -5,8 +5,11 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -246,8 +249,8 @@ def test_the_sweep_ran_every_layout_twice_in_alternating_order(result: DemoResul
     assert [s.latency_ms for s in result.sweeps] == list(LATENCIES)
     for sweep in result.sweeps:
         keys = [c.layout.key for c in sweep.contenders]
-        assert {"monolith-p1", "monolith-p2", "threaded-2x2", "hand-d1-r1", "fitted"} \
-            <= set(keys)
+        assert {"monolith-p1", "monolith-p2", "threaded-2x2", "hand-d1-r1", "fitted",
+                "fitted-adapt"} <= set(keys)
         assert all(len(c.trials) == 2 for c in sweep.contenders)
         mine = [t for t in result.trials if t.latency_ms == sweep.latency_ms]
         first = [t.layout for t in mine if t.repeat == 0]
@@ -256,10 +259,15 @@ def test_the_sweep_ran_every_layout_twice_in_alternating_order(result: DemoResul
         best = max(sweep.family("monolith"), key=lambda c: c.rate)
         assert sweep.best_monolith is best
         assert sweep.over_monolith == pytest.approx(sweep.fitted.rate / best.rate)
-        fitted = sweep.fitted
-        assert fitted.layout.adapt and fitted.layout.placement is sweep.plan
+        assert sweep.fitted.rate == statistics.median(t.rate for t in sweep.fitted.trials)
+        # plan quality and live re-fitting are separate contenders: one plan, run twice
+        fitted, adapted = sweep.fitted, sweep.adapted
+        assert adapted is not None
+        assert not fitted.layout.adapt and adapted.layout.adapt
+        assert fitted.layout.placement is adapted.layout.placement is sweep.plan
         assert fitted.layout.predicted == sweep.plan.fitted.throughput
-        for trial in fitted.trials:
+        assert all(not t.record.refits for t in fitted.trials)
+        for trial in [*fitted.trials, *adapted.trials]:
             assert trial.record.placement is not None
             assert trial.record.placement["source"] == "plan"
             assert trial.peak_rss > 0
@@ -277,7 +285,9 @@ def test_demo_writes_records_summary_and_reports(result: DemoResult) -> None:
         assert entry["latency_ms"] == sweep.latency_ms
         assert entry["best_monolith"]["key"] == sweep.best_monolith.layout.key
         assert entry["fitted_over_best_monolith"] == pytest.approx(sweep.over_monolith)
-        assert entry["aims_met"]["over_monolith"] == (sweep.over_monolith >= AIM_MONOLITH)
+        verdict = entry["verdict"]
+        assert entry["aims_met"]["over_monolith"] == (
+            verdict["outcome"] == "win" and sweep.over_monolith >= AIM_MONOLITH)
         assert entry["fitted"]["peak_rss"] > 0
         assert len(entry["contenders"]) == len(sweep.contenders)
         for contender in sweep.contenders:
@@ -291,6 +301,55 @@ def test_demo_writes_records_summary_and_reports(result: DemoResult) -> None:
     assert (out / "report.html").read_text() == (out / "report-20ms.html").read_text()
     texts = [json.loads(line) for line in (out / "texts.jsonl").read_text().splitlines()]
     assert len(texts) == PAGES and all(t["read"] is not None for t in texts)
+
+
+def _console(result: DemoResult) -> str:
+    from rich.console import Console
+
+    from fitwork.demo.render import render
+
+    console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render(result), soft_wrap=True)
+    return console.export_text()
+
+
+def _html_verdict(page: str) -> str:
+    """The report's headline as text: its strong lead and its details."""
+    found = re.search(r'<section id="headline"><p class="verdict (\w+)"><strong>(.*?)</strong>'
+                      r'<span class="details">(.*?)</span>', page)
+    assert found is not None
+    return found.group(1) + " | " + unescape(found.group(2) + found.group(3))
+
+
+@pytest.mark.slow
+def test_console_summary_and_html_state_one_verdict(result: DemoResult) -> None:
+    """The console, summary.json and the HTML report: the same statistic, winner, ratio."""
+    out = result.config.out
+    summary = json.loads((out / "summary.json").read_text())
+    console = _console(result)
+    for sweep, entry in zip(result.sweeps, summary["latencies"], strict=True):
+        page = (out / f"report-{sweep.latency_ms:g}ms.html").read_text()
+        html = _html_verdict(page)
+        comparisons = [entry["verdict"], entry["adapted_verdict"], entry["hand_verdict"]]
+        for verdict in comparisons:
+            text = verdict["text"]
+            assert text in console and text in html
+            assert verdict["statistic"].startswith("median of 2 trials")
+            assert verdict["value"] == pytest.approx(statistics.median(verdict["trials"]))
+            assert verdict["ratio"] == pytest.approx(verdict["value"] / verdict["base_value"])
+            low, high = verdict["range"]
+            base_low, base_high = verdict["base_range"]
+            overlap = low <= base_high and base_low <= high
+            assert (verdict["outcome"] == "within noise") == overlap
+            assert (("WITHIN NOISE" in text) == overlap and ("WINS" in text) ==
+                    (verdict["outcome"] == "win"))
+        main = entry["verdict"]
+        assert main["name"] == "fitted" and main["base"].startswith("best monolith")
+        assert main["value"] == pytest.approx(sweep.fitted.rate)
+        assert main["base_value"] == pytest.approx(sweep.best_monolith.rate)
+        tone = {"win": "win", "loss": "lose", "within noise": "doubt"}[main["outcome"]]
+        assert html.startswith(f"{tone} | {sweep.latency_ms:g} ms: {main['text']}")
+        assert entry["adapted_verdict"]["name"] == "fitted + adapt"
 
 
 def _demo_command() -> list[str]:
@@ -312,5 +371,11 @@ def test_cli_runs_the_demo(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "same text in every trial on every page: yes" in done.stdout
     assert "vs best monolith (" in done.stdout
+    # one trial a side: no spread, so the verdict says it is not a stable one
+    summary = json.loads((out / "summary.json").read_text())
+    verdict = summary["latencies"][0]["verdict"]
+    assert verdict["outcome"] == "within noise" and "not a stable verdict" in verdict["text"]
+    assert verdict["text"] in done.stdout
+    assert verdict["text"] in unescape((out / "report.html").read_text())
     assert (out / "report.html").is_file() and (out / "summary.json").is_file()
     assert (out / "records" / "5ms" / "fitted.1.record.json").is_file()

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from fitwork.report.cli_report import report
 from fitwork.report.html import headline, render_report
 from fitwork.report.terminal import summary
 from fitwork.telemetry.record import (
+    CompletionSeries,
     DeviceSample,
     QueueSeries,
     RunRecord,
@@ -139,3 +143,19 @@ def test_an_aborted_or_empty_run_is_shown_as_such() -> None:
     alone = headline([aborted], ["fitted"])
     assert "run ABORTED" in alone.text and "nothing measured" in alone.text
     assert "run ABORTED" in render_report([done, aborted], ["monolithic", "fitted"])
+
+
+def test_fitwork_report_takes_an_aborted_runs_record(tmp_path: Path) -> None:
+    aborted = record("f", throughput=100.0, status="aborted").model_copy(update={
+        "items_completed": 0, "outputs": 0, "throughput": 0.0, "wall_s": 0.0,
+        "completions": CompletionSeries()})
+    done = record("m", throughput=100.0)
+    paths = []
+    for r in (done, aborted):
+        paths.append(tmp_path / f"{r.run_id}.json")
+        r.save(paths[-1])
+    out = tmp_path / "report.html"
+    invoked = CliRunner().invoke(report, [*map(str, paths), "-o", str(out)])
+    assert invoked.exit_code == 0, invoked.output
+    assert invoked.exception is None and "Traceback" not in invoked.output
+    assert "run ABORTED" in invoked.output and "run ABORTED" in out.read_text()

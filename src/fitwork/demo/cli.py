@@ -165,7 +165,9 @@ def demo(images: int, latencies: tuple[float, ...], repeats: int, max_processes:
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]")
         sys.exit(130)
-    Console(width=max(Console().width, 160)).print(render(result))
+    # soft wrap: each verdict stays one line, word for word what summary.json and the HTML
+    # report say (the terminal wraps it for the eye)
+    Console(width=max(Console().width, 160)).print(render(result), soft_wrap=True)
     if not result.ok:
         sys.exit(1)
 

@@ -12,7 +12,9 @@ DEFAULT_IMAGES = 24
 DEFAULT_LATENCIES_MS = (30.0, 150.0)
 """Per request: a near store, and the 100-200 ms first-byte latency AWS quotes for small S3
 objects."""
-DEFAULT_REPEATS = 2
+DEFAULT_REPEATS = 3
+"""Trials of every layout at each latency: a median and a spread, so a comparison whose
+trials overlap says "within noise" (see `fitwork.demo.verdict`)."""
 DEFAULT_IO_THREADS = (4, 8)
 DEFAULT_HAND: tuple[tuple[int, int, int | None], ...] = (
     (1, 1, None), (1, 2, None), (1, 2, 1), (2, 2, 1))

@@ -37,7 +37,7 @@ MONOLITHIC = "ocr_document"
 THREADED = "ocr_threaded"
 MODEL_UNITS = ("detect", "recognise")
 
-Family = Literal["monolith", "hand", "fitted"]
+Family = Literal["monolith", "hand", "fitted", "adapted"]
 
 
 def fetch(item: dict[str, Any]) -> dict[str, Any]:

@@ -6,9 +6,17 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fitwork.demo.config import ACCURACY_THRESHOLD, AIM_HAND, AIM_MONOLITH
+from fitwork.demo.config import ACCURACY_THRESHOLD
 from fitwork.demo.layouts import IO_CONCURRENCY
-from fitwork.demo.run import Contender, DemoResult, Sweep, diagnosis, monolith_replicas
+from fitwork.demo.run import (
+    Contender,
+    DemoResult,
+    Sweep,
+    diagnosis,
+    monolith_replicas,
+    verdicts,
+)
+from fitwork.demo.verdict import Verdict
 
 MIB = 2**20
 
@@ -44,7 +52,7 @@ def sweep_table(result: DemoResult, sweep: Sweep) -> Table:
                         f"trial, {repeats} trial{'s' if repeats > 1 else ''} per layout, in "
                         "alternating order",
                   title_justify="left")
-    for name, justify in (("layout", "left"), ("config", "left"), ("items/s", "right"),
+    for name, justify in (("layout", "left"), ("config", "left"), ("items/s median", "right"),
                           ("trials", "right"), ("whole run", "right"),
                           ("cores busy", "right"), ("others", "right"),
                           ("peak RSS", "right"), ("peak PSS", "right"),
@@ -52,7 +60,7 @@ def sweep_table(result: DemoResult, sweep: Sweep) -> Table:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for c in sweep.contenders:
         trials = " ".join(f"{t.rate:.2f}" + ("*" if t.capped else "") for t in c.trials)
-        style = "bold" if c.layout.family == "fitted" or _marks(sweep, c) else None
+        style = "bold" if c.layout.family in ("fitted", "adapted") or _marks(sweep, c) else None
         table.add_row(c.layout.title + _marks(sweep, c), c.layout.config, _rate(c.rate),
                       trials, _rate(c.items_per_s), f"{c.cores_busy:.2f}",
                       f"{c.others_cores:.2f}", _mib(c.peak_rss), _mib(c.peak_pss),
@@ -61,36 +69,38 @@ def sweep_table(result: DemoResult, sweep: Sweep) -> Table:
 
 
 def verdict(sweep: Sweep) -> list[Text]:
-    """The aims at one latency, met or missed, in plain words."""
+    """The verdicts at one latency (the lines ``summary.json`` and the HTML report give),
+    memory against the aim, and the plan against what ran."""
     fitted, mono, hand = sweep.fitted, sweep.best_monolith, sweep.best_hand
     aims = sweep.aims()
-    lines = [Text(
-        f"{sweep.latency_ms:g} ms: fitted {fitted.rate:.2f} items/s vs best monolith "
-        f"({mono.layout.title}: {mono.layout.config}) {mono.rate:.2f}: "
-        f"{sweep.over_monolith:.2f}x, aim >= {AIM_MONOLITH:g}x {_aim(aims['over_monolith'])}; "
-        f"whole run {fitted.items_per_s:.2f} vs {mono.items_per_s:.2f}",
-        style=_style(aims["over_monolith"]))]
-    if hand is not None and sweep.over_hand is not None:
-        same = (" (the plan's own replicas and batch: only live re-fitting and noise tell "
-                "them apart)" if sweep.plan_in_hand_grid is hand else "")
-        lines.append(Text(
-            f"  vs best hand layout ({hand.layout.title}: {hand.layout.config}) "
-            f"{hand.rate:.2f}: {sweep.over_hand:.2f}x, aim >= {AIM_HAND:g}x "
-            f"{_aim(aims['over_hand'])}{same}", style=_style(aims["over_hand"])))
+    first, *rest = verdicts(sweep)
+    lines = [Text(f"{sweep.latency_ms:g} ms: {first.text}", style=_tone(first))]
+    lines += [Text(f"  {v.text}", style=_tone(v)) for v in rest]
+    if hand is not None and sweep.plan_in_hand_grid is hand:
+        lines.append(Text(f"  {hand.layout.title} has the plan's own replicas and batch: "
+                          "only noise tells it from fitted (plan only)", style="dim"))
     lines.append(Text(
-        f"  peak worker memory, fitted vs best monolith: PSS {_mib(fitted.peak_pss)} vs "
+        f"  best monolith: {mono.layout.config}; peak worker memory, fitted vs best "
+        f"monolith: PSS {_mib(fitted.peak_pss)} vs "
         f"{_mib(mono.peak_pss)} (aim no more: {_aim(aims['memory'])}), RSS "
         f"{_mib(fitted.peak_rss)} vs {_mib(mono.peak_rss)} ({_aim(aims['memory_rss'])})",
         style=_style(aims["memory"] and aims["memory_rss"])))
     plan, share = sweep.plan, fitted.realized_share
-    base = sweep.baseline
+    base, adapted = sweep.baseline, sweep.adapted
     lines.append(Text(
         f"  plan: {fitted.layout.config}; predicted {plan.fitted.throughput:.2f} items/s "
         f"fitted, {plan.monolithic.throughput:.2f} monolithic (x{monolith_replicas(plan)}); "
-        f"realized / predicted: fitted {share or 0:.2f}"
+        f"realized / predicted (medians): fitted {share or 0:.2f}"
+        + (f", fitted + adapt {adapted.realized_share or 0:.2f}" if adapted else "")
         + (f", monolith x{monolith_replicas(plan)} {base.realized_share or 0:.2f}"
            if base is not None else "")))
     return lines
+
+
+def _tone(v: Verdict) -> str:
+    if v.aim is not None:
+        return _style(v.aim_met)
+    return {"win": "green", "loss": "red"}.get(v.outcome, "yellow")
 
 
 def why(sweep: Sweep) -> list[Text]:
@@ -126,7 +136,7 @@ def notes(result: DemoResult) -> Group:
     """How the figures were made, the checks, the files."""
     lines = [
         Text("items/s: pages over the time from the first page a worker started to the last "
-             "page out (the processes' startup left out), mean of the trials (* a trial "
+             "page out (the processes' startup left out), median of the trials (* a trial "
              f"capped at {result.config.cap_s:g} s); whole run: the run record's pages over "
              "wall seconds; others: cores the rest of the host used meanwhile; memory: peak "
              "summed RSS and PSS of the run's worker processes. fetch and store keep "

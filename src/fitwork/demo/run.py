@@ -8,7 +8,8 @@
       └─ at each store latency:                                                         │
            profile the split units (fitwork.profile_pipeline) ─▶ fit(profile, fleet)    │
            layouts: monolith x 1..k processes, threaded monolith (fused, io=N),          │
-                    hand layouts of the split units, the fitted plan (adapt=True) ───────┤
+                    hand layouts of the split units, the fitted plan as planned and ─────┤
+                    the fitted plan re-fitted live (adapt=True), as separate contenders  │
            every layout run ``repeats`` times, in alternating order ─────────────────────┘
                  │
                  ▼
@@ -17,9 +18,13 @@
 Only the public API runs the work: `fitwork.profile_pipeline`, `fitwork.fit.plan.fit`,
 `fitwork.run` (with the plan as placement, or replica counts), `fitwork.render_report`.
 The best monolithic layout and the best hand layout at each latency are the ones with the
-most pages per second over their trials, startup left out (see ``sweep``); the fitted is
-compared with both.  Display stays out: a `Listener` hears phases and run progress.
-Files written to the output folder are listed in `write_files`.
+highest median pages per second over their trials, startup left out (see ``sweep``); the
+fitted plan (plan only) is compared with both, and the adapted run (the same plan re-fitted
+while it runs) with the best monolith, so plan quality and live re-fitting are told apart.
+Each comparison is one `fitwork.demo.verdict.Verdict` (median of N trials, their spread,
+"within noise" where the trials overlap), printed the same on the console, in
+``summary.json`` and in the HTML reports.  Display stays out: a `Listener` hears phases and
+run progress.  Files written to the output folder are listed in `write_files`.
 """
 
 from __future__ import annotations
@@ -53,10 +58,12 @@ from fitwork.demo.layouts import (
 from fitwork.demo.ocr import GPU_ENV
 from fitwork.demo.server import serve
 from fitwork.demo.sweep import Trial, run_trial
+from fitwork.demo.verdict import Verdict, median
 from fitwork.errors import FitworkError
 from fitwork.fit.plan import Plan, fit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile
+from fitwork.report.html import Headline, Tone
 from fitwork.telemetry.record import Progress
 from fitwork.telemetry.utilization import RunFigures, run_figures
 
@@ -121,14 +128,27 @@ class Contender:
     trials: list[Trial] = field(default_factory=list)
 
     @property
+    def rates(self) -> tuple[float, ...]:
+        """Each trial's pages/s, startup left out, in the order they ran."""
+        return tuple(t.rate for t in sorted(self.trials, key=lambda t: t.repeat))
+
+    @property
     def rate(self) -> float:
-        """Mean pages/s over the trials, startup left out (the figure layouts are ranked by)."""
-        return statistics.fmean(t.rate for t in self.trials) if self.trials else 0.0
+        """Median pages/s over the trials, startup left out (the figure layouts are ranked
+        by and every verdict states)."""
+        return median(self.rates)
 
     @property
     def items_per_s(self) -> float:
-        """Mean whole-run pages/s over the trials (the run records' throughput)."""
-        return statistics.fmean(t.items_per_s for t in self.trials) if self.trials else 0.0
+        """Median whole-run pages/s over the trials (the run records' throughput)."""
+        return median([t.items_per_s for t in self.trials])
+
+    @property
+    def median_trial(self) -> Trial:
+        """The trial whose rate is the median (of two middle ones, the slower): its record
+        goes in the report."""
+        ordered = sorted(self.trials, key=lambda t: (t.rate, t.repeat))
+        return ordered[(len(ordered) - 1) // 2]
 
     @property
     def peak_rss(self) -> int:
@@ -196,20 +216,49 @@ class Sweep:
 
     @property
     def fitted(self) -> Contender:
-        """The fitted layout."""
+        """The fitted layout as planned (no live re-fitting)."""
         return self.family("fitted")[0]
 
     @property
+    def adapted(self) -> Contender | None:
+        """The fitted layout re-fitted while it runs (adapt=True)."""
+        return next(iter(self.family("adapted")), None)
+
+    @property
+    def verdict(self) -> Verdict:
+        """Fitted (plan only) against the best monolith, held to the aim."""
+        mono = self.best_monolith
+        return Verdict("fitted", f"best monolith ({mono.layout.title})", self.fitted.rates,
+                       mono.rates, AIM_MONOLITH)
+
+    @property
+    def adapted_verdict(self) -> Verdict | None:
+        """The adapted run against the best monolith (``None``: no adapted run)."""
+        adapted, mono = self.adapted, self.best_monolith
+        if adapted is None:
+            return None
+        return Verdict("fitted + adapt", f"best monolith ({mono.layout.title})",
+                       adapted.rates, mono.rates)
+
+    @property
+    def hand_verdict(self) -> Verdict | None:
+        """Fitted (plan only) against the best hand layout, held to its aim."""
+        hand = self.best_hand
+        if hand is None:
+            return None
+        return Verdict("fitted", f"best hand ({hand.layout.title})", self.fitted.rates,
+                       hand.rates, AIM_HAND)
+
+    @property
     def over_monolith(self) -> float:
-        """Fitted pages/s (startup left out) over the best monolith's."""
-        best = self.best_monolith.rate
-        return self.fitted.rate / best if best > 0 else 0.0
+        """Fitted median pages/s (startup left out) over the best monolith's."""
+        return self.verdict.ratio
 
     @property
     def over_hand(self) -> float | None:
-        """Fitted pages/s (startup left out) over the best hand layout's."""
-        best = self.best_hand
-        return self.fitted.rate / best.rate if best and best.rate > 0 else None
+        """Fitted median pages/s (startup left out) over the best hand layout's."""
+        verdict = self.hand_verdict
+        return None if verdict is None or verdict.base_value <= 0 else verdict.ratio
 
     @property
     def memory_ratio(self) -> float | None:
@@ -258,11 +307,14 @@ class Sweep:
         return next((c for c in self.family("monolith") if c.layout.predicted), None)
 
     def aims(self) -> dict[str, bool | None]:
-        """Whether each aim was met: speed over the best monolith and the best hand layout,
-        and peak memory no more than the best monolith's (PSS, and RSS as asked)."""
+        """Whether each aim was met: speed over the best monolith and the best hand layout
+        (a win outside the noise by the aim's ratio: see `Verdict.aim_met`), and peak memory
+        no more than the best monolith's (PSS, and RSS as asked)."""
         pss, rss = self.memory_ratio, self.rss_ratio
-        return {"over_monolith": self.over_monolith >= AIM_MONOLITH,
-                "over_hand": None if self.over_hand is None else self.over_hand >= AIM_HAND,
+        hand = self.hand_verdict
+        return {"over_monolith": bool(self.verdict.aim_met),
+                "over_hand": None if hand is None or self.over_hand is None
+                else bool(hand.aim_met),
                 "memory": None if pss is None else pss <= 1.0,
                 "memory_rss": None if rss is None else rss <= 1.0}
 
@@ -394,10 +446,14 @@ def layouts(plan: Plan, config: DemoConfig, cores: float, flops: Flops,
             pipeline=split(flops, gpu, batch), workers={"fetch": 1, "detect": d,
                                                         "recognise": r, "store": 1}))
     pipeline = split(flops, gpu)
-    found.append(Layout(key="fitted", family="fitted", title="fitted", config=plan_config(plan),
-                        pipeline=pipeline, placement=plan, adapt=True,
+    found.append(Layout(key="fitted", family="fitted", title="fitted (plan only)",
+                        config=plan_config(plan), pipeline=pipeline, placement=plan,
                         predicted=plan.fitted.throughput,
-                        note="planned by fit(profile, discover_local()), run with adapt=True"))
+                        note="planned by fit(profile, discover_local()), run as planned"))
+    found.append(Layout(key="fitted-adapt", family="adapted", title="fitted + adapt",
+                        config=plan_config(plan), pipeline=pipeline, placement=plan,
+                        adapt=True, predicted=plan.fitted.throughput,
+                        note="the same plan, re-fitted while it runs (adapt=True)"))
     return found
 
 
@@ -486,7 +542,7 @@ def run_demo(config: DemoConfig | None = None, listener: Listener | None = None)
 
 def _figures(result: DemoResult, sweep: Sweep, contender: Contender) -> RunFigures:
     pipeline = contender.layout.pipeline
-    record = contender.last.record
+    record = contender.median_trial.record
     names = {u.name for u in record.units}
     classes = ({name: result.gpu_class for name in names
                 if name in ("detect", "recognise", MONOLITHIC, THREADED, "monolithic")}
@@ -501,7 +557,7 @@ def _figures(result: DemoResult, sweep: Sweep, contender: Contender) -> RunFigur
 def diagnosis(sweep: Sweep) -> dict[str, Any]:
     """What the fitted side's run says against its plan: rates per unit, CPU per page."""
     fitted = sweep.fitted
-    record = fitted.last.record
+    record = fitted.median_trial.record
     planned = {g.unit: g.rate for g in sweep.plan.placement().groups if g.rate}
     batch = {g.unit: g.batch_size for g in sweep.plan.placement().groups}
     units = []
@@ -524,7 +580,8 @@ def diagnosis(sweep: Sweep) -> dict[str, Any]:
         "others_cores_busy": statistics.fmean(c.others_cores for c in sweep.contenders),
         "core_ceiling": sweep.plan.core_ceiling,
         "units": units,
-        "refits": [r.model_dump() for t in fitted.trials for r in t.record.refits],
+        "refits": [r.model_dump() for c in (fitted, sweep.adapted) if c is not None
+                   for t in c.trials for r in t.record.refits],
     }
 
 
@@ -533,7 +590,8 @@ def _contender(c: Contender) -> dict[str, Any]:
         "key": c.layout.key, "family": c.layout.family, "title": c.layout.title,
         "config": c.layout.config, "processes": c.layout.processes, "note": c.layout.note,
         "rate_items_per_s": c.rate,
-        "trials_rate_items_per_s": [t.rate for t in c.trials],
+        "trials_rate_items_per_s": list(c.rates),
+        "adapt": c.layout.adapt,
         "whole_run_items_per_s": c.items_per_s,
         "trials_whole_run_items_per_s": [t.items_per_s for t in c.trials],
         "pages_per_trial": [t.record.items_completed for t in c.trials],
@@ -578,11 +636,18 @@ def summary(result: DemoResult) -> dict[str, Any]:
             "plan_in_hand_grid": (sweep.plan_in_hand_grid.layout.key
                                   if sweep.plan_in_hand_grid else None),
             "fitted": _brief(sweep.fitted),
+            "adapted": _brief(sweep.adapted),
+            "verdict": sweep.verdict.to_json(),
+            "adapted_verdict": (sweep.adapted_verdict.to_json()
+                                if sweep.adapted_verdict else None),
+            "hand_verdict": sweep.hand_verdict.to_json() if sweep.hand_verdict else None,
             "fitted_over_best_monolith": sweep.over_monolith,
             "fitted_over_best_hand": sweep.over_hand,
             "fitted_memory_over_best_monolith": sweep.memory_ratio,
             "fitted_rss_over_best_monolith": sweep.rss_ratio,
             "fitted_realized_over_predicted": sweep.fitted.realized_share,
+            "adapted_realized_over_predicted": (sweep.adapted.realized_share
+                                                if sweep.adapted else None),
             "baseline_monolith_realized_over_predicted": (
                 sweep.baseline.realized_share if sweep.baseline else None),
             "aims_met": sweep.aims(),
@@ -595,10 +660,13 @@ def summary(result: DemoResult) -> dict[str, Any]:
         "load_average": list(result.load_average),
         "flops_per_page": {"detect": result.flops.detect, "recognise": result.flops.recognise},
         "flops_note": result.flops_note,
-        "rate": "rate_items_per_s: pages over the time from the first moment a worker "
-                "started on a page to the last page out (the processes' startup left out; "
-                "layouts are ranked by it); whole_run_items_per_s: the run record's "
+        "rate": "rate_items_per_s: the median over trials of pages over the time from the "
+                "first moment a worker started on a page to the last page out (the "
+                "processes' startup left out; layouts are ranked by it and every verdict "
+                "states it); whole_run_items_per_s: the median of the run records' "
                 "throughput, pages over wall seconds",
+        "statistic": "median of N trials, with the slowest and fastest trial as its range; "
+                     "a comparison whose ranges overlap is 'within noise'",
         "memory": "peak over the run of the summed RSS (psutil) and PSS (smaps_rollup) of "
                   "the run's worker processes (RunResult.worker_pids), sampled every 0.2 s",
         "aims": {"fitted_over_best_monolith": AIM_MONOLITH, "fitted_over_best_hand": AIM_HAND,
@@ -610,13 +678,29 @@ def summary(result: DemoResult) -> dict[str, Any]:
     }
 
 
+def verdicts(sweep: Sweep) -> list[Verdict]:
+    """Every comparison at one latency, the fitted plan against the best monolith first."""
+    return [v for v in (sweep.verdict, sweep.adapted_verdict, sweep.hand_verdict) if v]
+
+
+def headline(sweep: Sweep) -> Headline:
+    """The HTML report's verdict: the same lines the console and ``summary.json`` give."""
+    first, *rest = verdicts(sweep)
+    tone: Tone = {"win": "win", "loss": "lose", "within noise": "doubt"}[first.outcome]
+    return Headline(f"{sweep.latency_ms:g} ms: {first.text}",
+                    [v.text for v in rest] + [
+                        "the runs below are each layout's median trial (its record: "
+                        "whole-run items/s, startup included)"], tone)
+
+
 def write_files(result: DemoResult) -> dict[str, Path]:
     """Write every trial's run record, each latency's plan, profile and HTML report, the
     texts and the summary; their paths by name.
 
     ``records/LATENCYms/LAYOUT.N.record.json`` for trial N of each layout;
     ``plan-LATENCYms.json``, ``profile-LATENCYms.json``; ``report-LATENCYms.html`` (best
-    monolith, fitted, best hand) and ``report.html`` for the highest latency;
+    monolith, fitted, fitted + adapt, best hand: each one's median trial, under the demo's
+    verdict) and ``report.html`` for the highest latency;
     ``texts.jsonl`` (known and recognised lines per page); ``summary.json``.
     """
     from fitwork.report.html import render_report
@@ -637,16 +721,18 @@ def write_files(result: DemoResult) -> dict[str, Path]:
             path = out / f"{name}-{tag}.json"
             document.save(path)
             files[path.name] = path
-        shown = [c for c in (sweep.best_monolith, sweep.fitted, sweep.best_hand) if c]
+        shown = [c for c in (sweep.best_monolith, sweep.fitted, sweep.adapted,
+                             sweep.best_hand) if c]
         labels = [f"best monolith ({c.layout.title})" if c.layout.family == "monolith" else
-                  "fitted" if c.layout.family == "fitted" else f"best hand ({c.layout.title})"
-                  for c in shown]
+                  f"best hand ({c.layout.title})" if c.layout.family == "hand" else
+                  c.layout.title for c in shown]
         page = render_report(
-            [c.last.record for c in shown], labels, sweep.plan,
-            [_figures(result, sweep, c) for c in shown],
+            [c.median_trial.record for c in shown], labels, sweep.plan,
+            [_figures(result, sweep, c) for c in shown], verdict=headline(sweep),
             title=f"fitwork demo: OCR of {result.pages} pages, store latency "
-                  f"{sweep.latency_ms:g} ms: best monolith vs fitted vs best hand layout "
-                  "(the latest trial of each; the demo's verdict averages every trial)")
+                  f"{sweep.latency_ms:g} ms: best monolith vs fitted (plan only) vs fitted + "
+                  "adapt vs best hand layout (each one's median trial below; the verdict is "
+                  f"the median of {result.config.repeats} trials)")
         path = out / f"report-{tag}.html"
         path.write_text(page, encoding="utf-8")
         files[path.name] = path

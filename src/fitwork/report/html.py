@@ -355,8 +355,9 @@ def _empty_text(record: RunRecord) -> str:
             f"completed in {record.wall_s:.2f} s, so no rate to compare")
 
 
-def _headline(records: Sequence[RunRecord], labels: Sequence[str], plan: Plan | None) -> str:
-    verdict = headline(records, labels, plan)
+def _headline(records: Sequence[RunRecord], labels: Sequence[str], plan: Plan | None,
+              given: Headline | None = None) -> str:
+    verdict = given or headline(records, labels, plan)
     details = "".join(f"; {escape(d)}" for d in verdict.details)
     return (f'<section id="headline"><p class="verdict {verdict.tone}">'
             f"<strong>{escape(verdict.lead)}</strong>"
@@ -1017,8 +1018,13 @@ def render_report(records: list[RunRecord], labels: list[str] | None = None,
                   plan: Plan | None = None, figures: list[RunFigures] | None = None, *,
                   price_per_hour: float | None = None,
                   classes: Mapping[str, str] | None = None, title: str | None = None,
-                  known: Catalog | None = None, llm: LLMSection | None = None) -> str:
+                  known: Catalog | None = None, llm: LLMSection | None = None,
+                  verdict: Headline | None = None) -> str:
     """The report of ``records`` (e.g. labels ``["monolithic", "fitted"]``) as one HTML page.
+
+    ``verdict`` replaces the headline worked out from the records, for a caller whose
+    verdict rests on more runs than the records shown (the demo's median of N trials), so
+    that the page states the same verdict as the caller's other outputs.
 
     ``figures`` default to `run_figures` of each record with ``plan`` and ``classes`` (unit
     -> device class); the cost uses ``price_per_hour`` when given, else the plan's nodes,
@@ -1047,7 +1053,7 @@ def render_report(records: list[RunRecord], labels: list[str] | None = None,
     title = title or "fitwork report: " + ", ".join(dict.fromkeys(r.pipeline for r in records))
     body = [
         f"<h1>{escape(title)}</h1>",
-        _headline(records, labels, plan),
+        _headline(records, labels, plan, verdict),
         _correctness(records, labels),
         _setup(records, labels),
         _summary(records, labels),

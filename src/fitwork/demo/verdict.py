@@ -1,0 +1,126 @@
+"""The demo's one verdict per comparison: median of N trials, their spread, and noise.
+
+A layout's figure is the median of its trials' pages/s (startup left out, see ``sweep``)
+and its spread the slowest and fastest trial.  A comparison is a win or a loss only when
+the two spreads do not overlap (every trial of one faster than every trial of the other)
+and each side ran at least two trials; otherwise it is "within noise", whatever the ratio
+of the medians says.  The console, ``summary.json`` and the HTML report all print
+`Verdict.text`, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Outcome = Literal["win", "loss", "within noise"]
+MIN_TRIALS = 2
+"""Trials each side needs before a comparison can be more than "within noise"."""
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values`` (0.0 for none)."""
+    return statistics.median(values) if values else 0.0
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """(slowest, fastest) of ``values`` ((0, 0) for none)."""
+    return (min(values), max(values)) if values else (0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One comparison: ``name``'s trials against ``base``'s, and the aim it was held to."""
+
+    name: str
+    base: str
+    trials: tuple[float, ...]
+    base_trials: tuple[float, ...]
+    aim: float | None = None
+
+    @property
+    def value(self) -> float:
+        """The median of the candidate's trials."""
+        return median(self.trials)
+
+    @property
+    def base_value(self) -> float:
+        """The median of the baseline's trials."""
+        return median(self.base_trials)
+
+    @property
+    def ratio(self) -> float:
+        """Median over median (0.0 when the baseline did nothing)."""
+        return self.value / self.base_value if self.base_value > 0 else 0.0
+
+    @property
+    def overlap(self) -> bool:
+        """Whether the two spreads overlap (some trial of each within the other's range)."""
+        low, high = spread(self.trials)
+        base_low, base_high = spread(self.base_trials)
+        return low <= base_high and base_low <= high
+
+    @property
+    def enough(self) -> bool:
+        """Whether both sides ran at least `MIN_TRIALS` trials."""
+        return min(len(self.trials), len(self.base_trials)) >= MIN_TRIALS
+
+    @property
+    def outcome(self) -> Outcome:
+        """``win`` or ``loss`` when the spreads are apart and both sides have a spread;
+        ``within noise`` otherwise."""
+        if not self.enough or self.overlap:
+            return "within noise"
+        return "win" if self.value > self.base_value else "loss"
+
+    @property
+    def aim_met(self) -> bool | None:
+        """A win by at least the aim (``None`` when there is no aim)."""
+        if self.aim is None:
+            return None
+        return self.outcome == "win" and self.ratio >= self.aim
+
+    @property
+    def statistic(self) -> str:
+        """What the figures are, in words."""
+        counts = sorted({len(self.trials), len(self.base_trials)})
+        n = " and ".join(str(c) for c in counts)
+        return (f"median of {n} trial{'s' if counts[-1] != 1 else ''}, pages/s with the "
+                "processes' startup left out; range: slowest to fastest trial")
+
+    @property
+    def why(self) -> str:
+        """Why the outcome is what it is."""
+        if not self.enough:
+            return (f"fewer than {MIN_TRIALS} trials a side: no spread to tell a difference "
+                    "from noise, not a stable verdict (run more --repeats)")
+        if self.overlap:
+            return ("the trials overlap: a difference this size is noise on this host, not "
+                    "a stable verdict (run more --repeats, or on a quieter host)")
+        return "every trial of one is faster than every trial of the other: stable"
+
+    @property
+    def text(self) -> str:
+        """The verdict as one line, the same in every output."""
+        low, high = spread(self.trials)
+        base_low, base_high = spread(self.base_trials)
+        words = {"win": f"{self.name} WINS", "loss": f"{self.name} LOSES",
+                 "within noise": "WITHIN NOISE"}[self.outcome]
+        aim = ""
+        if self.aim is not None:
+            aim = f"; aim >= {self.aim:g}x {'met' if self.aim_met else 'MISSED'}"
+        return (f"{words}: {self.name} {self.value:.2f} items/s ({low:.2f}-{high:.2f}) vs "
+                f"{self.base} {self.base_value:.2f} ({base_low:.2f}-{base_high:.2f}): "
+                f"{self.ratio:.2f}x ({self.statistic}; {self.why}){aim}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict's figures and its line, for ``summary.json``."""
+        return {"name": self.name, "base": self.base, "statistic": self.statistic,
+                "value": self.value, "base_value": self.base_value, "ratio": self.ratio,
+                "range": list(spread(self.trials)),
+                "base_range": list(spread(self.base_trials)),
+                "trials": list(self.trials), "base_trials": list(self.base_trials),
+                "outcome": self.outcome, "stable": self.outcome != "within noise",
+                "aim": self.aim, "aim_met": self.aim_met, "text": self.text}
