@@ -102,9 +102,10 @@ def decompose(fn: Callable[..., Any], *, sample: Iterable[Any] | None = None, fu
         groups, more = bookkeeping_groups(split, groups)
         merges += more
     if not items:
-        job.notes.append("no sample: kinds come from hints alone, and only bookkeeping "
-                         "statements were joined" if fuse else "no sample, fusion off")
-        return job.finish(groups, merges, {}, None)
+        job.notes.append("no sample: kinds come from hints and waiting calls alone, and only "
+                         "bookkeeping statements were joined" if fuse
+                         else "no sample, fusion off")
+        return job.finish(groups, merges, job.by_source(groups), None)
     return job.measured(groups, merges, items, fuse)
 
 
@@ -197,6 +198,19 @@ class _Job:
         return [make_unit(self.split, self.located, self.chosen, g, self.bind,
                           demands.get(g, self._hinted(g))) for g in groups]
 
+    def by_source(self, groups: list[Group]
+                  ) -> dict[Group, tuple[HintKind | None, KindSource, Demand]]:
+        """Kinds without a sample: a hint, else ``io`` where a statement makes a waiting
+        call (noted in the report); the other groups are left out (kind not known)."""
+        kinds = {}
+        for group in groups:
+            waits = None if self.split.hint(group) else self.split.waits(group)
+            if waits:
+                kinds[group] = choose(None, None, waits)
+                self.notes.append(f"{self.split.unit_name(group)} waits ({waits}): io by its "
+                                  "source")
+        return kinds
+
     def _hinted(self, group: Group) -> Demand:
         kind = self.split.hint(group)
         return resources_for(kind) if kind else Demand()
@@ -285,8 +299,8 @@ class _Job:
         merges = merges + more
         first = profile_pipeline(self.pipeline(self.units(groups, {})), items,
                                  samples=len(items))
-        kinds = {g: choose(self.split.hint(g), p) for g, p in zip(groups, first.units,
-                                                                   strict=True)}
+        kinds = {g: choose(self.split.hint(g), p, self.split.waits(g))
+                 for g, p in zip(groups, first.units, strict=True)}
         if not fuse:
             self.notes.append("fusion off: every safe cut kept")
             return self.finish(groups, merges, kinds, first, len(items))

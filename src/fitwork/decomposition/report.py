@@ -32,7 +32,7 @@ class UnitReport(BaseModel):
     outputs: list[str]
     shape: Literal["map", "flat_map"]
     kind: Literal["cpu", "io", "gpu"] | None = None
-    kind_source: Literal["hint", "measured", "default"] = "default"
+    kind_source: Literal["hint", "measured", "source", "default"] = "default"
     resources: dict[str, float]
     cost: Cost | None = None
 

@@ -21,7 +21,6 @@ import inspect
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from fitwork.decomposition.analysis import (
     Facts,
@@ -34,6 +33,9 @@ from fitwork.decomposition.checks import own_scope
 from fitwork.decomposition.hints import COMMENT, HintKind, check_kind, hint
 from fitwork.decomposition.report import Merge
 from fitwork.decomposition.source import DecomposeError, Located, Target
+from fitwork.decomposition.waits import dotted as _dotted
+from fitwork.decomposition.waits import resolve as _resolve
+from fitwork.decomposition.waits import waiting_call
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Statement:
     hint: HintKind | None
     bookkeeping: bool
     label: str
+    waits: str | None = None
+    """The waiting call the statement makes (``time.sleep``, ``.recv()``...), if any."""
 
     @property
     def is_import(self) -> bool:
@@ -134,6 +138,11 @@ class Split:
         kinds = {s.hint for s in self.statements[group.start:group.stop] if s.hint}
         return next((k for k in ("gpu", "cpu", "io") if k in kinds), None)  # type: ignore[return-value]
 
+    def waits(self, group: Group) -> str | None:
+        """The first waiting call among the group's statements (see `waits`), if any."""
+        return next((s.waits for s in self.statements[group.start:group.stop] if s.waits),
+                    None)
+
     def cut_refused(self, boundary: int) -> str | None:
         """Why the body cannot be cut before statement ``boundary``, or ``None``."""
         if boundary > self.tail:
@@ -145,30 +154,6 @@ class Split:
 
 
 # ---------------------------------------------------------------- reading the body
-
-
-def _resolve(expr: ast.expr, fn: types.FunctionType) -> Any:
-    if isinstance(expr, ast.Name):
-        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True))
-        if expr.id in cells:
-            try:
-                return cells[expr.id].cell_contents
-            except ValueError:
-                return None
-        if expr.id in fn.__globals__:
-            return fn.__globals__[expr.id]
-        return None
-    if isinstance(expr, ast.Attribute):
-        return getattr(_resolve(expr.value, fn), expr.attr, None)
-    return None
-
-
-def _dotted(expr: ast.expr) -> str:
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Attribute):
-        return f"{_dotted(expr.value)}.{expr.attr}"
-    return ""
 
 
 def _hint_call(stmt: ast.stmt, fn: types.FunctionType) -> HintKind | None:
@@ -406,7 +391,8 @@ def analyse(target: Target, located: Located) -> Split:
         kind = called or commented.get(index)
         statements.append(Statement(
             index=index, node=stmt, first=first, last=last, facts=facts(stmt).narrowed(local),
-            hint=kind, bookkeeping=kind is None and bookkeeping(stmt), label=_label(stmt)))
+            hint=kind, bookkeeping=kind is None and bookkeeping(stmt), label=_label(stmt),
+            waits=waiting_call(stmt, fn)))
     args = node.args
     params = [a.arg for a in [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs,
                               args.kwarg] if a is not None]
