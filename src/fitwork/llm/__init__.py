@@ -12,18 +12,30 @@ from fitwork.llm.phases import (
     load_splitwise,
     write_phase_csv,
 )
-from fitwork.llm.plan import LLMPlan, PlanSet, load_fleet, plan_colocated, plan_llm, plan_split
+from fitwork.llm.plan import (
+    CannotServe,
+    LLMPlan,
+    PlanSet,
+    ReplayCheck,
+    load_fleet,
+    plan_colocated,
+    plan_llm,
+    plan_split,
+)
 from fitwork.llm.sim import SimResult, compare, replay, simulate
 from fitwork.llm.trace import Trace, load_azure, load_trace, shipped_trace
+from fitwork.llm.verify import plan_held
 
 __all__ = [
     "SLO",
+    "CannotServe",
     "LLMInputError",
     "LLMPlan",
     "PhaseBook",
     "PhaseModel",
     "PhaseRow",
     "PlanSet",
+    "ReplayCheck",
     "SimResult",
     "Trace",
     "compare",
@@ -35,6 +47,7 @@ __all__ = [
     "load_splitwise",
     "load_trace",
     "plan_colocated",
+    "plan_held",
     "plan_llm",
     "plan_split",
     "replay",

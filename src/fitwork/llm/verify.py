@@ -95,9 +95,8 @@ def _phases(plan: LLMPlan, sim: SimResult) -> dict[str, float]:
         return {"colocated": sim.attained}
     both = {"prefill": sim.ttft_attained, "decode": sim.tpot_attained}
     out = {p: a for p, a in both.items() if a < AIM}
-    if not out:  # each alone within, both together short: the lower one
-        phase = min(both, key=lambda p: both[p])
-        out[phase] = both[phase]
+    if not out:  # each alone within, both together short: the lower one, at the joint share
+        out[min(both, key=lambda p: both[p])] = sim.attained
     return out
 
 
@@ -115,9 +114,10 @@ def hold(make: Callable[[dict[str, float]], LLMPlan], trace: Trace, *,
          book: PhaseBook | None = None, seed: int = 0, rounds: int = MAX_ROUNDS,
          budget_s: float = BUDGET_S) -> LLMPlan:
     """Plan (``make(derate)``), replay at the promised rate, re-provision the phase that
-    missed, repeat: the first plan that holds, or the last one tried with its replay
-    (``replay.holds`` False) once ``rounds`` or ``budget_s`` run out.  A ``min_cost`` target
-    beyond the re-provisioned fleet raises `CannotServe`."""
+    missed, repeat: the first plan that holds.  Once ``rounds`` or ``budget_s`` run out, the
+    last plan tried promises what it holds at instead (`_promise_less`).  A ``min_cost``
+    target beyond the re-provisioned fleet raises `CannotServe`, as does a ``min_cost`` plan
+    that holds only below the trace's rate."""
     book = book or default_book()
     start = time.perf_counter()
     derate: dict[str, float] = {}
@@ -139,13 +139,60 @@ def hold(make: Callable[[dict[str, float]], LLMPlan], trace: Trace, *,
                        f"{sim.tpot_attained:.1%})"
                        + (f", rates held to {_held(derate)}" if derate else ""))
         seconds = time.perf_counter() - start
-        if sim.attained >= ATTAIN or k == rounds or seconds > budget_s:
+        if sim.attained >= ATTAIN:
             return plan.model_copy(update={"replay": _check(plan, sim, run, window, k,
                                                             seconds, history)})
+        if k == rounds or seconds > budget_s:
+            return _promise_less(plan, window_trace, window, trace, k, history, start,
+                                 book, seed)
         for phase, attained in _phases(plan, sim).items():
             points.setdefault(phase, []).append((math.log(derate.get(phase, 1.0)), attained))
             derate[phase] = math.exp(_next(points[phase]))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+LESS = (0.9, 0.8, 0.65, 0.5, 0.35, 0.2, 0.1)
+"""Shares of its promised rate a plan that did not hold within its rounds is replayed at,
+largest first, for `_promise_less`."""
+
+
+def _promise_less(plan: LLMPlan, window_trace: Trace, window: str, trace: Trace, rounds: int,
+                  history: list[str], start: float, book: PhaseBook, seed: int) -> LLMPlan:
+    """The plan as it is, promising the largest share of its rate (`LESS`, then one bisection
+    step) at which it holds in replay.  ``min_cost`` promises the trace's rate, so a plan
+    that holds only below it raises `CannotServe` with the rate it holds at."""
+    base = promised(plan, window_trace)
+    ok, fail, found = 0.0, 1.0, None
+    for share in LESS:
+        sim = simulate(plan, base.scaled(share), seed=seed, book=book)
+        if sim.attained >= ATTAIN:
+            ok, found = share, sim
+            break
+        fail = share
+    if found is not None:
+        mid = (ok + fail) / 2
+        sim = simulate(plan, base.scaled(mid), seed=seed, book=book)
+        if sim.attained >= ATTAIN:
+            ok, found = mid, sim
+    history.append(f"after {rounds} round(s) short of {ATTAIN:.0%}: "
+                   + (f"holds at x{ok:.2f} of the rate it promised" if found is not None
+                      else f"does not hold even at x{LESS[-1]:g} of it"))
+    if plan.objective == "min_cost":
+        from fitwork.llm.plan import cannot_serve
+
+        raise cannot_serve(trace, ok * base.rate, "the best plan found holds in replay only "
+                           f"below its rate ({'; '.join(history[-2:])})")
+    if found is None:
+        ok = LESS[-1]
+        found = simulate(plan, base.scaled(ok), seed=seed, book=book)
+    run = base.scaled(ok)
+    goodput = plan.goodput * ok
+    tokens = plan.tokens_per_s * ok
+    cost = plan.cost_per_hour / (tokens * 3600) * 1e6 if tokens > 0 else None
+    return plan.model_copy(update={
+        "goodput": goodput, "tokens_per_s": tokens, "cost_per_million_tokens": cost,
+        "replay": _check(plan, found, run, window, rounds, time.perf_counter() - start,
+                         history)})
 
 
 def _held(derate: dict[str, float]) -> str:
