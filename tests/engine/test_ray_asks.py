@@ -63,3 +63,18 @@ def test_a_unit_says_whether_its_cpu_was_declared() -> None:
     assert not unit(f).with_replicas(3).cpu_given
     assert not Pipeline(f, g, name="p").fused().units[0].cpu_given
     assert Pipeline(f, unit(cpu=2)(g), name="p").fused().units[0].cpu_given
+
+
+def test_a_ray_prediction_prices_start_up_and_calls() -> None:
+    from fitwork.engine.ray import costs
+    from fitwork.engine.ray.driver import FRAME_TIME
+
+    assert costs.FRAME_TIME == FRAME_TIME  # the frames the driver sizes are the ones priced
+    steady = costs.steady_rate(1000.0, 3)
+    assert steady == pytest.approx(1000.0 / (1 + 3 * costs.CALL_CPU_S / costs.FRAME_TIME))
+    # a short run is mostly start-up; a long one comes near the steady rate
+    short = costs.predicted(1000.0, 1000, replicas=4, units=3, cores=2.0)
+    long = costs.predicted(1000.0, 10**7, replicas=4, units=3, cores=2.0)
+    start = costs.startup_seconds(4, 2.0)
+    assert short == pytest.approx(1000 / (start + 1000 / steady))
+    assert short < 0.5 * steady and long == pytest.approx(steady, rel=1e-3)
