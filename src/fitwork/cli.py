@@ -447,8 +447,13 @@ def _summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | 
     console.print(summary(record))
     if planned is not None:
         side = planned.monolithic if monolithic else planned.fitted
-        predicted = side.throughput
-        console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side; "
+        predicted, priced = side.throughput, ""
+        if record.engine == "ray":  # Ray's start-up and calls (fitwork.engine.ray.costs)
+            from fitwork.engine.ray.costs import for_record
+
+            predicted, priced = for_record(predicted, record)
+        console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side"
+                      f"{priced}; "
                       f"realized {record.throughput:,.1f} "
                       f"({record.throughput / predicted:.2f}x)", markup=False)
     console.print(wrote + (f", run record to {record_path}" if record_path else ""),
