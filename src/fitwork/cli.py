@@ -412,21 +412,35 @@ def batch_changes(plan: Any, pipeline: Any, side: str = "fitted",
             continue
         at = {r.batch_size: r for r in rates if r.unit == p.unit
               and r.device_class == p.device_class and r.rate > 0}
+        swept = {r.batch_size for r in plan.batch_rates if r.unit == p.unit
+                 and r.device_class == p.device_class}
         lines.append(f"plan: unit {p.unit!r} runs batch_size={p.batch_size}, not the declared "
-                     f"{declared}: {_why_batch(at, p.batch_size, declared, plan.max_latency)} "
+                     f"{declared}: {_why_batch(at, swept, p.batch_size, declared, plan)} "
                      f"(--batch {p.unit}={declared} keeps the declared size)")
     return lines
 
 
-def _why_batch(at: dict[int | None, Any], planned: int, declared: int,
-               max_latency: float | None) -> str:
+def _why_batch(at: dict[int | None, Any], swept: set[int | None], planned: int,
+               declared: int, plan: Any) -> str:
+    """Why the fit ran ``planned`` where the unit declared ``declared``."""
     mine, theirs = at.get(planned), at.get(declared)
+    if swept and declared not in swept:
+        sizes = sorted(size for size in swept if size)
+        largest = sizes[-1] if sizes else None
+        carried = (f"its rate at {declared} is the one at {largest} carried over, so the fit "
+                   "weighed them alike and took the smaller batch (less latency per call)"
+                   if theirs is not None and mine is not None and planned == largest
+                   else f"{declared} was not measured")
+        return (f"the profile measured batch sizes {', '.join(map(str, sizes))} only (a "
+                f"batch holds at most the sample items): {carried}; profile with --samples "
+                f"{declared} or more to measure it")
     if theirs is None:
         return f"the profile has no rate at {declared}"
-    if max_latency is not None and theirs.batch_latency_s is not None \
-            and theirs.batch_latency_s > max_latency:
+    limit = plan.max_latency
+    if limit is not None and theirs.batch_latency_s is not None \
+            and theirs.batch_latency_s > limit:
         return (f"a batch of {declared} takes {theirs.batch_latency_s:.3f} s, over "
-                f"--max-latency {max_latency:g} s")
+                f"--max-latency {limit:g} s")
     if mine is None:
         return "the fit chose it"
     if mine.rate >= theirs.rate:

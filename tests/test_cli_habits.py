@@ -1,0 +1,284 @@
+"""The CLI as a new user meets it, run for real (the installed `fitwork` script) in a folder
+holding the user's pipe.py: a module found from the current directory, per-unit flags, what
+happens to an existing output, paths that are inputs, a start that failed, piped tables,
+`--decompose` measured on the input, and a plan that changes a declared batch size."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fitwork import RunRecord
+
+FITWORK = str(Path(sys.executable).parent / "fitwork")  # a console script: cwd not on its path
+
+PIPE = textwrap.dedent("""
+    import time
+
+    from fitwork import Pipeline, unit
+
+    @unit(cpu=0.5)
+    def parse(row):
+        return int(row["n"])
+
+    @unit(batch_size=4)
+    def square(batch):
+        return [{"n": n, "square": n * n} for n in batch]
+
+    @unit(io=2)
+    def tag(row):
+        return {**row, "tag": "t"}
+
+    pipeline = Pipeline(parse, square, tag, name="pipe")
+
+    @unit(batch_size=64)
+    def square64(batch):
+        return [{"n": n, "square": n * n} for n in batch]
+
+    wide = Pipeline(parse, unit(square64.fn, name="square", batch_size=64), tag, name="pipe")
+
+    @unit(cpu=0.5)
+    def reads_a_column_with_a_very_long_name_so_that_the_table_is_wider_than_eighty(row):
+        return row
+
+    long_names = Pipeline(
+        reads_a_column_with_a_very_long_name_so_that_the_table_is_wider_than_eighty,
+        name="long")
+
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("weights not found")
+
+        def __call__(self, row):
+            return row
+
+    broken = Pipeline(unit(Broken), name="pipe")
+
+    @unit
+    def picky(row):
+        if row["n"] % 10 == 3:
+            raise ValueError("no")
+        return row
+
+    picky_pipeline = Pipeline(picky, name="picky")
+
+    def monolith(row):
+        n = int(row["n"])
+        time.sleep(0.002)
+        a = sum(i * n for i in range(3000))
+        b = sum(i * a for i in range(3000)) % 97
+        c = sum(i ^ b for i in range(3000))
+        d = (a + b + c) % 1000
+        return {"n": n, "d": d}
+""")
+COUNT = 40
+
+
+def fitwork(*args: str, cwd: Path, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "PYTHONPATH")}
+    return subprocess.run([FITWORK, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**environment, **(env or {})})
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def errors(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pipe.py").write_text(PIPE)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n"
+                                               for i in range(COUNT)))
+    return tmp_path
+
+
+def test_a_module_reference_resolves_from_the_current_directory(project: Path) -> None:
+    done = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                   cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert sorted(r["n"] for r in rows(project / "o.jsonl")) == list(range(COUNT))
+    missing = fitwork("run", "nope:pipeline", "--input", "in.jsonl", "--output", "p.jsonl",
+                      cwd=project)
+    assert missing.returncode == 1 and len(errors(missing)) == 1
+    assert f"cannot import module 'nope' from {project}" in missing.stderr
+
+
+def test_per_unit_flags_set_cores_batch_and_io(project: Path) -> None:
+    done = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                   "--cpus", "parse=0.25", "--batch", "square=8", "--io", "tag=5",
+                   "--record", "r.json", cwd=project)
+    assert done.returncode == 0, done.stderr
+    units = {u.name: u for u in RunRecord.load(project / "r.json").units}
+    assert units["parse"].resources["cpu"] == 0.25
+    assert units["square"].batch_size == 8
+    assert units["tag"].resources["io"] == 5
+    assert sorted(r["square"] for r in rows(project / "o.jsonl")) == \
+        [n * n for n in range(COUNT)]
+    for flags, says in ((["--batch", "parse=2"], "unit 'parse' is not batched"),
+                        (["--cpus", "nope=1"], "has no unit 'nope'"),
+                        (["--io", "tag=-1"], "--io"),
+                        (["--cpus", "parse=0"], "--cpus")):
+        refused = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output",
+                          "x.jsonl", *flags, cwd=project)
+        assert refused.returncode == 2 and says in refused.stderr, (flags, refused.stderr)
+
+
+def test_per_unit_flags_win_over_a_plan_for_their_unit(project: Path) -> None:
+    assert fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "8",
+                   "-o", "prof.json", cwd=project).returncode == 0
+    planned = fitwork("plan", "pipe:pipeline", "--profile", "prof.json", "--no-fuse",
+                      "--time-limit", "5", "-o", "plan.json", cwd=project)
+    assert planned.returncode == 0, planned.stderr
+    done = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                   "--plan", "plan.json", "--cpus", "square=0.3", "--batch", "square=2",
+                   "--record", "r.json", cwd=project)
+    assert done.returncode == 0, done.stderr
+    units = {u.name: u for u in RunRecord.load(project / "r.json").units}
+    assert units["square"].resources["cpu"] == 0.3 and units["square"].batch_size == 2
+    adapt = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "a.jsonl",
+                    "--plan", "plan.json", "--adapt", "--cpus", "square=0.3", cwd=project)
+    assert adapt.returncode == 2 and "drop --adapt or the per-unit flags" in adapt.stderr
+
+
+def test_an_existing_output_is_refused_overwritten_or_appended_as_asked(project: Path) -> None:
+    run = ("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q")
+    assert fitwork(*run, cwd=project).returncode == 0
+    first = (project / "o.jsonl").read_text()
+    refused = fitwork(*run, cwd=project)
+    assert refused.returncode == 1 and len(errors(refused)) == 1
+    assert "o.jsonl already holds outputs; pass --mode overwrite" in refused.stderr
+    assert (project / "o.jsonl").read_text() == first  # untouched
+    appended = fitwork(*run, "--mode", "append", cwd=project)
+    assert appended.returncode == 0, appended.stderr
+    assert sorted(r["n"] for r in rows(project / "o.jsonl")) == sorted(2 * list(range(COUNT)))
+    assert (project / "o.jsonl").read_text().startswith(first)
+    replaced = fitwork(*run, "--mode", "overwrite", cwd=project)
+    assert replaced.returncode == 0, replaced.stderr
+    assert sorted(r["n"] for r in rows(project / "o.jsonl")) == list(range(COUNT))
+    # an empty output is no output: a new run goes
+    (project / "e.jsonl").write_text("")
+    assert fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "e.jsonl", "-q",
+                   cwd=project).returncode == 0
+    # --resume goes with the journal, not a mode; Parquet and directories do not append
+    both = fitwork(*run, "--resume", "--mode", "overwrite", cwd=project)
+    assert both.returncode == 2 and "drop --mode overwrite" in both.stderr
+    parquet = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.parquet",
+                      "--mode", "append", cwd=project)
+    assert parquet.returncode == 2 and "--mode append adds lines" in parquet.stderr
+
+
+def test_append_keeps_the_dead_letters_of_earlier_runs(project: Path) -> None:
+    run = ("run", "pipe:picky_pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+           "--max-failures", "10")
+    assert fitwork(*run, cwd=project).returncode == 0
+    letters = project / "o.jsonl.dead-letters.jsonl"
+    assert len(rows(letters)) == 4
+    assert fitwork(*run, "--mode", "append", cwd=project).returncode == 0
+    kept = rows(letters)
+    assert len(kept) == 8 and len({d["run_id"] for d in kept}) == 2
+    assert fitwork(*run, "--mode", "overwrite", cwd=project).returncode == 0
+    assert len(rows(letters)) == 4
+
+
+def test_a_path_the_run_writes_that_it_also_reads_is_refused(project: Path) -> None:
+    assert fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "4",
+                   "-o", "prof.json", cwd=project).returncode == 0
+    assert fitwork("plan", "pipe:pipeline", "--profile", "prof.json", "--time-limit", "5",
+                   "-o", "plan.json", cwd=project).returncode == 0
+    plan, source = (project / "plan.json").read_bytes(), (project / "in.jsonl").read_bytes()
+    for flags, says in (
+            (["--output", "o.jsonl", "--plan", "plan.json", "--record", "plan.json"],
+             "--record plan.json is the --plan this run reads"),
+            (["--output", "in.jsonl"], "--output in.jsonl is the --input this run reads"),
+            (["--output", "o.jsonl", "--plan", "plan.json", "--dead-letter", "plan.json"],
+             "--dead-letter plan.json is the --plan"),
+            (["--output", "pipe.py"], "--output pipe.py is the pipeline file")):
+        reference = "pipe.py:pipeline" if "pipe.py" in flags else "pipe:pipeline"
+        done = fitwork("run", reference, "--input", "in.jsonl", *flags, cwd=project)
+        assert done.returncode == 2 and len(errors(done)) == 1, done.stderr
+        assert says in done.stderr, done.stderr
+    assert (project / "plan.json").read_bytes() == plan
+    assert (project / "in.jsonl").read_bytes() == source
+
+
+def test_a_start_that_did_no_item_leaves_nothing_that_blocks_the_next(project: Path) -> None:
+    failed = fitwork("run", "pipe:broken", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                     cwd=project)
+    assert failed.returncode == 1 and len(errors(failed)) == 1, failed.stderr
+    assert "no item was done, so its journal o.jsonl.journal and the empty o.jsonl were " \
+           "removed" in failed.stderr
+    assert not (project / "o.jsonl.journal").exists() and not (project / "o.jsonl").exists()
+    again = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                    cwd=project)
+    assert again.returncode == 0, again.stderr
+    # a journal of a run killed before its first item (only the header) is taken over
+    from fitwork.journal import Journal, identity
+
+    Journal.start(project / "k.jsonl.journal",
+                  identity("pipe", project / "in.jsonl", project / "k.jsonl")).close()
+    taken = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "k.jsonl", "-q",
+                    cwd=project)
+    assert taken.returncode == 0, taken.stderr
+    assert "removed journal k.jsonl.journal: the run that left it did no item" in taken.stderr
+    assert sorted(r["n"] for r in rows(project / "k.jsonl")) == list(range(COUNT))
+
+
+def test_tables_keep_their_width_when_piped(project: Path) -> None:
+    done = fitwork("run", "pipe:long_names", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "-q", cwd=project)
+    assert done.returncode == 0, done.stderr
+    name = "reads_a_column_with_a_very_long_name_so_that_the_table_is_wider_than_eighty"
+    row = next(line for line in done.stdout.splitlines() if name in line)
+    assert len(row) > 80 and "40" in row  # the whole row: name, replicas, items
+    assert any(line.startswith("throughput") and "outputs)" in line
+               for line in done.stdout.splitlines())  # the headline on one line
+
+
+def test_run_decompose_measures_the_input_and_a_sleep_is_waiting(project: Path) -> None:
+    alone = fitwork("decompose", "pipe:monolith", cwd=project)
+    assert alone.returncode == 0, alone.stderr
+    pieces = int(alone.stdout.split("): ")[1].split(" unit")[0])
+    assert "sleep@" in alone.stdout and "io (source)" in alone.stdout
+    done = fitwork("run", "pipe:monolith", "--decompose", "--input", "in.jsonl", "--output",
+                   "o.jsonl", "-q", "--record", "r.json", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert "decomposed monolith on 16 items of in.jsonl" in done.stderr
+    units = RunRecord.load(project / "r.json").units
+    assert len(units) < pieces  # measured neighbours of one kind were joined
+    expected = {}
+    for n in range(COUNT):
+        a = sum(i * n for i in range(3000))
+        b = sum(i * a for i in range(3000)) % 97
+        c = sum(i ^ b for i in range(3000))
+        expected[n] = (a + b + c) % 1000
+    assert {r["n"]: r["d"] for r in rows(project / "o.jsonl")} == expected
+
+
+def test_a_plan_that_changes_a_declared_batch_size_says_so_and_why(project: Path) -> None:
+    assert fitwork("profile", "pipe:wide", "--input", "in.jsonl", "--samples", "8",
+                   "-o", "prof.json", cwd=project).returncode == 0
+    planned = fitwork("plan", "pipe:wide", "--profile", "prof.json", "--no-fuse",
+                      "--time-limit", "5", "-o", "plan.json", cwd=project)
+    assert planned.returncode == 0, planned.stderr
+    line = next(line for line in planned.stdout.splitlines()
+                if line.startswith("plan: unit 'square' runs batch_size="))
+    assert "not the declared 64" in line and "profile with --samples 64 or more" in line
+    assert "--batch square=64 keeps the declared size" in line
+    ran = fitwork("run", "pipe:wide", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                  "--plan", "plan.json", cwd=project)
+    assert ran.returncode == 0, ran.stderr
+    assert "plan: unit 'square' runs batch_size=" in ran.stderr
+    kept = fitwork("run", "pipe:wide", "--input", "in.jsonl", "--output", "k.jsonl", "-q",
+                   "--plan", "plan.json", "--batch", "square=64", cwd=project)
+    assert kept.returncode == 0 and "runs batch_size=" not in kept.stderr, kept.stderr
