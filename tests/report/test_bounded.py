@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -103,8 +104,10 @@ def test_no_figure_is_over_100_percent_in_any_record_or_report(
         assert 0.0 <= figures.capacity_utilization <= 1.0
         if (figures.capacity_realized or 0.0) > 1.0:
             assert "under-predicted" in figures.capacity_note
-    for r in record_resources(run):
+    for r in [*run.resources, *record_resources(run)]:  # the record itself, and as shown
         assert 0.0 <= r.utilization <= 1.0
+        limit = cores if r.resource == "cpu" else gpus
+        assert limit is None or r.allocated <= limit
     assert all(0.0 <= u.busy_fraction <= 1.0 for u in run.units)
     pair = [run, other]
     labels = ["monolithic", "fitted"]
@@ -124,6 +127,10 @@ def test_the_reported_cases() -> None:
     figures = run_figures(run, bound=100.0)
     cpu = figures.of("cpu-x86")
     assert cpu.allocated == 2 and cpu.declared == 5
+    # the record itself holds its allocation to the host, however it was written
+    stored = run.resource("cpu")
+    assert stored.allocated == 2 and "replicas declared 5, the host has 2" in stored.basis
+    assert stored.utilization == pytest.approx(0.854)
     assert cpu.utilization == record_resources(run)[0].utilization
     assert figures.capacity_utilization == 1.0
     assert "the plan under-predicted (realized 1.16\u00d7 the prediction" in \

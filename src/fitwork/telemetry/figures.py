@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 Interval = tuple[float, float]
 
@@ -95,3 +95,29 @@ def bucket_series(
         sums[index] += value
         counts[index] += 1
     return [(start + i * width, sums[i] / counts[i]) for i in range(count) if counts[i]]
+
+
+def _positive(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
+def host_limits(host: Mapping[str, object] | None) -> tuple[float | None, float | None]:
+    """(cores, GPUs) a run record's host or cluster has; ``None`` where it does not say.
+
+    Cores are its ``cores``; GPUs its ``devices`` (Ray's ``GPU`` count, else the sum of its
+    classes' counts) or the length of its ``gpus`` list, when positive.
+    """
+    host = host or {}
+    cores = _positive(host.get("cores"))
+    devices = host.get("devices")
+    gpus: float | None = None
+    if isinstance(devices, Mapping) and devices:
+        gpus = _positive(devices["GPU"]) if "GPU" in devices else _positive(sum(
+            v for k, v in devices.items() if not str(k).startswith("accelerator_type:")
+            and isinstance(v, int | float) and not isinstance(v, bool)))
+    listed = host.get("gpus")
+    if gpus is None and isinstance(listed, list) and listed:
+        gpus = float(len(listed))
+    return cores, gpus

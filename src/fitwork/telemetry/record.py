@@ -6,11 +6,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from fitwork.document import Document
 from fitwork.failure import Failure
-from fitwork.telemetry.figures import busy_fraction, ratio, utilization, weighted_percentile
+from fitwork.telemetry.figures import (
+    busy_fraction,
+    host_limits,
+    ratio,
+    share,
+    utilization,
+    weighted_percentile,
+)
 
 
 class WorkerRecord(BaseModel):
@@ -169,6 +176,16 @@ class RunRecord(Document):
     output_digest: str | None = None
     refits: list[Refit] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _bounded(self) -> RunRecord:
+        """Whatever wrote the record (an older fitwork, a hand): resources allocated are at
+        most what its host has, and every share is held to 0..1."""
+        self.resources[:] = bounded_resources(self.resources, self.host, self.wall_s)
+        self.units[:] = [u if 0.0 <= u.busy_fraction <= 1.0 else u.model_copy(
+            update={"busy_fraction": min(1.0, max(0.0, u.busy_fraction))})
+            for u in self.units]
+        return self
+
     def unit(self, name: str) -> UnitRecord:
         """The record of the unit called ``name``."""
         for record in self.units:
@@ -249,6 +266,28 @@ def resource_utilization(units: Sequence[UnitRecord], wall_s: float) -> list[Res
             allocated_s=allocated_s, used_s=used, utilization=utilization(used, allocated_s),
             basis=basis))
     return records
+
+
+def bounded_resources(resources: Sequence[ResourceRecord], host: dict[str, Any] | None,
+                      wall_s: float) -> list[ResourceRecord]:
+    """``resources`` with ``cpu`` and ``gpu`` allocated at most what ``host`` has (what
+    replicas declare beyond it does not exist to allocate; the basis says so) and every
+    utilization held to 0..1."""
+    cores, gpus = host_limits(host)
+    bounded = []
+    for r in resources:
+        limit = cores if r.resource == "cpu" else gpus if r.resource == "gpu" else None
+        if limit is not None and r.allocated > limit + 1e-9:
+            allocated_s = limit * wall_s
+            r = r.model_copy(update={
+                "allocated": limit, "allocated_s": allocated_s,
+                "utilization": share(r.used_s, allocated_s),
+                "basis": f"{r.basis}; replicas declared {r.allocated:g}, the host has "
+                         f"{limit:g}"})
+        elif not 0.0 <= r.utilization <= 1.0:
+            r = r.model_copy(update={"utilization": min(1.0, max(0.0, r.utilization))})
+        bounded.append(r)
+    return bounded
 
 
 def _replica_seconds(unit: UnitRecord, wall_s: float) -> float:

@@ -43,12 +43,13 @@ from pydantic import BaseModel
 
 from fitwork.errors import InputError
 from fitwork.hardware.catalog import Catalog, catalog
-from fitwork.telemetry.figures import ratio, share
+from fitwork.telemetry.figures import host_limits, ratio, share
 from fitwork.telemetry.record import (
     DeviceSample,
     ResourceRecord,
     RunRecord,
     UnitRecord,
+    bounded_resources,
 )
 
 if TYPE_CHECKING:
@@ -181,32 +182,6 @@ def _placed(record: RunRecord, classes: Mapping[str, str] | None, cpu_class: str
     return unit_classes(record.units, classes, cpu_class, known, gpu_class), sampled
 
 
-def _positive(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return None
-    return float(value)
-
-
-def host_limits(host: Mapping[str, object] | None) -> tuple[float | None, float | None]:
-    """(cores, GPUs) the record's host or cluster has; ``None`` where it does not say.
-
-    Cores are its ``cores``; GPUs its ``devices`` (Ray's ``GPU`` count, else the sum of its
-    classes' counts) or the length of its ``gpus`` list, when positive.
-    """
-    host = host or {}
-    cores = _positive(host.get("cores"))
-    devices = host.get("devices")
-    gpus: float | None = None
-    if isinstance(devices, Mapping) and devices:
-        gpus = _positive(devices["GPU"]) if "GPU" in devices else _positive(sum(
-            v for k, v in devices.items() if not str(k).startswith("accelerator_type:")
-            and isinstance(v, int | float) and not isinstance(v, bool)))
-    listed = host.get("gpus")
-    if gpus is None and isinstance(listed, list) and listed:
-        gpus = float(len(listed))
-    return cores, gpus
-
-
 def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class: str,
                  known: Catalog) -> dict[str, tuple[float, float, str, float | None]]:
     """Per class: (devices allocated, busy device-seconds, basis, declared when more than
@@ -282,16 +257,8 @@ def fleet_utilization(record: RunRecord, classes: Mapping[str, str] | None = Non
 
 def record_resources(record: RunRecord) -> list[ResourceRecord]:
     """The record's own resources (``cpu``, ``gpu``) as a report shows them: allocated at
-    most what the host has, utilization held to 1."""
-    cores, gpus = host_limits(record.host)
-    shown = []
-    for r in record.resources:
-        limit = cores if r.resource == "cpu" else gpus if r.resource == "gpu" else None
-        allocated = min(r.allocated, limit) if limit is not None else r.allocated
-        allocated_s = allocated * record.wall_s if allocated < r.allocated else r.allocated_s
-        shown.append(r.model_copy(update={"allocated": allocated, "allocated_s": allocated_s,
-                                          "utilization": share(r.used_s, allocated_s)}))
-    return shown
+    most what the host has, utilization held to 1 (`bounded_resources`)."""
+    return bounded_resources(record.resources, record.host, record.wall_s)
 
 
 def needed_flops(record: RunRecord, flops_per_item: Mapping[str, float],
