@@ -76,7 +76,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 @click.option("--ordered", is_flag=True, help="Write outputs in input order.")
 @click.option("--dead-letter", type=click.Path(path_type=Path),
               help="JSONL file for this run's failed items [default: "
-                   "OUTPUT.dead-letters.jsonl]; replaced at each run.")
+                   "OUTPUT.dead-letters.jsonl]; replaced at each run (added to with "
+                   "--mode append).")
 @click.option("--record", "record_path", type=click.Path(path_type=Path),
               help="Write the run record (JSON) here, also when the run is interrupted.")
 @click.option("--max-failures", type=click.IntRange(min=0), default=None,
