@@ -33,6 +33,7 @@ from fitwork.llm.plan import (
     PlanSet,
     ReplayCheck,
     _classes,
+    cannot_serve,
     plan_colocated,
     plan_split,
 )
@@ -178,8 +179,6 @@ def _promise_less(plan: LLMPlan, window_trace: Trace, window: str, trace: Trace,
                    + (f"holds at x{ok:.2f} of the rate it promised" if found is not None
                       else f"does not hold even at x{LESS[-1]:g} of it"))
     if plan.objective == "min_cost":
-        from fitwork.llm.plan import cannot_serve
-
         raise cannot_serve(trace, ok * base.rate, "the best plan found holds in replay only "
                            f"below its rate ({'; '.join(history[-2:])})")
     if found is None:
@@ -212,18 +211,35 @@ def plan_held(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
     book = book or default_book()
     book.get(model, next(iter(_classes(fleet)), "H100-SXM"), 8)  # unknown model: say so
     burst = trace.burstiness() if burst is None else burst
-    kw = {"objective": objective, "book": book, "time_limit": time_limit, "mip_gap": mip_gap,
-          "burst": burst}
+    kw = {"book": book, "time_limit": time_limit, "mip_gap": mip_gap, "burst": burst}
     mix = Mix.of(trace)
+    Make = Callable[[dict[str, float], Objective], LLMPlan]
 
-    def held(make: Callable[[dict[str, float]], LLMPlan], mode: str, label: str) -> LLMPlan:
+    def attempt(make: Make, goal: Objective) -> tuple[LLMPlan | None, str]:
         try:
-            return hold(make, trace, book=book, seed=seed, rounds=rounds, budget_s=budget_s)
+            plan = hold(lambda d: make(d, goal), trace, book=book, seed=seed, rounds=rounds,
+                        budget_s=budget_s)
         except CannotServe as exc:  # the split plan's min_cost target beyond the fleet
-            return _empty(mode, label, model, trace, mix, slo, objective,  # type: ignore
-                          str(exc))
+            return None, str(exc)
+        if not plan.feasible and plan.bottleneck.startswith("cannot serve"):
+            return None, plan.bottleneck
+        return plan, ""
 
-    split = held(lambda d: plan_split(model, trace, fleet, slo, derate=d, **kw),  # type: ignore
+    def held(make: Make, mode: str, label: str) -> LLMPlan:
+        plan, why = attempt(make, objective)
+        if plan is not None:
+            return plan
+        if objective == "min_cost":  # the most this layout holds in replay, not the queue
+            most, _ = attempt(make, "max_goodput")  # model's figure
+            if most is not None and most.feasible and most.replay and most.replay.holds:
+                why = str(cannot_serve(trace, most.goodput, "the most such a plan holds "
+                                       f"in replay, {ATTAIN:.0%} of requests within both "
+                                       "SLOs"))
+        return _empty(mode, label, model, trace, mix, slo, objective,  # type: ignore
+                      why)
+
+    split = held(lambda d, o: plan_split(model, trace, fleet, slo, derate=d, objective=o,
+                                         **kw),  # type: ignore
                  "split", "phase-split")
     names = sorted(_classes(fleet))
     groups: list[list[str] | None] = [[n] for n in names]
@@ -233,6 +249,7 @@ def plan_held(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
     for group in groups:
         label = "colocated " + ("+".join(group) if group else "best mix")
         colocated.append(held(
-            lambda d, g=group: plan_colocated(model, trace, fleet, slo, classes=g,  # type: ignore
-                                              derate=d, **kw), "colocated", label))
+            lambda d, o, g=group: plan_colocated(model, trace, fleet, slo,  # type: ignore
+                                                 classes=g, derate=d, objective=o, **kw),
+            "colocated", label))
     return PlanSet(split=split, colocated=colocated)
