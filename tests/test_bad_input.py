@@ -122,7 +122,9 @@ def test_a_bad_csv_row_is_dead_lettered_with_its_line_and_byte(project: Path) ->
         [(b.line, b.byte) for b in bad]
 
 
-def test_csv_offsets_hold_for_crlf_and_bare_cr_line_ends(tmp_path: Path) -> None:
+def test_csv_lines_and_offsets_with_crlf_and_bare_cr_line_ends(tmp_path: Path) -> None:
+    """Lines are counted as text (universal newlines); a byte offset is found by counting
+    ``\n``, so a file of bare-CR line ends gets its line but no offset."""
     for newline in (b"\r\n", b"\r"):
         path = tmp_path / "x.csv"
         rows = [b"a,b", b"1,2", b"3", b"4,5"]
@@ -131,7 +133,7 @@ def test_csv_offsets_hold_for_crlf_and_bare_cr_line_ends(tmp_path: Path) -> None
         assert items[0] == {"a": "1", "b": "2"} and items[2] == {"a": "4", "b": "5"}
         assert isinstance(items[1], Unreadable)
         assert items[1].line == 3
-        assert items[1].byte == 3 + 2 * (3 + len(newline))
+        assert items[1].byte == (3 + 2 * (3 + len(newline)) if newline == b"\r\n" else None)
 
 
 def test_a_parquet_row_group_that_fails_is_dead_lettered_whole(tmp_path: Path) -> None:
@@ -240,3 +242,38 @@ def test_journal_prefix_of_a_glob_and_an_older_journal(tmp_path: Path) -> None:
     with pytest.raises(JournalError, match="journal version 2, this one reads version 3"):
         load(where)
     shutil.rmtree(where)
+
+
+def test_a_csv_input_is_identified_by_the_lines_read(tmp_path: Path) -> None:
+    source = tmp_path / "in.csv"
+    rows = ["n,label", *(f"{i},x{i}" for i in range(10))]
+    source.write_text("\n".join(rows) + "\n")
+    out, where = tmp_path / "out.jsonl", tmp_path / "j"
+    header = identity("p", source, out)
+    reader = read_items(source)
+    journal = Journal.start(where, header, reader)
+    assert [next(reader)["n"] for _ in range(5)] == ["0", "1", "2", "3", "4"]
+    journal.checkpoint([(0, 5)], 10, 5)  # the rows end with line 6
+    journal.close()
+    assert load(where).read[:2] == (0, 6)
+    source.write_text("\n".join([*rows[:8], "7,repaired", *rows[9:]]) + "\n")
+    Journal.resume(where, header, read_items(source)).close()
+    source.write_text("\n".join([*rows[:3], "2,changed", *rows[4:]]) + "\n")
+    with pytest.raises(JournalError, match=r"in\.csv changed within its first 6 lines"):
+        Journal.resume(where, header, read_items(source))
+
+
+def test_tracking_starts_before_reading() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as where:
+        path = Path(where) / "in.jsonl"
+        path.write_text('{"n": 0}\n{"n": 1}\n{"n": 2}\n')
+        tracked = read_items(path)
+        tracked.track()
+        assert [item["n"] for item in tracked] == [0, 1, 2]
+        assert tracked.end_of(1) == (0, 18) and tracked.end_of(2) == (0, 27)
+        late = read_items(path)
+        next(late)
+        with pytest.raises(ValueError, match="before the first item"):
+            late.track()

@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import shutil
 import stat
 from collections import deque
 from collections.abc import Callable, Iterator
+from io import TextIOWrapper
 from pathlib import Path, PurePath
 from types import ModuleType, TracebackType
 from typing import IO, Any, Literal
@@ -117,13 +119,23 @@ Opener = Callable[[], IO[bytes]]
 @dataclasses.dataclass
 class _Reading:
     """How one `read_items` call reads, and where its readers are: the file being read
-    (its number among the input's files, its name) and the byte offset after the last
-    item yielded from it."""
+    (its number among the input's files, its name) and where the last item yielded from
+    it ends (see `InputReader.end_of`)."""
 
     tolerant: bool = False
     file: int = 0
     name: str = ""
     at: int = 0
+    ends: deque[tuple[int, int, int]] | None = None
+    """Where items end, from item ``start`` on, while a journal tracks them."""
+    start: int = 0
+    count: int = 0
+
+    def note(self) -> None:
+        """Keep where the item about to be yielded ends (only while ``ends`` is set)."""
+        if self.count >= self.start and self.ends is not None:
+            self.ends.append((self.count, self.file, self.at))
+        self.count += 1
 
     def unreadable(self, error: str, **where: Any) -> Unreadable:
         """What stands for a bad line or row of the file being read."""
@@ -134,9 +146,10 @@ class InputReader:
     """The iterator `read_items` returns: the items, and, once `track` is called, where
     each one ends in the input (for a journal to identify what a run has read).
 
-    ``files`` lists the input's files in reading order where positions are byte offsets
-    in them (JSON Lines and CSV); it is None where they are not (Parquet, a directory's
-    file names), and a journal then identifies the input whole.
+    ``files`` lists the input's files in reading order where positions say how much of
+    them was read: byte offsets in JSON Lines, line numbers in CSV (read as text, so a
+    byte count would cost a pass of its own); it is None where they do not (Parquet, a
+    directory's file names), and a journal then identifies the input whole.
     """
 
     def __init__(self, items: Iterator[Any], reading: _Reading, files: list[str] | None
@@ -144,31 +157,30 @@ class InputReader:
         self._items = items
         self._reading = reading
         self.files = files
-        self._count = 0
-        self._from = 0
-        self._ends: deque[tuple[int, int, int]] | None = None
 
-    def __iter__(self) -> InputReader:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        return self._items  # a loop runs the reader's own generator, at full speed
 
     def __next__(self) -> Any:
-        item = next(self._items)
-        if self._ends is not None and self._count >= self._from:
-            reading = self._reading
-            self._ends.append((self._count, reading.file, reading.at))
-        self._count += 1
-        return item
+        return next(self._items)
 
     def track(self, start: int = 0) -> None:
-        """Keep where each item from index ``start`` on ends, until `end_of` forgets it."""
-        if self._ends is None:
-            self._ends, self._from = deque(), start
+        """Keep where each item from index ``start`` on ends, until `end_of` forgets it;
+        call it before reading the first item."""
+        if self._reading.ends is not None:
+            return
+        if self.files is None:
+            raise ValueError("this input's positions are not offsets in its files")
+        if inspect.getgeneratorstate(self._items) != inspect.GEN_CREATED:  # type: ignore[arg-type]
+            raise ValueError("track() after reading began: call it before the first item")
+        self._reading.ends, self._reading.start = deque(), start
 
     def end_of(self, index: int) -> tuple[int, int] | None:
         """Where item ``index`` (0-based, in reading order) ends: the number of its file in
-        `files` and the byte offset after its line.  Forgets the ends of earlier items, so
-        ask in increasing order; None if that item was not read while tracking."""
-        ends = self._ends
+        `files` and the byte offset after its line (the number of its last line, in CSV).
+        Forgets the ends of earlier items, so ask in increasing order; None if that item
+        was not read while tracking."""
+        ends = self._reading.ends
         if ends is None:
             return None
         while len(ends) > 1 and ends[1][0] <= index:
@@ -332,10 +344,14 @@ def _read_jsonl(opener: Opener, place: str, reading: _Reading) -> Iterator[Any]:
                 if not reading.tolerant:
                     raise
                 reading.at = at
+                if reading.ends is not None:
+                    reading.note()
                 yield reading.unreadable(str(exc), line=number, byte=start,
                                          text=raw[:1000].decode("utf-8", "replace"))
                 continue
             reading.at = at
+            if reading.ends is not None:
+                reading.note()
             yield value
 
 
@@ -372,47 +388,33 @@ def _json_line(text: str, place: str, number: int) -> Any:
         ) from exc
 
 
-_BARE_CR = re.compile(rb"(?<=\r)(?!\n)")
-_BOM = b"\xef\xbb\xbf"
+class _LineStarts:
+    """Where lines of a file start, found by counting newlines forward from the last line
+    asked about (ask in increasing order); opened on the first question, so a reader that
+    never needs one costs nothing."""
 
+    def __init__(self, opener: Opener) -> None:
+        self.opener = opener
+        self.handle: IO[bytes] | None = None
+        self.line, self.at = 1, 0
 
-class _CsvLines:
-    """A binary file's lines as text for `csv.reader` (split at ``\n``, ``\r\n`` and a
-    bare ``\r``, as universal newlines do), counting the bytes handed out in ``at``.
+    def start_of(self, line: int) -> int | None:
+        """The byte offset line ``line`` (1-based) starts at; None if it cannot be read."""
+        try:
+            if self.handle is None:
+                self.handle = self.opener()
+            while self.line < line:
+                raw = self.handle.readline()
+                if not raw:
+                    return None
+                self.line, self.at = self.line + 1, self.at + len(raw)
+        except (OSError, InputError):
+            return None
+        return self.at
 
-    `csv.reader` asks for lines only as it needs them for the row it is reading, so
-    ``at`` before and after a row are where the row starts and ends.  Bytes that are not
-    UTF-8 are carried through as surrogates (see `_check_utf8`).
-    """
-
-    def __init__(self, handle: IO[bytes]) -> None:
-        self.handle = handle
-        self.at = 0
-        self.back: list[bytes] = []  # pieces of a line split at bare CRs, reversed
-        self.first = True
-
-    def __iter__(self) -> _CsvLines:
-        return self
-
-    def __next__(self) -> str:
-        if self.back:
-            piece = self.back.pop()
-        else:
-            raw = self.handle.readline()
-            if not raw:
-                raise StopIteration
-            if self.first:
-                self.first = False
-                if raw.startswith(_BOM):
-                    self.at, raw = 3, raw[3:]
-            if b"\r" in raw:
-                pieces = [p for p in _BARE_CR.split(raw) if p]
-                self.back.extend(reversed(pieces[1:]))
-                piece = pieces[0]
-            else:
-                piece = raw
-        self.at += len(piece)
-        return piece.decode("utf-8", "surrogateescape")
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
 
 
 def _read_csv(opener: Opener, place: str, csv_types: bool, reading: _Reading
@@ -422,11 +424,14 @@ def _read_csv(opener: Opener, place: str, csv_types: bool, reading: _Reading
 
     Bytes that are not UTF-8 are carried through as surrogates and reported on the row that
     holds them, so every row before it is still yielded.  A tolerant reader yields a bad
-    row as an `Unreadable` and reads on (a bad header still raises).
+    row as an `Unreadable` (its line and the byte offset the line starts at) and reads on;
+    a bad header still raises.  Positions are line numbers (``reading.at`` is the last
+    line of the row yielded): a CSV file is read as text, which keeps it fast.
     """
-    with opener() as handle:
-        lines = _CsvLines(handle)
-        reader = csv.reader(lines)
+    starts = _LineStarts(opener) if reading.tolerant else None
+    with TextIOWrapper(opener(), encoding="utf-8-sig", errors="surrogateescape",
+                       newline="") as handle:
+        reader = csv.reader(handle)
         try:
             header = next(reader, None)
             if header is None:
@@ -442,45 +447,56 @@ def _read_csv(opener: Opener, place: str, csv_types: bool, reading: _Reading
         except OSError as exc:
             raise _read_error(place, exc) from exc
         width = len(header)
-        while True:
-            start = reader.line_num + 1  # a quoted field may carry a row over lines
-            byte = lines.at
-            try:
-                row = next(reader, None)
-                if row is None:
-                    return
-                if not row:
+        try:
+            while True:
+                start = reader.line_num + 1  # a quoted field may carry a row over lines
+                try:
+                    row = next(reader, None)
+                    if row is None:
+                        return
+                    if not row:
+                        continue
+                    _check_utf8(row, place, start)
+                    if len(row) != width:
+                        raise InputError(
+                            f"{place}:{start}: row has {len(row)} fields but the header has "
+                            f"{width}; make every row match the header (quote fields that "
+                            "hold commas)"
+                        )
+                except csv.Error as exc:
+                    error = InputError(f"{place}:{reader.line_num}: malformed CSV "
+                                       f"({_one_line(exc)}); fix that row")
+                    if starts is None:
+                        raise error from exc
+                    reading.at = reader.line_num
+                    if reading.ends is not None:
+                        reading.note()
+                    yield reading.unreadable(str(error), line=reader.line_num,
+                                             byte=starts.start_of(reader.line_num))
                     continue
-                _check_utf8(row, place, start)
-                if len(row) != width:
-                    raise InputError(
-                        f"{place}:{start}: row has {len(row)} fields but the header has "
-                        f"{width}; make every row match the header (quote fields that hold commas)"
-                    )
-            except csv.Error as exc:
-                error = InputError(
-                    f"{place}:{reader.line_num}: malformed CSV ({_one_line(exc)}); fix that row"
-                )
-                if not reading.tolerant:
-                    raise error from exc
-                reading.at = lines.at
-                yield reading.unreadable(str(error), line=reader.line_num, byte=byte)
-                continue
-            except InputError as exc:
-                if not reading.tolerant:
-                    raise
-                reading.at = lines.at
-                text = ",".join(row).encode("utf-8", "surrogateescape")
-                yield reading.unreadable(str(exc), line=start, byte=byte,
-                                         text=text[:1000].decode("utf-8", "replace"))
-                continue
-            except OSError as exc:
-                raise _read_error(place, exc) from exc
-            reading.at = lines.at
-            if csv_types:
-                yield {name: csv_value(value) for name, value in zip(header, row, strict=True)}
-            else:
-                yield dict(zip(header, row, strict=True))
+                except InputError as exc:
+                    if starts is None:
+                        raise
+                    reading.at = reader.line_num
+                    if reading.ends is not None:
+                        reading.note()
+                    text = ",".join(row).encode("utf-8", "surrogateescape")
+                    yield reading.unreadable(str(exc), line=start, byte=starts.start_of(start),
+                                             text=text[:1000].decode("utf-8", "replace"))
+                    continue
+                reading.at = reader.line_num
+                if reading.ends is not None:
+                    reading.note()
+                if csv_types:
+                    yield {name: csv_value(value)
+                           for name, value in zip(header, row, strict=True)}
+                else:
+                    yield dict(zip(header, row, strict=True))
+        except OSError as exc:
+            raise _read_error(place, exc) from exc
+        finally:
+            if starts is not None:
+                starts.close()
 
 
 _CSV_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")

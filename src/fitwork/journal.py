@@ -20,7 +20,8 @@ The input is identified by what the run had read up to its last checkpoint, wher
 run reads it through `fitwork.io.read_items` and its items end at byte offsets (JSON Lines
 and CSV files, and globs or URLs of them): each line also holds
 ``"read": [file, offset, hash]``, a BLAKE2b hash of the input's bytes up to the end of the
-furthest item done (``file`` counts the input's files in reading order).  A resumed run
+furthest item done (``file`` counts the input's files in reading order; ``offset`` is in
+bytes, or in lines for a CSV file, which is read as text).  A resumed run
 hashes the same bytes of the input as it is now: a line repaired after them is read anew
 (a run that stopped at a bad line resumes once the line is fixed), one changed before
 them is refused, naming the file and the offset.  Other inputs (Parquet, a directory, a
@@ -37,7 +38,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from fitwork.errors import InputError
@@ -105,8 +106,19 @@ def _by_prefix(header: dict[str, Any], reader: InputReader | None) -> dict[str, 
     return {**kept, "input_read": "prefix", "input_files": names}
 
 
+def _by_lines(name: str) -> bool:
+    """Whether positions in this input file count lines (CSV, read as text) or bytes."""
+    return PurePath(name).suffix.lower() == ".csv"
+
+
+def _extent(name: str, at: int) -> str:
+    """``at`` as a stretch of this file: "1,200 bytes" or "40 lines"."""
+    return f"{at:,} {'lines' if _by_lines(name) else 'bytes'}"
+
+
 class Prefix:
-    """A running hash of an input's bytes from its start, over its files in order."""
+    """A running hash of an input's bytes from its start, over its files in order, to a
+    position in one of them: a byte offset, or the end of a line (a CSV file)."""
 
     def __init__(self, files: list[str]) -> None:
         self.files = files
@@ -121,22 +133,28 @@ class Prefix:
         return open_input(name, "rb", f"input {name}") if is_url(name) else open(name, "rb")
 
     def advance(self, file: int, at: int) -> bool:
-        """Hash on to byte ``at`` of file number ``file``; False if the input ends first."""
-        while (self.file, self.at) < (file, at):
+        """Hash on to position ``at`` of file number ``file``; False if the input ends
+        first."""
+        while self.file < file or (self.file == file and self.at < at):
             if self.handle is None:
                 self.handle = self._open()
-            want = at - self.at if self.file == file else 1 << 20
-            block = self.handle.read(min(want, 1 << 20))
+            if self.file < file:  # the rest of a file the run has read past
+                block = self.handle.read(1 << 20)
+                if not block:
+                    self.handle.close()
+                    self.handle = None
+                    self.digest.update(b"\0file\0")  # where one file ends, the next begins
+                    self.file, self.at = self.file + 1, 0
+                    continue
+            elif _by_lines(self.files[file]):
+                block = self.handle.readline()
+                self.at += 1
+            else:
+                block = self.handle.read(min(at - self.at, 1 << 20))
+                self.at += len(block)
             if not block:
-                if self.file == file:
-                    return False
-                self.handle.close()
-                self.handle = None
-                self.digest.update(b"\0file\0")  # where one file ends and the next begins
-                self.file, self.at = self.file + 1, 0
-                continue
+                return False
             self.digest.update(block)
-            self.at += len(block)
         return True
 
     def hexdigest(self) -> str:
@@ -169,12 +187,12 @@ def check_prefix(state: State, reader: InputReader, directory: Path) -> Prefix:
                            f"({exc.strerror or exc}); {fix}") from None
     if not whole:
         raise JournalError(f"journal {directory}: input {name} is now shorter than the "
-                           f"{at:,} bytes the interrupted run had finished; {fix}")
+                           f"{_extent(name, at)} the interrupted run had finished; {fix}")
     if prefix.hexdigest() != digest:
         earlier = " (or a file before it)" if file else ""
         raise JournalError(f"journal {directory}: input {name}{earlier} changed within its "
-                           f"first {at:,} bytes, which the interrupted run had finished (a "
-                           f"line repaired after byte {at:,} is fine); {fix}")
+                           f"first {_extent(name, at)}, which the interrupted run had "
+                           f"finished (a line repaired after those is fine); {fix}")
     return prefix
 
 
