@@ -282,3 +282,22 @@ def test_a_plan_that_changes_a_declared_batch_size_says_so_and_why(project: Path
     kept = fitwork("run", "pipe:wide", "--input", "in.jsonl", "--output", "k.jsonl", "-q",
                    "--plan", "plan.json", "--batch", "square=64", cwd=project)
     assert kept.returncode == 0 and "runs batch_size=" not in kept.stderr, kept.stderr
+
+
+def test_a_directory_output_with_parts_is_refused_unless_overwritten(project: Path) -> None:
+    shards = project / "in"
+    shards.mkdir()
+    for k in range(4):
+        (shards / f"{k}.jsonl").write_text("".join(json.dumps({"n": n}) + "\n"
+                                                   for n in range(k, COUNT, 4)))
+    run = ("run", "pipe:pipeline", "--input", "in/", "--output", "out/", "-q")
+    assert fitwork(*run, cwd=project).returncode == 0
+    refused = fitwork(*run, cwd=project)
+    assert refused.returncode == 1 and "out already holds outputs" in refused.stderr
+    appended = fitwork(*run, "--mode", "append", cwd=project)
+    assert appended.returncode == 2 and "is a directory" in appended.stderr
+    again = fitwork(*run, "--mode", "overwrite", cwd=project)
+    assert again.returncode == 0, again.stderr
+    from fitwork.engine.parts import read_parts
+
+    assert sorted(r["n"] for r in read_parts(project / "out")) == list(range(COUNT))
