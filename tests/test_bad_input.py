@@ -277,3 +277,37 @@ def test_tracking_starts_before_reading() -> None:
         next(late)
         with pytest.raises(ValueError, match="before the first item"):
             late.track()
+
+
+def test_sharded_readers_send_bad_rows_alone_to_the_dead_letters(project: Path) -> None:
+    pyarrow = pytest.importorskip("pyarrow")
+    parquet = pytest.importorskip("pyarrow.parquet")
+    from fitwork.engine.parts import read_parts
+
+    shards = project / "shards"
+    shards.mkdir()
+    starts = jsonl_with_bad_lines(shards / "a.jsonl", 300,
+                                  {50: b'{"n": 50,,}\n', 250: b'{"n": 250\n'})
+    (shards / "b.csv").write_text(
+        "n\n" + "".join(f"{i}\n" if i != 320 else "320,extra\n" for i in range(300, 400)))
+    path = shards / "c.parquet"
+    parquet.write_table(pyarrow.table({"n": list(range(400, 700))}), path,
+                        row_group_size=100, compression="none")
+    column = parquet.ParquetFile(path).metadata.row_group(1).column(0)
+    at = column.dictionary_page_offset or column.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[at:at + 32] = b"\xff" * 32
+    path.write_bytes(bytes(data))
+
+    run = cli(project, "shards", "out/", "--bad-input", "dead-letter", "--max-failures", "4")
+    assert run.returncode == 0, run.stderr
+    lost = {50, 250, 320, *range(500, 600)}
+    assert Counter(row["n"] for row in read_parts(project / "out")) == \
+        Counter(n for n in range(700) if n not in lost)
+    letters = dead_letters(project / "out" / "_dead-letters.jsonl")
+    places = sorted((Path(d["input"]["file"]).name, d["input"].get("byte"),
+                     d["input"].get("line"), d["input"].get("row_group")) for d in letters)
+    assert places == [("a.jsonl", starts[50], None, None), ("a.jsonl", starts[250], None, None),
+                      ("b.csv", 2 + 20 * 4, 22, None),
+                      ("c.parquet", None, None, 1)]
+    assert all(d["unit"] == "read" and d["error"].startswith("InputError: ") for d in letters)

@@ -206,7 +206,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
                 journal_dir=where,
                 resume=resume, csv_types=not csv_strings, adapt=adapt and not monolithic,
                 record_path=record_path, options=options,
-                metrics=(metrics_port, metrics_host), held=held)
+                metrics=(metrics_port, metrics_host), held=held, bad_input=bad_input)
             _summarise(record, planned, monolithic, record_path, max_failures,
                        f"wrote {written:,} outputs in parts to {output_path}/")
             return
@@ -631,7 +631,8 @@ def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: s
                  journal_dir: Path | None, resume: bool, csv_types: bool, adapt: bool,
                  record_path: Path | None, options: dict[str, Any],
                  metrics: tuple[int | None, str],
-                 held: dict[str, Any] | None = None) -> tuple[Any, int]:
+                 held: dict[str, Any] | None = None, bad_input: str = "error"
+                 ) -> tuple[Any, int]:
     """A run whose replicas read the input's shards and write the output's parts (``--output
     DIR/``): the driver hands out shards and keeps the books, and touches no item.  Its
     journal records the shards done and, per part, the byte ranges committed."""
@@ -646,7 +647,7 @@ def _run_sharded(pipeline: Any, input_text: str, output_path: Path, *, engine: s
     if limit is not None:
         raise click.UsageError(f"--limit with --output {output_path}: a quick look reads "
                                "through the driver; give a file --output (out.jsonl)")
-    source = Source.files(input_text, csv_types=csv_types)
+    source = Source.files(input_text, csv_types=csv_types, bad_input=bad_input)
     sink = Sink.files(output_path)
     dead_letter = dead_letter or output_path / "_dead-letters.jsonl"
     journal = keep = None

@@ -117,15 +117,22 @@ class Source:
 
     @classmethod
     def files(cls, *patterns: str | Path, split_bytes: int = SPLIT_BYTES,
-              readers: int = 1, csv_types: bool = True) -> Source:
+              readers: int = 1, csv_types: bool = True, bad_input: str = "error") -> Source:
         """Shards of the data files ``patterns`` name: files, globs (``data/*.parquet``) or
         directories (every ``.jsonl``/``.csv``/``.parquet`` file in them, sorted).  Every
-        name is checked now; a pattern that matches no data file is an error."""
+        name is checked now; a pattern that matches no data file is an error.
+        ``bad_input="dead-letter"``: a line, row or row group the reader cannot read is
+        that row's failure alone (file and byte offset, line or row group), not the shard's
+        (`read_shard_tolerant`)."""
         if split_bytes < 1:
             raise InputError(f"Source.files: split_bytes={split_bytes}: must be 1 or more")
+        if bad_input not in ("error", "dead-letter"):
+            raise InputError(f"Source.files: bad_input={bad_input!r}: must be error or "
+                             "dead-letter")
         paths = data_files(patterns)
         shards = [s for path in paths for s in file_shards(path, split_bytes, csv_types)]
-        return cls(shards, read_shard, readers, " ".join(map(str, patterns)), len(shards))
+        read = read_shard if bad_input == "error" else read_shard_tolerant
+        return cls(shards, read, readers, " ".join(map(str, patterns)), len(shards))
 
     def reader(self, first: Unit | None = None) -> Unit:
         """The flat-map unit that reads one shard into its rows (no retries of its own: a
@@ -163,6 +170,9 @@ class Source:
                         else read(shard))
                 single = kernel.kind is Kind.MAP
                 for row in rows:
+                    if type(row) is ChildFailed:  # a row the reader could not read
+                        yield row
+                        continue
                     raw = kernel.result(row)
                     if type(raw) is Failed:
                         yield ChildFailed(kernel.name, row, raw)
@@ -271,7 +281,27 @@ def read_shard(shard: Shard) -> Iterator[Any]:
     return read_items(shard.path, csv_types=shard.typed)
 
 
-def _jsonl_range(shard: Shard) -> Iterator[Any]:
+def read_shard_tolerant(shard: Shard) -> Iterator[Any]:
+    """`read_shard`, but a line, row or row group that cannot be read comes out as a
+    `ChildFailed` of the reader (the error, and the file and position as its input): it
+    fails alone, and the shard's other rows are read."""
+    if shard.format == "jsonl":
+        return _jsonl_range(shard, tolerant=True)
+    if shard.format == "parquet":
+        return _parquet_groups(shard, tolerant=True)
+    from fitwork.io import read_items
+    from fitwork.unreadable import Unreadable
+
+    return (_unreadable(row.where(), row.error) if type(row) is Unreadable else row
+            for row in read_items(shard.path, csv_types=shard.typed, bad_input="dead-letter"))
+
+
+def _unreadable(where: dict[str, Any], error: str) -> ChildFailed:
+    """The reader's failure of one row it could not read."""
+    return ChildFailed(READER, where, Failed(InputError(error), 1))
+
+
+def _jsonl_range(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
     """The JSON values of the lines that start in ``[start, stop)``: a reader skips the line
     the range begins inside of (the range before owns it) and reads past ``stop`` to finish
     its own last line."""
@@ -288,8 +318,15 @@ def _jsonl_range(shard: Shard) -> Iterator[Any]:
                 return
             at, position = position, position + len(raw)
             if len(raw) > MAX_LINE_BYTES:
-                raise InputError(f"input {shard.path}: line at byte {at} is longer than "
-                                 f"{MAX_LINE_BYTES:,} bytes; split the item")
+                error = (f"input {shard.path}: line at byte {at} is longer than "
+                         f"{MAX_LINE_BYTES:,} bytes; split the item")
+                if not tolerant:
+                    raise InputError(error)
+                while raw and not raw.endswith(b"\n"):  # the rest of the line goes with it
+                    raw = handle.readline(MAX_LINE_BYTES + 1)
+                    position += len(raw)
+                yield _unreadable({"file": shard.path, "byte": at}, error)
+                continue
             if at == 0 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             if not raw.strip():
@@ -298,17 +335,24 @@ def _jsonl_range(shard: Shard) -> Iterator[Any]:
                 yield json.loads(raw)
             except (ValueError, RecursionError) as exc:
                 reason = " ".join(str(exc).split()) or type(exc).__name__
-                raise InputError(f"input {shard.path}: line at byte {at}: invalid JSON "
-                                 f"({reason[:200]}); fix or remove that line") from None
+                error = (f"input {shard.path}: line at byte {at}: invalid JSON "
+                         f"({reason[:200]}); fix or remove that line")
+                if not tolerant:
+                    raise InputError(error) from None
+                yield _unreadable({"file": shard.path, "byte": at,
+                                   "text": raw[:1000].decode("utf-8", "replace")}, error)
 
 
-def _parquet_groups(shard: Shard) -> Iterator[dict[str, Any]]:
+def _parquet_groups(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
     """The rows of row groups ``[start, stop)`` of a Parquet file, a batch at a time."""
     from fitwork.fs import open_input
     from fitwork.io import _import_pyarrow
 
     pyarrow, parquet = _import_pyarrow(f"input {shard.path}")
     row = 0
+    if tolerant:
+        yield from _parquet_groups_tolerant(shard, pyarrow, parquet)
+        return
     with open_input(shard.path) as handle:
         try:
             reader = parquet.ParquetFile(handle)
@@ -323,9 +367,39 @@ def _parquet_groups(shard: Shard) -> Iterator[dict[str, Any]]:
                              "file") from None
 
 
+def _parquet_groups_tolerant(shard: Shard, pyarrow: Any, parquet: Any) -> Iterator[Any]:
+    """`_parquet_groups` a row group at a time: one that fails to read is one
+    `ChildFailed` (from the row it failed at to the group's end), and the next is read."""
+    from fitwork.fs import open_input
+
+    errors = (pyarrow.ArrowException, OSError, ValueError)
+    with open_input(shard.path) as handle:
+        try:
+            reader = parquet.ParquetFile(handle)
+        except errors as exc:
+            raise InputError(f"input {shard}: not a readable Parquet file "
+                             f"({' '.join(str(exc).split())[:200]}); check the file") from None
+        row = 0
+        for group in range(shard.start, shard.stop):
+            size = reader.metadata.row_group(group).num_rows
+            read = 0
+            try:
+                for batch in reader.iter_batches(row_groups=[group], batch_size=4096):
+                    rows = batch.to_pylist()
+                    read += len(rows)
+                    yield from rows
+            except errors as exc:
+                error = (f"input {shard}: row {row + read + 1} of the shard (row group "
+                         f"{group}): Parquet data is corrupt "
+                         f"({' '.join(str(exc).split())[:200]}); rewrite the file")
+                yield _unreadable({"file": shard.path, "row_group": group,
+                                   "rows_of_shard": [row + read + 1, row + size]}, error)
+            row += size
+
+
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 __all__ = ["SPLIT_BYTES", "Children", "Shard", "Slice", "Source", "data_files", "file_shards",
-           "read_shard"]
+           "read_shard", "read_shard_tolerant"]
