@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import fitwork
+import fitwork.io
+from fitwork import Pipeline, unit
 from fitwork.errors import InputError
 from fitwork.io import Unreadable, read_items
 from fitwork.journal import JOURNAL_FILE, Journal, JournalError, identity, load
@@ -311,3 +314,23 @@ def test_sharded_readers_send_bad_rows_alone_to_the_dead_letters(project: Path) 
                       ("b.csv", 2 + 20 * 4, 22, None),
                       ("c.parquet", None, None, 1)]
     assert all(d["unit"] == "read" and d["error"].startswith("InputError: ") for d in letters)
+
+
+@unit
+def value_of(row: dict) -> int:
+    return int(row["n"])
+
+
+@pytest.mark.parametrize("engine", ["local", "sim"])
+def test_the_python_api_dead_letters_what_read_items_could_not_read(
+        tmp_path: Path, engine: str) -> None:
+    jsonl_with_bad_lines(tmp_path / "in.jsonl", 200, {3: b"{\n", 150: b"[1, 2\n"})
+    items = fitwork.io.read_items(tmp_path / "in.jsonl", bad_input="dead-letter")
+    dead = tmp_path / "dead.jsonl"
+    with fitwork.run(Pipeline(value_of), items, engine=engine, ordered=True,
+                     dead_letter=dead, max_failures=2) as result:
+        assert list(result) == [n for n in range(200) if n not in (3, 150)]
+    assert result.record.failures == 2
+    assert [(d["item"], d["input"]["line"]) for d in dead_letters(dead)] == [(3, 4), (150, 151)]
+    with pytest.raises(InputError, match="bad_input='skip': must be one of error, dead-letter"):
+        fitwork.io.read_items(tmp_path / "in.jsonl", bad_input="skip")
