@@ -301,3 +301,53 @@ def test_a_directory_output_with_parts_is_refused_unless_overwritten(project: Pa
     from fitwork.engine.parts import read_parts
 
     assert sorted(r["n"] for r in read_parts(project / "out")) == list(range(COUNT))
+
+
+SLOW = textwrap.dedent("""
+    import time
+
+    from fitwork import Pipeline, unit
+
+    @unit(cpu=0.5)
+    def slow(row):
+        if row["n"] % 50 == 0:
+            time.sleep(0.02)  # the run takes a few seconds, so the kill lands inside it
+        return {"n": row["n"], "run": 2}
+
+    pipeline = Pipeline(slow, name="slow")
+""")
+
+
+def test_an_appended_run_killed_midway_resumes_keeping_what_was_there(project: Path) -> None:
+    import signal
+    import time
+
+    (project / "slow.py").write_text(SLOW)
+    count = 20_000
+    (project / "many.jsonl").write_text("".join(json.dumps({"n": i}) + "\n"
+                                                for i in range(count)))
+    earlier = "".join(json.dumps({"n": -i, "run": 1}) + "\n" for i in range(1, 6))
+    (project / "o.jsonl").write_text(earlier)
+    command = [FITWORK, "run", "slow:pipeline", "--input", "many.jsonl", "--output",
+               "o.jsonl", "-q", "--mode", "append"]
+    journal = project / "o.jsonl.journal" / "journal.jsonl"
+    run = subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while run.poll() is None and time.monotonic() < deadline and (
+            not journal.exists() or len(journal.read_bytes().splitlines()) < 2):
+        time.sleep(0.05)
+    assert run.poll() is None, "400 sleeps of 20 ms in one replica outlast a checkpoint"
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate(timeout=60)
+    # killed after a checkpoint: the same command with --resume finishes it
+    header = json.loads(journal.read_bytes().splitlines()[0])
+    assert header["appended_at"] == len(earlier)
+    resumed = fitwork("run", "slow:pipeline", "--input", "many.jsonl", "--output",
+                      "o.jsonl", "-q", "--resume", cwd=project)
+    assert resumed.returncode == 0, resumed.stderr
+    text = (project / "o.jsonl").read_text()
+    assert text.startswith(earlier)
+    got = [json.loads(line)["n"] for line in text[len(earlier):].splitlines()]
+    assert sorted(got) == list(range(count))  # each of this run's outputs once
+    assert not journal.parent.exists()
