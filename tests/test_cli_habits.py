@@ -60,6 +60,12 @@ PIPE = textwrap.dedent("""
 
     broken = Pipeline(unit(Broken), name="pipe")
 
+    @unit(cpu=64)
+    def greedy(row):
+        return row
+
+    greedy_pipeline = Pipeline(greedy, name="greedy")
+
     @unit
     def picky(row):
         if row["n"] % 10 == 3:
@@ -351,3 +357,17 @@ def test_an_appended_run_killed_midway_resumes_keeping_what_was_there(project: P
     got = [json.loads(line)["n"] for line in text[len(earlier):].splitlines()]
     assert sorted(got) == list(range(count))  # each of this run's outputs once
     assert not journal.parent.exists()
+
+
+def test_on_ray_a_start_no_node_can_place_leaves_no_journal_and_cpus_lowers_the_ask(
+        project: Path, ray_cluster: object) -> None:
+    ray = ["--engine", "ray", "--ray-address", ray_cluster.address]  # type: ignore[attr-defined]
+    env = {"RAY_AUTH_MODE": "disabled"}
+    run = ("run", "pipe:greedy_pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q")
+    failed = fitwork(*run, *ray, cwd=project, env=env)
+    assert failed.returncode == 1, failed.stderr
+    assert "no item was done, so its journal o.jsonl.journal" in failed.stderr, failed.stderr
+    assert not (project / "o.jsonl.journal").exists()
+    lowered = fitwork(*run, *ray, "--cpus", "greedy=0.5", cwd=project, env=env)
+    assert lowered.returncode == 0, lowered.stderr[-3000:]
+    assert sorted(r["n"] for r in rows(project / "o.jsonl")) == list(range(COUNT))
