@@ -151,7 +151,7 @@ def test_a_parquet_row_group_that_fails_is_dead_lettered_whole(tmp_path: Path) -
     data[at:at + 32] = b"\xff" * 32  # the page header of row group 1: unreadable
     path.write_bytes(bytes(data))
 
-    with pytest.raises(InputError, match=r"row 101 \(row group 1\): Parquet data is corrupt"):
+    with pytest.raises(InputError, match=r"row 101: Parquet data is corrupt in row group 1 "):
         list(read_items(path))
     items = list(read_items(path, bad_input="dead-letter"))
     assert [i["n"] for i in items if not isinstance(i, Unreadable)] == \

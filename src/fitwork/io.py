@@ -598,8 +598,8 @@ def _read_parquet(
                     values = [] if batch is None else batch.to_pylist()
                 except errors as exc:
                     error = InputError(
-                        f"{place}: row {rows + read + 1} (row group {group}): Parquet data is "
-                        f"corrupt ({_one_line(exc)}); rewrite the file"
+                        f"{place}: row {rows + read + 1}: Parquet data is corrupt in row group "
+                        f"{group} ({_one_line(exc)}); rewrite the file"
                     )
                     if not reading.tolerant:
                         raise error from exc
