@@ -44,7 +44,7 @@ ATTAIN = 0.9
 """Share of requests within both SLOs a replayed plan must reach to hold (the SLOs are
 90th percentiles)."""
 MAX_ROUNDS = 8
-BUDGET_S = 90.0
+BUDGET_S = 60.0
 MAX_REPLAY = 50_000
 SHARPEST = 0.6
 """The most one round cuts a phase's planned rate to (a share of what it was)."""
