@@ -96,6 +96,7 @@ class UnitSettings:
             changes: dict[str, Any] = {}
             if u.name in self.cpus:
                 changes["resources"] = replace(u.resources, cpu=self.cpus[u.name])
+                changes["cpu_given"] = True  # declared for this run: Ray holds it
             if u.name in self.batch:
                 changes["batch_size"] = self.batch[u.name]
             if u.name in self.io:

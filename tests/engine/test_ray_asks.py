@@ -78,3 +78,23 @@ def test_a_ray_prediction_prices_start_up_and_calls() -> None:
     start = costs.startup_seconds(4, 2.0)
     assert short == pytest.approx(1000 / (start + 1000 / steady))
     assert short < 0.5 * steady and long == pytest.approx(steady, rel=1e-3)
+
+
+def test_cores_set_for_a_run_are_declared_and_estimated_ones_are_not() -> None:
+    from fitwork import decompose
+    from fitwork.cli_options import UnitSettings
+
+    def f(x: int) -> int:
+        return x
+
+    def g(x: int) -> int:
+        return x
+
+    set_here = UnitSettings(cpus={"f": 0.5}).apply(Pipeline(f, g, name="p"))
+    assert set_here.unit_named("f").cpu_given and not set_here.unit_named("g").cpu_given
+
+    def body(x: int) -> int:
+        y = x + 1
+        return y * 2
+
+    assert not any(u.cpu_given for u in decompose(body).units)

@@ -134,4 +134,4 @@ def make_unit(split: Split, located: Located, target: Target, group: Group,
     last = group.stop == len(split.statements)
     kind = Kind.FLAT_MAP if last and split.generator else Kind.MAP
     return Unit(fn=stage, name=split.unit_name(group), kind=kind, resources=demand.resources,
-                io=demand.io)
+                io=demand.io, cpu_given=False)  # an estimate: Ray may share cores out

@@ -154,7 +154,7 @@ def _whole(fn: Callable[..., Any], chosen: Target, located: Located | None, reas
                                     samples=len(items))
         kind, source, demand = choose(None, profiled.units[0])
         whole = Unit(fn=whole.fn, name=name, kind=whole.kind, resources=demand.resources,
-                     io=demand.io)
+                     io=demand.io, cpu_given=False)  # an estimate: Ray may share cores out
         profiled = _with_resources(profiled, [whole])
     text = located.segment(*header["lines"]) if located else ""
     report = UnitReport(
@@ -194,7 +194,7 @@ class _Job:
                          name=self.split.unit_name(only))
             demand = demands.get(only, self._hinted(only))
             return [Unit(fn=whole.fn, name=whole.name, kind=whole.kind,
-                         resources=demand.resources, io=demand.io)]
+                         resources=demand.resources, io=demand.io, cpu_given=False)]
         return [make_unit(self.split, self.located, self.chosen, g, self.bind,
                           demands.get(g, self._hinted(g))) for g in groups]
 

@@ -103,8 +103,9 @@ class Unit:
     memory one replica needs.
 
     ``cpu_given`` says whether ``cpu`` was declared (``None``: whether ``resources`` was
-    passed at all).  An engine that must reserve cores (Ray) holds a declared ``cpu`` to
-    its figure and shares out the cores among units that left it at its default of one.
+    passed at all; a copy that sets ``cpu`` for the user passes ``cpu_given=True``, an
+    estimate, as decomposition makes, ``False``).  An engine that must reserve cores (Ray)
+    holds a declared ``cpu`` to its figure and shares out the cores among the other units.
     """
 
     fn: Callable[..., Any]
@@ -130,8 +131,6 @@ class Unit:
         name = self.name
         if self.cpu_given is None:  # resources left at their default: cpu= was not given
             object.__setattr__(self, "cpu_given", self.resources is not _DEFAULT_RESOURCES)
-        elif not self.cpu_given and self.resources.cpu != _DEFAULT_RESOURCES.cpu:
-            object.__setattr__(self, "cpu_given", True)  # a copy with its cores set
         if not callable(self.fn):
             raise UnitDefinitionError(f"unit {name!r}: {self.fn!r} is not callable")
         if self.batch_size is not None and self.batch_size < 1:
