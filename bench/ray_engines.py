@@ -11,16 +11,27 @@ stage that loads state).
 - ``heavy``: the middle stage is a class that loads weights once and spends about 10 ms of
   real CPU (elementwise numpy, no sleep) per item, so overheads no longer do.
 
-Contenders alternate, at least twice each, and the best run of each is kept; start-up is
-included for all.  Prints items/s with each contender's configuration and the ratios.
-Aim: fitwork on Ray at least matches the best tuned Ray Data.
+Contenders run in both orders, first to last (ABC) then last to first (CBA), at least once
+each way; the best run of each order is kept and the worse order is printed beside the
+better, since a contender can gain or lose from what ran just before it (Ray's pool of idle
+workers is warm after tasks and cold after actors).  Start-up is included for all.  Each
+run's CPU-seconds are those of every process of this script's tree (the driver, the Ray
+cluster it started, its workers, the local engine's helper and its workers).  Prints items/s
+and CPU-s with each contender's configuration, the ratios against the best Ray Data, and
+the same plan on a one-node Ray cluster of this host against the local engine (aim: Ray at
+>= 0.8x local).  Task replicas are also measured on a cold pool: right after a run of
+actors.  Aim: fitwork on Ray at least matches the best tuned Ray Data.
 
 fitwork's local engine runs in a helper process started (spawned, not forked) before Ray:
 it forks its workers there, since forking a process that holds Ray's gRPC connections can
 leave them unanswered (seen here: Ray Data's next tasks never reached the raylet).  The
 helper times its own runs, so its figures exclude nothing the others include.
 
-    .venv/bin/python bench/ray_engines.py [--items N] [--heavy-items N]
+    .venv/bin/python bench/ray_engines.py [--items N] [--heavy-items N] [--repeats N]
+
+The defaults take a few minutes on 2 cores; the sweeps of earlier reports were
+``--items 20000 --heavy-items 400 --batch-sizes 64,256,1024,4096 --heavy-batch-sizes
+4,16,64 --fitwork-batch-sizes 256,1024 --fitwork-heavy-batch-sizes 4,16``.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ import math  # noqa: E402
 import multiprocessing  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
@@ -50,6 +62,7 @@ from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+import psutil  # noqa: E402
 
 from fitwork import Pipeline, unit  # noqa: E402
 
@@ -225,13 +238,29 @@ def run_pipeline(pipeline: Pipeline, items: Iterable[Any], **options: Any) -> An
     return fitwork.run(pipeline, items, **options)
 
 
+LAST: list[tuple[float, float]] = []
+"""The last fitwork run's (seconds to its first settled frame, items/s from then on)."""
+
+
+def steady(record: Any) -> tuple[float, float]:
+    """From a run record's settled frames: seconds until the first settled, and items/s
+    from it to the last (the run past its start-up)."""
+    times, done = record.completions.times_s, record.completions.completed
+    if len(times) < 2 or times[-1] <= times[0]:
+        return (times[0] if times else 0.0), 0.0
+    return times[0], (done[-1] - done[0]) / (times[-1] - times[0])
+
+
 def run_fitwork(pipeline: Pipeline, items: int, engine: str,
                 workers: dict[str, int] | None, placement: Any = None,
                 **options: Any) -> float:
-    """The pipeline through one of fitwork's engines; the sum of its outputs."""
+    """The pipeline through one of fitwork's engines; the sum of its outputs (its start-up
+    and steady rate go to `LAST`)."""
     with run_pipeline(pipeline, range(items), engine=engine, workers=workers,
                       placement=placement, **options) as result:
-        return float(sum(result))
+        total_ = float(sum(result))
+    LAST[:] = [steady(result.record)]
+    return total_
 
 
 def planned(pipeline: Pipeline, sample: int) -> Any:
@@ -265,17 +294,22 @@ def pipeline_named(name: str) -> Pipeline:
 
 
 def timed_local(name: str, items: int, workers: dict[str, int] | None,
-                placement: Any = None) -> tuple[float, float]:
-    """In the helper process: one local-engine run of a pipeline; its total and seconds."""
+                placement: Any = None) -> tuple[float, float, tuple[float, float]]:
+    """In the helper process: one local-engine run of a pipeline; its total, seconds, and
+    start-up and steady rate."""
     start = time.perf_counter()
     total_ = run_fitwork(pipeline_named(name), items, "local", workers, placement)
-    return total_, time.perf_counter() - start
+    return total_, time.perf_counter() - start, LAST[0]
 
 
 def run_local(name: str, items: int, workers: dict[str, int] | None,
               placement: Any = None) -> tuple[float, float]:
-    """The pipeline through fitwork's local engine, in the helper process."""
-    return HELPER[0].submit(timed_local, name, items, workers, placement).result()
+    """The pipeline through fitwork's local engine, in the helper process (its start-up
+    and steady rate go to `LAST`)."""
+    total_, seconds, figures = HELPER[0].submit(timed_local, name, items, workers,
+                                                placement).result()
+    LAST[:] = [figures]
+    return total_, seconds
 
 
 def run_ray_data(items: int, stages: list[tuple[Any, dict[str, Any]]], column: str) -> float:
@@ -289,28 +323,88 @@ def run_ray_data(items: int, stages: list[tuple[Any, dict[str, Any]]], column: s
                      for batch in dataset.iter_batches(batch_size=None, batch_format="numpy")))
 
 
+class TreeCPU:
+    """CPU-seconds of this process and every descendant (Ray's processes, the helper and
+    their workers), read every 20 ms so a process that exits keeps what it last showed."""
+
+    def __init__(self) -> None:
+        self.root = psutil.Process()
+        self.seen: dict[tuple[int, float], float] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._loop, daemon=True, name="tree-cpu").start()
+
+    def _loop(self) -> None:
+        while True:
+            self.read()
+            time.sleep(0.02)
+
+    def read(self) -> float:
+        """The tree's CPU-seconds so far (processes gone included, as last seen)."""
+        with self.lock:
+            for process in [self.root, *self.root.children(recursive=True)]:
+                try:
+                    with process.oneshot():
+                        times = process.cpu_times()
+                        self.seen[(process.pid, process.create_time())] = \
+                            times.user + times.system
+                except psutil.Error:
+                    continue
+            return sum(self.seen.values())
+
+
+CPU: list[TreeCPU] = []
+
+
 @dataclass
 class Contender:
-    """One way to run a pipeline, with the configuration printed beside its figure."""
+    """One way to run a pipeline, with the configuration printed beside its figure.
+
+    ``prepare`` runs untimed right before each timed run (a cold-pool contender runs actors
+    there).  Rates and CPU-seconds are kept per order: ``ABC`` (the list's order) and
+    ``CBA`` (reversed)."""
 
     name: str
     config: str
     run: Callable[[], float | tuple[float, float]]  # the total, or (total, seconds taken)
-    rates: list[float] = field(default_factory=list)
+    prepare: Callable[[], Any] | None = None
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    steady: list[tuple[float, float]] = field(default_factory=list)
     totals: list[float] = field(default_factory=list)
+
+    def best(self, order: str | None = None) -> tuple[float, float]:
+        """The best items/s (of one order, or of all) and that run's CPU-seconds."""
+        runs = [(rate, cpu) for o in ([order] if order else list(self.rates))
+                for rate, cpu in zip(self.rates.get(o, []), self.cpu.get(o, []), strict=True)]
+        return max(runs) if runs else (0.0, 0.0)
+
+    def orders(self) -> tuple[tuple[str, float, float], tuple[str, float, float]]:
+        """(order, best items/s, its CPU-s) for the better order and the worse."""
+        found = sorted(((*self.best(o), o) for o in self.rates), reverse=True)
+        better, worse = found[0], found[-1]
+        return (better[2], better[0], better[1]), (worse[2], worse[0], worse[1])
 
 
 def measure(contenders: list[Contender], items: int, repeats: int) -> None:
-    """Run every contender ``repeats`` times, alternating; check every run's total."""
-    for _ in range(repeats):  # alternate: the machine is shared and noisy
-        for contender in contenders:
+    """Run every contender ``repeats`` times, in the list's order and then reversed, by
+    turns; check every run's total."""
+    for turn in range(repeats):  # alternate: the machine is shared and noisy
+        order = "ABC" if turn % 2 == 0 else "CBA"
+        for contender in contenders if order == "ABC" else contenders[::-1]:
+            if contender.prepare is not None:
+                contender.prepare()
+            LAST.clear()
+            before = CPU[0].read()
             start = time.perf_counter()
             result = contender.run()
             seconds = time.perf_counter() - start
             if isinstance(result, tuple):  # timed where it ran
                 result, seconds = result
-            contender.rates.append(items / seconds)
+            time.sleep(0.05)  # the sampler's last look at processes that just ended
+            contender.cpu.setdefault(order, []).append(CPU[0].read() - before)
+            contender.rates.setdefault(order, []).append(items / seconds)
             contender.totals.append(result)
+            contender.steady.extend(LAST)
     reference = contenders[0].totals[0]
     for contender in contenders:
         for found in contender.totals:
@@ -319,17 +413,38 @@ def measure(contenders: list[Contender], items: int, repeats: int) -> None:
 
 
 def report(title: str, contenders: list[Contender]) -> None:
-    """items/s (best, and the first run's) and configuration per contender, then the ratios
-    against the best Ray Data: fitwork's per-item units, and its best batched units (the
-    like-for-like contender: Ray Data's stages are vectorised too)."""
-    best = {c.name: max(c.rates) for c in contenders}
+    """items/s and CPU-s of each contender in its better order and its worse, with its
+    configuration; the same plan on one-node Ray against local; then the ratios against the
+    best Ray Data: fitwork's per-item units, and its best batched units (the like-for-like
+    contender: Ray Data's stages are vectorised too)."""
+    best = {c.name: c.best()[0] for c in contenders}
     ray_data = [c for c in contenders if c.name.startswith("ray data")]
     strongest = max(ray_data, key=lambda c: best[c.name])
     print(title)
-    print(f"  {'':<28} {'best items/s':>12} {'first run':>10}")
+    print(f"  {'':<34} {'better order':>22} {'worse order':>22}")
+    print(f"  {'':<34} {'items/s':>12} {'CPU-s':>9} {'items/s':>12} {'CPU-s':>9}")
     for c in contenders:
         mark = "  <- best Ray Data" if c is strongest else ""
-        print(f"  {c.name:<28} {best[c.name]:>12,.0f} {c.rates[0]:>10,.0f}  {c.config}{mark}")
+        (good, rate, cpu), (bad, low, low_cpu) = c.orders()
+        print(f"  {c.name:<34} {rate:>8,.0f} {good} {cpu:>9.2f} {low:>8,.0f} {bad} "
+              f"{low_cpu:>9.2f}  {c.config}{mark}")
+    named = {c.name: c for c in contenders}
+    ray, local = named["fitwork ray planned"], named["fitwork local planned"]
+    for label, pick in (("better", 0), ("worse", 1)):
+        r, loc = ray.orders()[pick], local.orders()[pick]
+        print(f"  the same plan, one-node Ray / local ({label} order of each): items/s "
+              f"{r[1] / loc[1]:.2f}x ({r[1]:,.0f} vs {loc[1]:,.0f}), CPU-s {r[2]:.2f} vs "
+              f"{loc[2]:.2f} ({r[2] / max(loc[2], 1e-9):.2f}x)  (aim >= 0.8x items/s)")
+    if ray.steady and local.steady:
+        (r_first, r_rate), (l_first, l_rate) = max(ray.steady, key=lambda f: f[1]), \
+            max(local.steady, key=lambda f: f[1])
+        print(f"  past start-up (first settled frame to last), best runs: Ray {r_rate:,.0f} "
+              f"items/s vs local {l_rate:,.0f} ({r_rate / max(l_rate, 1e-9):.2f}x); first "
+              f"frame settled at {r_first:.2f} s vs {l_first:.2f} s")
+    warm, cold = named["fitwork ray planned, tasks"], named["fitwork ray planned, tasks, cold"]
+    print(f"  task replicas, warm pool (after Ray Data) {warm.best('ABC')[0]:,.0f} items/s, "
+          f"cold pool (right after actors) {cold.best()[0]:,.0f} (worse order "
+          f"{cold.orders()[1][1]:,.0f})")
     baseline = best[strongest.name]
     print(f"  fitwork ray, as planned with task replicas / best ray data: "
           f"{best['fitwork ray planned, tasks'] / baseline:.2f}x  (issue 14 aim >= 1.5x; a "
@@ -379,15 +494,22 @@ def fitwork_contenders(name: str, items: int, workers: dict[str, int] | None, pl
     return contenders
 
 
-def fitwork_tasks(name: str, items: int, plan: Any) -> Contender:
-    """fitwork's plan on Ray with task replicas.  It runs after the Ray Data contenders, as
-    each of those runs after another: all of them then find Ray's pool of workers warm (a
-    run of actors before it leaves the pool cold: Ray retires idle workers beyond one per
-    core while the actors hold theirs; bench/README gives that figure too)."""
-    return Contender("fitwork ray planned, tasks",
-                     f"{plan_config(plan)}, task_replicas=True",
-                     lambda: run_fitwork(PIPELINES[name], items, "ray", None, plan,
-                                         task_replicas=True))
+def fitwork_tasks(name: str, items: int, plan: Any) -> list[Contender]:
+    """fitwork's plan on Ray with task replicas, twice: as the list's last (in ABC order it
+    runs after the Ray Data contenders and finds Ray's pool of workers warm) and on a cold
+    pool, right after an untimed run of the plan on actors (Ray retires idle workers beyond
+    one per core while the actors hold theirs)."""
+    def tasks() -> float:
+        return run_fitwork(PIPELINES[name], items, "ray", None, plan, task_replicas=True)
+
+    def actors_first() -> None:
+        run_fitwork(PIPELINES[name], max(64, items // 10), "ray", None, plan)
+
+    return [Contender("fitwork ray planned, tasks, cold",
+                      f"{plan_config(plan)}, task_replicas=True, right after actors", tasks,
+                      prepare=actors_first),
+            Contender("fitwork ray planned, tasks",
+                      f"{plan_config(plan)}, task_replicas=True", tasks)]
 
 
 def light_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int],
@@ -402,7 +524,8 @@ def light_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int
             f"ray data batch={size}",
             f"vectorised numpy batches of {size}, tasks num_cpus={task_cpus} (fused)",
             lambda stages=stages: run_ray_data(items, stages, "s")))
-    return [*contenders, fitwork_tasks("light", items, plan)]
+    return [*fitwork_tasks("light", items, plan)[:1], *contenders,
+            *fitwork_tasks("light", items, plan)[1:]]
 
 
 def heavy_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int],
@@ -425,7 +548,8 @@ def heavy_contenders(items: int, batch_sizes: list[int], fitwork_sizes: list[int
             f"vectorised numpy batches of {size}; score: ActorPoolStrategy(size={actors}), "
             "num_cpus=0.5; features, total: tasks num_cpus=0.5",
             lambda stages=stages: run_ray_data(items, stages, "s")))
-    return [*contenders, fitwork_tasks("heavy", items, plan)]
+    return [*fitwork_tasks("heavy", items, plan)[:1], *contenders,
+            *fitwork_tasks("heavy", items, plan)[1:]]
 
 
 def per_item_ms(samples: int = 5) -> float:
@@ -447,18 +571,19 @@ def sizes(text: str) -> list[int]:
 def main() -> None:
     """Start a small Ray cluster, measure both pipelines, print, shut the cluster down."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=20_000, help="items, light pipeline")
-    parser.add_argument("--heavy-items", type=int, default=400, help="items, heavy pipeline")
-    parser.add_argument("--batch-sizes", type=sizes, default=[64, 256, 1024, 4096],
+    parser.add_argument("--items", type=int, default=8_000, help="items, light pipeline")
+    parser.add_argument("--heavy-items", type=int, default=160, help="items, heavy pipeline")
+    parser.add_argument("--batch-sizes", type=sizes, default=[256, 1024],
                         help="Ray Data batch sizes swept, light pipeline")
-    parser.add_argument("--heavy-batch-sizes", type=sizes, default=[4, 16, 64],
+    parser.add_argument("--heavy-batch-sizes", type=sizes, default=[4, 16],
                         help="Ray Data batch sizes swept, heavy pipeline")
-    parser.add_argument("--fitwork-batch-sizes", type=sizes, default=[256, 1024],
+    parser.add_argument("--fitwork-batch-sizes", type=sizes, default=[1024],
                         help="fitwork batched-unit sizes, light pipeline")
-    parser.add_argument("--fitwork-heavy-batch-sizes", type=sizes, default=[4, 16],
+    parser.add_argument("--fitwork-heavy-batch-sizes", type=sizes, default=[4],
                         help="fitwork batched-unit sizes, heavy pipeline")
     parser.add_argument("--repeats", type=int, default=2,
-                        help="runs of each contender, alternating; best is kept (min 2)")
+                        help="runs of each contender, by turns in ABC and CBA order; the "
+                             "best of each order is kept (min 2: once each way)")
     parser.add_argument("--skip", choices=("light", "heavy"), help="leave one pipeline out")
     args = parser.parse_args()
     repeats = max(2, args.repeats)
@@ -470,6 +595,7 @@ def main() -> None:
     HELPER.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
     HELPER[0].submit(time.sleep, 0).result()  # started (and importing) before Ray is
     temp_dir = tempfile.mkdtemp(prefix="fwray-")
+    CPU.append(TreeCPU())
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
              object_store_memory=300 * 2**20, _temp_dir=temp_dir)
     try:
@@ -478,7 +604,8 @@ def main() -> None:
         context.print_on_execution_start = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # no per-dataset INFO lines
         print(f"fitwork vs tuned Ray Data: {cores} cores, Ray {ray.__version__}, "
-              f"best of {repeats} (alternating), start-up included")
+              f"{repeats} runs each in ABC and CBA order by turns, best of each order, "
+              "start-up included, CPU-s of the whole process tree")
         if args.skip != "light":
             light = light_contenders(args.items, args.batch_sizes, args.fitwork_batch_sizes,
                                      task_cpus=1.0, plan=plans["light"])
