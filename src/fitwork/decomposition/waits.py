@@ -8,26 +8,20 @@ smaller share of CPU makes it I/O than for a statement that shows no wait (see `
 from __future__ import annotations
 
 import ast
-import asyncio
-import os
-import select
-import socket
-import subprocess
-import time
 import types
-import urllib.request
 from typing import Any
 
-WAITING: dict[Any, str] = {
-    time.sleep: "time.sleep", asyncio.sleep: "asyncio.sleep", select.select: "select.select",
-    socket.create_connection: "socket.create_connection",
-    socket.getaddrinfo: "socket.getaddrinfo", urllib.request.urlopen: "urlopen",
-    subprocess.run: "subprocess.run", subprocess.call: "subprocess.call",
-    subprocess.check_call: "subprocess.check_call",
-    subprocess.check_output: "subprocess.check_output", os.read: "os.read",
-    os.waitpid: "os.waitpid", open: "open",
+WAITING = {
+    "time.sleep": "time.sleep", "asyncio.tasks.sleep": "asyncio.sleep",
+    "select.select": "select.select", "socket.create_connection": "socket.create_connection",
+    "socket.getaddrinfo": "socket.getaddrinfo", "urllib.request.urlopen": "urlopen",
+    "subprocess.run": "subprocess.run", "subprocess.call": "subprocess.call",
+    "subprocess.check_call": "subprocess.check_call",
+    "subprocess.check_output": "subprocess.check_output", "posix.read": "os.read",
+    "posix.waitpid": "os.waitpid", "io.open": "open", "builtins.open": "open",
 }
-"""Callables that wait, found by what a call's name resolves to."""
+"""Callables that wait, by the module and name of what a call's name resolves to (read off
+the object, so that nothing is imported here to compare with)."""
 NAMES = frozenset({
     "time.sleep", "asyncio.sleep", "sleep", "urlopen", "open", "select.select",
     *(f"{client}.{verb}" for client in ("requests", "httpx", "session", "client")
@@ -77,12 +71,11 @@ def waiting_call(stmt: ast.stmt, fn: types.FunctionType) -> str | None:
         if not isinstance(node, ast.Call):
             continue
         resolved = resolve(node.func, fn)
-        try:
-            known = WAITING.get(resolved) if resolved is not None else None
-        except TypeError:  # an unhashable callable
-            known = None
-        if known:
-            return known
+        if resolved is not None:
+            where = getattr(resolved, "__module__", None) or ""
+            known = WAITING.get(f"{where}.{getattr(resolved, '__qualname__', '')}")
+            if known:
+                return known
         written = dotted(node.func)
         if resolved is None and written in NAMES:
             return written
