@@ -191,13 +191,24 @@ def test_pipeline_reference_that_does_not_resolve(project: Path, reference: str,
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
+def started(process: subprocess.Popen[str], journal: Path) -> None:
+    """Wait until the run has journaled a checkpoint (its handlers are in place and outputs
+    are written): a fixed sleep loses to a slow start on a busy host."""
+    deadline = time.monotonic() + 120
+    path = journal / "journal.jsonl"
+    while process.poll() is None and time.monotonic() < deadline and (
+            not path.exists() or len(path.read_bytes().splitlines()) < 2):
+        time.sleep(0.05)
+    assert process.poll() is None, "the run should still be going"
+
+
 def test_ctrl_c_stops_the_cli_and_keeps_outputs(project: Path) -> None:
     (project / "many.jsonl").write_text("".join(f"{i}\n" for i in range(2000)))
     command = [sys.executable, "-m", "fitwork.cli", "run", "squares.py:sleepy", "--input",
                "many.jsonl", "--output", "o.jsonl", "--record", "run.json", "-q"]
     process = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    time.sleep(2.5)
+    started(process, project / "o.jsonl.journal")
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
@@ -214,7 +225,7 @@ def test_sigterm_leaves_a_valid_parquet_file_and_a_record(project: Path) -> None
     command = [sys.executable, "-m", "fitwork.cli", "run", "squares.py:sleepy", "--input",
                "many.jsonl", "--output", "o.parquet", "--record", "run.json", "-q"]
     process = subprocess.Popen(command, cwd=project, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)
+    started(process, project / "o.parquet.journal")
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 143, err
