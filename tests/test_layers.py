@@ -12,6 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
     "fitwork.errors": 0, "fitwork.version": 0, "fitwork.resources": 0,
     "fitwork.failure": 0, "fitwork.document": 0, "fitwork.forked": 0,
+    "fitwork.unreadable": 0,
     "fitwork.workload": 1, "fitwork.placement": 1,
     "fitwork.telemetry.record": 2, "fitwork.telemetry.figures": 2,
     "fitwork.hardware": 3, "fitwork.io": 3, "fitwork.shards": 3, "fitwork.fs": 3,
