@@ -205,8 +205,8 @@ def test_a_path_the_run_writes_that_it_also_reads_is_refused(project: Path) -> N
     plan, source = (project / "plan.json").read_bytes(), (project / "in.jsonl").read_bytes()
     for flags, says in (
             (["--output", "o.jsonl", "--plan", "plan.json", "--record", "plan.json"],
-             "--record plan.json is the --plan this run reads"),
-            (["--output", "in.jsonl"], "--output in.jsonl is the --input this run reads"),
+             "--record plan.json is the --plan this command reads"),
+            (["--output", "in.jsonl"], "--output in.jsonl is the --input this command reads"),
             (["--output", "o.jsonl", "--plan", "plan.json", "--dead-letter", "plan.json"],
              "--dead-letter plan.json is the --plan"),
             (["--output", "pipe.py"], "--output pipe.py is the pipeline file")):
@@ -215,6 +215,13 @@ def test_a_path_the_run_writes_that_it_also_reads_is_refused(project: Path) -> N
         assert done.returncode == 2 and len(errors(done)) == 1, done.stderr
         assert says in done.stderr, done.stderr
     assert (project / "plan.json").read_bytes() == plan
+    assert (project / "in.jsonl").read_bytes() == source
+    for command, says in ((["profile", "pipe:pipeline", "--input", "in.jsonl", "-o",
+                            "in.jsonl"], "--output in.jsonl is the --input"),
+                          (["plan", "pipe:pipeline", "--profile", "prof.json", "-o",
+                            "prof.json"], "--output prof.json is the --profile")):
+        done = fitwork(*command, cwd=project)
+        assert done.returncode == 2 and says in done.stderr, done.stderr
     assert (project / "in.jsonl").read_bytes() == source
 
 

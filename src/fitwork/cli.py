@@ -505,6 +505,9 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
     from fitwork.report.terminal import profile_table, stdout_console
 
     console = stdout_console()
+    clash = conflicting_paths({"--output": output_path}, {"--input": input_path})
+    if clash:
+        _fail(clash, code=2)
     try:
         host_class, accelerator_class = split_classes(device_classes)
         pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
@@ -552,6 +555,12 @@ def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective
     from fitwork.report.terminal import plan_table, stdout_console
 
     console = stdout_console()
+    clash = conflicting_paths({"--output": output_path}, {
+        "--profile": profile_path,
+        "--fleet file": Path(fleet_ref) if fleet_ref != "local" else None,
+        "--decompose file": Path(decompose) if decompose not in (None, AUTO) else None})
+    if clash:
+        _fail(clash, code=2)
     try:
         pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
         profiled = PipelineProfile.load(profile_path)

@@ -1,4 +1,5 @@
-"""Click options that several commands share, so each reads its input the same way."""
+"""Click options the commands share, and what they mean: inputs read alike, per-unit settings,
+what to do with an existing output, paths a command writes that it also reads."""
 
 from __future__ import annotations
 
@@ -154,8 +155,8 @@ def conflicting_paths(writes: dict[str, Path | None], reads: dict[str, Path | No
             inside = read.is_dir() and not same and _inside(written, read)
             if same or inside:
                 where = "is" if same else "lies inside"
-                return (f"{flag} {written} {where} the {source} this run reads; it would be "
-                        f"overwritten: write to another path")
+                return (f"{flag} {written} {where} the {source} this command reads; it "
+                        "would be overwritten: write to another path")
     return None
 
 
