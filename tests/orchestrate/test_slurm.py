@@ -90,6 +90,13 @@ def test_the_hetjob_has_a_component_per_node_type_and_starts_ray_as_planned(
                      r"in\.jsonl --output out\.jsonl --engine ray --ray-address \"\$ADDRESS\" "
                      r"--plan \"\$PLAN\"", script)
     assert "trap cleanup EXIT" in script and "--num-cpus=0" in script  # head holds no replica
+    assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_TMP/auth/head" in script
+    assert script.count('setsid "$RAY" start') == 2  # the head, and the worker of every step
+    assert "pkill" not in script  # nothing found by name: Ray's processes retitle themselves
+    uses = [line.strip() for line in script.splitlines() if "$token" in line]
+    assert uses and all(  # the token reaches no command line: srun's environment, a builtin
+        use.startswith("FITWORK_RAY_TOKEN=$token srun ") or use.startswith("if [ \"${#token}")
+        or use == 'write_token "$token" "$RAY_TMP/auth/head"' for use in uses), uses
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True,

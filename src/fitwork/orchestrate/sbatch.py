@@ -98,9 +98,13 @@ SHARED = [
     "    ps -u \"$(id -u)\" -o pid=,sid=,stat= | awk -v s=\"$1\" '$2 == s && $3 !~ /^Z/ "
     "{print $1}'",
     "}",
-    "stop_session() {  # every process of session $1, however it titles itself: TERM, then KILL",
-    "    local pids tries",
+    "stop_session() {  # every process of session $1 (made at epoch $2), however it titles",
+    "    local pids tries age  # itself: TERM, then KILL",
     "    case \"${1:-}\" in ''|*[!0-9]*) return 0 ;; esac",
+    "    age=$(ps -o etimes= -p \"$1\" 2>/dev/null | tr -d ' ' || true)",
+    "    if [ -n \"$age\" ] && [ $(( $(date +%s) - age )) -gt $(( ${2:-0} + 2 )) ]; then",
+    "        return 0  # the leader is a later process: the number is another session's now",
+    "    fi",
     "    pids=$(in_session \"$1\")",
     "    [ -n \"$pids\" ] || return 0",
     "    kill -TERM $pids 2>/dev/null || true",
@@ -119,9 +123,10 @@ base=$1; shift
 node=${SLURMD_NODENAME:-$(hostname)}
 tmp=$base/node-$node
 session=
+made=0
 stop() {
-    [ -n "$session" ] || session=$(cat -- "$tmp.session" 2>/dev/null || true)
-    stop_session "$session"
+    [ -n "$session" ] || read -r session made 2>/dev/null < "$tmp.session" || true
+    stop_session "$session" "$made"
     if [ ! -L "$base" ] && [ -O "$base" ]; then
         rm -rf -- "$tmp" "$tmp.session" "$base/auth/node-$node"
         rmdir -- "$base/auth" "$base" 2>/dev/null || true
@@ -136,10 +141,11 @@ write_token "${FITWORK_RAY_TOKEN:?the job gives each worker step the cluster tok
     "$base/auth/node-$node" || exit 1
 unset FITWORK_RAY_TOKEN RAY_AUTH_TOKEN
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$base/auth/node-$node
+made=$(date +%s)
 FITWORK_RAY_NODE=$tmp setsid "$RAY" start "$@" --temp-dir="$tmp" \
     --dashboard-agent-listen-port="$(free_port)" --block &
 session=$!  # setsid, not a group leader here, makes its own pid the session
-echo "$session" > "$tmp.session"
+echo "$session $made" > "$tmp.session"
 wait "$session"
 """.strip("\n")
 
@@ -179,6 +185,7 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "workers=()",
         "made_tmp=0",
         "head_session=",
+        "head_made=0",
         "cleanup() {",
         "    status=$?",
         "    trap - EXIT TERM INT HUP",
@@ -189,7 +196,7 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
             f"    timeout 30 srun --het-group={i} --nodes={s.nodes} --ntasks={s.nodes} "
             "--ntasks-per-node=1 --overlap --export=ALL bash -c \"$WORKER\" fitwork-ray-stop "
             "\"$RAY_TMP\" --stop >/dev/null 2>&1 &", "    stops+=($!)")],
-        "    stop_session \"$head_session\"",
+        "    stop_session \"$head_session\" \"$head_made\"",
         "    for pid in \"${stops[@]}\"; do wait \"$pid\" 2>/dev/null || true; done",
         "    for pid in \"${workers[@]}\"; do kill -TERM \"$pid\" 2>/dev/null || true; done",
         "    for _ in $(seq 10); do",
@@ -200,7 +207,8 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "    done",
         "    if [ \"$made_tmp\" = 1 ]; then",
         "        for file in \"$RAY_TMP\"/node-*.session; do  # workers on this host",
-        "            [ -f \"$file\" ] && stop_session \"$(cat -- \"$file\")\"",
+        "            [ -f \"$file\" ] && read -r session made < \"$file\" && \\",
+        "                stop_session \"$session\" \"$made\"",
         "        done",
         "        rm -rf -- \"$RAY_TMP\"",
         "    fi",
@@ -226,10 +234,12 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "",
         "# The Ray head: on this (the batch) node, with no CPUs, so no replica lands on it; in",
         "# a session of its own, by which it is stopped.",
+        "head_made=$(date +%s)",
         'FITWORK_RAY_NODE=$RAY_TMP/head setsid "$RAY" start --head --node-ip-address="$HEAD_IP" '
         '--port="$PORT" --num-cpus=0 --num-gpus=0 --temp-dir="$RAY_TMP/head" '
         "--include-dashboard=false --disable-usage-stats "
-        '--dashboard-agent-listen-port="$(free_port)" --ray-client-server-port="$(free_port)" &',
+        '--dashboard-port="$(free_port)" --dashboard-agent-listen-port="$(free_port)" '
+        '--ray-client-server-port="$(free_port)" &',
         "head_session=$!",
         'wait "$head_session"',
         "",
