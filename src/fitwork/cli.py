@@ -6,7 +6,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -171,7 +171,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         sample = None
         if decompose == AUTO and plan_path is None:  # a plan names the units by source alone
             def sample() -> Any:
-                return read_items(input_path, csv_types=not csv_strings)
+                return _sample_items(input_text, sharded, csv_types=not csv_strings)
         pipeline = load_pipeline_for(pipeline_ref, decompose, sample=sample)
         if sample is not None:
             _say_decomposed(errors, pipeline, input_text)
@@ -627,6 +627,22 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
         return discover_ray(ray_address)
 
     _show_fleet(discover, output_path)
+
+
+def _sample_items(input_text: str, sharded: bool, csv_types: bool) -> Iterator[Any]:
+    """The items ``run --decompose`` measures the pieces on: what the run will hand the
+    function, so a sharded run's rows (read from its shards, as its reader replicas do),
+    not the shard descriptors, and otherwise the input's items as `read_items` yields them."""
+    from fitwork.io import read_items
+
+    if not sharded:
+        yield from read_items(Path(input_text), csv_types=csv_types)
+        return
+    from fitwork.shards import Source
+
+    source = Source.files(input_text, csv_types=csv_types)
+    for shard in source.shards:
+        yield from source.read(shard)
 
 
 def _names_directory(output: str) -> bool:
