@@ -70,11 +70,18 @@ def profile_pipeline(
     host_class: str | None = None,
     accelerator_class: str | None = None,
     progress: Callable[[str], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> PipelineProfile:
     """Profile every unit of ``pipeline`` on the first ``samples`` items.
 
     ``host_class`` (a CPU class) and ``accelerator_class`` name the classes the figures are
     measured on; each one not given is discovered on this host.
+
+    A sample that kills the process measuring a unit (a segfault, the OOM killer, a
+    ``SIGKILL``) is left out of that unit's figures, and of what the units after it are
+    measured on: its ``samples`` still counts it, and its ``failures`` counts it as failed.
+    ``notice`` (by default a line on stderr) is told which unit left out how many; only a
+    unit that no sample survives fails the profile.
     """
     inputs = list(itertools.islice(items, samples))
     if not inputs:
@@ -86,7 +93,7 @@ def profile_pipeline(
         for unit in pipeline.units:
             if progress:
                 progress(unit.name)
-            profile, outputs = _measure_in_child(unit, inputs, on)
+            profile, outputs = _measure_in_child(unit, inputs, on, notice or _on_stderr)
             profiles.append(profile)
             inputs = outputs[: max(samples, 1) * 4]
             if not inputs and unit is not pipeline.units[-1]:
@@ -98,16 +105,99 @@ def profile_pipeline(
                            classes_from=on.found_from, created_at=time.time())
 
 
-def _measure_in_child(unit: Unit, inputs: list[Any], on: MeasuredOn
+def _measure_in_child(unit: Unit, inputs: list[Any], on: MeasuredOn,
+                      notice: Callable[[str], None] = lambda line: None
                       ) -> tuple[UnitProfile, list[Any]]:
+    """``measure_unit`` in a forked child; where the child dies, again without the samples
+    that kill the unit's process when each is called alone (`_killers`)."""
     try:
-        profile, outputs = run_forked(measure_unit, unit, inputs, on)
+        return run_forked(measure_unit, unit, inputs, on)
     except ChildFailed as failure:
-        if failure.died:
-            raise ProfileError(f"profile: unit {unit.name!r} killed its process ({failure}); "
-                               "check its memory use and native code") from None
-        raise ProfileError(f"profile: unit {unit.name!r}: {failure}") from None
+        if not failure.died:
+            raise ProfileError(f"profile: unit {unit.name!r}: {failure}") from None
+        death = str(failure)
+    killers = _killers(unit, inputs)
+    kept = [item for i, item in enumerate(inputs) if i not in killers]
+    if not kept:
+        raise ProfileError(f"profile: unit {unit.name!r} killed its process on every one of "
+                           f"the {len(inputs)} samples ({death}); check its memory use and "
+                           "native code, or give samples it survives")
+    try:
+        profile, outputs = run_forked(measure_unit, unit, kept, on)
+    except ChildFailed as failure:
+        if not failure.died:
+            raise ProfileError(f"profile: unit {unit.name!r}: {failure}") from None
+        without = f" without the {len(killers)} samples that kill it alone" if killers else \
+            ", and no sample kills it when called alone"
+        raise ProfileError(f"profile: unit {unit.name!r} killed its process ({failure}) "
+                           f"again{without}; check its memory use and native code (at its "
+                           "batch sizes too)") from None
+    if killers:
+        profile = profile.model_copy(update={"samples": len(inputs),
+                                             "failures": profile.failures + len(killers)})
+        rows = ", ".join(str(i) for i in sorted(killers)[:5])
+        more = ", ..." if len(killers) > 5 else ""
+        notice(f"profile: unit {unit.name!r} killed its process ({death}) on "
+               f"{len(killers)} of {len(inputs)} samples (numbers {rows}{more}): measured "
+               f"on the other {len(kept)}, and the units after it too")
+    else:
+        notice(f"profile: unit {unit.name!r} killed its process once ({death}), and on no "
+               f"sample again when each ran alone: measured on all {len(inputs)}")
     return profile, outputs
+
+
+def _on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _killers(unit: Unit, inputs: list[Any]) -> set[int]:
+    """The positions of the samples that kill the unit's process when called alone.
+
+    A forked child builds the unit and calls it on one sample at a time from a position
+    on, saying which before each call: where it dies, that sample is a killer, and the
+    next child goes on after it.  One child per killer, plus one; no timing.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    killers: set[int] = set()
+    start = 0
+    while start < len(inputs):
+        receive, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_call_each, args=(unit, inputs, start, send), daemon=True)
+        child.start()
+        send.close()
+        at: int | None = None
+        try:
+            while (said := receive.recv()) is not None:
+                at = said
+        except EOFError:  # it died calling sample ``at`` (None: before any sample)
+            child.join()
+            if at is None:
+                return killers  # its constructor died: no sample is to blame
+            killers.add(at)
+            start = at + 1
+            continue
+        finally:
+            receive.close()
+        child.join()
+        break
+    return killers
+
+
+def _call_each(unit: Unit, inputs: list[Any], start: int, send: Any) -> None:
+    """In a forked child: the unit on ``inputs[start:]`` one at a time, each position sent
+    before its call and ``None`` after the last (or when the unit cannot be built)."""
+    try:
+        call = _caller(Kernel(unit))
+    except Exception:
+        send.send(None)
+        return
+    for index in range(start, len(inputs)):
+        send.send(index)
+        with contextlib.suppress(Exception):
+            call([inputs[index]])
+    send.send(None)
 
 
 def _sizes(unit: Unit, count: int) -> list[int]:
