@@ -96,12 +96,17 @@ class Exited(NamedTuple):
 
 
 class Lost(NamedTuple):
-    """A frame a worker held is gone though the worker lives (its outputs were lost)."""
+    """A frame a worker held is gone though the worker lives (its outputs were lost).
+
+    With ``parts`` (feed frame, offsets), only those items of it are gone: a replica of
+    stage ``stage`` died holding them (on Ray, the replica that was sent them says so)."""
 
     worker: int
     frame: int
     now: float
     cause: str = "outputs lost"
+    parts: Sequence[tuple[int, Sequence[int]]] | None = None
+    stage: int | None = None
 
 
 class Tick(NamedTuple):

@@ -372,6 +372,12 @@ class RunCore:
     def _lost(self, event: Lost) -> None:
         self.last_activity = event.now
         worker = self.workers.get(event.worker)
+        if event.parts is not None:  # some items of a call its worker still holds
+            stage = event.stage if event.stage is not None else 0
+            for frame_id, offsets in event.parts:
+                self._retry_part(frame_id, offsets, self.names[stage], event.cause,
+                                 event.now)
+            return
         parts = worker.held.pop(event.frame, None) if worker is not None else None
         if worker is None or parts is None:
             return
@@ -654,7 +660,8 @@ class RunCore:
         owner.itemize()[index].pieces.add(retry.id)
         self.retries += 1
         self.fed_records += 1
-        self.out.append(Send(retry.id, fresh(retry.id, [value], attempt), retry=True))
+        # its segments say attempt >= 1 (a retry), so every unit runs them alone
+        self.out.append(Send(retry.id, fresh(retry.id, [value], attempt + 1), retry=True))
 
     def _retry_or_poison(self, frame: Frame, index: int, unit: str, why: str,
                          now: float, alone: bool) -> None:

@@ -384,7 +384,7 @@ class RayRun(Shell):
         batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
         replicas = max(1, self.placement.replicas(unit.name))
         handle = remote_class(Replica).options(**options).remote(
-            self.blobs[stage], stage, self.names, self.options.max_attempts, self.limits,
+            self.blobs[stage], stage, self.names, self.limits,
             batch, wanted.cpu, max(1, unit.io), self.timeout, replicas,
             (self.options.sink, self.run_id, instruction.worker)
             if self.options.sink is not None and stage == len(self.units) - 1 else None)
@@ -450,7 +450,7 @@ class RayRun(Shell):
         if isinstance(token, str):  # a task replica's slot
             ref, outputs = remote_frame().options(**self.task_options).remote(
                 [self.unit_ref, self.names[0]], self.run_id, token, self.task_options["num_cpus"],
-                self.options.max_attempts, pack([send.segment]), self.version)
+                pack([send.segment]), self.version)
         else:
             ref, outputs = token.process.remote(pack([send.segment]), self.hints,
                                                 self.version)
@@ -580,6 +580,8 @@ class RayRun(Shell):
             dead = self.by_key.get(actor_id)
             if dead is not None:
                 self._died(dead, "the actor died (reported by a peer)")
+        for stage, cause, parts in summary.get("lost", ()):  # what the dead peers held
+            self.handle(Lost(worker, call, now, cause, parts=parts, stage=stage))
         for actor_id, counters in summary.get("counters", {}).items():
             seen = self.by_key.get(actor_id)
             if seen is not None and seen in self.slots:  # what one task added

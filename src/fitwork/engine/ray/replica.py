@@ -4,9 +4,9 @@ A call to ``process`` returns once the frame's items have gone all the way down 
 pipeline: the replica applies its unit (through the `Kernel`, as every engine does), cuts
 the output segments into frames, sends each to a downstream replica chosen by its
 `Router`, and waits for those calls.  A downstream replica that dies is dropped from the
-router and named in the summary, and its frame's items are retried one per frame, on a
-replica with nothing else in flight; an item that has killed ``max_attempts`` replicas
-becomes a poison dead letter.
+router and named in the summary, with what the frame it was sent held (``"lost"``): the
+driver reports that to the run core, which alone decides what to retry and what is poison
+(a replica keeps no attempts of its own).
 The last unit returns its outputs as a second object that travels back up by reference:
 data moves once, from the last replica to the driver.
 
@@ -23,7 +23,9 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import ray
@@ -35,7 +37,7 @@ from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.threads import hold_threads
-from fitwork.failure import Failure, describe, portable
+from fitwork.failure import Failure, describe
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
@@ -81,11 +83,66 @@ class Batcher:
             self.run(batch)
 
 
+class Alone:
+    """Calls side by side, except a retry (a segment with attempt > 0), which runs alone in
+    the process: it waits for the calls in it to end and holds new ones back, so a death
+    while it runs is that retry's alone, as the run core counts it (each replica upstream
+    has a router of its own: picking an idle replica cannot promise that).  The next call
+    starts ``GRACE`` seconds after a retry returns: Ray sends a call's reply after the
+    method returns, and a process killed by the next call before that loses the reply,
+    which would blame the retry that had finished for the next one's death."""
+
+    GRACE = 0.05
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.running = self.waiting = 0
+        self.held = False
+        self.after = 0.0  # no call starts before this (monotonic): a retry's reply is out
+
+    def free(self) -> bool:
+        """Whether a retry would run at once (nothing in the process, no grace pending)."""
+        with self.cond:
+            return (not self.running and not self.held and not self.waiting
+                    and time.monotonic() >= self.after)
+
+    def _graced(self) -> None:
+        while (delay := self.after - time.monotonic()) > 0:
+            self.cond.wait(delay)
+
+    @contextmanager
+    def hold(self, alone: bool) -> Iterator[None]:
+        with self.cond:
+            if alone:
+                self.waiting += 1
+                self.cond.wait_for(lambda: not self.running and not self.held)
+                self.waiting -= 1
+                self.held = True
+                self._graced()
+            else:
+                while True:
+                    self.cond.wait_for(lambda: not self.held and not self.waiting)
+                    self._graced()
+                    if not self.held and not self.waiting:
+                        break
+                self.running += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                if alone:
+                    self.held = False
+                    self.after = time.monotonic() + self.GRACE
+                else:
+                    self.running -= 1
+                self.cond.notify_all()
+
+
 class Replica:
     """One replica of one unit (wrapped with ``ray.remote`` by the driver)."""
 
     def __init__(self, unit: Unit | bytes, stage: int, names: list[str],
-                 max_attempts: int, limits: list[int], batch_size: int | None,
+                 limits: list[int], batch_size: int | None,
                  cores: float, slots: int, timeout: float, replicas: int = 1,
                  sink: tuple[Sink, str, int] | None = None) -> None:
         self.error: str | None = None
@@ -102,7 +159,6 @@ class Replica:
         self.part: PartWriter | None = None
         self.part_lock = threading.Lock()
         self.last = stage == len(names) - 1
-        self.max_attempts = max_attempts
         self.id = ray.get_runtime_context().get_actor_id()
         self.kernel: Kernel | None = None
         try:
@@ -114,6 +170,7 @@ class Replica:
         self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
         self.lock = threading.Lock()
         self.compute = threading.Semaphore(1)
+        self.alone = Alone()
         self.gate = local_gate(unit.max_concurrency, unit.rate_limit, replicas)
         self.pool = ThreadPoolExecutor(slots) if unit.is_io and not unit.is_async else None
         self.loop = _event_loop() if unit.is_async else None
@@ -249,7 +306,12 @@ class Replica:
         segments: a separate object, which the caller never fetches but passes up by
         reference, so the driver alone reads it.
         """
-        summary, outputs = self._process(segments, hints, version)
+        alone = any(s[1] > 0 for s in segments)
+        if alone and self.stage > 0 and not self.alone.free():
+            # a retry queued behind other calls would die with them: the sender picks again
+            return {"busy": True}, None
+        with self.alone.hold(alone):
+            summary, outputs = self._process(segments, hints, version)
         with self.lock:
             counters = self._counters()
         summary.setdefault("counters", {})[self.id] = counters
@@ -310,6 +372,8 @@ class Replica:
                     summary.setdefault("written", []).extend(child["written"])
                 if "dead" in child:
                     summary.setdefault("dead", []).extend(child["dead"])
+                if "lost" in child:
+                    summary.setdefault("lost", []).extend(child["lost"])
                 _merge_counters(summary.setdefault("counters", {}), child.get("counters", {}))
             return summary, None
         finally:
@@ -404,17 +468,12 @@ async def _timed_async(replica: Replica, value: Any) -> Any:
         replica._end()
 
 
-def lost(summary: dict[str, Any], single: Segment, unit: str, error: BaseException,
-         kind: str = "error") -> None:
+def lost(summary: dict[str, Any], single: Segment, unit: str, error: BaseException) -> None:
     """Dead-letter a one-item segment and return its weight, into ``summary``."""
     frame, attempt, offsets, paths, exps, values = single
     path = paths[0] if paths else ()
     failure = Failure.of(unit, error, values[0], attempt=attempt + 1, path=path, frame=frame,
                          offset=offsets[0])
-    if kind == "poison":
-        failure = Failure(unit=unit, error=str(error), kind="poison", attempt=attempt + 1,
-                          path=path, input=portable(values[0]), frame=frame,
-                          offset=offsets[0])
     summary["failures"].append(failure)
     back: Return = (frame, [offsets[0]], [exps[0]] if exps else None)
     summary["returns"].append(back)
@@ -453,12 +512,15 @@ def _event_loop() -> asyncio.AbstractEventLoop:
 
 def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], version: int,
             summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Send frames to the next stage and wait for them; retry what a dead replica held.
+    """Send frames to the next stage and wait for them; report what a dead replica held.
 
     A thread never waits for a slot while it holds calls of its own: it first collects one
     of them, so one frame's many outputs cannot take every slot and wait on itself.
-    Returns the summaries of the calls that succeeded; poison and unsendable items go
-    into ``summary`` with their weight returned.
+    Returns the summaries of the calls that succeeded.  A call whose replica died goes
+    into ``summary`` as ``"lost"``: ``(stage, cause, [(feed frame, offsets), ...])``, the
+    items its frame held, which the driver hands the run core as a `Lost` of those items
+    (the core retries them alone, bisects a shard's rows, or makes a row poison).
+    Unsendable items go into ``summary`` as failures with their weight returned.
     """
     router = replica.router
     assert router is not None
@@ -472,20 +534,19 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
         outputs, target, frame = calls.pop(ref)
         try:
             result = ray.get(ref)
+            if result.get("busy"):  # a retry must run alone: try another moment or replica
+                pending.appendleft(frame)
+                time.sleep(Alone.GRACE / 5)
+                return
             if last and outputs is not None:
                 result["outputs"].append(outputs)
             results.append(result)
         except DEATH as exc:
             router.mark_dead(target)
             summary.setdefault("dead", []).append(key(target))
-            for single in (piece for s in frame for piece in split(s, 1)):
-                attempt = single[1] + 1
-                if attempt >= replica.max_attempts:
-                    lost(summary, single, name,
-                         RuntimeError(f"replica died ({type(exc).__name__}) on each of "
-                                      f"{attempt} attempts"), kind="poison")
-                else:
-                    pending.append([(single[0], attempt, *single[2:])])
+            summary.setdefault("lost", []).append(
+                (replica.stage + 1, f"replica of {name!r} died ({type(exc).__name__})",
+                 [(s[0], list(s[2])) for s in frame]))
         finally:
             router.release(target)
 

@@ -39,7 +39,7 @@ def eligible(units: list[Unit], batch_sizes: list[int | None], sink: bool) -> bo
     return len(units) == 1 and not sink and units[0].is_plain and not batch_sizes[0]
 
 
-def run_frame(box: list[Any], run: str, slot: str, cores: float, max_attempts: int,
+def run_frame(box: list[Any], run: str, slot: str, cores: float,
               segments: list[Segment], version: int) -> tuple[dict[str, Any], Any]:
     """One call: the frame through the unit, with the summary an actor's call returns and
     what this call added to the counters (keyed by ``slot``)."""
@@ -47,8 +47,7 @@ def run_frame(box: list[Any], run: str, slot: str, cores: float, max_attempts: i
     if replica is None:
         blob: bytes = ray.get(box[0])  # the unit pickled (loaded by the replica: see hello)
         _built.clear()  # one run's replica per process: an earlier run's goes
-        replica = _built[run] = Replica(blob, 0, [box[1]], max_attempts, [1], None,
-                                         cores, 1, 30.0)
+        replica = _built[run] = Replica(blob, 0, [box[1]], [1], None, cores, 1, 30.0)
     if replica.error is not None or replica.load_error is not None:
         return {"error": replica.load_error or replica.error,
                 "load": replica.load_error is not None}, None

@@ -1,0 +1,125 @@
+"""Throughput with rows that kill their worker, against the same run with none.
+
+A unit SIGKILLs its own worker (as a native decoder's segfault does) the first time it
+meets a "bad" row: ``--bad`` of the rows (0.1% by default), chosen by a hash of the row
+number; a marker file per row, made before the kill, lets the next worker that meets it
+live.  The same rows run on the local engine driver-fed (a JSON Lines file read by this
+process) and sharded (`Source.files` into `Sink.files` parts), each once with no bad rows
+and once with them.  Printed per mode: rows/s of both, their ratio, worker restarts, and
+rows lost and doubled (both must be 0: every row's output is counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import fitwork
+from fitwork import Pipeline, Source, unit
+from fitwork.engine.parts import read_parts
+from fitwork.io import read_items
+
+MARKS = "FITWORK_BENCH_POISON_MARKS"
+BAD = "FITWORK_BENCH_POISON_PER_MILLION"
+
+
+def bad(n: int, per_million: int) -> bool:
+    """Whether row ``n`` is bad (a fixed hash, so both modes meet the same rows)."""
+    return (n * 2654435761) % 1_000_000 < per_million
+
+
+@unit(cpu=1.0)
+def decode(row: dict[str, Any]) -> dict[str, int]:
+    """A light unit that dies the first time it meets a bad row."""
+    n = int(row["n"])
+    if bad(n, int(os.environ.get(BAD, "0"))):
+        try:
+            os.close(os.open(os.path.join(os.environ[MARKS], str(n)),
+                             os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return {"n": n, "sum": sum(row["v"])}
+
+
+def write_input(path: Path, items: int) -> None:
+    with path.open("w") as handle:
+        for n in range(items):
+            handle.write(json.dumps({"n": n, "v": list(range(n % 7, n % 7 + 8))}) + "\n")
+
+
+def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
+        workers: int) -> tuple[float, int, Counter[int]]:
+    """Wall seconds, worker restarts and the count of each row's output, for one run."""
+    pipeline = Pipeline(decode, name="poison_bench")
+    start = time.perf_counter()
+    if mode == "driver-fed":
+        with fitwork.run(pipeline, read_items(path), engine="local",
+                         workers={"decode": workers}) as result:
+            seen = Counter(out["n"] for out in result)
+    else:
+        out = workdir / f"out-{time.monotonic_ns()}"
+        with fitwork.run(pipeline, Source.files(str(path), split_bytes=split_bytes),
+                         engine="local", workers={"decode": workers},
+                         sink=fitwork.Sink.files(out)) as result:
+            for _ in result:
+                pass
+        wall = time.perf_counter() - start
+        seen = Counter(int(row["n"]) for row in read_parts(out))
+        return wall, result.record.worker_restarts, seen
+    return time.perf_counter() - start, result.record.worker_restarts, seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=200_000,
+                        help="rows (default 200,000; the issue's figure is 1,000,000)")
+    parser.add_argument("--bad", type=float, default=0.001,
+                        help="share of rows that kill their worker once (default 0.001)")
+    parser.add_argument("--split-bytes", type=int, default=1 << 20,
+                        help="bytes of input a shard covers (default 1 MiB)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--modes", default="driver-fed,sharded")
+    args = parser.parse_args(argv)
+    per_million = round(args.bad * 1_000_000)
+    with tempfile.TemporaryDirectory(prefix="fitwork-poison-") as temp:
+        workdir = Path(temp)
+        path = workdir / "rows.jsonl"
+        write_input(path, args.items)
+        want = Counter(range(args.items))
+        expected_bad = sum(1 for n in range(args.items) if bad(n, per_million))
+        print(f"{args.items:,} rows, {expected_bad} of them kill their worker once "
+              f"({args.bad:.2%}), {args.workers} workers, local engine")
+        print(f"{'mode':<11} {'clean rows/s':>13} {'bad rows/s':>11} {'ratio':>6} "
+              f"{'restarts':>9} {'lost':>5} {'doubled':>8}")
+        failed = False
+        for mode in args.modes.split(","):
+            marks = workdir / f"marks-{mode}"
+            marks.mkdir()
+            os.environ[MARKS] = str(marks)
+            os.environ[BAD] = "0"
+            clean, _, seen = run(mode, path, args.items, workdir, args.split_bytes,
+                                 args.workers)
+            assert seen == want, "the clean run lost or doubled rows"
+            os.environ[BAD] = str(per_million)
+            wall, restarts, seen = run(mode, path, args.items, workdir, args.split_bytes,
+                                       args.workers)
+            lost = sum((want - seen).values())
+            doubled = sum((seen - want).values())
+            failed |= bool(lost or doubled)
+            print(f"{mode:<11} {args.items / clean:>13,.0f} {args.items / wall:>11,.0f} "
+                  f"{clean / wall:>6.2f} {restarts:>9} {lost:>5} {doubled:>8}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

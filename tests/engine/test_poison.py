@@ -1,0 +1,141 @@
+"""Rows that kill their worker (SIGKILL, as a native decoder's segfault does) cost only
+themselves, on every engine whose replicas are processes, from a JSON Lines file and from a
+sharded directory into parts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fitwork
+from fitwork import Pipeline, Source, unit
+from fitwork.engine.parts import read_parts
+from fitwork.io import read_items
+from fitwork.shards import Shard, read_shard
+
+ROWS = 400
+
+
+def once(n: int) -> bool:
+    """1% of rows kill the first worker that meets them."""
+    return n % 100 == 31
+
+
+def always(n: int) -> bool:
+    """0.5% of rows kill every worker that meets them."""
+    return n % 200 == 57
+
+
+@unit(cpu=0.5)
+def crashy(row: dict[str, Any]) -> int:
+    n = int(row["n"])
+    if always(n):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if once(n):
+        try:  # the marker is made before the kill: the next worker to meet it lives
+            os.close(os.open(os.path.join(row["marks"], str(n)), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+
+@unit(cpu=0.5)
+def tag(n: int) -> dict[str, int]:
+    return {"n": n}
+
+
+def write_rows(path: Path, numbers: range, marks: Path) -> None:
+    path.write_text("".join(json.dumps({"n": n, "marks": str(marks), "pad": "x" * 40}) + "\n"
+                            for n in numbers))
+
+
+def survivors() -> Counter[int]:
+    return Counter(n for n in range(ROWS) if not always(n))
+
+
+def letters_of(dead: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in dead.read_text().splitlines()]
+
+
+@pytest.fixture(params=["local", "ray", "ray-tasks"])
+def engine(request: pytest.FixtureRequest) -> str:
+    if request.param != "local":
+        request.getfixturevalue("ray_cluster")
+    return request.param
+
+
+def test_rows_that_kill_cost_only_themselves_from_a_jsonl_file(engine: str,
+                                                               tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    write_rows(tmp_path / "in.jsonl", range(ROWS), marks)
+    dead = tmp_path / "dead.jsonl"
+    options: dict[str, Any] = {"task_replicas": True} if engine == "ray-tasks" else {}
+    with fitwork.run(Pipeline(crashy), read_items(tmp_path / "in.jsonl"),
+                     engine=engine.split("-")[0], workers={"crashy": 2}, dead_letter=dead,
+                     max_attempts=3, **options) as result:
+        outputs = list(result)
+    if engine == "ray-tasks":
+        assert result._run.tasks
+    assert Counter(outputs) == survivors()  # exactly once, once-killers included
+    letters = letters_of(dead)
+    assert sorted(d["input"]["n"] for d in letters) == [n for n in range(ROWS) if always(n)]
+    assert all(d["kind"] == "poison" and d["attempt"] == 3 and d["item"] == d["input"]["n"]
+               for d in letters)  # each alone, by its row number, after max_attempts
+    assert sorted(int(p.name) for p in marks.iterdir()) == [n for n in range(ROWS) if once(n)]
+    assert result.record.status == "completed" and result.record.poisoned == 2
+
+
+@pytest.mark.parametrize("reader", ["fused", "own"])
+def test_rows_that_kill_cost_only_themselves_from_sharded_files(
+        engine: str, reader: str, tmp_path: Path) -> None:
+    """``fused``: the readers run ``crashy`` and die in it; ``own``: readers of their own
+    hand rows to ``crashy``'s replicas, which die holding rows of a shard."""
+    if engine == "ray-tasks":
+        pytest.skip("a sharded run has a reader in front: several units keep actors")
+    marks, inputs = tmp_path / "marks", tmp_path / "in"
+    marks.mkdir()
+    inputs.mkdir()
+    for k in range(4):
+        write_rows(inputs / f"part{k}.jsonl", range(k * 100, (k + 1) * 100), marks)
+    source = Source.files(str(inputs), split_bytes=4_000)  # ~50 rows a shard
+    dead, out = tmp_path / "dead.jsonl", tmp_path / "out"
+    workers = {"crashy": 2} if reader == "fused" else {"crashy": 2, "read": 2}
+    with fitwork.run(Pipeline(crashy, tag), source, engine=engine, workers=workers,
+                     sink=fitwork.Sink.files(out), dead_letter=dead, max_attempts=3) as result:
+        list(result)
+    assert Counter(int(r["n"]) for r in read_parts(out)) == survivors()
+    letters = letters_of(dead)
+    killers = []
+    for letter in letters:  # each names its shard and row: read that row back
+        shard, row = Shard(*letter["input"]["shard"]), letter["input"]["row"]
+        killers.append(int(list(read_shard(shard))[row]["n"]))
+        assert letter["kind"] == "poison" and letter["attempt"] == 3
+        assert letter["path"] == [row]
+    assert sorted(killers) == [n for n in range(ROWS) if always(n)]
+    assert result.record.status == "completed" and result.record.poisoned == 2
+    assert result.record.items_completed == len(source.shards)
+
+
+def test_the_issue_repro_finishes_exactly_every_time(tmp_path: Path) -> None:
+    """3,000 items from a JSON Lines file, 1% of them kill their worker the first time: a
+    replacement that takes the next frame and dies on its bad row is no restart storm."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"n": n, "marks": str(marks)}) + "\n"
+                            for n in range(3000) if not always(n)))
+    with fitwork.run(Pipeline(crashy), read_items(path), engine="local",
+                     workers={"crashy": 2}) as result:
+        outputs = list(result)
+    assert Counter(outputs) == Counter(n for n in range(3000) if not always(n))
+    assert len(list(marks.iterdir())) == 30 and result.record.worker_restarts == 30
+    assert result.record.poisoned == 0
