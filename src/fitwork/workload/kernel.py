@@ -319,25 +319,31 @@ def _numpy_rows(raw: Any, batch_format: str, name: str) -> list[Any] | None:
 def _pandas_rows(raw: Any, plain: bool) -> list[Any] | None:
     import pandas
 
+    rows: list[Any]
     if isinstance(raw, pandas.Series):
-        return raw.tolist()
-    if not isinstance(raw, pandas.DataFrame):
+        rows = raw.tolist()
+    elif not isinstance(raw, pandas.DataFrame):
         return None
-    if plain and list(raw.columns) == ["value"]:
-        return raw["value"].tolist()
-    return raw.to_dict("records")
+    elif plain and list(raw.columns) == ["value"]:
+        rows = raw["value"].tolist()
+    else:
+        rows = raw.to_dict("records")
+    return rows
 
 
 def _arrow_rows(raw: Any, plain: bool) -> list[Any] | None:
     import pyarrow
 
+    rows: list[Any]
     if isinstance(raw, pyarrow.Array | pyarrow.ChunkedArray):
-        return raw.to_pylist()
-    if not isinstance(raw, pyarrow.Table | pyarrow.RecordBatch):
+        rows = raw.to_pylist()
+    elif not isinstance(raw, pyarrow.Table | pyarrow.RecordBatch):
         return None
-    if plain and raw.column_names == ["value"]:
-        return raw.column(0).to_pylist()
-    return raw.to_pylist()
+    elif plain and raw.column_names == ["value"]:
+        rows = raw.column(0).to_pylist()
+    else:
+        rows = raw.to_pylist()
+    return rows
 
 
 def _type_name(value: object) -> str:

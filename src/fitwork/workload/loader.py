@@ -53,7 +53,7 @@ def _import_module(reference: str, target: str) -> Any:
     if added and origin and any(_same_dir(str(folder), here)  # pipe.py or pipe/__init__.py
                                 for folder in Path(origin).parents[:2]):
         for found in {id(top): top, id(module): module}.values():
-            found.__fitwork_by_value__ = True  # see Unit.__reduce__
+            vars(found)["__fitwork_by_value__"] = True  # see Unit.__reduce__
     return module
 
 
@@ -94,7 +94,7 @@ def _import_file(reference: str, path: Path) -> Any:
     if spec is None or spec.loader is None:
         raise PipelineLoadError(f"{reference!r}: {path} is not a Python file")
     module = importlib.util.module_from_spec(spec)
-    module.__fitwork_by_value__ = True  # type: ignore[attr-defined]  # see Unit.__reduce__
+    vars(module)["__fitwork_by_value__"] = True  # see Unit.__reduce__
     sys.modules[module_name] = module
     sys.path.insert(0, str(path.resolve().parent))
     try:

@@ -41,7 +41,8 @@ class Retry:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after try number ``attempt`` failed: doubling, capped."""
-        return min(self.backoff_max, self.backoff * 2 ** (attempt - 1))
+        factor: float = 2 ** (attempt - 1)  # an int, or a float below attempt 1
+        return min(self.backoff_max, self.backoff * factor)
 
 
 NO_RETRY = Retry()

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from fitwork.errors import UnitDefinitionError
 from fitwork.resources import Resources
@@ -204,7 +204,9 @@ class Unit:
 
     def instantiate(self) -> Callable[..., Any]:
         """The callable one replica uses: a fresh instance for a class, else the function."""
-        return self.fn() if inspect.isclass(self.fn) else self.fn
+        if inspect.isclass(self.fn):
+            return cast("Callable[..., Any]", self.fn())
+        return self.fn
 
     def with_replicas(self, replicas: int) -> Unit:
         """A copy of this unit that runs ``replicas`` replicas."""
@@ -336,7 +338,7 @@ def unit(
                 f"unit {name or getattr(target, '__name__', target)!r}: kind={kind!r} is not "
                 f"one of {', '.join(k.value for k in Kind)}"
             ) from None
-        label = name or getattr(target, "__name__", type(target).__name__)
+        label: str = name if name else getattr(target, "__name__", type(target).__name__)
         try:
             resources = Resources(cpu=1.0 if cpu is None else cpu, gpu=gpu,
                                   memory=parse_memory(memory))
