@@ -146,12 +146,13 @@ def test_a_plan_states_a_range_and_which_rates_were_measured() -> None:
     assert mono_low <= plan.monolithic.throughput <= mono_high
 
 
-def test_a_plan_of_measured_rates_only_has_no_spread() -> None:
+def test_a_plan_of_measured_rates_only_has_a_range() -> None:
     fleet = Fleet.parse({"name": "a100", "node_types": [
         {"name": "a100", "count": 1, "cores": 32, "memory": "512GiB",
          "devices": {"A100-80GB": 8}}]})
     plan = fit(llm_profile(), fleet)
-    assert plan.fitted.throughput_range == pytest.approx((plan.fitted.throughput,) * 2)
+    low, high = plan.fitted.throughput_range
+    assert low < plan.fitted.throughput < high  # a measured rate varies too (at least 10%)
     assert plan.fitted.transferred == []
 
 

@@ -171,13 +171,14 @@ def test_estimates_name_their_efficiency_and_where_it_came_from() -> None:
     assert "not calibrated: pooled median" in rates["L4"].efficiency_source
 
 
-def test_measured_rates_have_no_transfer_error_and_transferred_ones_a_range() -> None:
+def test_measured_rates_have_no_transfer_error_and_both_have_a_range() -> None:
     a100, h100 = catalog().get("A100-80GB"), catalog().get("H100-SXM")
     rates = {r.device_class: r for r in unit_rates(llm_decode(), [a100, h100], a100)}
     measured, moved = rates["A100-80GB"], rates["H100-SXM"]
     assert (measured.error_median, measured.error_p90) == (0.0, 0.0)
-    assert measured.error_basis == "measured on A100-80GB"
-    assert measured.bounds() == (measured.rate, measured.rate)
+    assert measured.error_basis.startswith("measured on A100-80GB")
+    low, high = measured.bounds()
+    assert low < measured.rate < high  # the profile's own spread, at least 10% either side
     assert 0 < moved.error_median < moved.error_p90
     low, high = moved.bounds()
     assert low < moved.rate < high

@@ -26,11 +26,21 @@ FLOPs or bytes known, FP32 training) only a per-class factor relative to V100 ca
 calibrated: the median of (rate / FP32 peak) over (V100 rate / V100 FP32 peak).
 
 Errors are of the RATE (items/s, what the plan uses): |predicted - measured| / measured,
-with the range of measured / predicted (p10, p90).  Calibrating on the rows one tests on is
-circular, so the errors every estimate carries are HELD OUT: splitwise leave-one-group-out
-(each of llama2-70b TP2, TP4, TP8 and bloom-176b TP8 predicted with efficiencies calibrated
-on the other three), Gavel leave-one-job-out.  In-sample figures are computed for the report
-only.
+with a p10-p90 range of measured / predicted built to hold on data it was not fitted on
+(`heldout_range`: the spread within each held-out group and the spread between groups, added
+in quadrature; ``bench/coverage.py`` checks it by cross-validation).  Calibrating on the rows
+one tests on is circular, so the errors every estimate carries are HELD OUT: splitwise
+leave-one-group-out (each of llama2-70b TP2, TP4, TP8 and bloom-176b TP8 predicted with
+efficiencies calibrated on the other three), Gavel leave-one-job-out.  In-sample figures are
+computed for the report only.
+
+Classes of other vendors (AMD, Intel, ...) have no LLM step measured with FLOPs and bytes:
+they are NOT CALIBRATED for their vendor.  MLPerf Inference's closed Llama-2-70B results
+(``mlperf_llama2_70b.csv``) give one vendor factor each: the median tokens/s per device per
+FP16 peak of the vendor's systems over NVIDIA's.  Such a class takes NVIDIA's pooled
+efficiency times its vendor's factor (the median factor of the other vendors where its
+vendor has none), and its range is widened by the whole spread of those efficiencies across
+vendors (``vendor_spread``), and says "not calibrated for this vendor".
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel
+from scipy import stats
 
 from fitwork.fit.roofline import (
     Bound,
@@ -67,6 +78,12 @@ SPLITWISE_CLASSES = {"a100-80gb": "A100-80GB", "h100-80gb": "H100-SXM"}
 GAVEL_CLASSES = {"k80": "K80", "p100": "P100", "v100": "V100"}
 GAVEL_REFERENCE = "V100"
 LOW_Q, HIGH_Q = 0.10, 0.90
+Z90 = 1.2816
+"""The standard normal's 90th percentile: a p10-p90 half-width in standard deviations."""
+MLPERF_FILE = "mlperf_llama2_70b.csv"
+MLPERF_SOURCE = ("MLPerf Inference closed Llama-2-70B results (mlcommons/inference_results_v4.1 "
+                 "@ a2f5d66, inference_results_v4.0 @ 3c4a1cf)")
+REFERENCE_VENDOR = "NVIDIA"
 
 
 @dataclass(frozen=True)
@@ -172,16 +189,49 @@ class TransferError(BaseModel):
     basis: str
 
 
+def heldout_range(residuals: Sequence[Residual]) -> tuple[float, float]:
+    """A p10-p90 range of measured / predicted meant to hold on a group never seen.
+
+    Pooled quantiles of held-out residuals miss whole groups (another model, another
+    framework) that sit off the pooled median.  So, in log space: the median ratio, plus or
+    minus the p80 of each residual's distance from its own group's median (the spread within
+    a group) and the p90 of a prediction interval for a new group's median from the groups'
+    medians (the spread between groups), added in quadrature.
+    """
+    by_group: dict[str, list[float]] = defaultdict(list)
+    for r in residuals:
+        by_group[r.group].append(float(np.log(r.ratio)))
+    logs = np.concatenate([np.array(v) for v in by_group.values()])
+    centre = float(np.median(logs))
+    within = np.concatenate([np.array(v) - np.median(v) for v in by_group.values()])
+    half = float(np.quantile(np.abs(within), HIGH_Q - LOW_Q))
+    medians = [float(np.median(v)) for v in by_group.values()]
+    k = len(medians)
+    # A new group's median, predicted from k seen ones: Student's t at p90, k - 1 degrees of
+    # freedom, times the sample deviation and sqrt(1 + 1/k) (a prediction interval).
+    between = (float(stats.t.ppf(HIGH_Q, k - 1)) * float(np.std(medians, ddof=1))
+               * float(np.sqrt(1 + 1 / k))) if k > 1 else 0.0
+    width = float(np.hypot(half, between))
+    return float(np.exp(centre - width)), float(np.exp(centre + width))
+
+
+def widened(low: float, high: float, spread: float) -> tuple[float, float]:
+    """``(low, high)`` widened by ``spread`` (a log half-width) in quadrature, same centre."""
+    centre, half = (np.log(low) + np.log(high)) / 2, (np.log(high) - np.log(low)) / 2
+    width = float(np.hypot(half, spread))
+    return float(np.exp(centre - width)), float(np.exp(centre + width))
+
+
 def summarize(residuals: Sequence[Residual], basis: str) -> TransferError:
-    """Median, p90 and worst relative error, and the p10-p90 range of measured / predicted."""
+    """Median, p90 and worst relative error, and the held-out p10-p90 range of measured /
+    predicted (`heldout_range`)."""
     if not residuals:
         raise CostModelError(f"no measured pairs for {basis}")
     errors = np.array([r.error for r in residuals])
-    ratios = np.array([r.ratio for r in residuals])
+    low, high = heldout_range(residuals)
     return TransferError(n=len(residuals), median=float(np.median(errors)),
                          p90=float(np.quantile(errors, 0.9)), worst=float(errors.max()),
-                         low=float(np.quantile(ratios, LOW_Q)),
-                         high=float(np.quantile(ratios, HIGH_Q)), basis=basis)
+                         low=low, high=high, basis=basis)
 
 
 def _data(name: str) -> list[dict[str, str]]:
@@ -243,12 +293,96 @@ def pooled(efficiencies: dict[tuple[str, Bound], Efficiency], settings: Iterable
     return {bound: statistics.median(v) for bound, v in values.items()}
 
 
+@dataclass(frozen=True)
+class VendorRow:
+    """One MLPerf Llama-2-70B result: a system of ``devices`` accelerators of one class."""
+
+    submitter: str
+    system: str
+    device_class: str
+    vendor: str
+    devices: int
+    scenario: str
+    framework: str
+    tokens_per_s: float
+    path: str
+
+    def efficiency(self, known: Catalog) -> float:
+        """Tokens/s per device per FP16 peak FLOP/s (a relative figure: all ran FP8)."""
+        return self.tokens_per_s / self.devices / known.get(self.device_class).fp16_flops
+
+    @property
+    def group(self) -> str:
+        """The system and scenario: the unit held out together."""
+        return f"{self.system} {self.scenario} ({self.framework})"
+
+
+def mlperf_rows(known: Catalog) -> list[VendorRow]:
+    """The shipped MLPerf Llama-2-70B results, each with its class's vendor."""
+    return [VendorRow(row["submitter"], row["system"], row["device_class"],
+                      known.get(row["device_class"]).vendor.split(" ")[0], int(row["devices"]),
+                      row["scenario"], row["framework"], float(row["tokens_per_s"]), row["path"])
+            for row in _data(MLPERF_FILE)]
+
+
+def vendor_factors(rows: Sequence[VendorRow], known: Catalog) -> dict[str, float]:
+    """Per vendor: the median efficiency of its rows over NVIDIA's median (NVIDIA: 1)."""
+    by_vendor: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        by_vendor[row.vendor].append(row.efficiency(known))
+    reference = by_vendor.get(REFERENCE_VENDOR)
+    if not reference:
+        return {}
+    base = statistics.median(reference)
+    return {v: statistics.median(e) / base for v, e in by_vendor.items()}
+
+
+def vendor_spread(rows: Sequence[VendorRow], known: Catalog) -> float:
+    """The spread of efficiencies across vendors: log(most / least) efficient row."""
+    values = [row.efficiency(known) for row in rows]
+    return float(np.log(max(values) / min(values))) if len(values) > 1 else 0.0
+
+
+def vendor_factor(factors: dict[str, float], vendor: str) -> tuple[float, str]:
+    """``vendor``'s factor, or the median of the other vendors' (1 where there are none)."""
+    if vendor in factors:
+        return factors[vendor], f"{vendor}'s MLPerf factor {factors[vendor]:.2f}"
+    others = [f for v, f in factors.items() if v != REFERENCE_VENDOR]
+    if not others:
+        return 1.0, f"no MLPerf rows for {vendor} or any other vendor: factor 1"
+    value = statistics.median(others)
+    return value, (f"no MLPerf rows for {vendor}: median factor {value:.2f} of "
+                   f"{', '.join(sorted(v for v in factors if v != REFERENCE_VENDOR))}")
+
+
+def vendor_residuals(rows: Sequence[VendorRow], held: str, known: Catalog) -> list[Residual]:
+    """The rows of vendor ``held``, each carried from every NVIDIA row by the FP16 peak ratio
+    times a factor calibrated WITHOUT ``held`` (`vendor_factor` of the others)."""
+    factor, _ = vendor_factor(vendor_factors([r for r in rows if r.vendor != held], known),
+                              held)
+    out = []
+    for target in (r for r in rows if r.vendor == held):
+        for source in (r for r in rows if r.vendor == REFERENCE_VENDOR):
+            ratio = known.get(target.device_class).fp16_flops / known.get(
+                source.device_class).fp16_flops
+            out.append(Residual("vendor", source.device_class, target.device_class,
+                                "compute", target.group,
+                                source.tokens_per_s / source.devices * ratio * factor,
+                                target.tokens_per_s / target.devices))
+    return out
+
+
 class _Efficiencies:
-    """Absolute efficiencies with the pooled fallback, as the cost model reads them."""
+    """Absolute efficiencies with the pooled fallback, as the cost model reads them.
+
+    ``vendor`` gives a class's vendor and that vendor's factor (`vendor_factor`): a class of
+    another vendor than the calibrated ones takes the pooled figure times it.
+    """
 
     def __init__(self, table: dict[tuple[str, Bound], Efficiency],
-                 fallback: dict[Bound, float]) -> None:
-        self.table, self.fallback = table, fallback
+                 fallback: dict[Bound, float],
+                 vendor: Callable[[str], tuple[str, float, str]] | None = None) -> None:
+        self.table, self.fallback, self.vendor = table, fallback, vendor
 
     def of(self, name: str) -> tuple[tuple[float, float], str]:
         values, why = [], []
@@ -257,10 +391,18 @@ class _Efficiencies:
             if found is not None:
                 values.append(found.value)
                 why.append(f"{name} {bound} efficiency {found.value:.2f} = {found.source}")
+                continue
+            value = self.fallback[bound]  # type: ignore[index]
+            classes = sorted({k[0] for k in self.table})
+            vendor, factor, said = (self.vendor(name) if self.vendor
+                                    else (REFERENCE_VENDOR, 1.0, ""))
+            if vendor != REFERENCE_VENDOR:
+                values.append(value * factor)
+                why.append(f"{name} {bound} efficiency not calibrated for this vendor "
+                           f"({vendor}): pooled median {value:.2f} of {', '.join(classes)} x "
+                           f"{said} = {value * factor:.2f} ({MLPERF_SOURCE})")
             else:
-                value = self.fallback[bound]  # type: ignore[index]
                 values.append(value)
-                classes = sorted({k[0] for k in self.table})
                 why.append(f"{name} {bound} efficiency not calibrated: pooled median "
                            f"{value:.2f} of {', '.join(classes)} used")
         return (values[0], values[1]), "; ".join(why)
@@ -379,8 +521,11 @@ class Calibration:
         self.known = known
         self.settings = splitwise_settings()
         self.efficiencies = splitwise_efficiencies(self.settings, known)
+        self.vendor_rows = mlperf_rows(known)
+        self.vendor_factors = vendor_factors(self.vendor_rows, known)
+        self.vendor_spread = vendor_spread(self.vendor_rows, known)
         self._eff = _Efficiencies(self.efficiencies, pooled(self.efficiencies, self.settings,
-                                                            known))
+                                                            known), self._vendor)
         self.jobs = gavel_jobs()
         self.factors = gavel_factors(self.jobs, known)
         self.llm_heldout = leave_group_out(self.settings, known)
@@ -389,6 +534,25 @@ class Calibration:
         self.gavel_uncalibrated = gavel_residuals(self.jobs, self.jobs, known, calibrated=False)
         self.llm_pairs = {(a, b) for a in SPLITWISE_CLASSES.values()
                           for b in SPLITWISE_CLASSES.values() if a != b}
+
+    def vendor_of(self, name: str) -> str:
+        """The first word of class ``name``'s vendor (``AMD``, ``Intel``, ``NVIDIA``)."""
+        return self.known.get(name).vendor.split(" ")[0] if name in self.known else ""
+
+    def _vendor(self, name: str) -> tuple[str, float, str]:
+        vendor = self.vendor_of(name)
+        if vendor == REFERENCE_VENDOR or self.known.get(name).kind == "cpu":
+            return REFERENCE_VENDOR, 1.0, ""
+        return (vendor, *vendor_factor(self.vendor_factors, vendor))
+
+    def uncalibrated_vendor(self, *names: str) -> str | None:
+        """The vendor of the first of ``names`` that is an accelerator of a vendor the
+        calibration never measured (``None``: all calibrated vendors)."""
+        for name in names:
+            if name in self.known and self.known.get(name).kind != "cpu" \
+                    and self.vendor_of(name) != REFERENCE_VENDOR:
+                return self.vendor_of(name)
+        return None
 
     def device_efficiency(self, name: str) -> tuple[tuple[float, float], str]:
         """(compute, memory) achieved / roofline of class ``name``, and where they come from."""
@@ -407,7 +571,25 @@ class Calibration:
     @functools.cache  # noqa: B019 - one instance per process, kept for its lifetime
     def error(self, kind: TransferKind, source: str, target: str, bound: Bound | None,
               precision: Precision) -> TransferError:
-        """The held-out error of a transfer of ``kind`` from ``source`` to ``target``."""
+        """The held-out error of a transfer of ``kind`` from ``source`` to ``target``; where
+        either class is of a vendor never calibrated, widened by the spread of efficiencies
+        across vendors (`vendor_spread`), its basis saying "not calibrated for this vendor"."""
+        error = self._error(kind, source, target, bound, precision)
+        vendor = self.uncalibrated_vendor(target, source)
+        if vendor is None or kind == "cpu":
+            return error
+        low, high = widened(error.low, error.high, self.vendor_spread)
+        systems = sorted({f"{r.vendor} {r.device_class}" for r in self.vendor_rows})
+        return error.model_copy(update={
+            "low": low, "high": high,
+            "p90": max(error.p90, 1 - low, high - 1),
+            "basis": f"not calibrated for this vendor ({vendor}): the range spans the spread "
+                     f"of efficiencies across vendors (x{np.exp(self.vendor_spread):.2f} "
+                     f"between {', '.join(systems)}; {MLPERF_SOURCE}) on top of "
+                     f"{error.basis}"})
+
+    def _error(self, kind: TransferKind, source: str, target: str, bound: Bound | None,
+               precision: Precision) -> TransferError:
         if kind == "bytes":
             steps = _pick(self.llm_heldout, lambda r: r.bound == bound)
             if (source, target) in self.llm_pairs:

@@ -29,7 +29,9 @@ size.  ``device_bytes`` is per item at the unit's batch size and is reused at th
 
 Every transferred rate carries the error its kind of transfer showed on measured data
 (median and p90 relative error of the rate, and a p10-p90 range of measured / predicted),
-from the checks in ``calibration.py``; a measured rate has none and says where it was measured.
+from the checks in ``calibration.py``; a measured rate's range comes from the profile's own
+calls and the host's load while profiling (`UnitProfile.rate_spread`), and a transferred
+rate carries that spread of its source too.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ class RateEstimate(BaseModel):
     are the relative errors of the rate (|predicted - measured| / measured) that this kind of
     transfer showed on measured pairs, ``error_basis`` which pairs; ``rate_low`` and
     ``rate_high`` are the rate times the p10 and p90 of measured / predicted there.  A
-    measured rate has zero error and ``error_basis`` "measured on <class>".  ``rate`` 0 means
-    the unit cannot run on the class (``method="infeasible"``, the note says why).
+    measured rate has zero error and a range from its profile (``error_basis`` says).
+    ``rate`` 0 means the unit cannot run on the class (``method="infeasible"``, the note says
+    why).
     """
 
     unit: str
@@ -214,11 +217,12 @@ def _too_small(profile: UnitProfile, at: _At, target: DevicePeaks,
 
 def _measured(profile: UnitProfile, at: _At, target: DevicePeaks) -> RateEstimate:
     rate = _rate(at.wall_s, at.cpu_s, profile)
+    spread = profile.rate_spread(at.batch_size)  # the profile's own calls and host load
     return RateEstimate(unit=profile.name, device_class=target.name, rate=rate,
                         seconds_per_item=at.wall_s, method="measured",
                         batch_size=at.batch_size, batch_latency_s=_latency(at.wall_s, at),
-                        rate_low=rate, rate_high=rate,
-                        error_basis=f"measured on {target.name}")
+                        rate_low=rate * spread.low, rate_high=rate * spread.high,
+                        error_basis=spread.basis)
 
 
 def _latency(seconds: float, at: _At) -> float:
@@ -230,10 +234,15 @@ def _transferred(profile: UnitProfile, at: _At, target: DevicePeaks, seconds: fl
                  source: DevicePeaks, bound: Bound | None, note: str,
                  precision: Precision, efficiency: float | None = None,
                  efficiency_source: str = "") -> RateEstimate:
-    from fitwork.fit.calibration import calibration
+    from fitwork.fit.calibration import calibration, widened
 
     rate = _rate(seconds, at.cpu_s, profile)
     error = calibration().error(kind, source.name, target.name, bound, precision)
+    if method == "roofline":  # the measured side's own spread travels with it
+        spread = profile.rate_spread(at.batch_size)
+        low, high = widened(error.low, error.high,
+                            max(-math.log(spread.low), math.log(spread.high)))
+        error = error.model_copy(update={"low": low, "high": high})
     return RateEstimate(
         unit=profile.name, device_class=target.name, rate=rate, seconds_per_item=seconds,
         method=method, source_class=source.name if method == "roofline" else None,

@@ -9,13 +9,10 @@ class and server-capacity utilization (throughput over the most these servers su
 this workload, the fitted plan's bound).  ``refit`` re-solves a plan with rates measured
 during a run.
 
-Each side also states a predicted RANGE, because its rates rest on transfers that miss by
-tens of percent (``cost.py`` states each rate's error): every transferred rate at the low
-(then high) end of its range (the p10 and p90 of measured / predicted on its kind of
-transfer), measured rates as they are.  The fitted side is solved again at each end (its
-replicas are only what its load needs, so the same replicas would not show the high end);
-the fused baseline keeps its replica counts and gives the bottleneck-limited throughput at
-each end.  The side lists which units' rates were measured and which transferred.
+Each side also states a predicted RANGE: its units' rate ranges (transferred rates
+their held-out error, measured ones their profile's spread and host load) carried
+through the solution, bottleneck and shared cores (`fitwork.fit.ranges`).  The side
+lists which units' rates were measured and which transferred.
 """
 
 from __future__ import annotations
@@ -27,7 +24,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from fitwork.document import Document
-from fitwork.errors import FitworkError, InputError
+from fitwork.errors import InputError
+from fitwork.fit import ranges
 from fitwork.fit.candidates import format_bytes
 from fitwork.fit.cost import Precision, RateEstimate, peak_flops
 from fitwork.fit.errors import FitInputError, TargetUnreachable
@@ -336,11 +334,8 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     most = max(best.bound, best.throughput, base.throughput)
     estimates = {(r.unit, r.device_class): r for r in rates}
     batched = {(r.unit, r.device_class, r.batch_size): r for r in [*rates, *swept]}
-    fitted_range = _fitted_range(
-        fitted, batched, multiplicity, units, nodes,
-        {"objective": objective, "target": target, "time_limit": time_limit,
-         "mip_gap": mip_gap, "max_latency": max_latency})
-    base_range = _monolithic_range(base, estimates, multiplicity, fleet)
+    fitted_range = ranges.fitted_range(fitted, batched, multiplicity)
+    base_range = ranges.monolithic_range(base, estimates, multiplicity, fleet)
     split = PlanSide(label="fitted", result=fitted,
                      mfu=_mfu(fitted, {k: v for k, v in flops.items() if v}, precision, known),
                      capacity_utilization=fitted.throughput / most, **fitted_range)
@@ -379,122 +374,9 @@ def _overlaps(unit: UnitDemand) -> bool:
     return unit.concurrency > 1 or batches or waits
 
 
-Estimates = dict[tuple[str, str], RateEstimate]
 FUSE_MARGIN = 1.05
 """How much more the fused layout must sustain before a plan runs the units fused, where the
 split layout overlaps waiting or batches (elsewhere a tie is enough)."""
-
-
-def _ends(throughput: float, caps: dict[str, tuple[float, float, float]],
-          multiplicity: dict[str, float]) -> tuple[float, float]:
-    """Throughput with every unit's capacity at its low and its high end.
-
-    ``caps`` maps a unit to its (point, low, high) items/s.  A plan held below its rate limit
-    by something else (network, a target) keeps that limit at the high end.
-    """
-    if not caps or throughput <= 0:
-        return throughput, throughput
-    per = {u: [c / max(multiplicity.get(u, 1.0), 1e-9) for c in v] for u, v in caps.items()}
-    limit = min(v[0] for v in per.values())
-    low = min(throughput, min(v[1] for v in per.values()))
-    high = min(v[2] for v in per.values())
-    if throughput < limit * (1 - 1e-6):
-        high = min(high, throughput)
-    return low, high
-
-
-def _sources(units: dict[str, set[bool]], order: list[str]) -> dict[str, list[str]]:
-    return {"measured": [u for u in order if units.get(u) == {False}],
-            "transferred": [u for u in order if True in units.get(u, set())]}
-
-
-def _fitted_range(result: FitResult,
-                  estimates: dict[tuple[str, str, int | None], RateEstimate],
-                  multiplicity: dict[str, float], units: list[UnitDemand],
-                  nodes: list[SolverNode], options: dict[str, Any]) -> dict[str, Any]:
-    """The fitted side's range: the fit solved again with every transferred rate at the low
-    (then high) end of its range, measured rates as they are.  Replicas are what the load
-    needs (none idle), so the same replicas at other rates would say nothing at the high
-    end; the range is what a plan for those rates would carry."""
-    kinds: dict[str, set[bool]] = {}
-    for p in result.replicas:
-        e = estimates.get((p.unit, p.device_class, p.batch_size))
-        if p.replicas and e is not None:
-            kinds.setdefault(p.unit, set()).add(e.transferred)
-    ends = []
-    for end in (0, 1):
-        moved = [_at_end(u, estimates, end) for u in units]
-        if moved == units or result.throughput <= 0:
-            ends.append(result.throughput)
-            continue
-        try:
-            ends.append(solve(moved, nodes, **options).throughput)
-        except FitworkError:  # e.g. a min-cost target out of reach at the low end
-            ends.append(0.0 if end == 0 else result.throughput)
-    low, high = min(ends[0], result.throughput), max(ends[1], result.throughput)
-    return {"throughput_low": low, "throughput_high": high,
-            **_sources(kinds, list(multiplicity))}
-
-
-def _at_end(unit: UnitDemand, estimates: dict[tuple[str, str, int | None], RateEstimate],
-            end: int) -> UnitDemand:
-    """``unit`` with each transferred rate at its low (``end`` 0) or high (1) end."""
-    def moved(name: str, d: ClassDemand) -> ClassDemand:
-        e = estimates.get((unit.name, name, d.batch_size))
-        if e is None or not e.transferred or e.rate <= 0:
-            return d
-        bound = e.bounds()[end]
-        return d.model_copy(update={"rate": d.rate * bound / e.rate}) if bound > 0 else d
-
-    classes = {c: moved(c, d) for c, d in unit.classes.items()}
-    alternatives = {c: [moved(c, d) for d in ds] for c, ds in unit.alternatives.items()}
-    if classes == unit.classes and alternatives == unit.alternatives:
-        return unit
-    return unit.model_copy(update={"classes": classes, "alternatives": alternatives})
-
-
-def _stage(unit: str, classes: list[str | None],
-           estimates: Estimates) -> RateEstimate | None:
-    """The estimate a fused replica uses for ``unit``: the faster of ``classes``."""
-    options = [e for c in classes if c is not None
-               and (e := estimates.get((unit, c))) is not None and e.seconds_per_item > 0]
-    return min(options, key=lambda e: e.seconds_per_item, default=None)
-
-
-def _monolithic_range(result: FitResult, estimates: Estimates, multiplicity: dict[str, float],
-                      fleet: Fleet) -> dict[str, Any]:
-    """The fused unit's range: each stage at its ends, stages run in turn (``monolithic``)."""
-    cpu_of = {n.name: n.cpu_class if n.cores else None for n in fleet.node_types}
-    cap = [0.0, 0.0, 0.0]
-    kinds: dict[str, set[bool]] = {}
-    for p in result.replicas:
-        if not p.replicas:
-            continue
-        seconds = _fused_seconds(p, cpu_of.get(p.node_type), estimates, multiplicity, kinds)
-        if seconds is None:
-            return {"throughput_low": None, "throughput_high": None}
-        for i, s in enumerate(seconds):
-            cap[i] += p.replicas / s if s > 0 else 0.0
-    low, high = _ends(result.throughput, {FUSED: (cap[0], cap[1], cap[2])}, {FUSED: 1.0})
-    return {"throughput_low": low, "throughput_high": high,
-            **_sources(kinds, list(multiplicity))}
-
-
-def _fused_seconds(p: Replicas, cpu: str | None, estimates: Estimates,
-                   multiplicity: dict[str, float],
-                   kinds: dict[str, set[bool]]) -> tuple[float, float, float] | None:
-    accel = None if p.device_class.startswith("cpu-") else p.device_class
-    point = low = high = 0.0
-    for unit, m in multiplicity.items():
-        e = _stage(unit, [accel, cpu], estimates)
-        if e is None:
-            return None
-        lo, hi = e.bounds()
-        point += m * e.seconds_per_item
-        low += m * e.seconds_per_item * (e.rate / lo if lo > 0 else math.inf)
-        high += m * e.seconds_per_item * (e.rate / hi if hi > 0 else math.inf)
-        kinds.setdefault(unit, set()).add(e.transferred)
-    return point, low, high
 
 
 def capacity_line(plan: Plan) -> str:

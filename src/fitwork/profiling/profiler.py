@@ -48,6 +48,7 @@ from fitwork.profiling.record import (
     BatchMeasurement,
     PipelineProfile,
     UnitProfile,
+    call_spread,
     replica_threads,
 )
 from fitwork.profiling.timers import Timers
@@ -336,6 +337,7 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
     for size in sizes or _sizes(unit, len(inputs)):
         wall = cpu = accel = queued = 0.0
         measured = 0
+        calls: list[float] = []  # wall seconds per item of each call: the rate's spread
         produced: list[Any] = []
         source: str | None = None
         for i in range(0, len(inputs), size):
@@ -347,7 +349,9 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
             if failed == len(batch):
                 failures += len(batch) if size == (unit.batch_size or 1) else 0
                 continue
-            wall += time.perf_counter() - wall0
+            took = time.perf_counter() - wall0
+            wall += took
+            calls.append(took / max(len(batch) - failed, 1))
             cpu += time.process_time() - cpu0
             queued += run_queue_seconds() - queue0
             accel += accel_s or 0.0
@@ -362,7 +366,8 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
             continue
         batches.append(BatchMeasurement(batch_size=size, items=measured, wall_s=wall / measured,
                                         cpu_s=cpu / measured, queued_s=queued / measured,
-                                        accel_s=accel / measured if accel else None))
+                                        accel_s=accel / measured if accel else None,
+                                        **call_spread(calls)))
         outputs = produced
         chosen_source = source if accel else None
     memory, _ = timers.peak_memory()

@@ -11,6 +11,13 @@ from fitwork.document import Document
 from fitwork.errors import InputError
 
 IO_BOUND_BELOW = 0.5
+MEASURED_SPREAD = 0.10
+"""The least a measured rate's p10-p90 reaches either side of it: a plan's realized /
+predicted throughput spread about this much on ``bench/fit_quality.py``'s pipelines on a
+shared 2-core host (the figure ``fitwork.fit.plan.TIE_MARGIN`` rests on)."""
+BUSY_HOST = 0.20
+"""A profile whose calls sat this share of their wall time runnable but not running (other
+processes had the cores) was taken on a busy host: its rates are low and the range says so."""
 
 
 def replica_threads(cores: float) -> int:
@@ -28,6 +35,37 @@ class BatchMeasurement(BaseModel):
     cpu_s: float
     queued_s: float = 0.0
     accel_s: float | None = None
+    call_p10_s: float | None = None
+    call_p90_s: float | None = None
+    calls: int | None = None
+
+
+def call_spread(calls: list[float]) -> dict[str, float | int | None]:
+    """The p10 and p90 of per-item wall seconds over a batch size's calls, and their count
+    (``None`` figures under three calls: no spread to speak of)."""
+    if len(calls) < 3:
+        return {"calls": len(calls)}
+    ordered = sorted(calls)
+    def at(q: float) -> float:
+        i = q * (len(ordered) - 1)
+        lo = math.floor(i)
+        hi = min(lo + 1, len(ordered) - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (i - lo)
+    return {"call_p10_s": at(0.1), "call_p90_s": at(0.9), "calls": len(calls)}
+
+
+class RateSpread(BaseModel):
+    """A measured rate's p10-p90 as factors on it, and what they rest on."""
+
+    low: float
+    high: float
+    busy: float
+    basis: str
+
+    @property
+    def busy_host(self) -> bool:
+        """Whether the profile was taken on a busy host (`BUSY_HOST`)."""
+        return self.busy >= BUSY_HOST
 
 
 class UnitProfile(BaseModel):
@@ -105,6 +143,37 @@ class UnitProfile(BaseModel):
         if self.thread_speedup is not None:
             said += f", {self.thread_speedup:.2f}x faster than at 1 thread"
         return said + f"; parallelism {self.replica_parallelism():.2f} cores"
+
+    def rate_spread(self, batch_size: int | None = None) -> RateSpread:
+        """How far a rate measured here may sit from a run's: factors (low, high) on it.
+
+        Three things widen it, in log space added in quadrature: the spread of the profile's
+        own calls (p10 and p90 of per-item wall time against their mean), the host's load
+        (the share of wall time the calls sat runnable while other processes had the cores:
+        a quiet host gives that much back, so the high end reaches ``wall / (wall -
+        queued)``), and at the least `MEASURED_SPREAD`.
+        """
+        batch = next((b for b in self.batches if b.batch_size == batch_size), None)
+        wall = batch.wall_s if batch else self.wall_s
+        queued = batch.queued_s if batch else self.queued_s
+        busy = min(max(queued / wall, 0.0), 0.95) if wall > 0 else 0.0
+        floor = math.log1p(MEASURED_SPREAD)
+        down = up = 0.0
+        said = "no per-call spread kept (a profile from before it was)"
+        if batch and batch.call_p10_s and batch.call_p90_s and wall > 0:
+            down = max(math.log(batch.call_p90_s / wall), 0.0)
+            up = max(math.log(wall / batch.call_p10_s), 0.0)
+            said = (f"{batch.calls} calls: per-item wall p10 {batch.call_p10_s:.3g} s, p90 "
+                    f"{batch.call_p90_s:.3g} s")
+        load = -math.log1p(-busy)
+        low = math.exp(-math.hypot(floor, down))
+        high = math.exp(math.hypot(floor, up, load))
+        basis = (f"measured on {self.device_class}; range from {said}, run-queue wait "
+                 f"{busy:.0%} of wall time, at least +-{MEASURED_SPREAD:.0%}")
+        if busy >= BUSY_HOST:
+            basis += (f"; WARNING: profiled on a busy host ({busy:.0%} of the time waiting "
+                      "for a core): the rate is low, re-profile on a quiet host")
+        return RateSpread(low=low, high=high, busy=busy, basis=basis)
 
     @property
     def waiting_s(self) -> float:

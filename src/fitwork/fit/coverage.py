@@ -1,0 +1,127 @@
+"""Coverage of stated ranges by cross-validation: how often a held-out rate lands inside.
+
+A p10-p90 range should hold about 80% of measured rates it was not fitted on.  Each check
+holds out one group (a model and TP degree, a Gavel job, a vendor), builds the range from
+the other groups exactly as `fitwork.fit.calibration` builds it for the shipped estimates
+(efficiencies calibrated without the group, residuals held out among the rest,
+`heldout_range`), and counts the held-out group's measured rates inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fitwork.fit.calibration import (
+    GAVEL_SOURCE,
+    MLPERF_SOURCE,
+    REFERENCE_VENDOR,
+    SPLITWISE_SOURCE,
+    Residual,
+    gavel_jobs,
+    gavel_leave_one_out,
+    gavel_residuals,
+    heldout_range,
+    leave_group_out,
+    mlperf_rows,
+    splitwise_residuals,
+    splitwise_settings,
+    vendor_residuals,
+    vendor_spread,
+    widened,
+)
+from fitwork.hardware.catalog import Catalog, catalog
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One line of the coverage table: a kind of transfer, where its rows come from."""
+
+    kind: str
+    vendor: str
+    n: int
+    inside: int
+    groups: int
+    source: str
+
+    @property
+    def share(self) -> float:
+        """Held-out measured rates inside their range, as a share."""
+        return self.inside / self.n if self.n else float("nan")
+
+
+def _count(residuals: Sequence[Residual], low: float, high: float) -> int:
+    return sum(low <= r.ratio <= high for r in residuals)
+
+
+def _splitwise(known: Catalog, check: str, bound: str,
+               pick: Callable[[Residual], bool]) -> tuple[int, int, int]:
+    settings = splitwise_settings()
+    groups = sorted({s.group for s in settings})
+    n = inside = 0
+    for group in groups:
+        train = [s for s in settings if s.group != group]
+        test = [s for s in settings if s.group == group]
+        inner = [r for r in leave_group_out(train, known, check)
+                 if r.bound == bound and pick(r)]
+        held = [r for r in splitwise_residuals(train, test, known, check=check)
+                if r.bound == bound and pick(r)]
+        if inner and held:
+            low, high = heldout_range(inner)
+            n, inside = n + len(held), inside + _count(held, low, high)
+    return n, inside, len(groups)
+
+
+def _gavel(known: Catalog) -> tuple[int, int, int]:
+    jobs = gavel_jobs()
+    n = inside = 0
+    for i, job in enumerate(jobs):
+        rest = [*jobs[:i], *jobs[i + 1:]]
+        inner = gavel_leave_one_out(rest, known)
+        held = gavel_residuals(rest, [job], known)
+        for r in held:
+            pair = [x for x in inner if (x.source, x.target) == (r.source, r.target)]
+            low, high = heldout_range(pair)
+            n, inside = n + 1, inside + (low <= r.ratio <= high)
+    return n, inside, len(jobs)
+
+
+def _vendor(known: Catalog, vendor: str) -> tuple[int, int, int]:
+    """Rows of ``vendor`` with its factor and spread calibrated on the other vendors only,
+    their range the NVIDIA ``bytes`` range widened by the others' spread across vendors."""
+    rows = mlperf_rows(known)
+    held = vendor_residuals(rows, vendor, known)
+    others = [r for r in rows if r.vendor != vendor]
+    nvidia = leave_group_out(splitwise_settings(), known)
+    low, high = widened(*heldout_range(nvidia), vendor_spread(others, known))
+    return len(held), _count(held, low, high), len({r.group for r in held})
+
+
+def _pair(check: str, source: str, target: str) -> Callable[[Residual], bool]:
+    """Which residuals one line counts: those to ``target`` (and from ``source`` for a
+    transfer)."""
+    if check == "flops":
+        return lambda r: r.target == target
+    return lambda r: (r.source, r.target) == (source, target)
+
+
+def coverage_table(known: Catalog | None = None) -> list[Coverage]:
+    """Cross-validated coverage per kind of transfer and per vendor."""
+    known = known or catalog()
+    rows = []
+    for check, kind in (("transfer", "bytes"), ("flops", "flops")):
+        for bound in ("compute", "memory"):
+            for a, b in (("A100-80GB", "H100-SXM"), ("H100-SXM", "A100-80GB")):
+                label = (f"{kind} {bound}-bound on {b}" if check == "flops"
+                         else f"{kind} {bound}-bound {a} -> {b}")
+                n, inside, groups = _splitwise(known, check, bound, _pair(check, a, b))
+                rows.append(Coverage(label, REFERENCE_VENDOR, n, inside, groups,
+                                     f"leave-one-model/TP-out; {SPLITWISE_SOURCE}"))
+    n, inside, groups = _gavel(known)
+    rows.append(Coverage("assumed fp32 (K80/P100/V100)", REFERENCE_VENDOR, n, inside, groups,
+                         f"leave-one-job-out; {GAVEL_SOURCE}"))
+    for vendor in sorted({r.vendor for r in mlperf_rows(known)} - {REFERENCE_VENDOR}):
+        n, inside, groups = _vendor(known, vendor)
+        rows.append(Coverage(f"to {vendor} (not calibrated for this vendor)", vendor, n,
+                             inside, groups, f"leave-one-vendor-out; {MLPERF_SOURCE}"))
+    return rows
