@@ -146,9 +146,33 @@ def _range(low: float, high: float) -> str:
 def _error(rate: RateEstimate | None) -> str:
     if rate is None:
         return ""
+    low, high = rate.bounds()
+    spread = (f"p10-p90 {low / rate.rate - 1:+.0%}/{high / rate.rate - 1:+.0%}"
+              if rate.rate > 0 else "")
     if not rate.transferred:
-        return rate.error_basis or rate.method
-    return f"{rate.error_median:.0%}, p90 {rate.error_p90:.0%}"
+        return f"measured, {spread}" if spread else (rate.error_basis or rate.method)
+    said = f"{rate.error_median:.0%}, p90 {rate.error_p90:.0%}; {spread}"
+    return said + ("; not calibrated for this vendor" if UNCALIBRATED in rate.error_basis
+                   else "")
+
+
+UNCALIBRATED = "not calibrated for this vendor"
+BUSY = "profiled on a busy host"
+
+
+def range_notes(rates: list[RateEstimate]) -> list[str]:
+    """What a plan's range rests on that a reader must know: rates of a vendor the
+    calibration never measured, and profiles taken on a busy host (one line each)."""
+    notes = []
+    foreign = sorted({r.device_class for r in rates if UNCALIBRATED in r.error_basis})
+    if foreign:
+        basis = next(r.error_basis for r in rates if UNCALIBRATED in r.error_basis)
+        notes.append(f"{', '.join(foreign)}: {basis.split(' on top of ')[0]}")
+    busy = sorted({r.unit for r in rates if BUSY in r.error_basis})
+    if busy:
+        notes.append(f"{', '.join(busy)} {BUSY}: measured rates are low and their range "
+                     "reaches up to what a quiet host gives back; re-profile on a quiet host")
+    return notes
 
 
 def _cores(cores: float, reserved: bool) -> str:
@@ -190,7 +214,7 @@ def plan_table(plan: Plan) -> Group:
     replicas = Table(title="fitted replicas", title_justify="left")
     numbers = ("replicas", "batch", "items/s", "cores each")
     for column in ("unit", "device class", "node type", *numbers, "rate source",
-                   "rate error (median, p90)"):
+                   "rate error (median, p90; range)"):
         replicas.add_column(column, justify="right" if column in numbers else "left")
     own = {(r.unit, r.device_class): r for r in plan.rates}
     batched = {(r.unit, r.device_class, r.batch_size): r
@@ -223,6 +247,9 @@ def plan_table(plan: Plan) -> Group:
             f"{plan.split.throughput:,.1f} items/s, fused {fitted.throughput:,.1f} (the "
             "stages are too light to pay for moving items between them)", style="bold"))
     placed = [r for p in fitted.result.replicas if p.replicas and (r := rate_of(p)) is not None]
+    used = {p.device_class for p in fitted.result.replicas if p.replicas}
+    lines.extend(Text(note, style="yellow")
+                 for note in range_notes([r for r in plan.rates if r.device_class in used]))
     moved = [r for r in placed if r.transferred]
     if moved:
         worst = max(moved, key=lambda r: r.error_p90)
