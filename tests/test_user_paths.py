@@ -249,3 +249,12 @@ def test_user_path(case: Case, workspace: Path, tmp_path: Path,
         killers = {i for i in range(ROWS) if i % KILLS[0] == KILLS[1]}
         assert {int(p.name) for p in (tmp_path / "marks").iterdir()} == killers, \
             "every killing row killed a worker once"
+
+
+def test_decompose_samples_the_rows_of_a_directory_of_shards(workspace: Path) -> None:
+    """`fitwork decompose --input DIR` measures on the rows of DIR's data files, as `run
+    --decompose --input DIR --output DIR/` hands them to the function, not their paths."""
+    done = _run([FITWORK, "decompose", "userpipe:process", "--input", "shards"], workspace,
+                _clean_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "string indices" not in done.stdout + done.stderr

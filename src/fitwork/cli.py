@@ -6,7 +6,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,6 +27,7 @@ from fitwork.decomposition.cli import (
     decompose_option,
     load_pipeline_for,
     resolve_reference,
+    sample_items,
 )
 from fitwork.demo.cli import demo
 from fitwork.engine.registry import ENGINES
@@ -171,7 +172,8 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         sample = None
         if decompose == AUTO and plan_path is None:  # a plan names the units by source alone
             def sample() -> Any:
-                return _sample_items(input_text, sharded, csv_types=not csv_strings)
+                return sample_items(input_text, csv_types=not csv_strings,
+                                    rows=sharded)
         pipeline = load_pipeline_for(pipeline_ref, decompose, sample=sample)
         if sample is not None:
             _say_decomposed(errors, pipeline, input_text)
@@ -627,22 +629,6 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
         return discover_ray(ray_address)
 
     _show_fleet(discover, output_path)
-
-
-def _sample_items(input_text: str, sharded: bool, csv_types: bool) -> Iterator[Any]:
-    """The items ``run --decompose`` measures the pieces on: what the run will hand the
-    function, so a sharded run's rows (read from its shards, as its reader replicas do),
-    not the shard descriptors, and otherwise the input's items as `read_items` yields them."""
-    from fitwork.io import read_items
-
-    if not sharded:
-        yield from read_items(Path(input_text), csv_types=csv_types)
-        return
-    from fitwork.shards import Source
-
-    source = Source.files(input_text, csv_types=csv_types)
-    for shard in source.shards:
-        yield from source.read(shard)
 
 
 def _names_directory(output: str) -> bool:

@@ -10,7 +10,7 @@ Register them in ``fitwork.cli``::
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -97,6 +97,30 @@ def load_pipeline_for(reference: str, decompose_value: str | None,
     return decompose(fn, layout=Decomposition.load(decompose_value))
 
 
+def sample_items(input_text: str | Path, csv_types: bool, rows: bool | None = None
+                 ) -> Iterator[Any]:
+    """The items to measure a decomposition on: what a run over ``input_text`` hands the
+    function.  ``rows`` True: the rows of its data files, read shard by shard as a sharded
+    run's readers read them (``run --output DIR/``), a directory's data files included;
+    False: its items as `read_items` yields them (a directory: its files' paths).  ``None``
+    (`fitwork decompose`, which has no output to tell): rows where the input is a directory
+    holding data files (``.jsonl``, ``.csv``, ``.parquet``), else its items."""
+    from fitwork.io import read_items
+    from fitwork.shards import FORMATS, Source
+
+    path = Path(input_text)
+    if rows is None:
+        rows = path.is_dir() and any(
+            p.is_file() and p.suffix.lower() in FORMATS and not p.name.startswith(".")
+            for p in path.iterdir())
+    if not rows:
+        yield from read_items(path, csv_types=csv_types)
+        return
+    source = Source.files(str(input_text), csv_types=csv_types)
+    for shard in source.shards:
+        yield from source.read(shard)
+
+
 def _fail(exc: Exception) -> NoReturn:
     click.echo(f"error: {exc}", err=True)
     sys.exit(1)
@@ -105,8 +129,9 @@ def _fail(exc: Exception) -> NoReturn:
 @click.command("decompose")
 @click.argument("function_ref", metavar="MODULE_OR_FILE:FUNCTION")
 @click.option("--input", "input_path", type=click.Path(path_type=Path),
-              help="Sample items (any format `run` reads) to measure each unit on; without "
-                   "them the split comes from the source alone.")
+              help="Sample items (any format `run` reads; a directory of data files by "
+                   "their rows) to measure each unit on; without them the split comes from "
+                   "the source alone.")
 @click.option("--samples", default=MAX_SAMPLES, show_default=True, type=click.IntRange(min=1),
               help="How many sample items to measure on.")
 @click.option("--no-fuse", is_flag=True, help="Keep every safe cut; join nothing.")
@@ -120,13 +145,11 @@ def decompose_command(function_ref: str, input_path: Path | None, samples: int, 
                       output_path: Path | None, profile_output: Path | None,
                       csv_strings: bool = False) -> None:
     """Split a monolithic function into units; print each unit and what was merged."""
-    from fitwork.io import read_items
-
     try:
         if profile_output and not input_path:
             raise click.UsageError("--profile-output needs --input: a profile is measured")
         fn = load_function(function_ref)
-        sample = read_items(input_path, csv_types=not csv_strings) if input_path else None
+        sample = sample_items(input_path, not csv_strings) if input_path else None
         pipeline = decompose(fn, sample=sample, samples=samples, fuse=not no_fuse)
     except FitworkError as exc:
         _fail(exc)
