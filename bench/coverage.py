@@ -1,0 +1,131 @@
+"""Coverage: how often a stated p10-p90 range holds the measured truth it was not fitted on.
+
+Two checks, each with its n:
+
+1. Transferred rates, by cross-validation on the project's data (`fitwork.fit.coverage`): per
+   kind of transfer and per vendor, the share of held-out measured rates inside the range
+   built without them (splitwise leave-one-model/TP-out, Gavel leave-one-job-out, MLPerf
+   leave-one-vendor-out).  Aim: 70-90%.
+2. Plans, on this host: ``bench/fit_quality.py``'s pipelines (all, or ``--only``), each
+   profiled and fitted, its plan run ``--runs`` times; the share of runs whose realized
+   throughput (the run record's, as fit_quality reads it) falls inside the plan's range.
+   ``--load`` adds a background process spinning on one core for the whole bench.
+
+    .venv/bin/python bench/coverage.py --data-only
+    .venv/bin/python bench/coverage.py --runs 3 --scale 0.25 [--load] [--only cpu_numpy,...]
+
+Not used here (reserved for independent validation): Argonne's LLM-Inference-Bench, Helix
+(ASPLOS'25) profiles, Alibaba GPU traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fitwork.fit.coverage import Coverage, coverage_table
+
+
+def data_table(rows: Sequence[Coverage]) -> None:
+    """Coverage per kind of transfer and per vendor, then pooled per kind and vendor."""
+    print("cross-validated coverage of p10-p90 ranges (aim 70-90%)")
+    print(f"{'kind of transfer':<52}{'vendor':<8}{'n':>5}{'groups':>8}{'inside':>8}")
+    for r in rows:
+        print(f"{r.kind:<52}{r.vendor:<8}{r.n:>5}{r.groups:>8}{r.share:>8.0%}")
+    pooled: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        counts = pooled.setdefault((r.kind.split(" ")[0], r.vendor), [0, 0])
+        counts[0], counts[1] = counts[0] + r.inside, counts[1] + r.n
+    print("pooled:")
+    for (kind, vendor), (inside, n) in pooled.items():
+        print(f"  {kind:<10}{vendor:<8} {inside}/{n} = {inside / n:.0%}")
+    print("sources: " + "; ".join(sorted({r.source for r in rows})))
+
+
+def _spin(stop: multiprocessing.synchronize.Event) -> None:
+    """Keep one core busy until ``stop`` is set (the background load)."""
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
+
+
+def plan_table(args: argparse.Namespace) -> None:
+    """Each pipeline's plan run ``args.runs`` times; realized inside its range or not."""
+    import fit_quality as fq
+
+    import fitwork
+    from fitwork.fit.plan import fit
+
+    fleet = fitwork.discover_local()
+    wanted = {n for n in args.only.split(",") if n}
+    specs = [s for s in fq.SPECS if not wanted or s.name in wanted]
+    stop = multiprocessing.Event()
+    spinner = None
+    if args.load:
+        spinner = multiprocessing.Process(target=_spin, args=(stop,), daemon=True)
+        spinner.start()
+    service = fq.start_service()
+    inside = total = 0
+    print(f"\nplans on this host ({'one core kept busy' if args.load else 'no added load'}; "
+          f"load average {os.getloadavg()[0]:.2f}): realized record throughput vs the plan's "
+          "p10-p90")
+    try:
+        for spec in specs:
+            items = max(64, int(spec.items * args.scale))
+            profile = fitwork.profile_pipeline(spec.pipeline,
+                                               range(10_000, 10_000 + args.samples),
+                                               samples=args.samples)
+            plan = fit(profile, fleet)
+            low, high = plan.fitted.throughput_range
+            runs = []
+            for _ in range(args.runs):
+                contender = fq.Contender("plan", fq.plan_layout(plan), placement=plan)
+                runs.append(fq.measure(spec.pipeline, items, contender).record.throughput)
+            hits = sum(low <= r <= high for r in runs)
+            inside, total = inside + hits, total + len(runs)
+            shown = ", ".join(f"{r:.1f}" for r in runs)
+            print(f"  {spec.name:<14} predicted {plan.fitted.throughput:8.1f} "
+                  f"[{low:8.1f} - {high:8.1f}]  realized {shown}  inside {hits}/{len(runs)}",
+                  flush=True)
+    finally:
+        service.terminate()
+        service.join(5)
+        if spinner is not None:
+            stop.set()
+            spinner.join(5)
+    if total:
+        print(f"realized inside the plan's range: {inside}/{total} = {inside / total:.0%} "
+              f"({len(specs)} pipelines x {args.runs} runs of {args.scale:g}x fit_quality's "
+              "items)")
+
+
+def main() -> None:
+    """Print the cross-validated table, then (unless ``--data-only``) the plans' table."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-only", action="store_true", help="only the data check")
+    parser.add_argument("--only", default="", help="comma-separated fit_quality pipelines")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each plan")
+    parser.add_argument("--scale", type=float, default=0.25,
+                        help="items per run, times fit_quality's")
+    parser.add_argument("--samples", type=int, default=64, help="profile samples")
+    parser.add_argument("--load", action="store_true",
+                        help="keep one core busy in the background throughout")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    data_table(coverage_table())
+    if not args.data_only:
+        plan_table(args)
+    print(f"bench wall {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
