@@ -52,6 +52,7 @@ from fitwork.profiling.record import (
     replica_threads,
 )
 from fitwork.profiling.timers import Timers
+from fitwork.profiling.torch_count import count as torch_count
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
 from fitwork.workload.kernel import Failed, Kernel
@@ -235,7 +236,7 @@ class Counted:
     flops: float | None = None
     flops_source: Literal["declared", "counted"] | None = None
     device_bytes: float | None = None
-    device_bytes_source: Literal["measured", "declared"] | None = None
+    device_bytes_source: Literal["measured", "declared", "counted"] | None = None
 
 
 def _onnx_runs() -> contextlib.AbstractContextManager[Runs]:
@@ -247,8 +248,10 @@ def _count(unit: Unit, call: Callable[[list[Any]], tuple[list[Any], int]], input
            accelerated: bool, used_onnx: bool) -> Counted:
     """Declared figures, else FLOPs and device bytes counted on one batch (no timing).
 
-    onnxruntime's counting builds a fresh replica, so it runs only for a unit whose timed
-    calls ran onnxruntime sessions.
+    A unit that imported torch is counted by torch (`fitwork.profiling.torch_count`: its
+    FLOP counter, and the bytes its operators read and write, weights included) where it
+    demands a GPU or lacks FLOPs; onnxruntime's counting builds a fresh replica, so it runs
+    only for a unit whose timed calls ran onnxruntime sessions.
     """
     counted = Counted()
     flops = _declared(unit.flops, inputs)
@@ -258,10 +261,14 @@ def _count(unit: Unit, call: Callable[[list[Any]], tuple[list[Any], int]], input
     if nbytes is not None:
         counted.device_bytes, counted.device_bytes_source = nbytes, "declared"
     batch = inputs[: unit.batch_size or 1]
-    if counted.flops is None:
-        counted.flops = _torch_flops(call, batch)
-        counted.flops_source = "counted" if counted.flops else None
     wants_bytes = accelerated and counted.device_bytes is None
+    if counted.flops is None or (counted.device_bytes is None and unit.resources.gpu > 0):
+        flops, nbytes = torch_count(call, batch)  # (None, None) where torch is not loaded
+        if counted.flops is None and flops:
+            counted.flops, counted.flops_source = flops, "counted"
+        if counted.device_bytes is None and nbytes:
+            counted.device_bytes, counted.device_bytes_source = nbytes, "counted"
+            wants_bytes = False
     if (counted.flops is None or wants_bytes) and used_onnx:
         flops, nbytes = _onnx_counts(unit, batch)
         if counted.flops is None and flops:
@@ -269,20 +276,6 @@ def _count(unit: Unit, call: Callable[[list[Any]], tuple[list[Any], int]], input
         if wants_bytes and nbytes:
             counted.device_bytes, counted.device_bytes_source = nbytes, "measured"
     return counted
-
-
-def _torch_flops(call: Callable[[list[Any]], tuple[list[Any], int]], batch: list[Any]
-                 ) -> float | None:
-    """FLOPs per item by torch's FLOP counter, for a unit that imported torch."""
-    if sys.modules.get("torch") is None:
-        return None
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
-    with counter:
-        call(batch)
-    total = counter.get_total_flops()
-    return float(total) / len(batch) if total else None
 
 
 def _onnx_counts(unit: Unit, batch: list[Any]) -> tuple[float | None, float | None]:

@@ -81,9 +81,11 @@ class UnitProfile(BaseModel):
     ``device_bytes`` is different: the bytes one item moves through device memory (weights
     read, activations, KV cache; at the unit's batch size), ``measured`` (by onnxruntime's
     profiler, for a unit on an accelerator) or ``declared`` on the unit; the cost model reads
-    it to tell compute-bound from memory-bound work. ``device_memory`` is the device memory
-    one replica holds (weights plus KV cache, say), ``measured`` by a timer or ``declared``;
-    a device class with less gets no replica. Both are ``None`` when unknown.
+    it to tell compute-bound from memory-bound work (``counted`` by torch for a PyTorch unit:
+    the bytes its operators read and write, `fitwork.profiling.torch_count`).
+    ``device_memory`` is the device memory one replica holds (weights plus KV cache, say),
+    ``measured`` by a timer or ``declared``; a device class with less gets no replica.  Both
+    are ``None`` when unknown.
     ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
     for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
 
@@ -114,7 +116,7 @@ class UnitProfile(BaseModel):
     bytes_in: float
     bytes_out: float
     device_bytes: float | None = None
-    device_bytes_source: Literal["measured", "declared"] | None = None
+    device_bytes_source: Literal["measured", "declared", "counted"] | None = None
     device_memory: int | None = None
     device_memory_source: Literal["measured", "declared"] | None = None
     output_ratio: float
