@@ -85,6 +85,7 @@ def test_a_measured_rate_is_ranged_by_its_calls_and_the_hosts_load() -> None:
     assert quiet.high < 1.3 and not quiet.busy_host
     assert busy.busy_host and "busy host" in busy.basis
     assert busy.high > quiet.high  # a quiet host gives the queued time back
+    assert busy.low < quiet.low  # and a run may meet as much more of the others' load
 
 
 def test_a_measured_only_plan_has_a_range_and_warns_of_a_busy_host() -> None:
@@ -98,3 +99,22 @@ def test_a_measured_only_plan_has_a_range_and_warns_of_a_busy_host() -> None:
         assert low < side.throughput < high
     notes = range_notes(plan.rates)
     assert any("busy host" in n for n in notes)
+
+
+def test_a_plans_range_is_carried_through_its_bottleneck_not_widened() -> None:
+    fleet = Fleet.parse({"name": "host", "node_types": [
+        {"name": "host", "count": 1, "cores": 2, "memory": "8GiB"}]})
+    fast = cpu_unit(0.0).model_copy(update={"name": "fast"})
+    slow = cpu_unit(0.0).model_copy(update={
+        "name": "slow", "wall_s": 0.05, "cpu_s": 0.05,
+        "batches": [b.model_copy(update={"wall_s": 0.05, "cpu_s": 0.05,
+                                         "call_p10_s": 0.03, "call_p90_s": 0.08})
+                    for b in cpu_unit(0.0).batches]})
+    profile = PipelineProfile(fitwork_version="test", pipeline="p", host_class="cpu-x86",
+                              created_at=0.0, units=[fast, slow])
+    plan = fit(profile, fleet, fuse=False)
+    side = plan.fitted
+    low, high = side.throughput_range
+    assert low < side.throughput < high
+    widest = max(r.bounds()[1] / r.bounds()[0] for r in plan.rates if r.rate > 0)
+    assert high / low <= widest * 1.01  # drawn through the solution, not every end at once

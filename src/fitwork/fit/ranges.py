@@ -15,7 +15,9 @@ what those replicas sustain (`sustained`):
 The range is the p10 and p90 of the draws.  Draws are correlated as their errors are: rates
 transferred on one basis (one kind of transfer between the same classes) miss together; a
 measured rate's draw is half shared by all measured rates (the host's load) and half its own
-(its calls' spread).  Each rate is log-normal on either side, its p10 and p90 at its ends.
+(its calls' spread), and reaches at least as far as the side's widest measured range (the
+host's load is the host's: a unit that mostly waits saw little of it while profiling).
+Each rate is log-normal on either side, its p10 and p90 at its ends.
 """
 
 from __future__ import annotations
@@ -45,10 +47,17 @@ Batched = dict[tuple[str, str, int | None], RateEstimate]
 class _Draws:
     """Standard normal draws per correlation key, made once per side."""
 
-    def __init__(self, samples: int = SAMPLES, seed: int = SEED) -> None:
+    def __init__(self, measured: list[RateEstimate], samples: int = SAMPLES,
+                 seed: int = SEED) -> None:
         self.rng = np.random.default_rng(seed)
         self.samples = samples
         self.keys: dict[str, np.ndarray] = {}
+        # The host's load is the host's, not one unit's: a unit that mostly waits saw little
+        # run-queue time where another saw much.  Every measured rate takes at least the
+        # widest measured range of the side (its profile's host, its run's host).
+        widths = [_widths(e) for e in measured if not e.transferred and e.rate > 0]
+        self.host = (max((w[0] for w in widths), default=0.0),
+                     max((w[1] for w in widths), default=0.0))
 
     def of(self, key: str) -> np.ndarray:
         if key not in self.keys:
@@ -59,17 +68,24 @@ class _Draws:
         """Draws of rate / point rate for estimate ``e`` (1 where it has no range)."""
         if e.rate <= 0:
             return np.ones(self.samples)
-        low, high = e.bounds()
-        down = math.log(e.rate / low) if low > 0 else 0.0
-        up = math.log(high / e.rate) if high > 0 else 0.0
-        if down <= 0 and up <= 0:
-            return np.ones(self.samples)
+        down, up = _widths(e)
         if e.transferred:
             z = self.of(f"transfer:{e.error_basis}")
         else:
+            down, up = max(down, self.host[0]), max(up, self.host[1])
             z = (math.sqrt(SHARED) * self.of("measured:host")
                  + math.sqrt(1 - SHARED) * self.of(f"measured:{e.unit}"))
+        if down <= 0 and up <= 0:
+            return np.ones(self.samples)
         return np.exp(np.where(z < 0, z * down, z * up) / Z90)
+
+
+def _widths(e: RateEstimate) -> tuple[float, float]:
+    """How far ``e``'s range reaches down and up from its rate, in log."""
+    low, high = e.bounds()
+    down = math.log(e.rate / low) if low > 0 else 0.0
+    up = math.log(high / e.rate) if high > 0 else 0.0
+    return max(down, 0.0), max(up, 0.0)
 
 
 def sustained(result: FitResult, slowdown: Mapping[int, np.ndarray],
@@ -124,7 +140,7 @@ def fitted_range(result: FitResult, estimates: Batched,
                  multiplicity: dict[str, float]) -> dict[str, Any]:
     """The fitted side's ``throughput_low``/``throughput_high`` and which units' rates were
     measured and which transferred."""
-    draws = _Draws()
+    draws = _Draws(list(estimates.values()))
     kinds: dict[str, set[bool]] = {}
     slowdown: dict[int, np.ndarray] = {}
     for i, p in enumerate(result.replicas):
@@ -149,7 +165,7 @@ def monolithic_range(result: FitResult, estimates: Estimates, multiplicity: dict
                      fleet: Fleet) -> dict[str, Any]:
     """The fused side's range: each stage's rate drawn, stages run in turn in one replica."""
     cpu_of = {n.name: n.cpu_class if n.cores else None for n in fleet.node_types}
-    draws = _Draws()
+    draws = _Draws(list(estimates.values()))
     kinds: dict[str, set[bool]] = {}
     slowdown: dict[int, np.ndarray] = {}
     for i, p in enumerate(result.replicas):

@@ -152,8 +152,9 @@ class UnitProfile(BaseModel):
         Three things widen it, in log space added in quadrature: the spread of the profile's
         own calls (p10 and p90 of per-item wall time against their mean), the host's load
         (the share of wall time the calls sat runnable while other processes had the cores:
-        a quiet host gives that much back, so the high end reaches ``wall / (wall -
-        queued)``), and at the least `MEASURED_SPREAD`.
+        a quieter host gives that much back, so the high end reaches ``wall / (wall -
+        queued)``, and a run may meet as much more of it, so the low end reaches as far
+        down), and at the least `MEASURED_SPREAD`.
         """
         batch = next((b for b in self.batches if b.batch_size == batch_size), None)
         wall = batch.wall_s if batch else self.wall_s
@@ -168,7 +169,7 @@ class UnitProfile(BaseModel):
             said = (f"{batch.calls} calls: per-item wall p10 {batch.call_p10_s:.3g} s, p90 "
                     f"{batch.call_p90_s:.3g} s")
         load = -math.log1p(-busy)
-        low = math.exp(-math.hypot(floor, down))
+        low = math.exp(-math.hypot(floor, down, load))
         high = math.exp(math.hypot(floor, up, load))
         basis = (f"measured on {self.device_class}; range from {said}, run-queue wait "
                  f"{busy:.0%} of wall time, at least +-{MEASURED_SPREAD:.0%}")
