@@ -730,6 +730,38 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
           "single runs move by 10% or more, more when others' cores are high")
 
 
+def wire_cost() -> None:
+    """CPU per item of the local engine's wire (dumps, the datagram or /dev/shm file, loads,
+    a read of every page the item holds, its release) by item size: what
+    `fitwork.fit.inputs.byte_seconds` is calibrated from."""
+    import socket
+
+    from fitwork.engine.local.wire import Wire
+    from fitwork.fit.inputs import byte_seconds
+
+    wire = Wire(f"calibrate{os.getpid()}")
+    send, receive = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    print("item bytes   us per item (best of 3)   ns per byte   the fit's charge (us)")
+    for nbytes in (256, 8 << 10, 32 << 10, 60 << 10, 256 << 10, 900 << 10, 1 << 20, 4 << 20,
+                   16 << 20):
+        values = np.random.default_rng(0).standard_normal(nbytes // 8)
+        count = max(20, min(3000, int(200e6 / nbytes)))
+        best = math.inf
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(count):
+                data, _ = wire.dumps(values)
+                if data[:1] != b"S" and len(data) < 200_000:
+                    send.send(data)
+                    data = receive.recv(1 << 24)
+                received, _ = wire.loads(data)
+                received.view(np.uint8)[::4096].sum()  # the receiving unit reads every page
+                del received
+            best = min(best, (time.process_time() - start) / count)
+        print(f"{nbytes:>10}   {best * 1e6:>10.1f}   {best / nbytes * 1e9:>22.3f}   "
+              f"{byte_seconds(nbytes) * 1e6:>10.1f}")
+
+
 def main() -> None:
     """Run every pipeline (or those named) and print the table."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -750,7 +782,13 @@ def main() -> None:
                         help="also run the plans made without the profile's run-queue wait "
                              "and with a smaller engine charge per crossing (diagnostics)")
     parser.add_argument("--verbose", action="store_true", help="print every screening run")
+    parser.add_argument("--wire", action="store_true",
+                        help="only measure the local engine's CPU per item by item size (what "
+                             "the fit charges per byte) and stop")
     args = parser.parse_args()
+    if args.wire:
+        wire_cost()
+        return
     args.rounds = max(2, args.rounds)
     SETTINGS.quiet_wait_s = args.quiet_wait
     if args.quick:

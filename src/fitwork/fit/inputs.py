@@ -48,6 +48,54 @@ ITEM_SHARE = 0.02
 keeping its books): 1.4 us at 70 us, against about 0.4 us per crossing that
 ``bench/overhead.py`` measures with frames of thousands of trivial items."""
 
+BYTE_SECONDS = 0.7e-9
+"""CPU seconds per byte of an item crossing a channel in a datagram (a frame under 64 KiB).
+Measured with the local engine's own wire (``bench/fit_quality.py --wire``: dumps, the
+datagram, loads) on this repository's 2-core host: 36 us for a 256-byte item, 78 us for 60
+KiB (the difference, 0.68 ns per byte; the fixed part is `HOP_SECONDS`'s)."""
+OUT_OF_BAND_BYTE_SECONDS = 0.85e-9
+"""CPU seconds per byte of an array of 1 MiB or more, which crosses out of band: written to a
+/dev/shm file by the sender, mapped by the receiver, whose unit then faults in every page it
+reads, and released.  Measured as `BYTE_SECONDS`, the receiver reading every page: 0.76 to
+0.94 ns per byte for 1 to 16 MiB (0.5 to 0.65 without the read, which a unit cannot skip).
+The unit's own CPU in the profile leaves out the fresh pages its output needs while the
+profiler keeps every output (`fitwork.profiling.profiler._time_dropping`), so these bytes are
+not counted twice."""
+SPILLED_BYTE_SECONDS = 1.5e-9
+"""CPU seconds per byte of an item of 64 KiB to 1 MiB, which is pickled in band and spilled
+through a /dev/shm file (copied into the pickle, written, mapped, copied out): 1.2 to 1.7
+ns per byte for 256 to 900 KiB, measured as `BYTE_SECONDS`."""
+DRIVER_SECONDS = 140e-6
+"""The driver's CPU seconds per frame a replica takes (it keeps the frame's books and reads
+its Ready, Taken and Done), charged as core time, not as time in the replica.  Measured on
+this repository's 2-core host under a load average of about 25 (tests/fit/test_crossing.py's
+pipeline, three units with frames of one item, the driver's CPU differenced between runs of
+200 and 800 items): 0.44 ms per item, 146 us per frame per unit."""
+INLINE_MAX = 64 * 1024
+OUT_OF_BAND_MIN = 1 << 20
+
+
+def byte_seconds(nbytes: float) -> float:
+    """The engine's CPU seconds, beyond its work per frame, to move one item of ``nbytes``
+    pickled bytes through one channel."""
+    if nbytes >= OUT_OF_BAND_MIN:
+        return nbytes * OUT_OF_BAND_BYTE_SECONDS
+    return max(nbytes, 0.0) * (SPILLED_BYTE_SECONDS if nbytes >= INLINE_MAX else BYTE_SECONDS)
+
+
+def edge_seconds(profile: PipelineProfile) -> float:
+    """Per source item, the CPU seconds the bytes cost that any layout moves: the source
+    item into the first unit and the last unit's outputs out to the driver."""
+    if not profile.units:
+        return 0.0
+    first, last = profile.units[0], profile.units[-1]
+    m = 1.0
+    for u in profile.units[:-1]:
+        m *= u.output_ratio
+    ratio = last.output_ratio
+    out = ratio * byte_seconds(last.bytes_out / ratio) if ratio > 0 else 0.0
+    return byte_seconds(first.bytes_in) + m * out
+
 
 def frame_items(seconds_per_item: float, io: int = 0) -> int:
     """Items per frame the engines send a replica that takes ``seconds_per_item`` per item;
@@ -157,32 +205,50 @@ def _hop(profile: UnitProfile, estimate: RateEstimate, hop: float, arriving: flo
          last: bool) -> float:
     """The engine's work per item of this option: its crossing in, at frames of its own size
     or of what arrives from upstream if smaller (workers split frames, they do not merge
-    them), and for the last unit the crossing out to the driver as well."""
+    them), and for the last unit the crossing out to the driver as well; each crossing
+    also moves the item's bytes (`byte_seconds`)."""
     if not hop:
         return 0.0
     size = max(1.0, min(float(_frame(profile, estimate)), arriving))
-    seconds = hop * (1.0 / size + ITEM_SHARE)
+    seconds = hop * (1.0 / size + ITEM_SHARE) + byte_seconds(profile.bytes_in)
+    ratio = profile.output_ratio
     if last:
-        seconds += hop * (1.0 / max(1.0, size * profile.output_ratio) + ITEM_SHARE)
+        seconds += hop * (1.0 / max(1.0, size * ratio) + ITEM_SHARE)
+        seconds += ratio * byte_seconds(profile.bytes_out / ratio) if ratio > 0 else 0.0
     return seconds
 
 
+def _driver(profile: UnitProfile, estimate: RateEstimate, hop: float,
+            arriving: float) -> float:
+    """The driver's CPU seconds per item of this option: `DRIVER_SECONDS` per frame, at the
+    frames `_hop` sizes (none where the engine's work is not charged)."""
+    if not hop:
+        return 0.0
+    return DRIVER_SECONDS / max(1.0, min(float(_frame(profile, estimate)), arriving))
+
+
 def _demand(profile: UnitProfile, estimate: RateEstimate, memory: int,
-            hop: float) -> ClassDemand:
+            hop: float, driver: float = 0.0) -> ClassDemand:
     """One option of a unit for the solver; ``hop`` seconds of engine work per item (from
-    `_hop`) are added to its core-seconds and to its replica's time per item (the rate).
-    Its parallelism is the profile's: the solver bounds one replica's rate by it."""
+    `_hop`) are added to its core-seconds and to its replica's time per item (the rate),
+    ``driver`` seconds (`_driver`) to its core-seconds only.  Its parallelism is the
+    profile's, widened by the driver's share, so the solver bounds what one replica itself
+    keeps busy by it."""
     cpu, device = consumption(profile, estimate)
+    parallelism = profile.replica_parallelism()
+    if driver and cpu + hop > 0:
+        parallelism *= (cpu + hop + driver) / (cpu + hop)
     share = 0.0 if is_cpu_class(estimate.device_class) else profile.resources.get("gpu", 0.0)
     batch = estimate.batch_size or 1
     rate = 1.0 / (1.0 / estimate.rate + hop) if estimate.rate > 0 else 0.0
     latency = None if estimate.batch_latency_s is None else estimate.batch_latency_s + hop * batch
     return ClassDemand(
         rate=rate, cores=profile.resources.get("cpu", 1.0), memory=memory,
-        device_share=share, bytes_out_per_item=profile.bytes_out, cpu_seconds=cpu + hop,
+        device_share=share, bytes_out_per_item=profile.bytes_out,
+        cpu_seconds=cpu + hop + driver,
         device_seconds=device if share and share <= 1 else None, reserve=profile.reserve,
         batch_size=estimate.batch_size, latency=latency,
-        parallelism=profile.replica_parallelism())
+        parallelism=parallelism)
 
 
 def _no_class(u: UnitProfile, needs: str, fleet: Fleet | None) -> str:
@@ -235,8 +301,10 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
         alternatives: dict[str, list[ClassDemand]] = {}
         for e in swept:
             alternatives.setdefault(e.device_class, []).append(
-                _demand(u, e, memory, _hop(u, e, hop, arriving, last)))
-        main = {e.device_class: _demand(u, e, memory, _hop(u, e, hop, arriving, last))
+                _demand(u, e, memory, _hop(u, e, hop, arriving, last),
+                        _driver(u, e, hop, arriving)))
+        main = {e.device_class: _demand(u, e, memory, _hop(u, e, hop, arriving, last),
+                                        _driver(u, e, hop, arriving))
                 for e in estimates}
         if any(e.rate > 0 for e in estimates):  # the smallest frames any option gets
             arriving = min(arriving, min(_frame(u, e) for e in estimates if e.rate > 0))

@@ -38,7 +38,7 @@ from fitwork.fit.candidates import (
     packed_share,
 )
 from fitwork.fit.errors import UnitFitsNowhere
-from fitwork.fit.inputs import crossing_seconds
+from fitwork.fit.inputs import DRIVER_SECONDS, crossing_seconds, frame_items
 from fitwork.fit.result import FitResult, Objective
 from fitwork.fit.solver import solve_problem
 from fitwork.fit.spec import ClassDemand, NodeType, UnitDemand, is_cpu_class
@@ -51,14 +51,16 @@ Stage = tuple[str, ClassDemand, float]
 def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
                objective: Objective = "max_throughput", target: float | None = None,
                time_limit: float = 10.0, mip_gap: float = 0.01,
-               hop_seconds: float = 0.0) -> FitResult:
+               hop_seconds: float = 0.0, edge_seconds: float = 0.0) -> FitResult:
     """The baseline plan: ``units`` fused into one unit named ``monolithic``, then fitted.
 
     ``hop_seconds`` is the engine's work per item per channel crossed: the fused unit pays it
     twice per source item (in and out, in core-seconds and in its replica's time), where a
-    chain of n units pays it n + 1 times.
+    chain of n units pays it n + 1 times.  ``edge_seconds`` is what moving a source item in
+    and its outputs out costs beyond that (their bytes), per source item.
     """
-    return solve_problem(fused_problem(units, node_types, 2 * hop_seconds), objective=objective,
+    return solve_problem(fused_problem(units, node_types, 2 * hop_seconds, edge_seconds),
+                         objective=objective,
                          target=target, time_limit=time_limit, mip_gap=mip_gap)
 
 
@@ -77,21 +79,26 @@ def _stages(units: Sequence[UnitDemand], accel: str | None,
 
 
 def _fused(stages: list[Stage], accel: str | None,
-           hop: float = 0.0) -> tuple[ClassDemand, tuple[tuple[str, float], ...]]:
-    """The fused replica's demand and its busy device-seconds per source item, per class."""
+           hop: float = 0.0, edge: float = 0.0
+           ) -> tuple[ClassDemand, tuple[tuple[str, float], ...]]:
+    """The fused replica's demand and its busy device-seconds per source item, per class;
+    ``hop`` per frame and ``edge`` per item are the engine's work moving items in and out."""
     work = sum(m / d.rate for _, d, m in stages)
-    hop = crossing_seconds(hop, work) if hop else 0.0
+    driver = DRIVER_SECONDS / frame_items(work) if hop else 0.0  # the driver's, per item
+    hop = (crossing_seconds(hop, work) if hop else 0.0) + edge
     seconds = work + hop
     on_accel = [(cls, d, m) for cls, d, m in stages if cls == accel]
     share = max((d.device_share for _, d, _ in on_accel), default=0.0)
     reserve = any(d.reserve for _, d, _ in stages)
-    cpu = sum(m * d.core_seconds() for _, d, m in stages) + hop
+    cpu = sum(m * d.core_seconds() for _, d, m in stages) + hop + driver
     # The stages run in turn, so the fused process keeps busy at once what the stage it is
     # in does: its parallelism is the stages', weighted by the time each takes (the engine's
     # work on the item, a plain Python call, by one core).
     bounds = [d.parallelism for _, d, _ in stages]
     parallelism = None if None in bounds or seconds <= 0 else (
         sum(m / d.rate * (d.parallelism or 1.0) for _, d, m in stages) + hop) / seconds
+    if parallelism is not None and driver:  # the driver's share is not the replica's
+        parallelism *= cpu / (cpu - driver)
     device = sum(m * fluid(d, cls)[1] for cls, d, m in on_accel)
     demand = ClassDemand(
         rate=1.0 / seconds,
@@ -121,7 +128,7 @@ def _limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
 
 
 def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
-                  hop_seconds: float = 0.0) -> Problem:
+                  hop_seconds: float = 0.0, edge_seconds: float = 0.0) -> Problem:
     """The baseline as a one-unit `Problem`; raises `UnitFitsNowhere` if it fits no node."""
     check_inputs(units, node_types)
     fleet = tuple(n for n in node_types if n.count > 0)
@@ -139,7 +146,7 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
                 continue
             cls = accel if uses_accel and accel is not None else node.cpu_class
             assert cls is not None
-            demand, busy = _fused(stages, accel, hop_seconds)
+            demand, busy = _fused(stages, accel, hop_seconds, edge_seconds)
             cand = candidate(0, n, node, cls, demand, holder, 0.0, last=True,
                               choice=len(candidates), group=len(candidates))
             if cand is not None:

@@ -33,6 +33,7 @@ from fitwork.fit.inputs import (
     HOP_SECONDS,
     core_ceiling,
     demands,
+    edge_seconds,
     fleet_classes,
     sequential,
     solver_nodes,
@@ -84,7 +85,10 @@ class Plan(Document):
     ``demands`` and ``nodes`` are the solver inputs the fitted side was solved from (what
     `refit` re-solves), ``core_ceiling`` the oversubscription ceiling they carry,
     ``hop_seconds`` the engine's work per item per channel they include, and ``max_latency``,
-    ``time_limit`` and ``mip_gap`` the options it was solved with.
+    ``time_limit`` and ``mip_gap`` the options it was solved with.  ``uncertainty`` is the
+    share by which its predictions may miss (`TIE_MARGIN` at the least); where the split and
+    fused layouts predict within it of each other, ``tie`` says so and which runs by the
+    rule (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it.
     """
 
     document_kind: ClassVar[str] = "plan"
@@ -111,6 +115,8 @@ class Plan(Document):
     mip_gap: float = 0.01
     fused: bool = False
     split: PlanSide | None = None
+    uncertainty: float = 0.0
+    tie: str | None = None
 
     def workers_for(self, node_type: str | None = None) -> dict[str, int]:
         """Replicas per unit on one node type (the only one used, when not named)."""
@@ -327,8 +333,8 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     best = fitted if objective == "max_throughput" else solve(
         units, nodes, time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency)
     base = monolithic(sequential(stages, [*rates, *swept], profile), nodes, time_limit=time_limit,
-                      mip_gap=mip_gap,
-                      hop_seconds=hop_seconds)
+                      mip_gap=mip_gap, hop_seconds=hop_seconds,
+                      edge_seconds=edge_seconds(profile) if hop_seconds else 0.0)
     flops = {u.name: u.flops for u in profile.units}
     fused_flops = sum(multiplicity[n] * f for n, f in flops.items() if f)
     most = max(best.bound, best.throughput, base.throughput)
@@ -343,15 +349,16 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
                      mfu=_mfu(base, {FUSED: fused_flops} if fused_flops else {}, precision,
                               known),
                      capacity_utilization=base.throughput / most, **base_range)
-    # Not splitting is one of the layouts a plan may choose: where running the stages in
-    # turn in one unit clearly sustains more (every stage trivial beside the cost of moving
-    # items), the fitted side IS the fused layout, and the split one is kept for the record.
-    # Near a tie the split layout stays where it overlaps waiting or batches (the model does
-    # not credit either in full); where it does neither, a tie goes to the fused layout,
-    # whose fewer crossings cost less than the model charges them.
-    margin = FUSE_MARGIN if any(_overlaps(u) for u in units) else 1.0
-    fuse = (fuse and objective == "max_throughput"
-            and base.throughput >= margin * fitted.throughput)
+    # Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
+    # layout unless the split one predicts more than the plan's own uncertainty above it
+    # (`tie_rule`); the split one is then kept for the record.
+    uncertainty = max(TIE_MARGIN, _spread(split), _spread(whole))
+    fuse = fuse and objective == "max_throughput" and \
+        split.throughput <= (1 + uncertainty) * whole.throughput
+    tie = None
+    if objective == "max_throughput" and split.throughput > 0 and whole.throughput > 0 and \
+            abs(split.throughput / whole.throughput - 1) <= uncertainty:
+        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse)
     return Plan(
         fitwork_version=__version__, pipeline=profile.pipeline, units=[u.name for u in units],
         fleet=fleet, objective=objective, target=target, rates=rates,
@@ -360,23 +367,34 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         monolithic=whole, fused=fuse, split=split if fuse else None,
         batch_rates=swept, demands=units, nodes=nodes, core_ceiling=ceiling,
         hop_seconds=hop_seconds, max_latency=max_latency, time_limit=time_limit,
-        mip_gap=mip_gap,
+        mip_gap=mip_gap, uncertainty=uncertainty, tie=tie,
     )
 
 
-def _overlaps(unit: UnitDemand) -> bool:
-    """Whether splitting ``unit`` out gains what the model does not credit in full: several
-    calls in flight (I/O), batches, or waiting (a call that spends most of its time off
-    the CPU, which a replica of its own hides beside the others' work)."""
-    batches = bool(unit.alternatives) or any(d.batch_size for d in unit.classes.values())
-    waits = any(d.rate > 0 and d.cpu_seconds * d.rate < 0.5
-                for name, d in unit.classes.items() if is_cpu_class(name))
-    return unit.concurrency > 1 or batches or waits
+TIE_MARGIN = 0.10
+"""The least uncertainty a plan's prediction carries, its rates measured or not: a plan's
+realized ÷ predicted throughput spreads by about this much on ``bench/fit_quality.py``'s
+pipelines on a shared 2-core host.  Wider where transferred rates give a wider range."""
+FUSE_MARGIN = 1 + TIE_MARGIN
+"""How much more than the fused layout the split one must predict, at the least, to run
+split (more where the plan's range is wider)."""
 
 
-FUSE_MARGIN = 1.05
-"""How much more the fused layout must sustain before a plan runs the units fused, where the
-split layout overlaps waiting or batches (elsewhere a tie is enough)."""
+def _spread(side: PlanSide) -> float:
+    """How far a side's predicted range reaches from its point, as a share of it."""
+    low, high = side.throughput_range
+    point = side.throughput
+    return max(point - low, high - point) / point if point > 0 else 0.0
+
+
+def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool) -> str:
+    """One line: the two layouts are within the plan's uncertainty, and which runs, by what
+    rule."""
+    chosen = "fused" if fused_chosen else "split (--no-fuse)"
+    return (f"split {split:,.1f} and fused {fused:,.1f} items/s are within the plan's "
+            f"uncertainty (±{uncertainty:.0%}): runs {chosen}; the rule: the fused layout "
+            "(fewer processes, less memory, no items moved between units) unless the split "
+            f"one predicts more than {1 + uncertainty:.2f}x it")
 
 
 def capacity_line(plan: Plan) -> str:

@@ -1,0 +1,41 @@
+"""A unit whose outputs are large is also timed dropping each output at once, as a replica
+does, before any output is kept; a unit with small outputs is timed once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fitwork import unit
+from fitwork.profiling.classes import measured_on
+from fitwork.profiling.profiler import DROPPED_MIN, measure_unit
+
+CALLS: list[int] = []
+
+
+@unit
+def big(seed: int) -> np.ndarray:
+    """A 1.2 MB array: what a replica sends on and frees."""
+    CALLS.append(seed)
+    return np.full(150_000, float(seed))
+
+
+@unit
+def small(seed: int) -> int:
+    CALLS.append(seed)
+    return seed * 2
+
+
+def test_a_unit_with_large_outputs_is_timed_dropping_them_first() -> None:
+    on = measured_on("cpu-x86", discover_accelerator=False)
+    CALLS.clear()
+    profile, outputs = measure_unit(big, list(range(6)), on)
+    assert profile.bytes_out >= DROPPED_MIN
+    # the warm-up, the pass dropping its outputs, the timed pass keeping them
+    assert [0, *range(6), *range(6)] == CALLS
+    assert [float(o[0]) for o in outputs] == [float(i) for i in range(6)]
+    assert profile.cpu_s > 0 and profile.wall_s > 0 and profile.batches[-1].cpu_s == profile.cpu_s
+
+    CALLS.clear()
+    profile, outputs = measure_unit(small, list(range(6)), on)
+    assert profile.bytes_out < DROPPED_MIN
+    assert [0, *range(6)] == CALLS and outputs == [i * 2 for i in range(6)]
