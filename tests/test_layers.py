@@ -16,6 +16,7 @@ LAYERS = {
     "fitwork.workload": 1, "fitwork.placement": 1,
     "fitwork.telemetry.record": 2, "fitwork.telemetry.figures": 2,
     "fitwork.hardware": 3, "fitwork.io": 3, "fitwork.shards": 3, "fitwork.fs": 3,
+    "fitwork.formats": 3, "fitwork.readers": 3, "fitwork.writers": 3,
     "fitwork.cli_options": 3,
     "fitwork.telemetry": 4, "fitwork.profiling": 4,
     "fitwork.decomposition": 5,
