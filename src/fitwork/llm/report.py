@@ -1,13 +1,14 @@
-"""The report's LLM section from plans and their replays (rendered by `fitwork.report.html`)."""
+"""The report's LLM section from plans and their replays (drawn by `fitwork.report.llm_section`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from fitwork.llm.plan import LLMPlan
+from fitwork.llm.section import LLMPool, LLMRun, LLMSection
 from fitwork.llm.sim import SimResult, compare
-from fitwork.report.html import LLMPool, LLMRun, LLMSection, render_report
-from fitwork.report.html import llm_section as render_section
+from fitwork.report.html import render_report
+from fitwork.report.llm_section import llm_section as render_section
 
 
 def _run(plan: LLMPlan, sim: SimResult) -> LLMRun:

@@ -13,7 +13,7 @@ from fitwork.errors import FitworkError, InputError
 from fitwork.telemetry.record import RunRecord
 
 if TYPE_CHECKING:
-    from fitwork.report.html import LLMSection
+    from fitwork.llm.section import LLMSection
 
 
 def _parse_classes(values: tuple[str, ...]) -> dict[str, str]:
