@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -166,3 +167,51 @@ def test_a_unit_slowed_by_waiting_for_cores_gets_no_more_replicas() -> None:
                                                   queued_s=cpu), now))
         made.append(adapter.observe(core, now))
     assert not any(made), adapter.refits
+
+
+def spin(seconds: float) -> None:
+    """Keep this thread's CPU busy for ``seconds`` of its own CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@unit
+def prepare(row: dict[str, float]) -> dict[str, float]:
+    spin(0.001)
+    return row
+
+
+@unit
+def score(row: dict[str, float]) -> float:
+    spin(row["cost"])
+    return row["cost"]
+
+
+def test_a_real_run_of_rows_costlier_than_the_profiled_ones_is_re_fitted_with_its_reason(
+        ) -> None:
+    # Profiled on cheap rows, `score` looks lighter than `prepare`: the plan gives `prepare`
+    # the replicas.  The run's rows cost `score` 15x as much CPU: the adapter must notice
+    # (rate and CPU per item both beyond the plan's range), re-solve at what it measured,
+    # and say so in the record, whether the new layout runs or not.
+    pipeline = Pipeline(prepare, score, name="costlier")
+    two = Fleet.parse({"name": "two", "node_types": [
+        {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
+    profiled = fitwork.profile_pipeline(pipeline, [{"cost": 0.0002}] * 24, samples=24)
+    plan = fit(profiled, two, fuse=False)
+    before = plan.workers_for()
+    with fitwork.run(pipeline, [{"cost": 0.003}] * 2400, placement=plan,
+                     adapt=True) as adapting:
+        assert len(list(adapting)) == 2400
+    record = adapting.record
+    print(f"planned {before}; re-fits: {[r.model_dump() for r in record.refits]}")
+    assert record.refits, "a unit 15x costlier than profiled should have been re-fitted"
+    first = record.refits[0]
+    assert "'score'" in first.reason and "ms of CPU per item" in first.reason
+    assert first.before == {name: count for name, count in before.items() if count}
+    if first.after == first.before:  # kept: the record says why
+        assert "kept:" in first.reason
+    else:  # applied: `score` is given replicas, and the run resized to them
+        assert first.after["score"] > first.before["score"]
+        assert first.predicted_after > first.predicted_before
+        assert max(record.replicas.counts["score"]) == first.after["score"]

@@ -6,24 +6,30 @@ the replica counts to run (or nothing).  The re-solving itself is a `Replanner` 
 
     every tick:  measured rate per replica, per unit, over the last `window` seconds
                  (items taken ÷ busy seconds of its replicas)
-    trigger:     some unit off its planned rate by more than `tolerance`, or throughput
-                 under `shortfall` x the plan's prediction while the source waits on the
-                 pipeline (a slow source is no reason to re-fit), for a whole window
+    trigger:     some unit off its planned rate, or using more CPU per item than planned,
+                 by more than the plan's own range (`Replanner.tolerance`, else
+                 `tolerance`), or throughput under `shortfall` x the plan's prediction
+                 while the source waits on the pipeline (a slow source is no reason to
+                 re-fit), for a whole window
     re-solve:    the same solver and fleet, with the measured rates and CPU per item; where
                  replicas waited for cores (run-queue time), the cores they got are the
                  budget, so a unit slowed by a busier host shows no gain from more replicas
     apply:       only if the new plan predicts `gain` more than the current one does at the
                  measured rates, and `interval` seconds after the last change
 
-Hysteresis (``gain``) and the minimum interval keep it from thrashing; every change is a
-`Refit` in the run record.
+Hysteresis (``gain``) and the minimum interval keep it from thrashing.  Every re-solve is a
+`Refit` in the run record, applied or not: one that changed nothing has ``after`` equal to
+``before`` and its reason says why it was kept (the re-solved layout is the one running, or
+it predicts too little more).  Either way the measured rates become the reference the next
+window is compared with, so a unit that is simply slower than profiled is re-solved once,
+not every window.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from fitwork.engine.core.machine import RunCore
 from fitwork.placement import Placement
@@ -50,6 +56,18 @@ class Replanner(Protocol):
         ...
 
 
+@runtime_checkable
+class Ranged(Protocol):
+    """What a replanner may also say: the CPU per item the plan assumed of each unit's
+    replicas, and the share by which its predictions may miss (its range)."""
+
+    def planned_cpu(self) -> dict[str, float]:
+        ...
+
+    def tolerance(self) -> float:
+        ...
+
+
 @dataclass(frozen=True)
 class AdaptPolicy:
     """When the adapter acts (see the module docstring)."""
@@ -70,6 +88,10 @@ class Adapter:
         self.replanner = replanner
         self.policy = policy or AdaptPolicy()
         self.rates = dict(replanner.planned_rates())
+        ranged = replanner if isinstance(replanner, Ranged) else None
+        self.cpu = dict(ranged.planned_cpu()) if ranged is not None else {}
+        given = ranged.tolerance() if ranged is not None else 0.0
+        self.tolerance = given if given > 0 else self.policy.tolerance
         self.history: deque[tuple[float, list[int], list[float], list[float], float, int]] = \
             deque()
         self.last_change = float("-inf")
@@ -95,7 +117,8 @@ class Adapter:
                 cpu[name] = max(0.0, used[stage] - used0[stage]) / taken
         counts = {name: core.live(stage) for stage, name in enumerate(core.names)}
         saturated = core.room() == 0 and not core.source_done
-        reason = self._reason(measured, counts, (core.completed - done0) / span, saturated)
+        reason = self._reason(measured, cpu, counts, (core.completed - done0) / span,
+                              saturated)
         if reason is None:
             self.off_since = None
             return None
@@ -115,10 +138,21 @@ class Adapter:
         proposal = {name: max(1, proposal.get(name, counts[name])) for name in counts}
         expected = self.replanner.predict(proposal, rates, cpu, cores)
         self.off_since = None
-        if proposal == counts or expected < current * (1 + self.policy.gain):
-            self.rates = rates  # the plan's rates were wrong; these are the new reference
-            return None
+        # The plan's rates were wrong: these are the new reference, applied or not.
         self.rates = rates
+        self.cpu = {**self.cpu, **cpu}
+        kept = None
+        if proposal == counts:
+            kept = "kept: re-solved at the measured rates, the layout running is the best"
+        elif expected < current * (1 + self.policy.gain):
+            kept = (f"kept: the re-solved layout {proposal} predicts {expected:,.1f} items/s, "
+                    f"not {self.policy.gain:.0%} more than the {current:,.1f} of the one "
+                    "running")
+        if kept is not None:
+            self.refits.append(Refit(t_s=now - core.t0, reason=f"{reason}; {kept}",
+                                     before=counts, after=counts, predicted_before=current,
+                                     predicted_after=current))
+            return None
         self.last_change = now
         self.history.clear()
         self.refits.append(Refit(t_s=now - core.t0, reason=reason, before=counts,
@@ -126,14 +160,22 @@ class Adapter:
                                  predicted_after=expected))
         return proposal
 
-    def _reason(self, measured: dict[str, float], counts: dict[str, int],
-                throughput: float, saturated: bool) -> str | None:
-        tolerance = self.policy.tolerance
+    def _reason(self, measured: dict[str, float], cpu: dict[str, float],
+                counts: dict[str, int], throughput: float, saturated: bool) -> str | None:
+        """Why the run is off its plan, or None.  A unit's CPU per item counts only above
+        the plan's: the plan's figure also carries the driver's share of its frames, which
+        the unit's own processes do not spend."""
+        tolerance = self.tolerance
         for name, rate in measured.items():
             planned = self.rates.get(name)
-            if planned and abs(rate / planned - 1) > tolerance:
-                return (f"unit {name!r} runs at {rate:,.1f} items/s per replica, the plan "
-                        f"assumed {planned:,.1f}")
+            used, assumed = cpu.get(name, 0.0), self.cpu.get(name, 0.0)
+            slow = bool(planned) and abs(rate / planned - 1) > tolerance
+            costly = assumed > 0 and used > assumed * (1 + tolerance)
+            if slow or costly:
+                return (f"unit {name!r} runs at {rate:,.1f} items/s per replica and "
+                        f"{used * 1e3:,.2f} ms of CPU per item, the plan assumed "
+                        f"{planned or 0:,.1f} and {assumed * 1e3:,.2f} (its range: "
+                        f"±{tolerance:.0%})")
         predicted = self.replanner.predict(counts, self.rates)
         if saturated and predicted and throughput < self.policy.shortfall * predicted:
             return (f"throughput {throughput:,.1f} items/s is under "

@@ -51,6 +51,30 @@ class PlanReplanner:
             best = min(best, budget / per_item)
         return best
 
+    def planned_cpu(self) -> dict[str, float]:
+        """CPU seconds per item the plan assumed one replica of each unit spends: its
+        demand on the class and batch size its largest group runs at (the engine's work on
+        the item and the driver's share of its frames included)."""
+        largest: dict[str, tuple[int, str, int | None]] = {}
+        for g in self.placement.groups:
+            if g.replicas and g.replicas > largest.get(g.unit, (0, "", None))[0]:
+                largest[g.unit] = (g.replicas, g.device_class or "", g.batch_size)
+        out = {}
+        for unit in self.plan.demands:
+            if unit.name not in largest:
+                continue
+            _, device_class, batch = largest[unit.name]
+            options = unit.options(device_class) if device_class in unit.classes else []
+            chosen = next((d for d in options if d.batch_size == batch), None)
+            if chosen is not None and chosen.cpu_seconds:
+                out[unit.name] = chosen.cpu_seconds
+        return out
+
+    def tolerance(self) -> float:
+        """How far a unit may run from the plan before it is re-solved: the plan's own
+        uncertainty (0 for a plan that predates it: the adapter's default then)."""
+        return self.plan.uncertainty
+
     def refit(self, rates: Mapping[str, float],
               cpu: Mapping[str, float] | None = None) -> Placement:
         """The plan re-solved with these measured rates (same solver, same fleet)."""
