@@ -234,71 +234,83 @@ def read_csv(opener: Opener, place: str, csv_types: bool, reading: Reading
     with TextIOWrapper(opener(), encoding="utf-8-sig", errors="surrogateescape",
                        newline="") as handle:
         reader = csv.reader(handle)
+        header = _csv_header(reader, place)
         try:
-            header = next(reader, None)
-            if header is None:
-                raise InputError(
-                    f"{place}: empty CSV, no header row; put the column names on the first line"
-                )
-            _check_utf8(header, place, reader.line_num)
-            _check_header(header, place)
-        except csv.Error as exc:
-            raise InputError(
-                f"{place}:{reader.line_num}: malformed CSV ({one_line(exc)}); fix that row"
-            ) from exc
-        except OSError as exc:
-            raise read_error(place, exc) from exc
-        width = len(header)
-        try:
-            while True:
-                start = reader.line_num + 1  # a quoted field may carry a row over lines
-                try:
-                    row = next(reader, None)
-                    if row is None:
-                        return
-                    if not row:
-                        continue
-                    _check_utf8(row, place, start)
-                    if len(row) != width:
-                        raise InputError(
-                            f"{place}:{start}: row has {len(row)} fields but the header has "
-                            f"{width}; make every row match the header (quote fields that "
-                            "hold commas)"
-                        )
-                except csv.Error as exc:
-                    error = InputError(f"{place}:{reader.line_num}: malformed CSV "
-                                       f"({one_line(exc)}); fix that row")
-                    if starts is None:
-                        raise error from exc
-                    reading.at = reader.line_num
-                    if reading.ends is not None:
-                        reading.note()
-                    yield reading.unreadable(str(error), line=reader.line_num,
-                                             byte=starts.start_of(reader.line_num))
-                    continue
-                except InputError as exc:
-                    if starts is None:
-                        raise
-                    reading.at = reader.line_num
-                    if reading.ends is not None:
-                        reading.note()
-                    text = ",".join(row).encode("utf-8", "surrogateescape")
-                    yield reading.unreadable(str(exc), line=start, byte=starts.start_of(start),
-                                             text=text[:1000].decode("utf-8", "replace"))
-                    continue
-                reading.at = reader.line_num
-                if reading.ends is not None:
-                    reading.note()
-                if csv_types:
-                    yield {name: csv_value(value)
-                           for name, value in zip(header, row, strict=True)}
-                else:
-                    yield dict(zip(header, row, strict=True))
+            yield from _csv_rows(reader, header, place, csv_types, reading, starts)
         except OSError as exc:
             raise read_error(place, exc) from exc
         finally:
             if starts is not None:
                 starts.close()
+
+
+def _csv_header(reader: Any, place: str) -> list[str]:
+    """The header row of a CSV reader, checked; an InputError for none or a bad one."""
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise InputError(
+                f"{place}: empty CSV, no header row; put the column names on the first line"
+            )
+        _check_utf8(header, place, reader.line_num)
+        _check_header(header, place)
+    except csv.Error as exc:
+        raise InputError(
+            f"{place}:{reader.line_num}: malformed CSV ({one_line(exc)}); fix that row"
+        ) from exc
+    except OSError as exc:
+        raise read_error(place, exc) from exc
+    return header
+
+
+def _csv_rows(reader: Any, header: list[str], place: str, csv_types: bool, reading: Reading,
+              starts: LineStarts | None) -> Iterator[Any]:
+    """The rows of a CSV reader past its header, as `read_csv` yields them."""
+    width = len(header)
+    while True:
+        start = reader.line_num + 1  # a quoted field may carry a row over lines
+        try:
+            row = next(reader, None)
+            if row is None:
+                return
+            if not row:
+                continue
+            _check_utf8(row, place, start)
+            if len(row) != width:
+                raise InputError(
+                    f"{place}:{start}: row has {len(row)} fields but the header has "
+                    f"{width}; make every row match the header (quote fields that "
+                    "hold commas)"
+                )
+        except csv.Error as exc:
+            error = InputError(f"{place}:{reader.line_num}: malformed CSV "
+                               f"({one_line(exc)}); fix that row")
+            if starts is None:
+                raise error from exc
+            reading.at = reader.line_num
+            if reading.ends is not None:
+                reading.note()
+            yield reading.unreadable(str(error), line=reader.line_num,
+                                     byte=starts.start_of(reader.line_num))
+            continue
+        except InputError as exc:
+            if starts is None:
+                raise
+            reading.at = reader.line_num
+            if reading.ends is not None:
+                reading.note()
+            text = ",".join(row).encode("utf-8", "surrogateescape")
+            yield reading.unreadable(str(exc), line=start, byte=starts.start_of(start),
+                                     text=text[:1000].decode("utf-8", "replace"))
+            continue
+        reading.at = reader.line_num
+        if reading.ends is not None:
+            reading.note()
+        if csv_types:
+            yield {name: csv_value(value)
+                   for name, value in zip(header, row, strict=True)}
+        else:
+            yield dict(zip(header, row, strict=True))
 
 
 _CSV_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
