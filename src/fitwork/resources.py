@@ -49,15 +49,6 @@ class Resources:
 
     __rmul__ = __mul__
 
-    def fits_in(self, capacity: Resources) -> bool:
-        """Whether this demand fits within ``capacity`` (every amount at most its figure)."""
-        if self.cpu > capacity.cpu + _EPSILON or self.gpu > capacity.gpu + _EPSILON:
-            return False
-        if self.memory > capacity.memory:
-            return False
-        return all(amount <= capacity.devices.get(name, 0.0) + _EPSILON
-                   for name, amount in self.devices.items())
-
     def shortfall(self, capacity: Resources) -> dict[str, tuple[float, float]]:
         """Each amount this demand needs beyond ``capacity``: name -> (needed, available)."""
         short = {}

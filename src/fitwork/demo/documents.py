@@ -56,11 +56,6 @@ class Score:
         """Share of known lines recognised exactly."""
         return self.lines_exact / self.lines if self.lines else 0.0
 
-    @property
-    def document_accuracy(self) -> float:
-        """Share of pages whose every line was recognised exactly."""
-        return self.documents_exact / self.documents if self.documents else 0.0
-
 
 def document_id(number: int) -> str:
     """The store id of page ``number``."""

@@ -61,7 +61,6 @@ from scipy import stats
 from fitwork.fit.roofline import (
     Bound,
     CostModelError,
-    DevicePeaks,
     Precision,
     TransferKind,
     roofline_seconds,
@@ -254,10 +253,6 @@ def splitwise_settings() -> list[LLMSetting]:
     return [LLMSetting(*key, seconds={name: {p: statistics.median(v) for p, v in ph.items()}
                                       for name, ph in timed.items()})
             for key, timed in sorted(runs.items()) if len(timed) == len(SPLITWISE_CLASSES)]
-
-
-def _datasheet_bound(flops: float, nbytes: float, device: DevicePeaks) -> Bound:
-    return roofline_seconds(flops, nbytes, device, "fp16")[1]
 
 
 def splitwise_efficiencies(settings: Iterable[LLMSetting], known: Catalog

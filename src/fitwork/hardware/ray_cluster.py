@@ -177,9 +177,3 @@ def cluster_resources(timeout: float = 30.0) -> dict[str, float]:
         for name, amount in node["Resources"].items():
             total[name] = total.get(name, 0.0) + amount
     return total
-
-
-def labelled_node_types(timeout: float = 30.0) -> set[str]:
-    """The ``fitwork.node-type`` labels the live nodes carry."""
-    return {label for n in live_nodes(timeout)
-            if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))}

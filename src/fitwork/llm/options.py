@@ -100,10 +100,6 @@ class Option:
     best_tpot: float
     transfer_s: float = 0.0
 
-    @property
-    def rate_per_gpu(self) -> float:
-        return self.rate / self.model.tp
-
 
 def transfer_seconds(model: PhaseModel, prompt: np.ndarray, network: float | None) -> np.ndarray:
     """Seconds to send each prompt's KV cache over a link of ``network`` bytes/s (0: none)."""
