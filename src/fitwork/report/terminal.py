@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
@@ -186,8 +187,13 @@ def plan_table(plan: Plan) -> Group:
     The predicted range and the rate columns say how far the point figures can be trusted:
     a transferred rate carries the error its kind of transfer showed on measured pairs.
     """
-    from fitwork.fit.plan import capacity_line
+    rate_of = _rate_lookup(plan)
+    return Group(_sides_table(plan), _replicas_table(plan, rate_of),
+                 *_plan_notes(plan, rate_of))
 
+
+def _sides_table(plan: Plan) -> Table:
+    """The plan's two sides, a column each: throughput, utilization, cost, bound."""
     sides = (plan.monolithic, plan.fitted)
     table = Table(title=f"plan for {plan.pipeline} on fleet {plan.fleet.name} "
                   f"({plan.objective.replace('_', ' ')})", title_justify="left")
@@ -210,12 +216,11 @@ def plan_table(plan: Plan) -> Group:
     table.add_row("cost per hour (nodes used)", *(f"${s.result.cost_per_hour:,.2f}"
                                                  for s in sides))
     table.add_row("bound, gap", *(f"{s.result.bound:,.1f}, {s.result.gap:.1%}" for s in sides))
+    return table
 
-    replicas = Table(title="fitted replicas", title_justify="left")
-    numbers = ("replicas", "batch", "items/s", "cores each")
-    for column in ("unit", "device class", "node type", *numbers, "rate source",
-                   "rate error (median, p90; range)"):
-        replicas.add_column(column, justify="right" if column in numbers else "left")
+
+def _rate_lookup(plan: Plan) -> Callable[[Replicas], RateEstimate | None]:
+    """The rate estimate behind a group of replicas: at its batch size, else its own."""
     own = {(r.unit, r.device_class): r for r in plan.rates}
     batched = {(r.unit, r.device_class, r.batch_size): r
                for r in [*plan.rates, *plan.batch_rates]}
@@ -224,6 +229,17 @@ def plan_table(plan: Plan) -> Group:
         return batched.get((p.unit, p.device_class, p.batch_size),
                            own.get((p.unit, p.device_class)))
 
+    return rate_of
+
+
+def _replicas_table(plan: Plan, rate_of: Callable[[Replicas], RateEstimate | None]
+                    ) -> Table:
+    """The fitted side's replicas, with where each rate comes from and its error."""
+    replicas = Table(title="fitted replicas", title_justify="left")
+    numbers = ("replicas", "batch", "items/s", "cores each")
+    for column in ("unit", "device class", "node type", *numbers, "rate source",
+                   "rate error (median, p90; range)"):
+        replicas.add_column(column, justify="right" if column in numbers else "left")
     for p in plan.fitted.result.replicas:
         if p.replicas:
             rate = rate_of(p)
@@ -232,6 +248,14 @@ def plan_table(plan: Plan) -> Group:
             replicas.add_row(p.unit, p.device_class, p.node_type, str(p.replicas),
                              str(p.batch_size or "-"), f"{p.items_per_s:,.1f}",
                              _cores(p.cores, p.reserved), source, _error(rate))
+    return replicas
+
+
+def _plan_notes(plan: Plan, rate_of: Callable[[Replicas], RateEstimate | None]
+                ) -> list[Text]:
+    """The lines under the tables: bottleneck, cores, capacity, rate sources, trust."""
+    from fitwork.fit.plan import capacity_line
+
     fitted = plan.fitted
     lines = [Text(f"bottleneck: {fitted.result.bottleneck} "
                   f"({fitted.result.bottleneck_reason})"),
@@ -259,4 +283,4 @@ def plan_table(plan: Plan) -> Group:
             f"bound and gap are exact for the predicted rates only: transferred rates miss "
             f"measured ones by a median {medians} (p90 up to {worst.error_p90:.0%}: "
             f"{worst.error_basis})", style="yellow"))
-    return Group(table, replicas, *lines)
+    return lines
