@@ -49,6 +49,7 @@ from fitwork.profiling.record import (
     PipelineProfile,
     UnitProfile,
     call_spread,
+    host_load,
     replica_threads,
 )
 from fitwork.profiling.timers import Timers
@@ -360,7 +361,7 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
         batches.append(BatchMeasurement(batch_size=size, items=measured, wall_s=wall / measured,
                                         cpu_s=cpu / measured, queued_s=queued / measured,
                                         accel_s=accel / measured if accel else None,
-                                        **call_spread(calls)))
+                                        host_load=host_load(), **call_spread(calls)))
         outputs = produced
         chosen_source = source if accel else None
     memory, _ = timers.peak_memory()
