@@ -86,9 +86,12 @@ class Plan(Document):
     `refit` re-solves), ``core_ceiling`` the oversubscription ceiling they carry,
     ``hop_seconds`` the engine's work per item per channel they include, and ``max_latency``,
     ``time_limit`` and ``mip_gap`` the options it was solved with.  ``uncertainty`` is the
-    share by which its predictions may miss (`TIE_MARGIN` at the least); where the split and
-    fused layouts predict within it of each other, ``tie`` says so and which runs by the
-    rule (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it.
+    share by which one layout's prediction may miss against another's (`TIE_MARGIN`, plus
+    how much wider one side's range is than the other's: what moves both alike, the host's
+    load or the same units' spread, does not tell them apart); where the split and fused
+    layouts predict within it of each other, ``tie`` says so and which runs by the rule
+    (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it.  Live
+    re-fitting takes it as the plan's range for a unit's rate and CPU per item.
     """
 
     document_kind: ClassVar[str] = "plan"
@@ -352,7 +355,10 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     # Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
     # layout unless the split one predicts more than the plan's own uncertainty above it
     # (`tie_rule`); the split one is then kept for the record.
-    uncertainty = max(TIE_MARGIN, _spread(split), _spread(whole))
+    # Both sides run the same units on the same host: a range the host's load or a unit's
+    # spread widens widens both alike, and only the difference between them is uncertainty
+    # about which is faster (on a host at load 12 both ranges reached +700%).
+    uncertainty = TIE_MARGIN + abs(_spread(split) - _spread(whole))
     fuse = fuse and objective == "max_throughput" and \
         split.throughput <= (1 + uncertainty) * whole.throughput
     tie = None
@@ -374,7 +380,8 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
 TIE_MARGIN = 0.10
 """The least uncertainty a plan's prediction carries, its rates measured or not: a plan's
 realized ÷ predicted throughput spreads by about this much on ``bench/fit_quality.py``'s
-pipelines on a shared 2-core host.  Wider where transferred rates give a wider range."""
+pipelines on a shared 2-core host.  Wider where one side's range is wider than the other's
+(transferred rates on one side only)."""
 FUSE_MARGIN = 1 + TIE_MARGIN
 """How much more than the fused layout the split one must predict, at the least, to run
 split (more where the plan's range is wider)."""
