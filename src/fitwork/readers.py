@@ -220,7 +220,7 @@ class LineStarts:
 
 
 def read_csv(opener: Opener, place: str, csv_types: bool, reading: Reading
-              ) -> Iterator[dict[str, Any]]:
+              ) -> Iterator[dict[str, Any] | Unreadable]:
     """Each CSV row as a dict keyed by the header row; values stay strings unless
     ``csv_types`` turns numbers into numbers.
 
@@ -264,7 +264,7 @@ def _csv_header(reader: Any, place: str) -> list[str]:
 
 
 def _csv_rows(reader: Any, header: list[str], place: str, csv_types: bool, reading: Reading,
-              starts: LineStarts | None) -> Iterator[Any]:
+              starts: LineStarts | None) -> Iterator[dict[str, Any] | Unreadable]:
     """The rows of a CSV reader past its header, as `read_csv` yields them."""
     width = len(header)
     while True:
@@ -299,7 +299,7 @@ def _csv_rows(reader: Any, header: list[str], place: str, csv_types: bool, readi
             reading.at = reader.line_num
             if reading.ends is not None:
                 reading.note()
-            text = ",".join(row).encode("utf-8", "surrogateescape")
+            text = ",".join(row or ()).encode("utf-8", "surrogateescape")
             yield reading.unreadable(str(exc), line=start, byte=starts.start_of(start),
                                      text=text[:1000].decode("utf-8", "replace"))
             continue
@@ -388,7 +388,7 @@ def read_directory(path: Path, place: str) -> Iterator[str]:
 
 def read_parquet(
     opener: Opener, place: str, pyarrow: ModuleType, parquet: ModuleType, reading: Reading
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[dict[str, Any] | Unreadable]:
     """Each Parquet row as a dict, read a record batch at a time, a row group after
     another; a tolerant reader yields a row group that fails (from the batch that failed
     on) as one `Unreadable` and reads the next."""

@@ -293,8 +293,8 @@ class PartedParquetWriter(ParquetOutputWriter):
                     "without --resume")
         if self.parts_dir.is_dir():
             for entry in self.parts_dir.iterdir():
-                index = _part_index(entry.name)
-                if index is None or index >= count:
+                part = _part_index(entry.name)
+                if part is None or part >= count:
                     entry.unlink(missing_ok=True)
         if count:
             try:

@@ -67,7 +67,7 @@ def _serve(app: Any, host: str, port: int) -> tuple[WSGIServer, threading.Thread
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                 flags=socket.AI_PASSIVE)[0][0]
     server_class = type("_BoundServer", (_Server,), {"address_family": family})
-    server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+    server: WSGIServer = make_server(host, port, app, server_class, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": _POLL_S},
                               name="fitwork-metrics", daemon=True)
     thread.start()

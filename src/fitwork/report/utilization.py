@@ -142,10 +142,10 @@ def cost_section(records: Sequence[RunRecord], labels: Sequence[str], figures: S
         rows.append([label, f"{record.throughput:,.1f}",
                      "-" if price is None else f"${price:,.4f}", basis,
                      money(cost_per_million(price, record.throughput))])
-    for side in (plan.monolithic, plan.fitted) if plan is not None else ():
-        rows.append([f"predicted: plan {side.label}", f"{side.throughput:,.1f}",
-                     f"${side.result.cost_per_hour:,.4f}", nodes_basis(plan, side),
-                     money(side.result.cost_per_million)])
+    if plan is not None:
+        rows += [[f"predicted: plan {side.label}", f"{side.throughput:,.1f}",
+                  f"${side.result.cost_per_hour:,.4f}", nodes_basis(plan, side),
+                  money(side.result.cost_per_million)] for side in (plan.monolithic, plan.fitted)]
     return html_section("cost", "Cost per million items", html_table(
         ["run", "items/s", "price per hour", "basis of the price", "cost per million items"],
         rows, left=(0, 3)),
