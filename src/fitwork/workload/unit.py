@@ -331,19 +331,9 @@ def unit(
             return target
         if not callable(target):
             raise UnitDefinitionError(f"unit(): {target!r} is not callable")
-        try:
-            resolved = Kind(kind) if kind is not None else _infer_kind(target)
-        except ValueError:
-            raise UnitDefinitionError(
-                f"unit {name or getattr(target, '__name__', target)!r}: kind={kind!r} is not "
-                f"one of {', '.join(k.value for k in Kind)}"
-            ) from None
+        resolved = _kind_of(target, name, kind)
         label: str = name if name else getattr(target, "__name__", type(target).__name__)
-        try:
-            resources = Resources(cpu=1.0 if cpu is None else cpu, gpu=gpu,
-                                  memory=parse_memory(memory))
-        except ValueError as exc:
-            raise UnitDefinitionError(f"unit {label!r}: {exc}") from None
+        resources = _resources_of(label, cpu, gpu, memory)
         return Unit(
             fn=target, name=label, kind=resolved, resources=resources, io=io,
             batch_size=batch_size, batch_wait=batch_wait, replicas=replicas, flops=flops,
@@ -355,6 +345,26 @@ def unit(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _kind_of(target: Callable[..., Any], name: str | None, kind: Kind | str | None) -> Kind:
+    """The kind declared, else the one the callable implies; an error naming the unit."""
+    try:
+        return Kind(kind) if kind is not None else _infer_kind(target)
+    except ValueError:
+        raise UnitDefinitionError(
+            f"unit {name or getattr(target, '__name__', target)!r}: kind={kind!r} is not "
+            f"one of {', '.join(k.value for k in Kind)}"
+        ) from None
+
+
+def _resources_of(label: str, cpu: float | None, gpu: float, memory: int | str | None
+                  ) -> Resources:
+    """What one replica declares (one core where ``cpu`` is left out); an error naming it."""
+    try:
+        return Resources(cpu=1.0 if cpu is None else cpu, gpu=gpu, memory=parse_memory(memory))
+    except ValueError as exc:
+        raise UnitDefinitionError(f"unit {label!r}: {exc}") from None
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
