@@ -15,11 +15,14 @@ from collections.abc import Callable, Iterator
 from io import TextIOWrapper
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from fitwork.errors import InputError
 from fitwork.formats import one_line, os_reason
 from fitwork.unreadable import Unreadable
+
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader
 
 _READ_BATCH_ROWS = 1_024
 
@@ -244,7 +247,7 @@ def read_csv(opener: Opener, place: str, csv_types: bool, reading: Reading
                 starts.close()
 
 
-def _csv_header(reader: Any, place: str) -> list[str]:
+def _csv_header(reader: CsvReader, place: str) -> list[str]:
     """The header row of a CSV reader, checked; an InputError for none or a bad one."""
     try:
         header = next(reader, None)
@@ -263,8 +266,8 @@ def _csv_header(reader: Any, place: str) -> list[str]:
     return header
 
 
-def _csv_rows(reader: Any, header: list[str], place: str, csv_types: bool, reading: Reading,
-              starts: LineStarts | None) -> Iterator[dict[str, Any] | Unreadable]:
+def _csv_rows(reader: CsvReader, header: list[str], place: str, csv_types: bool,
+              reading: Reading, starts: LineStarts | None) -> Iterator[dict[str, Any] | Unreadable]:
     """The rows of a CSV reader past its header, as `read_csv` yields them."""
     width = len(header)
     while True:
