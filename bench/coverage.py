@@ -73,7 +73,7 @@ def plan_table(args: argparse.Namespace) -> None:
         spinner = multiprocessing.Process(target=_spin, args=(stop,), daemon=True)
         spinner.start()
     service = fq.start_service()
-    inside = total = 0
+    inside = total = ran = 0
     print(f"\nplans on this host ({'one core kept busy' if args.load else 'no added load'}; "
           f"load average {os.getloadavg()[0]:.2f}): realized record throughput vs the plan's "
           "p10-p90")
@@ -94,6 +94,7 @@ def plan_table(args: argparse.Namespace) -> None:
                 contender = fq.Contender("plan", fq.plan_layout(plan), placement=plan)
                 runs.append(fq.measure(spec.pipeline, items, contender).record.throughput)
             hits = sum(low <= r <= high for r in runs)
+            ran += 1
             inside, total = inside + hits, total + len(runs)
             shown = ", ".join(f"{r:.1f}" for r in runs)
             print(f"  {spec.name:<14} predicted {plan.fitted.throughput:8.1f} "
@@ -107,7 +108,7 @@ def plan_table(args: argparse.Namespace) -> None:
             spinner.join(5)
     if total:
         print(f"realized inside the plan's range: {inside}/{total} = {inside / total:.0%} "
-              f"({len(specs)} pipelines x {args.runs} runs of {args.scale:g}x fit_quality's "
+              f"({ran} pipelines x {args.runs} runs of {args.scale:g}x fit_quality's "
               "items)")
 
 
