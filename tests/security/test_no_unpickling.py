@@ -28,9 +28,12 @@ DESERIALIZERS = {
     ("marshal", "load"), ("marshal", "loads"), ("shelve", "open"), ("joblib", "load"),
     ("torch", "load"), ("yaml", "unsafe_load"), ("yaml", "full_load"), ("yaml", "load_all"),
 }
-# the one module allowed to unpickle: frames between the processes of one run (wire.py checks
-# that a spilled frame's file is this user's private file before it maps it)
-ALLOWED = {("engine/local/wire.py", "pickle", "loads")}
+# the modules allowed to unpickle what this run's own processes made: frames between them
+# (wire.py checks that a spilled frame's file is this user's private file before it maps
+# it), and on Ray the unit its driver pickled by value, which a replica loads from the
+# run's own object store (a cluster joined with its token)
+ALLOWED = {("engine/local/wire.py", "pickle", "loads"),
+           ("engine/ray/replica.py", "cloudpickle", "loads")}
 
 
 def calls(tree: ast.AST) -> list[tuple[str, str, ast.Call]]:
