@@ -260,3 +260,39 @@ def test_a_journal_of_an_older_version_is_refused(tmp_path: Path) -> None:
         '{"journal": 1, "pipeline": "p"}\n{"spans": [[0, 4]], "bytes": 10, "outputs": 4}\n')
     with pytest.raises(JournalError, match="journal version 1, this one reads version 3"):
         load(where)
+
+
+def test_a_resumed_run_checkpoints_before_it_has_read_as_far_as_the_items_done(
+        tmp_path: Path) -> None:
+    """Done before: items 0-1 and 6-9 (a gap, as unordered runs leave).  The resumed run's
+    first checkpoints come before its reader has reached item 9: the last recorded read
+    still vouches for what is done, and a later checkpoint records the new furthest read."""
+    from fitwork.io import read_items
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"n": {n}}}\n' for n in range(20)))
+    header = identity("p", source, tmp_path / "out.jsonl", units=["a"])
+    where = tmp_path / "j"
+    reader = read_items(source)
+    journal = Journal.start(where, header, reader)
+    items = iter(reader)
+    for _ in range(10):
+        next(items)
+    journal.checkpoint([(0, 2), (6, 4)], 60, 6)
+    journal.close()
+    first = load(where).read
+    assert first is not None
+    reader = read_items(source)
+    journal = Journal.resume(where, header, reader)
+    items = iter(reader)
+    for _ in range(4):  # items 0-3 read; the run feeds 2 and 3 (its 0 and 1)
+        next(items)
+    journal.checkpoint([(0, 2)], 80, 8)  # no error: nothing read past item 9 is claimed
+    assert load(where).read == first
+    for _ in range(8):  # up to item 11 (the run's 5)
+        next(items)
+    journal.checkpoint([(2, 4)], 120, 12)
+    state = load(where)
+    assert state.done.intervals == [(0, 12)] and state.read is not None
+    assert state.read[1] > first[1]  # read further: the prefix vouched for grew
+    journal.close()

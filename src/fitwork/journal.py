@@ -435,7 +435,9 @@ class Journal:
             return None
         furthest = max([start + count for start, count in spans]
                        + [hi for _, hi in self.state.done.intervals[-1:]]) - 1
-        if furthest < 0:
+        if furthest < 0 or not self.reader.has_read(furthest):
+            # a resumed run that has not yet read as far as the items done before it: what
+            # the last checkpoint read still vouches for every item done
             return None
         end = self.reader.end_of(furthest)
         if end is None:  # not read while tracking: the journal can no longer vouch for it

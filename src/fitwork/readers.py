@@ -90,6 +90,11 @@ class InputReader:
             raise ValueError("track() after reading began: call it before the first item")
         self._reading.ends, self._reading.start = deque(), start
 
+    def has_read(self, index: int) -> bool:
+        """Whether item ``index`` has been read while tracking (so `end_of` can answer)."""
+        ends = self._reading.ends
+        return bool(ends) and ends is not None and ends[-1][0] >= index
+
     def end_of(self, index: int) -> tuple[int, int] | None:
         """Where item ``index`` (0-based, in reading order) ends: the number of its file in
         `files` and the byte offset after its line (the number of its last line, in CSV).
