@@ -29,6 +29,7 @@ from fitwork.io import read_items
 
 MARKS = "FITWORK_BENCH_POISON_MARKS"
 BAD = "FITWORK_BENCH_POISON_PER_MILLION"
+WORK = "FITWORK_BENCH_POISON_WORK_US"
 
 
 def bad(n: int, per_million: int) -> bool:
@@ -48,6 +49,11 @@ def decode(row: dict[str, Any]) -> dict[str, int]:
             pass
         else:
             os.kill(os.getpid(), signal.SIGKILL)
+    spin = int(os.environ.get(WORK, "0")) / 1e6
+    if spin:  # a heavier row: CPU work, as a decoder's
+        end = time.thread_time() + spin
+        while time.thread_time() < end:
+            pass
     return {"n": n, "sum": sum(row["v"])}
 
 
@@ -88,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split-bytes", type=int, default=1 << 20,
                         help="bytes of input a shard covers (default 1 MiB)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--work-us", type=int, default=0,
+                        help="CPU microseconds each row costs beyond reading it (default 0: "
+                             "a light row of ~8 us; a decoder's row costs a millisecond or more)")
     parser.add_argument("--modes", default="driver-fed,sharded")
     args = parser.parse_args(argv)
     per_million = round(args.bad * 1_000_000)
@@ -97,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         write_input(path, args.items)
         want = Counter(range(args.items))
         expected_bad = sum(1 for n in range(args.items) if bad(n, per_million))
+        os.environ[WORK] = str(args.work_us)
         print(f"{args.items:,} rows, {expected_bad} of them kill their worker once "
-              f"({args.bad:.2%}), {args.workers} workers, local engine")
+              f"({args.bad:.2%}), {args.workers} workers, local engine, "
+              f"{args.work_us} us of extra CPU a row")
         print(f"{'mode':<11} {'clean rows/s':>13} {'bad rows/s':>11} {'ratio':>6} "
-              f"{'restarts':>9} {'lost':>5} {'doubled':>8}")
+              f"{'restarts':>9} {'lost':>5} {'doubled':>8} {'ms per death':>13}")
         failed = False
         for mode in args.modes.split(","):
             marks = workdir / f"marks-{mode}"
@@ -116,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             lost = sum((want - seen).values())
             doubled = sum((seen - want).values())
             failed |= bool(lost or doubled)
+            per_death = (wall - clean) / restarts * 1e3 if restarts else 0.0
             print(f"{mode:<11} {args.items / clean:>13,.0f} {args.items / wall:>11,.0f} "
-                  f"{clean / wall:>6.2f} {restarts:>9} {lost:>5} {doubled:>8}", flush=True)
+                  f"{clean / wall:>6.2f} {restarts:>9} {lost:>5} {doubled:>8} "
+                  f"{per_death:>13.1f}", flush=True)
     return 1 if failed else 0
 
 

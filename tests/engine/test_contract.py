@@ -131,8 +131,9 @@ def test_a_poison_item_is_dead_lettered_after_max_attempts(
     # The local engine sees the signal; Ray reports the actor's death.
     assert (signal_name if engine == "local" else "died") in letters[0]["error"]
     assert record.poisoned == 1 and letters[0]["attempt"] == 3
-    # three deaths alone, and the death of the frame it shared, if it shared one
-    assert record.worker_restarts in (3, 4)
+    # three deaths alone, and those it shared: its frame's, and of each retry group that
+    # narrowed it down (60 items: a group of at most 60, of 8, of 3, then alone)
+    assert 3 <= record.worker_restarts <= 3 + 4
 
 
 @pytest.mark.processes

@@ -102,7 +102,7 @@ def test_a_retried_item_delivers_once_though_both_attempts_arrive() -> None:
     core.handle(Taken(worker, frame, [(frame, offsets)], 0.1))
     # the worker pushed its outputs, then died before saying so: both items are retried
     out = core.handle(Exited(worker, clean=False, now=0.2, cause="signal SIGKILL"))
-    retries, spawns = of(out, Send), of(out, Spawn)
+    retries, spawns = of(out, Send), of(out, Spawn)  # two items: one by one
     assert [r.segment[5] for r in retries] == [[5], [6]] and all(r.retry for r in retries)
     assert len(spawns) == 1
     late = core.handle(Arrived([(frame, 0, [0, 1], None, None, [6, 7])], 0.3))
@@ -112,6 +112,40 @@ def test_a_retried_item_delivers_once_though_both_attempts_arrive() -> None:
                                       [retry.segment[5][0] + 1])], 0.4))
         assert of(again, Emit) == []  # the same (item, path): not delivered twice
     assert core.completed == 2 and not core.frames and core.retries == 2
+
+
+def test_a_retry_group_whose_worker_dies_narrows_down_to_the_killer_alone() -> None:
+    core, worker = one_stage(Policy(max_attempts=2))
+    (send,) = of(core.handle(Fed(list(range(30)), 0.0)), Send)
+    core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.0))
+    out = core.handle(Exited(worker, clean=False, now=0.1, cause="signal SIGKILL"))
+    (group,) = of(out, Send)  # the frame's 30 items, one retry frame
+    assert group.retry and group.segment[5] == list(range(30)) and group.segment[1] == 1
+    worker = of(out, Spawn)[0].worker
+    now, pending, letters, emitted = 0.2, [group], [], []
+    while pending:  # item 5 kills every worker that holds it; the rest complete
+        send = pending.pop(0)
+        values = send.segment[5]
+        core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], now))
+        if 5 in values:
+            out = core.handle(Exited(worker, clean=False, now=now, cause="signal SIGKILL"))
+            worker = of(out, Spawn)[0].worker
+            pending += of(out, Send)
+            letters += of(out, DeadLetter)
+        else:
+            out = core.handle(Arrived([(send.frame, send.segment[1], send.segment[2], None,
+                                        None, values)], now))
+            emitted += [v for e in of(out, Emit) for v in e.values]
+            core.handle(Done(worker, [send.frame], (), (), now))
+        now += 0.1
+    assert sorted(emitted) == [i for i in range(30) if i != 5]
+    (letter,) = letters
+    assert letter.failure.kind == "poison" and letter.failure.input == 5
+    assert letter.failure.attempt == 2  # deaths alone; the shared ones are no one's fault
+    assert core.completed == 30 and not core.frames
+    # the group; 5 groups of 6 (about sqrt); 5's as 2 of 3; 5's 3 one by one; 5 once more
+    # (its deaths alone are then 2 = max_attempts)
+    assert core.retries == 1 + 5 + 2 + 3 + 1
 
 
 def test_an_item_that_kills_max_attempts_workers_is_poison() -> None:

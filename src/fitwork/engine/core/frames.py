@@ -1,13 +1,14 @@
 """The books of one feed frame: kept per frame, per item only once something goes wrong.
 
-A fresh frame counts the weight that has come back for all its items together and logs
-the metadata of what arrived (references to lists already received, no per-item work).
-When one of its items must be retried, the frame *itemizes*: the log is replayed into
-per-item books (weight of the current attempt, paths already delivered), and from then on
-that frame is handled item by item.  A retry is a frame of its own with one item and an
-``origin`` pointing at the item it stands for.  An item of a sharded source's reader is
-retried as *pieces* instead: frames of one `fitwork.shards.Slice` of it each (``piece``),
-settled when their own weight comes back, the item once its last live piece is.
+A fresh frame counts the weight that has come back for all its items together and logs the
+metadata of what arrived (references to lists already received, no per-item work). When one
+of its items must be retried, the frame *itemizes*: the log is replayed into per-item books
+(weight of the current attempt, paths already delivered), and from then on that frame is
+handled item by item. A retry is a frame of its own with an ``origin`` pointing at the item
+it stands for (a single), or at several items of one frame (a ``group``: its item ``k``
+stands for item ``group[k]`` of the origin). An item of a sharded source's reader is retried
+as *pieces* instead: frames of one `fitwork.shards.Slice` of it each (``piece``), settled
+when their own weight comes back, the item once its last live piece is.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Item:
 
     def __init__(self) -> None:
         self.attempt = 0
-        self.shared = 0  # 1 once a worker died holding it with other items (not its fault)
+        self.shared = 0  # deaths of workers holding it with other items (not its fault)
         self.weights: dict[int, Weight] = {}
         self.paths: set[tuple[int, ...]] = set()
         self.failed: set[tuple[int, ...]] = set()
@@ -56,7 +57,7 @@ class Item:
 class Frame:
     """A feed frame: ``count`` source items from index ``src`` on, fed at ``fed_at``."""
 
-    __slots__ = ("attempt", "buffer", "count", "done", "fed_at", "id", "items", "log",
+    __slots__ = ("attempt", "buffer", "count", "done", "fed_at", "group", "id", "items", "log",
                  "origin", "piece", "retries", "singles", "src", "unsettled", "values",
                  "weight")
 
@@ -75,6 +76,13 @@ class Frame:
         self.retries: list[int] = []
         self.done = False
         self.piece: Piece | None = None
+        self.group: tuple[int, ...] | None = None
+
+    def index(self, offset: int) -> int:
+        """The item of the frame's books an arrival at ``offset`` of this frame is for."""
+        if self.origin is None:
+            return offset
+        return self.origin[1] if self.group is None else self.group[offset]
 
     def itemize(self) -> list[Item]:
         """Switch to per-item books, replaying everything that has arrived so far."""
