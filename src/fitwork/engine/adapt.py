@@ -166,16 +166,20 @@ class Adapter:
         the plan's: the plan's figure also carries the driver's share of its frames, which
         the unit's own processes do not spend."""
         tolerance = self.tolerance
+        off: list[tuple[float, str]] = []  # every unit beyond the range, the furthest first
         for name, rate in measured.items():
             planned = self.rates.get(name)
             used, assumed = cpu.get(name, 0.0), self.cpu.get(name, 0.0)
-            slow = bool(planned) and abs(rate / planned - 1) > tolerance
-            costly = assumed > 0 and used > assumed * (1 + tolerance)
-            if slow or costly:
-                return (f"unit {name!r} runs at {rate:,.1f} items/s per replica and "
-                        f"{used * 1e3:,.2f} ms of CPU per item, the plan assumed "
-                        f"{planned or 0:,.1f} and {assumed * 1e3:,.2f} (its range: "
-                        f"±{tolerance:.0%})")
+            slow = abs(rate / planned - 1) if planned else 0.0
+            costly = used / assumed - 1 if assumed > 0 else 0.0
+            if slow > tolerance or costly > tolerance:
+                off.append((max(slow, costly),
+                            f"unit {name!r} runs at {rate:,.1f} items/s per replica and "
+                            f"{used * 1e3:,.2f} ms of CPU per item, the plan assumed "
+                            f"{planned or 0:,.1f} and {assumed * 1e3:,.2f}"))
+        if off:
+            return "; ".join(line for _, line in sorted(off, reverse=True)) + \
+                f" (the plan's range: ±{tolerance:.0%})"
         predicted = self.replanner.predict(counts, self.rates)
         if saturated and predicted and throughput < self.policy.shortfall * predicted:
             return (f"throughput {throughput:,.1f} items/s is under "
