@@ -51,7 +51,10 @@ The dead letter names the shard and the row. Any other row of a killing range is
 in a smaller one, and the paths it delivered before are not emitted twice.
 
 Progress is an item settled: the restart-storm rule aborts only when workers keep dying
-and no item (single, piece or frame) completes in between.  A row isolated as poison
+and no item (single, piece or frame) completes in between, and it counts only the deaths
+of workers that held no rows: a death holding rows narrows them down, so dense rows that
+kill once (20 in a shard) cannot read as a storm, and rows that kill every time end as
+poison.  A row isolated as poison
 accounts for the deaths it took, but only up to ``POISON_STREAK`` rows in a row: a unit
 that kills every worker on every item (out of memory at any input) stops the run instead
 of dead-lettering all of it.
@@ -158,6 +161,20 @@ class WorkerBooks:
         self.held: dict[int, Sequence[tuple[int, Sequence[int]]]] = {}
         self.counters = Counters()
         self.intervals: list[tuple[float, float]] = []
+
+
+def delivered_rows(item: Item) -> int:
+    """How many rows from the first of a shard item have all been delivered (or
+    dead-lettered): 0 unless each row makes at most one output (paths of one row number),
+    since a row of a flat-map may have delivered some of its outputs only."""
+    done = item.paths | item.failed
+    if any(len(path) != 1 for path in done):
+        return 0
+    rows = {path[0] for path in done}
+    count = 0
+    while count in rows:
+        count += 1
+    return count
 
 
 class RunCore:
@@ -366,7 +383,11 @@ class RunCore:
         else:
             self.restarts += 1
             self.stage_deaths[worker.stage] += 1
-            self.deaths_since_progress += 1
+            if not any(worker.held.values()):
+                # A death holding rows narrows them down (a smaller group, piece or single,
+                # then poison, which the poison streak bounds); one holding none narrows
+                # nothing, and only such deaths run toward the restart-storm limit.
+                self.deaths_since_progress += 1
             why = f"worker died ({event.cause or 'exited unasked'})"
             for parts in worker.held.values():
                 for frame_id, offsets in parts:
@@ -637,8 +658,9 @@ class RunCore:
             if self.slices:
                 items[offset].attempt = 1
                 width = max(1, self.shard_rows // 2)
-                self._send_piece(frame, offset, Piece(0, width, width, 1), 0, now)
-                self._send_piece(frame, offset, Piece(width, None, 2 * width, 1), 0, now)
+                lo = delivered_rows(items[offset])  # rows delivered: not read again
+                self._send_piece(frame, offset, Piece(lo, lo + width, width, 1), 0, now)
+                self._send_piece(frame, offset, Piece(lo + width, None, 2 * width, 1), 0, now)
             else:
                 self._retry_or_poison(frame, offset, unit, why, now, alone=frame.count == 1)
 
@@ -652,13 +674,19 @@ class RunCore:
         lo, hi, width, deaths = piece.lo, piece.hi, piece.width, piece.deaths + 1
         item.pieces.discard(frame.id)
         self.frames.pop(frame.id, None)
-        if hi is None:
-            self._send_piece(owner, index, Piece(lo, lo + width, width, deaths), 0, now)
-            self._send_piece(owner, index, Piece(lo + width, None, 2 * width, deaths), 0, now)
-        elif hi - lo > 1:
-            mid = (lo + hi) // 2
-            self._send_piece(owner, index, Piece(lo, mid, mid - lo, deaths), 0, now)
+        start = max(lo, delivered_rows(item))  # rows before it delivered: not read again
+        if hi is not None and start >= hi:
+            pass  # every row of it was delivered before its worker died
+        elif hi is None:
+            self._send_piece(owner, index, Piece(start, start + width, width, deaths), 0, now)
+            self._send_piece(owner, index, Piece(start + width, None, 2 * width, deaths), 0,
+                             now)
+        elif hi - start > 1:
+            mid = (start + hi) // 2
+            self._send_piece(owner, index, Piece(start, mid, mid - start, deaths), 0, now)
             self._send_piece(owner, index, Piece(mid, hi, hi - mid, deaths), 0, now)
+        elif start > lo:  # one row left of several: alone from now on
+            self._send_piece(owner, index, Piece(start, hi, 1, deaths), 0, now)
         elif frame.attempt + 1 < self.policy.max_attempts:  # attempts alone
             self._send_piece(owner, index, Piece(lo, hi, 1, deaths), frame.attempt + 1, now)
         else:

@@ -100,11 +100,23 @@ class Alone:
         self.held = False
         self.after = 0.0  # no call starts before this (monotonic): a retry's reply is out
 
-    def free(self) -> bool:
-        """Whether a retry would run at once (nothing in the process, no grace pending)."""
+    def claim(self) -> bool:
+        """Hold the process for a retry now if nothing else is in it and no grace is pending
+        (checked and held at once: two retries that both saw it free would otherwise both
+        enter, one waiting inside a process the other kills, and be blamed for it)."""
         with self.cond:
-            return (not self.running and not self.held and not self.waiting
-                    and time.monotonic() >= self.after)
+            if (self.running or self.held or self.waiting
+                    or time.monotonic() < self.after):
+                return False
+            self.held = True
+            return True
+
+    def release(self) -> None:
+        """End a retry's hold taken by `claim`."""
+        with self.cond:
+            self.held = False
+            self.after = time.monotonic() + self.GRACE
+            self.cond.notify_all()
 
     def _graced(self) -> None:
         while (delay := self.after - time.monotonic()) > 0:
@@ -295,9 +307,21 @@ class Replica:
 
     # -- frames ----------------------------------------------------------------------------
 
+    def claim(self) -> bool:
+        """Hold this process for the sender's next call, a retry, if nothing else is in it
+        (False: busy).  A retry sent after a successful claim runs alone, so a death from
+        then on is its own; one whose claim meets a dead replica never ran, and is sent
+        elsewhere, not blamed (a call to a replica that an earlier retry had just killed
+        fails exactly as one that killed it)."""
+        return self.alone.claim()
+
+    def unclaim(self) -> None:
+        """Give back a claim whose call could not be sent."""
+        self.alone.release()
+
     @ray.method(num_returns=2)
-    def process(self, segments: list[Segment], hints: list[int], version: int
-                ) -> tuple[dict[str, Any], list[Segment] | None]:
+    def process(self, segments: list[Segment], hints: list[int], version: int,
+                claimed: bool = False) -> tuple[dict[str, Any], list[Segment] | None]:
         """Run the unit on a frame and see its outputs all the way down.
 
         Returns a summary (references to the last unit's outputs, returned weight,
@@ -307,11 +331,18 @@ class Replica:
         reference, so the driver alone reads it.
         """
         alone = any(s[1] > 0 for s in segments)
-        if alone and self.stage > 0 and not self.alone.free():
-            # a retry queued behind other calls would die with them: the sender picks again
-            return {"busy": True}, None
-        with self.alone.hold(alone):
-            summary, outputs = self._process(segments, hints, version)
+        if alone and self.stage > 0:
+            if not claimed and not self.alone.claim():
+                # a retry queued behind other calls would die with them: the sender picks
+                # again
+                return {"busy": True}, None
+            try:
+                summary, outputs = self._process(segments, hints, version)
+            finally:
+                self.alone.release()
+        else:
+            with self.alone.hold(alone):
+                summary, outputs = self._process(segments, hints, version)
         with self.lock:
             counters = self._counters()
         summary.setdefault("counters", {})[self.id] = counters
@@ -510,6 +541,19 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+def _claimed(router: Router, target: Any, summary: dict[str, Any]) -> bool:
+    """Claim ``target`` for a retry (see `Replica.claim`); False, with ``target``
+    released (and marked dead if it is), when it cannot be had now."""
+    try:
+        if ray.get(target.claim.remote()):
+            return True
+    except DEATH:
+        router.mark_dead(target)
+        summary.setdefault("dead", []).append(key(target))
+    router.release(target)
+    return False
+
+
 def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], version: int,
             summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Send frames to the next stage and wait for them; report what a dead replica held.
@@ -556,9 +600,15 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
             target = router.pick(block=not calls, alone=retry)
             if target is not None:
                 frame = pending.popleft()
+                if retry and not _claimed(router, target, summary):
+                    pending.appendleft(frame)  # busy or dead: another moment or replica
+                    time.sleep(Alone.GRACE / 5)
+                    continue
                 try:
-                    ref, outputs = target.process.remote(pack(frame), hints, version)
+                    ref, outputs = target.process.remote(pack(frame), hints, version, retry)
                 except Exception as exc:  # the frame could not be serialised
+                    if retry:
+                        target.unclaim.remote()
                     router.release(target)
                     pieces = [piece for s in frame for piece in split(s, 1)]
                     if len(pieces) > 1:
