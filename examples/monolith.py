@@ -84,9 +84,10 @@ def monolithic(replicas: int) -> Pipeline:
 
 
 def timed_run(pipeline: Pipeline, rows: list[dict[str, Any]],
-              workers: dict[str, int] | None = None) -> tuple[float, list[Any]]:
-    """Realized items per second of one run (the run record's figure), and its outputs."""
-    with fitwork.run(pipeline, rows, workers=workers, ordered=True) as result:
+              placement: Any = None) -> tuple[float, list[Any]]:
+    """Realized items per second of one run (the run record's figure), and its outputs;
+    ``placement`` a plan (which may run the units fused) or none (the units as declared)."""
+    with fitwork.run(pipeline, rows, placement=placement, ordered=True) as result:
         outputs = list(result)
     return result.record.throughput, outputs
 
@@ -119,7 +120,7 @@ def _compare(count: int, samples: int) -> dict[str, Any]:
     workers = plan.workers_for()
     mono_replicas = sum(p.replicas for p in plan.monolithic.result.replicas)
     rows = items(count)
-    fitted_rate, fitted_out = timed_run(pipeline, rows, workers)
+    fitted_rate, fitted_out = timed_run(pipeline, rows, plan)
     mono_rate, mono_out = timed_run(monolithic(mono_replicas), rows)
     return {"decomposition": pipeline.decomposition, "plan": plan, "workers": workers,
             "monolithic_replicas": mono_replicas, "fitted_items_per_s": fitted_rate,
