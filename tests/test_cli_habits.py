@@ -378,3 +378,18 @@ def test_on_ray_a_start_no_node_can_place_leaves_no_journal_and_cpus_lowers_the_
     lowered = fitwork(*run, *ray, "--cpus", "greedy=0.5", cwd=project, env=env)
     assert lowered.returncode == 0, lowered.stderr[-3000:]
     assert sorted(r["n"] for r in rows(project / "o.jsonl")) == list(range(COUNT))
+
+
+def test_adapt_with_a_fused_plan_says_it_does_not_adapt(project: Path) -> None:
+    assert fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "8",
+                   "-o", "prof.json", cwd=project).returncode == 0
+    assert fitwork("plan", "pipe:pipeline", "--profile", "prof.json", "--time-limit", "5",
+                   "-o", "plan.json", cwd=project).returncode == 0
+    plan = json.loads((project / "plan.json").read_text())
+    done = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                   "--plan", "plan.json", "--adapt", cwd=project)
+    assert done.returncode == 0, done.stderr
+    said = "runs the units fused (one unit), so there is nothing to re-balance"
+    assert plan["fused"]  # light stages: the plan runs them as one unit
+    assert said in " ".join(done.stderr.split()), done.stderr
+    assert len((project / "o.jsonl").read_text().splitlines()) == COUNT

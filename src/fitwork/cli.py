@@ -185,6 +185,10 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
             from fitwork.fit.plan import Plan
 
             planned = Plan.load(plan_path)
+            if adapt and planned.fused and not monolithic:
+                errors.print(f"--adapt: plan {plan_path} runs the units fused (one unit), so "
+                             "there is nothing to re-balance and the run is not adapted; "
+                             "plan with --no-fuse to adapt the split layout", soft_wrap=True)
             side = "monolithic" if monolithic else "fitted"
             placement = planned if adapt and not monolithic and node_type is None \
                 else planned.placement(node_type, side=side)
