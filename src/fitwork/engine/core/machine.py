@@ -66,7 +66,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from fitwork.engine.core.events import (
@@ -271,10 +271,6 @@ class RunCore:
         """Replicas of ``stage`` running and not on their way out."""
         return sum(1 for w in self.workers.values()
                    if w.stage == stage and w.ended is None and not w.retiring)
-
-    def held_workers(self) -> list[WorkerBooks]:
-        """Workers that have not exited."""
-        return [w for w in self.workers.values() if w.ended is None]
 
     def progress(self, now: float) -> Progress:
         """A snapshot for progress callbacks and metrics."""
@@ -860,8 +856,3 @@ class RunCore:
     def _take(self) -> list[Instruction]:
         out, self.out = self.out, []
         return out
-
-
-def with_policy(policy: Policy, **changes: Any) -> Policy:
-    """A copy of ``policy`` with some fields changed."""
-    return replace(policy, **changes)
