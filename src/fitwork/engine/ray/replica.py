@@ -100,6 +100,12 @@ class Alone:
         self.held = False
         self.after = 0.0  # no call starts before this (monotonic): a retry's reply is out
 
+    def free(self) -> bool:
+        """Whether a retry would run at once (nothing in the process, no grace pending)."""
+        with self.cond:
+            return (not self.running and not self.held and not self.waiting
+                    and time.monotonic() >= self.after)
+
     def claim(self) -> bool:
         """Hold the process for a retry now if nothing else is in it and no grace is pending
         (checked and held at once: two retries that both saw it free would otherwise both
@@ -307,21 +313,18 @@ class Replica:
 
     # -- frames ----------------------------------------------------------------------------
 
-    def claim(self) -> bool:
-        """Hold this process for the sender's next call, a retry, if nothing else is in it
-        (False: busy).  A retry sent after a successful claim runs alone, so a death from
-        then on is its own; one whose claim meets a dead replica never ran, and is sent
-        elsewhere, not blamed (a call to a replica that an earlier retry had just killed
-        fails exactly as one that killed it)."""
-        return self.alone.claim()
-
-    def unclaim(self) -> None:
-        """Give back a claim whose call could not be sent."""
-        self.alone.release()
+    def free(self) -> bool:
+        """Whether a retry sent now would run at once (a probe the sender makes first).  A
+        probe that meets a dead replica tells the sender so before the retry is sent: a
+        call to a replica that an earlier retry had just killed fails exactly as one that
+        killed it, and the retry would be blamed for a death it never saw.  The probe holds
+        nothing (a hold between two calls could wait on calls that wait on it); the retry
+        itself claims the process on arrival, or answers busy."""
+        return self.alone.free()
 
     @ray.method(num_returns=2)
-    def process(self, segments: list[Segment], hints: list[int], version: int,
-                claimed: bool = False) -> tuple[dict[str, Any], list[Segment] | None]:
+    def process(self, segments: list[Segment], hints: list[int], version: int
+                ) -> tuple[dict[str, Any], list[Segment] | None]:
         """Run the unit on a frame and see its outputs all the way down.
 
         Returns a summary (references to the last unit's outputs, returned weight,
@@ -332,7 +335,7 @@ class Replica:
         """
         alone = any(s[1] > 0 for s in segments)
         if alone and self.stage > 0:
-            if not claimed and not self.alone.claim():
+            if not self.alone.claim():
                 # a retry queued behind other calls would die with them: the sender picks
                 # again
                 return {"busy": True}, None
@@ -541,11 +544,11 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def _claimed(router: Router, target: Any, summary: dict[str, Any]) -> bool:
-    """Claim ``target`` for a retry (see `Replica.claim`); False, with ``target``
-    released (and marked dead if it is), when it cannot be had now."""
+def _free(router: Router, target: Any, summary: dict[str, Any]) -> bool:
+    """Probe ``target`` before a retry (see `Replica.free`); False, with ``target``
+    released (and marked dead if it is), when the retry should not go there now."""
     try:
-        if ray.get(target.claim.remote()):
+        if ray.get(target.free.remote()):
             return True
     except DEATH:
         router.mark_dead(target)
@@ -600,15 +603,13 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
             target = router.pick(block=not calls, alone=retry)
             if target is not None:
                 frame = pending.popleft()
-                if retry and not _claimed(router, target, summary):
+                if retry and not _free(router, target, summary):
                     pending.appendleft(frame)  # busy or dead: another moment or replica
                     time.sleep(Alone.GRACE / 5)
                     continue
                 try:
-                    ref, outputs = target.process.remote(pack(frame), hints, version, retry)
+                    ref, outputs = target.process.remote(pack(frame), hints, version)
                 except Exception as exc:  # the frame could not be serialised
-                    if retry:
-                        target.unclaim.remote()
                     router.release(target)
                     pieces = [piece for s in frame for piece in split(s, 1)]
                     if len(pieces) > 1:
