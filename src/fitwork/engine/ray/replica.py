@@ -147,13 +147,12 @@ class Alone:
         try:
             yield
         finally:
-            with self.cond:
-                if alone:
-                    self.held = False
-                    self.after = time.monotonic() + self.GRACE
-                else:
+            if alone:
+                self.release()
+            else:
+                with self.cond:
                     self.running -= 1
-                self.cond.notify_all()
+                    self.cond.notify_all()
 
 
 class Replica:
