@@ -19,18 +19,18 @@ import pytest
 pytest.importorskip("rapidocr_onnxruntime")
 pytest.importorskip("PIL")
 
-from fitwork.demo import ACCURACY_THRESHOLD, DemoConfig, DemoResult, run_demo
-from fitwork.demo.config import AIM_MONOLITH
-from fitwork.demo.documents import Document, make_documents, page_text, score
-from fitwork.demo.flops import spread
-from fitwork.demo.gpu import mean_busy, onnxruntime_gpu_installed, peak_memory
-from fitwork.demo.layouts import THREADED, Detect, Flops, Recognise, split, threaded
-from fitwork.demo.ocr import layout_lines, recognition_input
-from fitwork.demo.run import process_counts
-from fitwork.demo.server import get_document, put_text, serve
-from fitwork.demo.sweep import MemoryWatch, working_rate
 from fitwork.profiling.onnx import node_flops, profile_flops
 from fitwork.telemetry.record import DeviceSample, RunRecord
+from fitwork_demo import ACCURACY_THRESHOLD, DemoConfig, DemoResult, run_demo
+from fitwork_demo.config import AIM_MONOLITH
+from fitwork_demo.documents import Document, make_documents, page_text, score
+from fitwork_demo.flops import spread
+from fitwork_demo.gpu import mean_busy, onnxruntime_gpu_installed, peak_memory
+from fitwork_demo.layouts import THREADED, Detect, Flops, Recognise, split, threaded
+from fitwork_demo.ocr import layout_lines, recognition_input
+from fitwork_demo.run import process_counts
+from fitwork_demo.server import get_document, put_text, serve
+from fitwork_demo.sweep import MemoryWatch, working_rate
 
 PAGES = 6
 LATENCIES = (5.0, 20.0)
@@ -122,7 +122,7 @@ def test_the_monolith_sweep_spans_one_to_k_processes_and_the_plans_count() -> No
 def test_hand_layouts_parse_from_the_command_line() -> None:
     import click
 
-    from fitwork.demo.cli import _hand
+    from fitwork_demo.cli import _hand
 
     assert _hand(("1x2", "2X3b1")) == ((1, 2, None), (2, 3, 1))
     with pytest.raises(click.BadParameter, match="DETECTxRECOGNISE"):
@@ -201,7 +201,7 @@ def test_models_use_cuda_where_onnxruntime_gpu_sees_a_gpu() -> None:
 
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         pytest.skip("onnxruntime sees no CUDA device")
-    from fitwork.demo.ocr import Models, read_page
+    from fitwork_demo.ocr import Models, read_page
 
     models = Models(gpu=True)
     assert models.providers[0] == "CUDAExecutionProvider"
@@ -213,7 +213,7 @@ def test_models_use_cuda_where_onnxruntime_gpu_sees_a_gpu() -> None:
 @pytest.mark.slow
 def test_decompose_cuts_the_monolith_at_the_store_calls() -> None:
     from fitwork.decomposition import decompose
-    from fitwork.demo.ocr import ocr_document
+    from fitwork_demo.ocr import ocr_document
 
     pages = make_documents(3)
     with serve({d.id: d.png for d in pages}, latency_ms=20):
@@ -306,7 +306,7 @@ def test_demo_writes_records_summary_and_reports(result: DemoResult) -> None:
 def _console(result: DemoResult) -> str:
     from rich.console import Console
 
-    from fitwork.demo.render import render
+    from fitwork_demo.render import render
 
     console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(render(result), soft_wrap=True)
@@ -357,7 +357,7 @@ def _demo_command() -> list[str]:
 
     if "demo" in getattr(main, "commands", {}):
         return [sys.executable, "-m", "fitwork.cli", "demo"]
-    return [sys.executable, "-m", "fitwork.demo.cli"]
+    return [sys.executable, "-m", "fitwork_demo.cli"]
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fitwork.demo.verdict import Verdict
+from fitwork_demo.verdict import Verdict
 
 
 def test_a_win_needs_every_trial_ahead() -> None:

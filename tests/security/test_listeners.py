@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fitwork.demo.server import DocumentStore
+from fitwork_demo.server import DocumentStore
 
 from .conftest import run_cli
 

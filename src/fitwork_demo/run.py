@@ -21,7 +21,7 @@ The best monolithic layout and the best hand layout at each latency are the ones
 highest median pages per second over their trials, startup left out (see ``sweep``); the
 fitted plan (plan only) is compared with both, and the adapted run (the same plan re-fitted
 while it runs) with the best monolith, so plan quality and live re-fitting are told apart.
-Each comparison is one `fitwork.demo.verdict.Verdict` (median of N trials, their spread,
+Each comparison is one `fitwork_demo.verdict.Verdict` (median of N trials, their spread,
 "within noise" where the trials overlap), printed the same on the console, in
 ``summary.json`` and in the HTML reports.  Display stays out: a `Listener` hears phases and
 run progress.  Files written to the output folder are listed in `write_files`.
@@ -40,11 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fitwork.demo import flops as flop_count
-from fitwork.demo.config import ACCURACY_THRESHOLD, AIM_HAND, AIM_MONOLITH, PRECISION, DemoConfig
-from fitwork.demo.documents import Document, Score, make_documents, score
-from fitwork.demo.gpu import gpu_ready, mean_busy
-from fitwork.demo.layouts import (
+from fitwork.errors import FitworkError
+from fitwork.fit.plan import Plan, fit
+from fitwork.hardware.fleet import Fleet
+from fitwork.profiling.record import PipelineProfile
+from fitwork.report.html import Headline, Tone
+from fitwork.telemetry.record import Progress
+from fitwork.telemetry.utilization import RunFigures, run_figures
+from fitwork_demo import flops as flop_count
+from fitwork_demo.config import ACCURACY_THRESHOLD, AIM_HAND, AIM_MONOLITH, PRECISION, DemoConfig
+from fitwork_demo.documents import Document, Score, make_documents, score
+from fitwork_demo.gpu import gpu_ready, mean_busy
+from fitwork_demo.layouts import (
     MONOLITHIC,
     RECOGNISE_BATCH,
     THREADED,
@@ -55,17 +62,10 @@ from fitwork.demo.layouts import (
     split,
     threaded,
 )
-from fitwork.demo.ocr import GPU_ENV
-from fitwork.demo.server import serve
-from fitwork.demo.sweep import Trial, run_trial
-from fitwork.demo.verdict import Verdict, median
-from fitwork.errors import FitworkError
-from fitwork.fit.plan import Plan, fit
-from fitwork.hardware.fleet import Fleet
-from fitwork.profiling.record import PipelineProfile
-from fitwork.report.html import Headline, Tone
-from fitwork.telemetry.record import Progress
-from fitwork.telemetry.utilization import RunFigures, run_figures
+from fitwork_demo.ocr import GPU_ENV
+from fitwork_demo.server import serve
+from fitwork_demo.sweep import Trial, run_trial
+from fitwork_demo.verdict import Verdict, median
 
 NEEDS = {"rapidocr_onnxruntime": "rapidocr-onnxruntime", "onnxruntime": "onnxruntime",
          "cv2": "opencv-python", "PIL": "pillow"}

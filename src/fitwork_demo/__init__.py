@@ -2,21 +2,21 @@
 
 Install the extra (``pip install 'fitwork[demo]'``), then ``fitwork demo`` or, in Python::
 
-    from fitwork.demo import DemoConfig, run_demo
+    from fitwork_demo import DemoConfig, run_demo
     result = run_demo(DemoConfig(images=24, latencies_ms=(30, 150)))
     for sweep in result.sweeps:
         print(sweep.latency_ms, sweep.best_monolith.layout.title, sweep.over_monolith)
 
-Names load on first use, so importing the command (``fitwork.demo.cli``) stays light.
+Names load on first use, so importing the command (``fitwork_demo.cli``) stays light.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fitwork.demo.config import ACCURACY_THRESHOLD, DemoConfig
+from fitwork_demo.config import ACCURACY_THRESHOLD, DemoConfig
 
-_LAZY = {"DemoResult": "fitwork.demo.run", "run_demo": "fitwork.demo.run"}
+_LAZY = {"DemoResult": "fitwork_demo.run", "run_demo": "fitwork_demo.run"}
 
 
 def __getattr__(name: str) -> Any:
@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'fitwork.demo' has no attribute {name!r}")
+    raise AttributeError(f"module 'fitwork_demo' has no attribute {name!r}")
 
 
 __all__ = ["ACCURACY_THRESHOLD", "DemoConfig", "DemoResult", "run_demo"]

@@ -19,7 +19,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from fitwork.demo.config import (
+from fitwork.telemetry.record import Progress as RunProgress
+from fitwork_demo.config import (
     DEFAULT_CAP_S,
     DEFAULT_HAND,
     DEFAULT_IMAGES,
@@ -29,7 +30,6 @@ from fitwork.demo.config import (
     DEFAULT_SAMPLES,
     DemoConfig,
 )
-from fitwork.telemetry.record import Progress as RunProgress
 
 
 class RichListener:
@@ -140,9 +140,9 @@ def demo(images: int, latencies: tuple[float, ...], repeats: int, max_processes:
     ``--repeats`` times, in alternating order.  Exits 1 when a check fails (two runs read
     a page differently, too few lines are read exactly, a run fails pages).
     """
-    from fitwork.demo.render import render
-    from fitwork.demo.run import Quiet, run_demo
     from fitwork.errors import FitworkError
+    from fitwork_demo.render import render
+    from fitwork_demo.run import Quiet, run_demo
 
     console = Console(stderr=True)
     try:

@@ -146,7 +146,7 @@ def _base_url() -> str:
     base = os.environ.get(STORE_ENV)
     if not base:
         raise RuntimeError(f"{STORE_ENV} is not set: start the store with "
-                           "fitwork.demo.server.serve(...) before running the OCR units")
+                           "fitwork_demo.server.serve(...) before running the OCR units")
     return base
 
 

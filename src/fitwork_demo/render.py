@@ -6,9 +6,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fitwork.demo.config import ACCURACY_THRESHOLD
-from fitwork.demo.layouts import IO_CONCURRENCY
-from fitwork.demo.run import (
+from fitwork_demo.config import ACCURACY_THRESHOLD
+from fitwork_demo.layouts import IO_CONCURRENCY
+from fitwork_demo.run import (
     Contender,
     DemoResult,
     Sweep,
@@ -16,7 +16,7 @@ from fitwork.demo.run import (
     monolith_replicas,
     verdicts,
 )
-from fitwork.demo.verdict import Verdict
+from fitwork_demo.verdict import Verdict
 
 MIB = 2**20
 

@@ -36,11 +36,11 @@ from typing import Any
 
 import psutil
 
-from fitwork.demo.layouts import Layout
-from fitwork.demo.server import DocumentStore
 from fitwork.io import OutputDigest
 from fitwork.runner import run
 from fitwork.telemetry.record import Progress, RunRecord
+from fitwork_demo.layouts import Layout
+from fitwork_demo.server import DocumentStore
 
 MEMORY_INTERVAL_S = 0.2
 DEFAULT_CAP_S = 20.0

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fitwork.demo.ocr import Models, layout_lines, ocr_document, process_models, read_page
-from fitwork.demo.server import get_document, put_text
 from fitwork.workload import Pipeline, unit
+from fitwork_demo.ocr import Models, layout_lines, ocr_document, process_models, read_page
+from fitwork_demo.server import get_document, put_text
 
 IO_CONCURRENCY = 8
 IO_CPU = 0.1

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fitwork.demo.layouts import Flops
 from fitwork.forked import ChildFailed, run_forked
 from fitwork.profiling.onnx import profile_flops, profiling_options, session_events
+from fitwork_demo.layouts import Flops
 
 SAMPLE_PAGES = 6
 
@@ -34,7 +34,7 @@ def _profiled_session(path: str, prefix: Path) -> Any:
 
 def count_here(pages: Sequence[bytes]) -> Flops:
     """Mean FLOPs per page of detection and of recognition over ``pages`` (in this process)."""
-    from fitwork.demo.ocr import Models, decode, model_paths, read_page, recognition_input
+    from fitwork_demo.ocr import Models, decode, model_paths, read_page, recognition_input
 
     if not pages:
         return Flops()

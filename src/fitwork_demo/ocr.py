@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fitwork.demo.server import get_document, put_text
+from fitwork_demo.server import get_document, put_text
 
 GPU_ENV = "FITWORK_DEMO_GPU"
 DET_LIMIT = 960
