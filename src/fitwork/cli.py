@@ -29,13 +29,13 @@ from fitwork.decomposition.cli import (
     resolve_reference,
     sample_items,
 )
-from fitwork.demo.cli import demo
 from fitwork.engine.registry import ENGINES
 from fitwork.errors import FitworkError
 from fitwork.orchestrate.cli import deploy, fleet_k8s, fleet_slurm
 from fitwork.report.cli_report import report
 from fitwork.report.metrics import combine_progress, exporter_for, metrics_options
 from fitwork.version import __version__
+from fitwork_demo.cli import demo
 
 
 def _parse_workers(values: tuple[str, ...]) -> dict[str, int]:
