@@ -51,14 +51,18 @@ def test_more_fleet_never_gives_less_throughput(units: list[UnitDemand], fleet: 
                   for i, t in enumerate(fleet)]
     after = solve(units, bigger, mip_gap=0.0)
     check_plan(after, units, bigger)
-    # The model is monotone: its bound never falls.  A plan (repaired to pack onto its nodes
-    # or not) may fall short of the smaller fleet's plan, but never by more than the gap to
-    # the bound it states.
+    # The model is monotone: its bound never falls.  Asked for mip_gap=0, a plan is labelled
+    # "optimal" only when it meets its bound (Hypothesis once found an LP-rounded plan called
+    # optimal while it stated a 0.4% gap, 24.90 against 25.0), and a bigger fleet's optimal
+    # plan never falls short of the smaller one's optimal plan.  Any other plan ("feasible",
+    # "repaired", "time_limit") falls short by no more than the gap it states.
     assert after.bound >= before.bound * (1 - EPS) - EPS
-    # Neither falls short of the smaller fleet's plan by more than the gap to the bound it
-    # states.  (Found by Hypothesis: with mip_gap=0 an LP-rounded plan can be labelled
-    # "optimal" while it states a gap of 0.4%, 24.90 against 25.0; the label is to fix.)
-    assert after.throughput >= before.throughput * (1 - after.gap) - EPS
+    for result in (before, after):
+        assert result.status != "optimal" or result.gap <= EPS
+    if before.status == after.status == "optimal":
+        assert after.throughput >= before.throughput * (1 - EPS) - EPS
+    else:
+        assert after.throughput >= before.throughput * (1 - after.gap) - EPS
 
 
 @SETTINGS

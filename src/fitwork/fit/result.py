@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fitwork.fit.spec import is_cpu_class
 
 Objective = Literal["max_throughput", "min_cost"]
-Status = Literal["optimal", "time_limit", "repaired"]
+Status = Literal["optimal", "feasible", "time_limit", "repaired"]
 Method = Literal["milp", "lp_round"]
 
 
@@ -96,7 +96,8 @@ class FitResult(BaseModel):
     for throughput, lower for cost: the tighter of the LP relaxation, ``lp_bound``, and the
     MILP's dual bound) and ``gap`` is ``|bound - value| / max(bound, value)``, i.e.
     ``(bound - T) / bound`` or ``(cost - bound) / cost``.
-    ``status`` is ``optimal`` when the plan is proved within the requested gap, ``time_limit``
+    ``status`` is ``optimal`` when the plan is proved within the requested gap, ``feasible``
+    when it states a larger ``gap`` without a repair, ``time_limit``
     when HiGHS stopped on the time limit with this plan as its best. ``method`` says where the
     plan came from: ``milp`` (HiGHS branch-and-bound) or ``lp_round`` (the LP relaxation rounded
     down and filled greedily, kept when it is already within the gap or beats the MILP).
