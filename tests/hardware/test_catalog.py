@@ -282,3 +282,16 @@ def test_a_catalog_file_loads_like_the_default(tmp_path: Path) -> None:
     loaded = load_catalog(path)
     assert loaded.names == ["T4"]
     assert loaded.get("tesla t4") == catalog().get("T4")
+
+
+def test_device_kind_is_the_catalogs_for_its_classes_and_read_from_other_names() -> None:
+    from fitwork.hardware import DeviceKind, device_kind
+
+    known = catalog()
+    assert all(device_kind(d.name) is d.kind for d in known.classes)
+    assert device_kind("x86_64") is DeviceKind.CPU  # an alias, no cpu- prefix
+    assert device_kind("NVIDIA H100 80GB HBM3") is DeviceKind.GPU
+    assert device_kind("Gaudi2") is DeviceKind.ACCELERATOR
+    assert device_kind("cpu-epyc-9654") is DeviceKind.CPU  # not in the catalog
+    assert device_kind("my-npu") is DeviceKind.GPU
+    assert known.get("cpu-x86").is_cpu and not known.get("Gaudi2").is_cpu

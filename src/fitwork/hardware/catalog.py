@@ -16,12 +16,21 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_serializer,
+    model_validator,
+)
 
 from fitwork.errors import FitworkError
 from fitwork.hardware.validation import one_line
@@ -94,6 +103,19 @@ def _shared_prefix(a: str, b: str) -> int:
     return length
 
 
+class DeviceKind(StrEnum):
+    """What a device class is: host cores (capacity counted in cores), a GPU, or another
+    accelerator (Gaudi, an RDU); a catalog class states it, `device_kind` gives any name's."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    ACCELERATOR = "accelerator"
+
+
+CPU_PREFIX = "cpu-"
+"""How a device class outside the catalog says it is host cores (``cpu-epyc``)."""
+
+
 class DeviceClass(BaseModel):
     """One kind of silicon with its peak figures; ``sources`` says where each one comes from.
 
@@ -110,7 +132,7 @@ class DeviceClass(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
-    kind: Literal["cpu", "gpu", "accelerator"]
+    kind: DeviceKind
     vendor: str = Field(min_length=1)
     unit: str = Field(min_length=1)
     fp16_flops: float = Field(gt=0, description="dense FP16/BF16 FLOP/s")
@@ -146,10 +168,15 @@ class DeviceClass(BaseModel):
                              f"{self.price_per_hour}; the host share is part of the price")
         return self
 
+    @field_serializer("kind")
+    def _kind_as_written(self, kind: DeviceKind) -> str:
+        """The kind as the catalog file writes it (a plain string in dumps)."""
+        return kind.value
+
     @property
     def is_cpu(self) -> bool:
         """Whether a device of this class is a CPU core (capacity counted in cores)."""
-        return self.kind == "cpu"
+        return self.kind is DeviceKind.CPU
 
     def figures(self) -> dict[str, float | int | None]:
         """The six figures by name, in catalog order."""
@@ -251,3 +278,12 @@ def load_catalog(path: Path | str | None = None) -> Catalog:
 def catalog() -> Catalog:
     """The default catalog shipped with fitwork, loaded and validated once per process."""
     return load_catalog()
+
+
+def device_kind(device_class: str, known: Catalog | None = None) -> DeviceKind:
+    """The kind of ``device_class``: the catalog's (``known``, else the default one) for a
+    class it names or aliases; otherwise host cores for a ``cpu-...`` name, else a GPU."""
+    known = known if known is not None else catalog()
+    if device_class in known:
+        return known.get(device_class).kind
+    return DeviceKind.CPU if device_class.startswith(CPU_PREFIX) else DeviceKind.GPU

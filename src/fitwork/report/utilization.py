@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fitwork.fit.plan import Plan
-from fitwork.hardware.catalog import Catalog
+from fitwork.hardware.catalog import Catalog, DeviceKind, device_kind
 from fitwork.report.figures import cores_busy_of_host, cpu_seconds, host_cores
 from fitwork.report.parts import (
     CHART_WIDTH,
@@ -25,10 +25,6 @@ from fitwork.telemetry.record import RunRecord
 from fitwork.telemetry.utilization import RunFigures
 
 
-def _is_cpu_class(name: str, known: Catalog) -> bool:
-    return known.get(name).is_cpu if name in known else name.startswith("cpu-")
-
-
 def _host_use(records: Sequence[RunRecord], labels: Sequence[str],
               figures: Sequence[RunFigures], known: Catalog) -> list[str]:
     """Cores busy of the host beside fleet CPU utilization: a chart, a table, a caption.
@@ -38,7 +34,7 @@ def _host_use(records: Sequence[RunRecord], labels: Sequence[str],
     """
     rows, bars, notes = [], [], []
     for i, (label, r, f) in enumerate(zip(labels, records, figures, strict=True)):
-        cpu_rows = [c for c in f.classes if _is_cpu_class(c.device_class, known)]
+        cpu_rows = [c for c in f.classes if device_kind(c.device_class, known) is DeviceKind.CPU]
         allocated = sum(c.allocated for c in cpu_rows)
         declared = sum(c.declared if c.declared is not None else c.allocated
                        for c in cpu_rows)
@@ -129,7 +125,7 @@ def utilization_section(records: Sequence[RunRecord], labels: Sequence[str],
                              "server capacity"], rows, left=(0, 1)))
     parts += [basis_note(f"{label}, {c.device_class}: {c.note}")
               for label, f in zip(labels, figures, strict=True) for c in f.classes
-              if c.note and not _is_cpu_class(c.device_class, known)]
+              if c.note and device_kind(c.device_class, known) is not DeviceKind.CPU]
     return html_section("utilization", "Utilization: fleet, host, MFU, server capacity (never "
                         "mixed)", *parts)
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 from fitwork.errors import InputError
-from fitwork.hardware.catalog import Catalog, catalog
+from fitwork.hardware.catalog import Catalog, DeviceKind, catalog, device_kind
 from fitwork.telemetry.figures import host_limits, ratio, share
 from fitwork.telemetry.record import (
     DeviceSample,
@@ -123,10 +123,6 @@ def _canonical(name: str, known: Catalog) -> str:
     return known.get(name).name if name in known else name
 
 
-def _is_cpu(name: str, known: Catalog) -> bool:
-    return known.get(name).is_cpu if name in known else name.startswith("cpu-")
-
-
 def sample_class(sample: DeviceSample, known: Catalog | None = None) -> str:
     """The catalog class of the GPU a sample was read from (its NVML name when unknown)."""
     device = (known or catalog()).match(sample.name)
@@ -199,7 +195,7 @@ def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class
     for u in record.units:
         name = placed[u.name]
         cores = u.resources.get("cpu", 0.0)
-        if _is_cpu(name, known):
+        if device_kind(name, known) is DeviceKind.CPU:
             host, share = name, 0.0
         else:
             host, share = cpu_class, u.resources.get("gpu", 0.0) or 1.0
@@ -219,7 +215,7 @@ def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class
             devices, busy = sampled[name]
             entry[0], entry[1] = max(entry[0], float(devices)), busy
             bases[name] = GPU_MEASURED_BASIS
-        limit = cores if _is_cpu(name, known) else gpus
+        limit = cores if device_kind(name, known) is DeviceKind.CPU else gpus
         declared = None
         if limit is not None and entry[0] > limit + 1e-9:
             declared, entry[0] = entry[0], limit
@@ -229,7 +225,7 @@ def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class
 
 def _class_note(name: str, alloc: float, busy: float, wall: float, declared: float | None,
                 known: Catalog) -> str:
-    what = "cores" if _is_cpu(name, known) else "GPUs"
+    what = "cores" if device_kind(name, known) is DeviceKind.CPU else "GPUs"
     notes = []
     if declared is not None:
         notes.append(f"the replicas declared {declared:g} {what}; the host has {alloc:g}, so "
