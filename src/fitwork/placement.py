@@ -34,6 +34,7 @@ class Group:
     rate: float | None = None
     resources: Resources | None = None
     nodes: tuple[int, ...] = ()
+    io: int | None = None  # calls one replica runs at once, where a plan chose it (fused)
 
     def __post_init__(self) -> None:
         if self.replicas < 0:
@@ -45,7 +46,7 @@ class Group:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (resources as their amounts)."""
         data: dict[str, Any] = {"unit": self.unit, "replicas": self.replicas}
-        for name in ("device_class", "node_type", "batch_size", "rate"):
+        for name in ("device_class", "node_type", "batch_size", "rate", "io"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
         if self.resources is not None:
@@ -159,7 +160,8 @@ class Placement:
             raise UnitDefinitionError(
                 f"placement fuses {self.fusion}; only fusing every unit "
                 f"({', '.join(names)}) is supported")
-        return pipeline.fused(name=self.units[0])
+        return pipeline.fused(name=self.units[0],
+                              io=max((g.io or 0 for g in self.groups), default=0))
 
     @classmethod
     def of_groups(cls, groups: Iterable[Group], source: Source = "plan") -> Placement:
