@@ -143,6 +143,7 @@ def placements(problem: Problem, replicas: np.ndarray, flows: np.ndarray,
             memory=cand.memory, device_share=cand.share if cand.devices > 0 else 0.0,
             device_time=cand.device_time * per,
             nodes=list(packing.nodes[i]) if packing is not None else [], option=cand.option,
+            threads=cand.concurrency if cand.concurrency > 1 else None,
         ))
     return out
 

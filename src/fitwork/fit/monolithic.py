@@ -21,6 +21,18 @@ item per channel crossed (``hop_seconds`` per frame, spread over the frame's ite
 pays it n + 1 times.  A fused unit whose stages all run on CPU is a
 candidate on the CPU class.  It is then solved by the same MILP as a plan (a one-unit
 pipeline: no traffic between units), so the two sit side by side.
+
+The threaded monolith (``Pipeline.fused(io=N)``: N items in flight per process) is a second
+option of the same candidate on a CPU class, where its stages wait (`threaded_option`).
+Threads overlap waiting, not CPU: a process's threads share one interpreter lock, so the
+time each item holds it (its stages' CPU at their own parallelism, and the engine's work)
+is served one item at a time, and the rest of its wall time overlaps.  One replica's rate
+at N threads is the exact mean-value analysis of that closed queue (`threaded_rate`): N
+items, each waiting ``Z`` and then holding the lock ``G``; it reaches neither N / (G + Z)
+nor 1 / G, so a threaded replica keeps at most one core of GIL-bound work busy and more
+replicas are what use more cores.  The MILP picks one option (unthreaded or threaded) for
+the candidate's replicas, so a fused plan is never worse than the threaded monolith the
+fit could itself have chosen.
 """
 
 from __future__ import annotations
@@ -38,12 +50,19 @@ from fitwork.fit.candidates import (
     packed_share,
 )
 from fitwork.fit.errors import UnitFitsNowhere
-from fitwork.fit.inputs import DRIVER_SECONDS, crossing_seconds, frame_items
+from fitwork.fit.inputs import DRIVER_SECONDS, ITEM_SHARE, crossing_seconds, frame_items
 from fitwork.fit.result import FitResult, Objective
 from fitwork.fit.solver import solve_problem
 from fitwork.fit.spec import ClassDemand, NodeType, UnitDemand, is_cpu_class
 
 FUSED = "monolithic"
+MOST_THREADS = 64
+"""The most threads a fused replica is planned with."""
+THREAD_FILL = 0.95
+"""A threaded replica gets the fewest threads (a power of two) that reach this share of the
+most its interpreter lock lets it carry: more only hold more items in flight."""
+THREAD_GAIN = 0.05
+"""Threads are offered only where they carry this much more than one item at a time."""
 
 Stage = tuple[str, ClassDemand, float]
 
@@ -59,9 +78,19 @@ def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
     chain of n units pays it n + 1 times.  ``edge_seconds`` is what moving a source item in
     and its outputs out costs beyond that (their bytes), per source item.
     """
-    return solve_problem(fused_problem(units, node_types, 2 * hop_seconds, edge_seconds),
-                         objective=objective,
-                         target=target, time_limit=time_limit, mip_gap=mip_gap)
+    problem = fused_problem(units, node_types, 2 * hop_seconds, edge_seconds)
+    best = solve_problem(problem, objective=objective, target=target, time_limit=time_limit,
+                         mip_gap=mip_gap)
+    threaded = tuple(c for c in problem.candidates if c.concurrency > 1)
+    if objective != "max_throughput" or not threaded or any(p.threads for p in best.replicas):
+        return best
+    # The tie rule between the two options: the fluid cores do not charge single-threaded
+    # processes for meeting each other on the cores (the fewest whose load fills them
+    # collide most), which a process's threads absorb; so the threaded monolith runs unless
+    # one item at a time predicts more than THREAD_GAIN above it.
+    alone = solve_problem(replace(problem, candidates=threaded), objective=objective,
+                          target=target, time_limit=time_limit, mip_gap=mip_gap)
+    return alone if alone.throughput * (1 + THREAD_GAIN) >= best.throughput else best
 
 
 def _stages(units: Sequence[UnitDemand], accel: str | None,
@@ -120,6 +149,77 @@ def _fused(stages: list[Stage], accel: str | None,
     return demand, tuple(busy)
 
 
+def threaded_rate(threads: int, hold: float, wait: float) -> float:
+    """Items/s of one process running ``threads`` items at once, each waiting ``wait``
+    seconds (overlapped) and holding the interpreter lock ``hold`` seconds (one at a time):
+    the exact mean-value analysis of that closed queue (one server, a delay station)."""
+    if hold <= 0:
+        return threads / wait if wait > 0 else 0.0
+    queued = rate = 0.0
+    for n in range(1, threads + 1):
+        response = hold * (1.0 + queued)
+        rate = n / (wait + response)
+        queued = rate * response
+    return rate
+
+
+def threaded_option(hold: float, wait: float) -> tuple[int, float] | None:
+    """(threads, items/s) of a threaded replica: the fewest threads, a power of two up to
+    `MOST_THREADS`, that carry `THREAD_FILL` of ``1 / hold``; ``None`` where threads carry
+    under `THREAD_GAIN` more than one item at a time."""
+    alone = threaded_rate(1, hold, wait)
+    threads = 2
+    while threads < MOST_THREADS and \
+            threaded_rate(threads, hold, wait) < THREAD_FILL / max(hold, 1e-12):
+        threads *= 2
+    rate = threaded_rate(threads, hold, wait)
+    if rate < alone * (1 + THREAD_GAIN):
+        return None
+    return threads, rate
+
+
+def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
+              edge: float = 0.0) -> tuple[ClassDemand, int] | None:
+    """The threaded monolith beside the fused replica ``demand`` (stages all on CPU), and its
+    threads; ``None`` where its stages do not wait enough for threads to help.  Each stage
+    holds the lock its CPU time at its own parallelism (at most its wall time); the engine's
+    work on an item (at the frames a replica of that many threads gets) holds it too."""
+    work = sum(m / d.rate for _, d, m in stages)
+    held = sum(m * min(1.0 / d.rate, d.core_seconds() / (d.parallelism or 1.0))
+               for _, d, m in stages)
+    trial = threaded_option(held + edge, work - held)
+    if trial is None:
+        return None
+    threads = trial[0]
+    frame = frame_items(work, threads)
+    moved = (hop * (1.0 / frame + ITEM_SHARE) if hop else 0.0) + edge
+    driver = DRIVER_SECONDS / frame if hop else 0.0
+    hold, wait = held + moved, work - held
+    rate = threaded_rate(threads, hold, wait)
+    if rate < (1 + THREAD_GAIN) * demand.rate:
+        return None
+    cpu = sum(m * d.core_seconds() for _, d, m in stages) + moved + driver
+    # Busy, it keeps the lock's worth of cores busy: rate <= parallelism / cpu = 1 / hold.
+    return demand.model_copy(update={"rate": rate, "cpu_seconds": cpu,
+                                     "parallelism": cpu / hold if hold > 0 else None}), threads
+
+
+def _options(stages: list[Stage], accel: str | None, hop: float, edge: float, *,
+             threaded: bool) -> list[tuple[ClassDemand, tuple[tuple[str, float], ...], int]]:
+    """The fused replica's options (demand, busy seconds per item per class, threads): one
+    item at a time, and where ``threaded`` (every stage on CPU) and its stages wait, the
+    threaded monolith."""
+    demand, busy = _fused(stages, accel, hop, edge)
+    found = [(demand, busy, 1)]
+    more = _threaded(stages, demand, hop, edge) if threaded else None
+    if more is not None:
+        threads_demand, threads = more
+        found.append((threads_demand, tuple((c, threads_demand.core_seconds() if
+                                             is_cpu_class(c) else t) for c, t in busy),
+                      threads))
+    return found
+
+
 def _limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
     """The fused unit's (max_concurrency, rate_limit) from its stages'."""
     most = [u.max_concurrency for u in units if u.max_concurrency is not None]
@@ -133,8 +233,8 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
     check_inputs(units, node_types)
     fleet = tuple(n for n in node_types if n.count > 0)
     most, per_s = _limits(units)
-    holder = UnitDemand(name=FUSED, classes={})
     candidates: list[Candidate] = []
+    group = 0
     for n, node in enumerate(fleet):
         accels: list[str | None] = [None, *(d for d, k in node.devices.items() if k > 0)]
         for accel in accels:
@@ -146,11 +246,15 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
                 continue
             cls = accel if uses_accel and accel is not None else node.cpu_class
             assert cls is not None
-            demand, busy = _fused(stages, accel, hop_seconds, edge_seconds)
-            cand = candidate(0, n, node, cls, demand, holder, 0.0, last=True,
-                              choice=len(candidates), group=len(candidates))
-            if cand is not None:
-                candidates.append(replace(cand, busy=busy))
+            found = _options(stages, accel, hop_seconds, edge_seconds, threaded=not uses_accel)
+            for option, (demand, busy, threads) in enumerate(found):
+                cand = candidate(0, n, node, cls, demand, UnitDemand(name=FUSED, classes={},
+                                                                     concurrency=threads),
+                                 0.0, last=True, choice=len(candidates), group=group,
+                                 option=option)
+                if cand is not None:
+                    candidates.append(replace(cand, busy=busy))
+            group += 1
     if not candidates:
         wanted = _wanted(units)
         if not wanted:

@@ -179,7 +179,7 @@ def _group(p: Replicas, rates: dict[tuple[str, str], float]) -> Group:
     resources = group_resources(p) if p.rate else None  # plans before fluid cores: none
     return Group(p.unit, p.replicas, device_class=p.device_class, node_type=p.node_type,
                  batch_size=p.batch_size, rate=rate, resources=resources,
-                 nodes=tuple(p.nodes))
+                 nodes=tuple(p.nodes), io=p.threads if p.unit == FUSED else None)
 
 
 def refit(plan: Plan, measured: Mapping[str, float],

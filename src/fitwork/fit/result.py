@@ -22,7 +22,9 @@ class Placement(BaseModel):
     a device of ``device_class`` and ``device_time`` the device-seconds per second its load
     uses.  ``nodes`` is the node index (within the node type) of each replica, as packed.
     ``option`` is which of the unit's demands on the class they run (0: the one in
-    ``classes``, k: ``alternatives[k - 1]``).
+    ``classes``, k: ``alternatives[k - 1]``; for the fused baseline, 1 is the threaded
+    monolith).  ``threads`` is the calls one replica runs at once where that is more than
+    one (a unit's ``io``, or the threads the fit chose for a fused replica).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -41,6 +43,7 @@ class Placement(BaseModel):
     device_time: float = 0.0
     nodes: list[int] = Field(default_factory=list)
     option: int = 0
+    threads: int | None = None
 
 
 class ClassUtilization(BaseModel):

@@ -1,0 +1,120 @@
+"""The threaded monolith as one of the fused baseline's options: threads overlap waiting,
+not CPU, and the fit is never worse than the threaded monolith it could have chosen."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fitwork import Pipeline, unit
+from fitwork.fit import ClassDemand, NodeType, UnitDemand, monolithic
+from fitwork.fit.monolithic import (
+    FUSED,
+    MOST_THREADS,
+    THREAD_GAIN,
+    fused_problem,
+    threaded_rate,
+)
+from fitwork.fit.result import FitResult
+from fitwork.fit.solver import solve_problem
+from fitwork.placement import Group, Placement
+
+TWO_CORES = [NodeType(name="laptop", count=1, cores=2, memory=16 << 30)]
+EPS = 1e-6
+
+
+def stage(name: str, wall: float, cpu: float, parallelism: float | None = 1.0) -> UnitDemand:
+    """A unit on the CPU class taking ``wall`` seconds per item of which ``cpu`` on a core."""
+    return UnitDemand(name=name, classes={"cpu-x86": ClassDemand(
+        rate=1 / wall, cpu_seconds=cpu, parallelism=parallelism)})
+
+
+def test_threads_overlap_waiting_but_not_the_lock() -> None:
+    hold, wait = 0.01, 0.09
+    assert threaded_rate(1, hold, wait) == 1 / (hold + wait)  # one item at a time
+    rates = [threaded_rate(n, hold, wait) for n in (1, 2, 4, 8, 16, 64)]
+    assert rates == sorted(rates)
+    for n, rate in zip((1, 2, 4, 8, 16, 64), rates, strict=True):
+        # never more than n items overlapping fully, nor more than the lock serves
+        assert rate <= min(n / (hold + wait), 1 / hold) + EPS
+    assert rates[-1] > 0.99 / hold
+    # at the knee (n = (hold + wait) / hold) the queue for the lock costs a good share
+    assert threaded_rate(10, hold, wait) < 0.85 / hold
+
+
+def test_a_waiting_pipeline_fuses_into_a_threaded_monolith_of_one_core_a_process() -> None:
+    units = [stage("fetch", 0.150, 0.002), stage("ocr", 0.085, 0.085)]
+    result = monolithic(units, TWO_CORES)
+    threaded = [p for p in result.replicas if p.threads]
+    assert threaded and all(p.unit == FUSED for p in result.replicas)
+    for p in threaded:
+        assert 2 <= (p.threads or 0) <= MOST_THREADS
+        assert p.option == 1
+        # GIL-bound work: a process keeps at most one core busy, more come from processes
+        assert p.cores <= 1 + EPS
+        assert p.rate <= 1 / 0.087 + EPS
+    # the cores, not the waiting, bound it: near 2 cores / 87 ms of CPU per item
+    assert result.throughput > 0.95 * 2 / 0.087
+    assert sum(p.replicas for p in result.replicas) <= 3
+
+
+def test_work_that_does_not_wait_gets_no_threads() -> None:
+    units = [stage("parse", 0.001, 0.001), stage("score", 0.004, 0.004)]
+    problem = fused_problem(units, TWO_CORES)
+    assert all(c.concurrency == 1 for c in problem.candidates)
+    assert not any(p.threads for p in monolithic(units, TWO_CORES).replicas)
+
+
+def only(result: FitResult, threads: bool) -> float:
+    """Throughput of a fused problem's result; asserts which option it ran."""
+    assert all(bool(p.threads) == threads for p in result.replicas)
+    return result.throughput
+
+
+@settings(max_examples=30, deadline=None)
+@given(walls=st.lists(st.sampled_from([0.001, 0.005, 0.02, 0.15]), min_size=1, max_size=3),
+       shares=st.lists(st.sampled_from([0.05, 0.3, 1.0]), min_size=3, max_size=3),
+       cores=st.sampled_from([1, 2, 8]),
+       hop=st.sampled_from([0.0, 70e-6]))
+def test_the_fused_baseline_is_never_worse_than_the_threaded_monolith_it_could_choose(
+        walls: list[float], shares: list[float], cores: int, hop: float) -> None:
+    units = [stage(f"u{i}", wall, wall * share) for i, (wall, share)
+             in enumerate(zip(walls, shares, strict=False))]
+    fleet = [NodeType(name="n", count=1, cores=cores, memory=64 << 30)]
+    result = monolithic(units, fleet, hop_seconds=hop)
+    problem = fused_problem(units, fleet, 2 * hop)
+    threaded = tuple(c for c in problem.candidates if c.concurrency > 1)
+    alone = tuple(c for c in problem.candidates if c.concurrency == 1)
+    best_alone = only(solve_problem(replace(problem, candidates=alone),
+                                    objective="max_throughput", target=None,
+                                    time_limit=10.0, mip_gap=0.01), threads=False)
+    # one item at a time runs only where it predicts THREAD_GAIN more than threads
+    assert result.throughput >= best_alone / (1 + THREAD_GAIN) - EPS
+    if threaded:
+        best_threaded = only(solve_problem(replace(problem, candidates=threaded),
+                                           objective="max_throughput", target=None,
+                                           time_limit=10.0, mip_gap=0.01), threads=True)
+        assert result.throughput >= best_threaded * (1 - 0.01) - EPS  # within the MIP gap
+    for p in result.replicas:
+        if p.threads:  # a threaded replica's GIL-bound work stays within one core
+            assert p.cores <= 1 + EPS, p
+
+
+def test_a_fused_placement_runs_the_fused_unit_with_the_threads_planned() -> None:
+    @unit
+    def first(x: int) -> int:
+        return x + 1
+
+    @unit
+    def second(x: int) -> int:
+        return 2 * x
+
+    pipeline = Pipeline(first, second, name="two")
+    placement = Placement((Group(FUSED, 2, io=8),), "plan", fusion=(("first", "second"),))
+    fused = placement.applied_to(pipeline)
+    assert [u.name for u in fused.units] == [FUSED] and fused.units[0].io == 8
+    assert Placement.from_json(placement.to_json()).groups[0].io == 8
+    plain = Placement((Group(FUSED, 2),), "plan", fusion=(("first", "second"),))
+    assert plain.applied_to(pipeline).units[0].io == 0
