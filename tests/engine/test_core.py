@@ -352,7 +352,7 @@ pipelines = st.lists(st.sampled_from(sorted(UNITS)), min_size=1, max_size=4)
 def test_invariants_hold_whatever_dies_when(names: list[str], count: int, ordered: bool,
                                             seed: int, death: float, ghost: float,
                                             spans: bool) -> None:
-    pipeline = Pipeline([UNITS[n].with_replicas(1) for n in names], name="model") \
+    pipeline = Pipeline([UNITS[n] for n in names], name="model") \
         if len(set(names)) == len(names) else Pipeline(
             [unit(UNITS[n].fn, name=f"{n}{i}", kind=UNITS[n].kind) for i, n in enumerate(names)])
     items = list(range(count))

@@ -60,7 +60,7 @@ def test_a_unit_says_whether_its_cpu_was_declared() -> None:
     assert not unit(f).cpu_given and not Pipeline(f).units[0].cpu_given
     assert unit(cpu=1)(f).cpu_given and unit(cpu=0.5)(f).cpu_given
     assert not unit(gpu=1)(f).cpu_given  # the GPU is declared, the core is the default
-    assert not unit(f).with_replicas(3).cpu_given
+    assert not unit(replicas=3)(f).cpu_given
     assert not Pipeline(f, g, name="p").fused().units[0].cpu_given
     assert Pipeline(f, unit(cpu=2)(g), name="p").fused().units[0].cpu_given
 

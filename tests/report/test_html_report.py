@@ -81,9 +81,8 @@ def runs() -> tuple[list[RunRecord], Plan]:
     plan = fit(profile_pipeline(PIPELINE, range(16), samples=16), discover_local())
     records = []
     fused = PIPELINE.fused()
-    for pipeline in (fused.with_workers({fused.units[0].name: 2}),
-                     PIPELINE.with_workers({"wait": 3})):
-        with fitwork.run(pipeline, range(ITEMS)) as result:
+    for pipeline, workers in ((fused, {fused.units[0].name: 2}), (PIPELINE, {"wait": 3})):
+        with fitwork.run(pipeline, range(ITEMS), workers=workers) as result:
             assert len(list(result)) == ITEMS // 2
         record = result.record
         if record.host is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fitwork import Kind, Pipeline, UnitDefinitionError, unit
+from fitwork import Kind, Pipeline, Placement, UnitDefinitionError, unit
 from fitwork.workload.unit import parse_memory
 
 
@@ -67,9 +67,9 @@ def test_pipeline_names_must_be_unique_and_workers_known() -> None:
         Pipeline(a, a)
     pipeline = Pipeline(unit(a), unit(a, name="b"), name="p")
     assert pipeline.edges == [(0, 1)]
-    assert pipeline.with_workers({"b": 3}).unit_named("b").replicas == 3
+    assert Placement.declared(pipeline, {"b": 3}).replicas("b") == 3
     with pytest.raises(UnitDefinitionError, match="has no unit 'c'; its units are a, b"):
-        pipeline.with_workers({"c": 2})
+        Placement.declared(pipeline, {"c": 2})
     with pytest.raises(UnitDefinitionError, match="needs at least one unit"):
         Pipeline()
 

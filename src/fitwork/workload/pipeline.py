@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import replace
 from typing import Any
 
 from fitwork.errors import InputError, UnitDefinitionError
@@ -79,15 +78,6 @@ class Pipeline:
             f"pipeline {self.name!r} has no unit {name!r}; its units are "
             f"{', '.join(u.name for u in self.units)}"
         )
-
-    def with_workers(self, workers: Mapping[str, int]) -> Pipeline:
-        """A copy whose units run the given replica counts (``{unit name: replicas}``)."""
-        for name, count in workers.items():
-            self.unit_named(name)
-            if count < 1:
-                raise UnitDefinitionError(f"workers: {name}={count}: replicas must be >= 1")
-        units = [replace(u, replicas=workers.get(u.name, u.replicas)) for u in self.units]
-        return Pipeline(units, name=self.name, context=self.context)
 
     def run_context(self) -> AbstractContextManager[Any]:
         """The driver-side context to enter around a run (a no-op if none was given)."""

@@ -8,7 +8,7 @@ import inspect
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, cast, overload
 
@@ -207,10 +207,6 @@ class Unit:
         if inspect.isclass(self.fn):
             return cast("Callable[..., Any]", self.fn())
         return self.fn
-
-    def with_replicas(self, replicas: int) -> Unit:
-        """A copy of this unit that runs ``replicas`` replicas."""
-        return replace(self, replicas=replicas)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
