@@ -41,29 +41,43 @@ FP16 peak of the vendor's systems over NVIDIA's.  Such a class takes NVIDIA's po
 efficiency times its vendor's factor (the median factor of the other vendors where its
 vendor has none), and its range is widened by the whole spread of those efficiencies across
 vendors (``vendor_spread``), and says "not calibrated for this vendor".
+
+The held-out statistics (`Residual`, `heldout_range`, `summarize`) live in
+`fitwork.fit.heldout`, the MLPerf vendor factors in `fitwork.fit.vendors`.
 """
 
 from __future__ import annotations
 
-import csv
 import functools
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel
-from scipy import stats
 
+from fitwork.fit.heldout import (
+    Residual,
+    TransferError,
+    data_rows,
+    summarize,
+    widened,
+)
 from fitwork.fit.roofline import (
     Bound,
-    CostModelError,
     Precision,
     TransferKind,
     roofline_seconds,
+)
+from fitwork.fit.vendors import (
+    MLPERF_SOURCE,
+    REFERENCE_VENDOR,
+    mlperf_rows,
+    vendor_factor,
+    vendor_factors,
+    vendor_spread,
 )
 from fitwork.hardware.catalog import Catalog, catalog
 
@@ -76,13 +90,6 @@ GAVEL_SOURCE = "Gavel single-job throughputs (stanford-futuredata/gavel @ c4fa40
 SPLITWISE_CLASSES = {"a100-80gb": "A100-80GB", "h100-80gb": "H100-SXM"}
 GAVEL_CLASSES = {"k80": "K80", "p100": "P100", "v100": "V100"}
 GAVEL_REFERENCE = "V100"
-LOW_Q, HIGH_Q = 0.10, 0.90
-Z90 = 1.2816
-"""The standard normal's 90th percentile: a p10-p90 half-width in standard deviations."""
-MLPERF_FILE = "mlperf_llama2_70b.csv"
-MLPERF_SOURCE = ("MLPerf Inference closed Llama-2-70B results (mlcommons/inference_results_v4.1 "
-                 "@ a2f5d66, inference_results_v4.0 @ 3c4a1cf)")
-REFERENCE_VENDOR = "NVIDIA"
 
 
 @dataclass(frozen=True)
@@ -143,29 +150,6 @@ class LLMSetting:
         return flops / self.tp, nbytes / self.tp
 
 
-@dataclass(frozen=True)
-class Residual:
-    """One prediction checked against a measurement (rates, items/s)."""
-
-    check: str
-    source: str
-    target: str
-    bound: Bound | None
-    group: str
-    predicted: float
-    actual: float
-
-    @property
-    def error(self) -> float:
-        """|predicted - measured| / measured."""
-        return abs(self.predicted - self.actual) / self.actual
-
-    @property
-    def ratio(self) -> float:
-        """measured / predicted."""
-        return self.actual / self.predicted
-
-
 class Efficiency(BaseModel):
     """Achieved / roofline of one class for one bound, and where the figure comes from."""
 
@@ -176,72 +160,10 @@ class Efficiency(BaseModel):
     source: str
 
 
-class TransferError(BaseModel):
-    """How far rates carried by one kind of transfer fell from measured ones."""
-
-    n: int
-    median: float
-    p90: float
-    worst: float
-    low: float
-    high: float
-    basis: str
-
-
-def heldout_range(residuals: Sequence[Residual]) -> tuple[float, float]:
-    """A p10-p90 range of measured / predicted meant to hold on a group never seen.
-
-    Pooled quantiles of held-out residuals miss whole groups (another model, another
-    framework) that sit off the pooled median.  So, in log space: the median ratio, plus or
-    minus the p80 of each residual's distance from its own group's median (the spread within
-    a group) and the p90 of a prediction interval for a new group's median from the groups'
-    medians (the spread between groups), added in quadrature.
-    """
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for r in residuals:
-        by_group[r.group].append(float(np.log(r.ratio)))
-    logs = np.concatenate([np.array(v) for v in by_group.values()])
-    centre = float(np.median(logs))
-    within = np.concatenate([np.array(v) - np.median(v) for v in by_group.values()])
-    half = float(np.quantile(np.abs(within), HIGH_Q - LOW_Q))
-    medians = [float(np.median(v)) for v in by_group.values()]
-    k = len(medians)
-    # A new group's median, predicted from k seen ones: Student's t at p90, k - 1 degrees of
-    # freedom, times the sample deviation and sqrt(1 + 1/k) (a prediction interval).
-    between = (float(stats.t.ppf(HIGH_Q, k - 1)) * float(np.std(medians, ddof=1))
-               * float(np.sqrt(1 + 1 / k))) if k > 1 else 0.0
-    width = float(np.hypot(half, between))
-    return float(np.exp(centre - width)), float(np.exp(centre + width))
-
-
-def widened(low: float, high: float, spread: float) -> tuple[float, float]:
-    """``(low, high)`` widened by ``spread`` (a log half-width) in quadrature, same centre."""
-    centre, half = (np.log(low) + np.log(high)) / 2, (np.log(high) - np.log(low)) / 2
-    width = float(np.hypot(half, spread))
-    return float(np.exp(centre - width)), float(np.exp(centre + width))
-
-
-def summarize(residuals: Sequence[Residual], basis: str) -> TransferError:
-    """Median, p90 and worst relative error, and the held-out p10-p90 range of measured /
-    predicted (`heldout_range`)."""
-    if not residuals:
-        raise CostModelError(f"no measured pairs for {basis}")
-    errors = np.array([r.error for r in residuals])
-    low, high = heldout_range(residuals)
-    return TransferError(n=len(residuals), median=float(np.median(errors)),
-                         p90=float(np.quantile(errors, 0.9)), worst=float(errors.max()),
-                         low=low, high=high, basis=basis)
-
-
-def _data(name: str) -> list[dict[str, str]]:
-    text = resources.files("fitwork.fit").joinpath("data", name).read_text(encoding="utf-8")
-    return list(csv.DictReader(text.splitlines()))
-
-
 def splitwise_settings() -> list[LLMSetting]:
     """The splitwise settings timed on both A100-80GB and H100-SXM (median of repeats)."""
     runs: dict[tuple[str, int, int, int, int], dict[str, dict[Phase, list[float]]]] = {}
-    for row in _data(SPLITWISE_FILE):
+    for row in data_rows(SPLITWISE_FILE):
         name = SPLITWISE_CLASSES.get(row["hardware"])
         if name is None:
             continue
@@ -286,85 +208,6 @@ def pooled(efficiencies: dict[tuple[str, Bound], Efficiency], settings: Iterable
                 roof, bound = roofline_seconds(flops, nbytes, known.get(name), "fp16")
                 values[bound].append(roof / timed[phase])
     return {bound: statistics.median(v) for bound, v in values.items()}
-
-
-@dataclass(frozen=True)
-class VendorRow:
-    """One MLPerf Llama-2-70B result: a system of ``devices`` accelerators of one class."""
-
-    submitter: str
-    system: str
-    device_class: str
-    vendor: str
-    devices: int
-    scenario: str
-    framework: str
-    tokens_per_s: float
-    path: str
-
-    def efficiency(self, known: Catalog) -> float:
-        """Tokens/s per device per FP16 peak FLOP/s (a relative figure: all ran FP8)."""
-        return self.tokens_per_s / self.devices / known.get(self.device_class).fp16_flops
-
-    @property
-    def group(self) -> str:
-        """The system and scenario: the unit held out together."""
-        return f"{self.system} {self.scenario} ({self.framework})"
-
-
-def mlperf_rows(known: Catalog) -> list[VendorRow]:
-    """The shipped MLPerf Llama-2-70B results, each with its class's vendor."""
-    return [VendorRow(row["submitter"], row["system"], row["device_class"],
-                      known.get(row["device_class"]).vendor.split(" ")[0], int(row["devices"]),
-                      row["scenario"], row["framework"], float(row["tokens_per_s"]), row["path"])
-            for row in _data(MLPERF_FILE)]
-
-
-def vendor_factors(rows: Sequence[VendorRow], known: Catalog) -> dict[str, float]:
-    """Per vendor: the median efficiency of its rows over NVIDIA's median (NVIDIA: 1)."""
-    by_vendor: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        by_vendor[row.vendor].append(row.efficiency(known))
-    reference = by_vendor.get(REFERENCE_VENDOR)
-    if not reference:
-        return {}
-    base = statistics.median(reference)
-    return {v: statistics.median(e) / base for v, e in by_vendor.items()}
-
-
-def vendor_spread(rows: Sequence[VendorRow], known: Catalog) -> float:
-    """The spread of efficiencies across vendors: log(most / least) efficient row."""
-    values = [row.efficiency(known) for row in rows]
-    return float(np.log(max(values) / min(values))) if len(values) > 1 else 0.0
-
-
-def vendor_factor(factors: dict[str, float], vendor: str) -> tuple[float, str]:
-    """``vendor``'s factor, or the median of the other vendors' (1 where there are none)."""
-    if vendor in factors:
-        return factors[vendor], f"{vendor}'s MLPerf factor {factors[vendor]:.2f}"
-    others = [f for v, f in factors.items() if v != REFERENCE_VENDOR]
-    if not others:
-        return 1.0, f"no MLPerf rows for {vendor} or any other vendor: factor 1"
-    value = statistics.median(others)
-    return value, (f"no MLPerf rows for {vendor}: median factor {value:.2f} of "
-                   f"{', '.join(sorted(v for v in factors if v != REFERENCE_VENDOR))}")
-
-
-def vendor_residuals(rows: Sequence[VendorRow], held: str, known: Catalog) -> list[Residual]:
-    """The rows of vendor ``held``, each carried from every NVIDIA row by the FP16 peak ratio
-    times a factor calibrated WITHOUT ``held`` (`vendor_factor` of the others)."""
-    factor, _ = vendor_factor(vendor_factors([r for r in rows if r.vendor != held], known),
-                              held)
-    out = []
-    for target in (r for r in rows if r.vendor == held):
-        for source in (r for r in rows if r.vendor == REFERENCE_VENDOR):
-            ratio = known.get(target.device_class).fp16_flops / known.get(
-                source.device_class).fp16_flops
-            out.append(Residual("vendor", source.device_class, target.device_class,
-                                "compute", target.group,
-                                source.tokens_per_s / source.devices * ratio * factor,
-                                target.tokens_per_s / target.devices))
-    return out
 
 
 class _Efficiencies:
@@ -453,7 +296,7 @@ def leave_group_out(settings: Sequence[LLMSetting], known: Catalog,
 def gavel_jobs(scale: int = 1) -> list[dict[str, float | str]]:
     """Gavel's jobs at ``scale``: name and steps/s per catalog class (0 = cannot run)."""
     return [{"job": row["job"], **{GAVEL_CLASSES[g]: float(row[g]) for g in GAVEL_CLASSES}}
-            for row in _data(GAVEL_FILE) if int(row["scale"]) == scale]
+            for row in data_rows(GAVEL_FILE) if int(row["scale"]) == scale]
 
 
 def gavel_factors(jobs: Sequence[dict[str, float | str]], known: Catalog) -> dict[str, Efficiency]:

@@ -14,21 +14,21 @@ from dataclasses import dataclass
 
 from fitwork.fit.calibration import (
     GAVEL_SOURCE,
-    MLPERF_SOURCE,
-    REFERENCE_VENDOR,
     SPLITWISE_SOURCE,
-    Residual,
     gavel_jobs,
     gavel_leave_one_out,
     gavel_residuals,
-    heldout_range,
     leave_group_out,
-    mlperf_rows,
     splitwise_residuals,
     splitwise_settings,
+)
+from fitwork.fit.heldout import Residual, heldout_range, widened
+from fitwork.fit.vendors import (
+    MLPERF_SOURCE,
+    REFERENCE_VENDOR,
+    mlperf_rows,
     vendor_residuals,
     vendor_spread,
-    widened,
 )
 from fitwork.hardware.catalog import Catalog, catalog
 

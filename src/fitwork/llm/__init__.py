@@ -16,12 +16,12 @@ from fitwork.llm.plan import (
     CannotServe,
     LLMPlan,
     PlanSet,
-    ReplayCheck,
     load_fleet,
     plan_colocated,
     plan_llm,
     plan_split,
 )
+from fitwork.llm.result import ReplayCheck
 from fitwork.llm.sim import SimResult, compare, replay, simulate
 from fitwork.llm.trace import Trace, load_azure, load_trace, shipped_trace
 from fitwork.llm.verify import plan_held

@@ -31,12 +31,12 @@ from fitwork.llm.plan import (
     LLMPlan,
     Objective,
     PlanSet,
-    ReplayCheck,
     _classes,
     cannot_serve,
     plan_colocated,
     plan_split,
 )
+from fitwork.llm.result import ReplayCheck
 from fitwork.llm.sim import SimResult, simulate
 from fitwork.llm.trace import Trace
 
