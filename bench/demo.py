@@ -7,10 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from fitwork.telemetry.record import Progress
+from fitwork import Progress
 from fitwork_demo import DemoConfig, run_demo
 from fitwork_demo.config import AIM_HAND, AIM_MONOLITH
-from fitwork_demo.run import Quiet, Sweep, diagnosis, monolith_replicas
+from fitwork_demo.files import diagnosis
+from fitwork_demo.run import Quiet, Sweep, monolith_replicas
 
 IMAGES = 48
 LATENCIES_MS = (30.0, 150.0)

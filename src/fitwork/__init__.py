@@ -35,12 +35,16 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
     from fitwork.llm import simulate as simulate_llm
     from fitwork.placement import Group, Placement
     from fitwork.profiling import PipelineProfile, profile_pipeline
+    from fitwork.profiling.onnx import count_sessions as count_onnx
     from fitwork.report.html import render_report
+    from fitwork.report.verdict import Headline
     from fitwork.resources import Resources
     from fitwork.runner import run
     from fitwork.shards import Source
     from fitwork.telemetry.record import Progress, RunRecord
+    from fitwork.telemetry.utilization import RunFigures, run_figures
     from fitwork.workload import Kind, Pipeline, Retry, Unit, unit
+    from fitwork.writers import OutputDigest
 
 # Every public name loads on first use: `import fitwork` is cheap, and so is a replica
 # process that imports one engine module (the package is imported first, by Python).
@@ -81,6 +85,13 @@ _LAZY = {
     "discover_local": "fitwork.hardware.discover",
     "catalog": "fitwork.hardware.catalog",
     "render_report": "fitwork.report.html",
+    # what a program that measures its runs needs beside `run` (the demo is one): the
+    # outputs' digest, the run's figures and the verdict a report states, ONNX FLOPs
+    "OutputDigest": "fitwork.writers",
+    "RunFigures": "fitwork.telemetry.utilization",
+    "run_figures": "fitwork.telemetry.utilization",
+    "Headline": "fitwork.report.verdict",
+    "count_onnx": "fitwork.profiling.onnx:count_sessions",
     "plan_llm": "fitwork.llm",
     "simulate_llm": "fitwork.llm:simulate",
     "load_trace": "fitwork.llm",
@@ -109,9 +120,11 @@ __all__ = [
     "FitworkError",
     "Fleet",
     "Group",
+    "Headline",
     "InputError",
     "Kind",
     "LLMPlan",
+    "OutputDigest",
     "Pipeline",
     "PipelineLoadError",
     "PipelineProfile",
@@ -120,6 +133,7 @@ __all__ = [
     "Progress",
     "Resources",
     "Retry",
+    "RunFigures",
     "RunOptions",
     "RunRecord",
     "RunResult",
@@ -130,6 +144,7 @@ __all__ = [
     "UnitDefinitionError",
     "__version__",
     "catalog",
+    "count_onnx",
     "decompose",
     "discover_local",
     "explain",
@@ -140,6 +155,7 @@ __all__ = [
     "profile_pipeline",
     "render_report",
     "run",
+    "run_figures",
     "simulate_llm",
     "unit",
     "with_context",

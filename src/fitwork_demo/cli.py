@@ -19,7 +19,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from fitwork.telemetry.record import Progress as RunProgress
+from fitwork import Progress as RunProgress
 from fitwork_demo.config import (
     DEFAULT_CAP_S,
     DEFAULT_HAND,
@@ -140,7 +140,7 @@ def demo(images: int, latencies: tuple[float, ...], repeats: int, max_processes:
     ``--repeats`` times, in alternating order.  Exits 1 when a check fails (two runs read
     a page differently, too few lines are read exactly, a run fails pages).
     """
-    from fitwork.errors import FitworkError
+    from fitwork import FitworkError
     from fitwork_demo.render import render
     from fitwork_demo.run import Quiet, run_demo
 

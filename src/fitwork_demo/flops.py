@@ -1,9 +1,9 @@
 """FLOPs per page, counted from the ONNX graphs as onnxruntime runs them on sample pages.
 
 The ``onnx`` package is not among rapidocr's dependencies, so the graphs are read through
-onnxruntime's own profiler instead, with the library's counting
-(`fitwork.profiling.onnx`): sessions with graph optimizations off (the graph as shipped, no
-fused kernels) report, for every node they run, the op type and the shapes of its inputs
+onnxruntime's own profiler instead, with the library's counting (`fitwork.count_onnx`):
+sessions created inside it run with graph optimizations off (the graph as shipped, no fused
+kernels) and report, for every node they run, the op type and the shapes of its inputs
 (weights included) and outputs, and Conv, ConvTranspose, MatMul and Gemm are counted as two
 FLOPs per multiply-accumulate.  Elementwise ops, pooling, normalisation and activations are
 not counted, so the figure is a slight undercount.  Recognition FLOPs include the zero
@@ -13,23 +13,30 @@ starts an onnxruntime session before it forks workers.
 
 from __future__ import annotations
 
-import tempfile
+import multiprocessing
 from collections.abc import Sequence
-from pathlib import Path
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from fitwork.forked import ChildFailed, run_forked
-from fitwork.profiling.onnx import profile_flops, profiling_options, session_events
+from fitwork import count_onnx
 from fitwork_demo.layouts import Flops
 
 SAMPLE_PAGES = 6
 
 
-def _profiled_session(path: str, prefix: Path) -> Any:
+def _counted(path: str, inputs: Sequence[Any]) -> float:
+    """FLOPs of running the model at ``path`` once on each of ``inputs`` (one thread, CPU)."""
     import onnxruntime as ort
 
-    options = profiling_options(prefix, threads=1)
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    with count_onnx() as counted:
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        for tensor in inputs:
+            session.run(None, {name: tensor})
+        return counted.read().flops
 
 
 def count_here(pages: Sequence[bytes]) -> Flops:
@@ -38,21 +45,16 @@ def count_here(pages: Sequence[bytes]) -> Flops:
 
     if not pages:
         return Flops()
-    models = Models()
+    models = Models()  # rapidocr's own sessions, made before counting: they are not counted
     paths = model_paths()
-    with tempfile.TemporaryDirectory(prefix="fitwork-flops-") as folder:
-        detect = _profiled_session(paths["detect"], Path(folder) / "detect")
-        recognise = _profiled_session(paths["recognise"], Path(folder) / "recognise")
-        for png in pages:
-            image = decode(png)
-            tensor = models.detector.get_preprocess(max(image.shape[:2]))(image)
-            detect.run(None, {detect.get_inputs()[0].name: tensor})
-            _, crops = read_page(models, png)
-            for piece in crops:
-                batch = recognition_input(piece)[None]
-                recognise.run(None, {recognise.get_inputs()[0].name: batch})
-        totals = [profile_flops(session_events(session)) for session in (detect, recognise)]
-    return Flops(detect=totals[0] / len(pages), recognise=totals[1] / len(pages))
+    images = [decode(png) for png in pages]
+    detect_inputs = [models.detector.get_preprocess(max(image.shape[:2]))(image)
+                     for image in images]
+    recognise_inputs = [recognition_input(piece)[None] for png in pages
+                        for piece in read_page(models, png)[1]]
+    detect = _counted(paths["detect"], detect_inputs)
+    recognise = _counted(paths["recognise"], recognise_inputs)
+    return Flops(detect=detect / len(pages), recognise=recognise / len(pages))
 
 
 def spread(pages: Sequence[bytes], count: int = SAMPLE_PAGES) -> list[bytes]:
@@ -63,9 +65,10 @@ def spread(pages: Sequence[bytes], count: int = SAMPLE_PAGES) -> list[bytes]:
 
 def count(pages: Sequence[bytes]) -> Flops:
     """`count_here` on `spread` pages, in a forked child; ``RuntimeError`` if it fails."""
+    fork = multiprocessing.get_context("fork")
     try:
-        payload = run_forked(count_here, spread(pages))
-    except ChildFailed as failure:
-        raise RuntimeError(f"counting FLOPs: {failure}") from None
-    result: Flops = payload
+        with ProcessPoolExecutor(max_workers=1, mp_context=fork) as child:
+            result: Flops = child.submit(count_here, spread(pages)).result()
+    except Exception as failure:  # raised in the child, or the child died
+        raise RuntimeError(f"counting FLOPs: {type(failure).__name__}: {failure}") from None
     return result

@@ -11,9 +11,21 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Sequence
+from typing import Protocol
 
-from fitwork.hardware.fleet import Fleet
-from fitwork.telemetry.record import DeviceSample
+from fitwork import Fleet
+
+
+class DeviceSample(Protocol):
+    """What is read of one GPU reading (an item of ``RunRecord.device_samples``)."""
+
+    @property
+    def utilization(self) -> float:
+        """NVML's utilization rate, 0..1."""
+
+    @property
+    def memory_used(self) -> int:
+        """Device memory in use, in bytes."""
 
 
 def onnxruntime_gpu_installed() -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fitwork.workload import Pipeline, unit
+from fitwork import Pipeline, unit
 from fitwork_demo.ocr import Models, layout_lines, ocr_document, process_models, read_page
 from fitwork_demo.server import get_document, put_text
 

@@ -7,15 +7,9 @@ from rich.table import Table
 from rich.text import Text
 
 from fitwork_demo.config import ACCURACY_THRESHOLD
+from fitwork_demo.files import diagnosis, verdicts
 from fitwork_demo.layouts import IO_CONCURRENCY
-from fitwork_demo.run import (
-    Contender,
-    DemoResult,
-    Sweep,
-    diagnosis,
-    monolith_replicas,
-    verdicts,
-)
+from fitwork_demo.run import Contender, DemoResult, Sweep, monolith_replicas
 from fitwork_demo.verdict import Verdict
 
 MIB = 2**20

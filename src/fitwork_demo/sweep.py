@@ -20,7 +20,7 @@ first thing to read when figures move between trials.
 every ``interval`` seconds while the run goes on: RSS through psutil, and PSS (each shared
 page divided among the processes sharing it) from ``/proc/PID/smaps_rollup`` where Linux has
 it; forked workers share their parent's pages, which RSS counts once per process.  Each
-record gets the order-independent digest of its outputs (`fitwork.io.OutputDigest`, as
+record gets the order-independent digest of its outputs (`fitwork.OutputDigest`, as
 ``fitwork run`` writes it), so reports can say whether two runs gave the same outputs.
 """
 
@@ -36,9 +36,7 @@ from typing import Any
 
 import psutil
 
-from fitwork.io import OutputDigest
-from fitwork.runner import run
-from fitwork.telemetry.record import Progress, RunRecord
+from fitwork import OutputDigest, Progress, RunRecord, run
 from fitwork_demo.layouts import Layout
 from fitwork_demo.server import DocumentStore
 

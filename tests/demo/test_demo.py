@@ -34,7 +34,7 @@ from fitwork_demo.sweep import MemoryWatch, working_rate
 
 PAGES = 6
 LATENCIES = (5.0, 20.0)
-DEMO = Path(__file__).resolve().parents[2] / "src" / "fitwork" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "src" / "fitwork_demo"
 
 
 def _box(left: float, top: float, right: float, bottom: float) -> np.ndarray:
