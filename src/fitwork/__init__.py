@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
         UnitDefinitionError,
     )
     from fitwork.failure import Failure
-    from fitwork.fit.plan import Plan, plan_for
+    from fitwork.fit.plan import Plan
+    from fitwork.fit.plan import fit as plan_for
     from fitwork.hardware.catalog import catalog
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
@@ -79,7 +80,7 @@ _LAZY = {
     "DecomposeError": "fitwork.decomposition",
     "profile_pipeline": "fitwork.profiling",
     "PipelineProfile": "fitwork.profiling",
-    "plan_for": "fitwork.fit.plan",
+    "plan_for": "fitwork.fit.plan:fit",  # `fitwork.fit` is the package
     "Plan": "fitwork.fit.plan",
     "Fleet": "fitwork.hardware.fleet",
     "discover_local": "fitwork.hardware.discover",

@@ -423,6 +423,3 @@ def describe(plan: Plan) -> dict[str, Any]:
                          "capacity_utilization": side.capacity_utilization}
             for side in (plan.fitted, plan.monolithic)}
 
-
-plan_for = fit
-"""`fit` under the name the top-level package exports it by (``fitwork.fit`` is the package)."""
