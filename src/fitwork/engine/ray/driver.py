@@ -64,6 +64,7 @@ from fitwork.engine.ray.tasks import SlotTotals, eligible, remote_frame
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
+from fitwork.hardware.catalog import DeviceKind, device_kind
 from fitwork.hardware.ray_cluster import (
     NODE_TYPE_LABEL,
     cluster_resources,
@@ -235,7 +236,7 @@ class RayRun(Shell):
             wanted = replace(wanted, cpu=self.share if shared is None else shared)
         devices = dict(wanted.devices)
         if group is not None and group.device_class and \
-                not group.device_class.startswith("cpu-"):
+                device_kind(group.device_class) is not DeviceKind.CPU:
             devices.setdefault(group.device_class, wanted.gpu or 0.01)
         # A plan's fluid cores fill a node to the brim; rounded down to a thousandth, the
         # asks of one node's replicas never add up to more than it has.
