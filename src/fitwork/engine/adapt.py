@@ -16,6 +16,12 @@ the replica counts to run (or nothing).  The re-solving itself is a `Replanner` 
                  budget, so a unit slowed by a busier host shows no gain from more replicas
     apply:       only if the new plan predicts `gain` more than the current one does at the
                  measured rates, and `interval` seconds after the last change
+    threads:     the re-fit also re-allots threads: each replica's pools (BLAS, OpenMP,
+                 torch) are held to the cores the re-solved plan gives it, and a fused or
+                 I/O unit runs the calls at once it plans (`threads_of`); where that changes
+                 the record says so and why, and the re-fit's groups become what the core
+                 starts replicas from (replicas started from then on run with them; a
+                 running process keeps the pools it was started with)
 
 Hysteresis (``gain``) and the minimum interval keep it from thrashing.  Every re-solve is a
 `Refit` in the run record, applied or not: one that changed nothing has ``after`` equal to
@@ -32,8 +38,40 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from fitwork.engine.core.machine import RunCore
-from fitwork.placement import Placement
+from fitwork.engine.threads import allotted_threads
+from fitwork.placement import Group, Placement
 from fitwork.telemetry.record import Refit
+
+
+def group_threads(group: Group) -> int:
+    """Threads one replica of ``group`` runs: its calls at once (``io``) where given, else
+    its pools' threads (its cores, rounded up; one where the group does not say)."""
+    if group.io:
+        return group.io
+    return allotted_threads(group.resources.cpu) if group.resources is not None else 1
+
+
+def threads_of(placement: Placement) -> dict[str, int]:
+    """Threads per replica of each unit: its largest group's (`group_threads`)."""
+    out: dict[str, tuple[int, int]] = {}
+    for group in placement.groups:
+        if group.replicas and group.replicas > out.get(group.unit, (0, 0))[0]:
+            out[group.unit] = (group.replicas, group_threads(group))
+    return {name: threads for name, (_, threads) in out.items()}
+
+
+def allotment_change(before: Placement, after: Placement,
+                     cpu: dict[str, float], rates: dict[str, float]) -> str:
+    """What a re-fit changes of the threads per replica, and why ('' where nothing)."""
+    old, new = threads_of(before), threads_of(after)
+    said = []
+    for name in sorted(set(old) & set(new)):
+        if old[name] != new[name]:
+            busy = cpu.get(name, 0.0) * rates.get(name, 0.0)
+            why = (f" (a replica keeps {busy:.2f} cores busy at the measured "
+                   f"{cpu[name] * 1e3:,.2f} ms of CPU per item)" if name in cpu else "")
+            said.append(f"{name!r} {old[name]} -> {new[name]}{why}")
+    return "threads per replica: " + ", ".join(said) if said else ""
 
 
 class Replanner(Protocol):
@@ -105,16 +143,11 @@ class Adapter:
         self.history.append((now, items, busy, used, waited, core.completed))
         while len(self.history) > 2 and now - self.history[1][0] >= self.policy.window:
             self.history.popleft()
-        start, items0, busy0, used0, waited0, done0 = self.history[0]
+        start, _, busy0, used0, waited0, done0 = self.history[0]
         span = now - start
         if span < self.policy.window * 0.75 or now - self.last_change < self.policy.interval:
             return None
-        measured, cpu = {}, {}
-        for stage, name in enumerate(core.names):
-            taken, spent = items[stage] - items0[stage], busy[stage] - busy0[stage]
-            if taken >= self.policy.min_items and spent > 0:
-                measured[name] = taken / spent
-                cpu[name] = max(0.0, used[stage] - used0[stage]) / taken
+        measured, cpu = self._measured(core.names, items, busy, used)
         counts = {name: core.live(stage) for stage, name in enumerate(core.names)}
         saturated = core.room() == 0 and not core.source_done
         reason = self._reason(measured, cpu, counts, (core.completed - done0) / span,
@@ -134,7 +167,12 @@ class Adapter:
         cores = obtained if spent > 0 and (waited - waited0) > self.policy.starved * spent \
             else None
         current = self.replanner.predict(counts, rates, cpu, cores)
-        proposal = self.replanner.refit(rates, cpu).counts()
+        placed = self.replanner.refit(rates, cpu)
+        threads = allotment_change(core.placement, placed, cpu, rates)
+        if threads:  # replicas started from now on run with the re-fit's allotment
+            core.placement = _regrouped(core.placement, placed)
+            reason = f"{reason}; {threads}"
+        proposal = placed.counts()
         proposal = {name: max(1, proposal.get(name, counts[name])) for name in counts}
         expected = self.replanner.predict(proposal, rates, cpu, cores)
         self.off_since = None
@@ -159,6 +197,18 @@ class Adapter:
                                  after=proposal, predicted_before=current,
                                  predicted_after=expected))
         return proposal
+
+    def _measured(self, names: list[str], items: list[int], busy: list[float],
+                  used: list[float]) -> tuple[dict[str, float], dict[str, float]]:
+        """Per unit over the window: items/s of one busy replica, and CPU per item."""
+        _, items0, busy0, used0, _, _ = self.history[0]
+        measured, cpu = {}, {}
+        for stage, name in enumerate(names):
+            taken, spent = items[stage] - items0[stage], busy[stage] - busy0[stage]
+            if taken >= self.policy.min_items and spent > 0:
+                measured[name] = taken / spent
+                cpu[name] = max(0.0, used[stage] - used0[stage]) / taken
+        return measured, cpu
 
     def _reason(self, measured: dict[str, float], cpu: dict[str, float],
                 counts: dict[str, int], throughput: float, saturated: bool) -> str | None:
@@ -185,3 +235,12 @@ class Adapter:
             return (f"throughput {throughput:,.1f} items/s is under "
                     f"{self.policy.shortfall:.0%} of the {predicted:,.1f} predicted")
         return None
+
+
+def _regrouped(running: Placement, placed: Placement) -> Placement:
+    """``running`` with each unit the re-fit placed given the re-fit's groups (what new
+    replicas start from), its fusion and notes kept."""
+    units = set(placed.units)
+    groups = [g for g in running.groups if g.unit not in units]
+    groups += [g for g in placed.groups if g.unit in set(running.units)]
+    return Placement(tuple(groups), "refit", running.notes, running.fusion)
