@@ -5,7 +5,8 @@ Two checks, each with its n:
 1. Transferred rates, by cross-validation on the project's data (`fitwork.fit.coverage`): per
    kind of transfer and per vendor, the share of held-out measured rates inside the range
    built without them (splitwise leave-one-model/TP-out, Gavel leave-one-job-out, MLPerf
-   leave-one-vendor-out).  Aim: 70-90%.
+   leave-one-vendor-out).  Aim: 70-90%.  Then current serving stacks (TensorRT-LLM, vLLM)
+   from MLPerf's Llama-2-70B Server results, leave-one-submitter-out (`fitwork.llm.mlperf`).
 2. Plans, on this host: ``bench/fit_quality.py``'s pipelines (all, or ``--only``), each
    profiled and fitted, its plan run ``--runs`` times; the share of runs whose realized
    throughput (the run record's, as fit_quality reads it) falls inside the plan's range.
@@ -47,6 +48,22 @@ def data_table(rows: Sequence[Coverage]) -> None:
     for (kind, vendor), (inside, n) in pooled.items():
         print(f"  {kind:<10}{vendor:<8} {inside}/{n} = {inside / n:.0%}")
     print("sources: " + "; ".join(sorted({r.source for r in rows})))
+
+
+def stack_table() -> None:
+    """Current serving stacks (MLPerf Server): each rate predicted from rows that leave it out."""
+    from fitwork.llm.mlperf import SERVER_SOURCE, stack_checks
+
+    print("\ncurrent serving stacks, Llama-2-70B output tokens/s per GPU at MLPerf's Server SLOs, "
+          "held out (aim 70-90% inside)")
+    print(f"{'stack':<34}{'class':<10}{'predicted from':<30}{'n':>4}{'subm.':>7}"
+          f"{'tok/s/GPU':>11}{'median err':>12}{'worst':>8}{'inside':>10}")
+    for c in stack_checks():
+        inside = "-" if c.inside is None else f"{c.inside}/{c.n}"
+        print(f"{c.stack:<34}{c.target:<10}{c.source:<30}{c.n:>4}{c.groups:>7}"
+              f"{c.tokens_per_gpu:>11,.0f}{c.median_error:>12.1%}{c.worst_error:>8.1%}"
+              f"{inside:>10}")
+    print(f"source: {SERVER_SOURCE}; leave-one-submitter-out ('inside' needs 3 submitters)")
 
 
 def _spin(stop: multiprocessing.synchronize.Event) -> None:
@@ -127,6 +144,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     data_table(coverage_table())
+    stack_table()
     if not args.data_only:
         plan_table(args)
     print(f"bench wall {time.perf_counter() - started:.0f} s")
