@@ -171,6 +171,22 @@ def headline(sweep: Sweep) -> Headline:
                         "whole-run items/s, startup included)"], tone)
 
 
+def write_texts(result: DemoResult, texts: Path) -> Path:
+    """Write ``texts`` (JSON Lines): per page, the known lines and the lines read, agreed by
+    every trial, else each trial's (``by_trial``)."""
+    trials = result.trials
+    with texts.open("w", encoding="utf-8") as handle:
+        for document in result.documents:
+            read = {f"{t.layout}@{t.latency_ms:g}ms#{t.repeat + 1}": t.outputs[document.id]
+                    for t in trials if document.id in t.outputs}
+            agreed = (next(iter(read.values()))
+                      if read and document.id not in result.mismatched else None)
+            handle.write(json.dumps({"id": document.id, "known": list(document.lines),
+                                     "read": agreed,
+                                     "by_trial": None if agreed is not None else read}) + "\n")
+    return texts
+
+
 def write_files(result: DemoResult) -> dict[str, Path]:
     """Write every trial's run record, each latency's plan, profile and HTML report, the
     texts and the summary; their paths by name.
@@ -217,17 +233,7 @@ def write_files(result: DemoResult) -> dict[str, Path]:
         if sweep.latency_ms == max(result.config.latencies_ms):
             files["report.html"] = out / "report.html"
             files["report.html"].write_text(page, encoding="utf-8")
-    texts = out / "texts.jsonl"
-    trials = result.trials
-    with texts.open("w", encoding="utf-8") as handle:
-        for document in result.documents:
-            read = {f"{t.layout}@{t.latency_ms:g}ms#{t.repeat + 1}": t.outputs[document.id]
-                    for t in trials if document.id in t.outputs}
-            agreed = (next(iter(read.values()))
-                      if read and document.id not in result.mismatched else None)
-            handle.write(json.dumps({"id": document.id, "known": list(document.lines),
-                                     "read": agreed,
-                                     "by_trial": None if agreed is not None else read}) + "\n")
+    texts = write_texts(result, out / "texts.jsonl")
     files[texts.name] = texts
     path = out / "summary.json"
     path.write_text(json.dumps(summary(result), indent=1))
@@ -235,4 +241,4 @@ def write_files(result: DemoResult) -> dict[str, Path]:
     return files
 
 
-__all__ = ["diagnosis", "headline", "summary", "verdicts", "write_files"]
+__all__ = ["diagnosis", "headline", "summary", "verdicts", "write_files", "write_texts"]
