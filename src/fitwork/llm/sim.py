@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from fitwork.llm.phases import LLMInputError, PhaseBook, PhaseModel, default_book
 from fitwork.llm.plan import LLMPlan
+from fitwork.llm.result import Pool
 from fitwork.llm.trace import Trace
 
 BIN_S = 60.0
@@ -320,19 +321,8 @@ def replay(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None
     rng = np.random.default_rng(seed)
     dropped: list[int] = []
     split = plan.mode == "split"
-    decode_pools = [k for k, p in enumerate(plan.pools) if p.phase in ("decode", "colocated")]
     models = {k: book.get(plan.model, p.device_class, p.tp) for k, p in enumerate(plan.pools)}
-    replicas: list[_Replica] = []
-    weights: list[float] = []
-    for k in decode_pools:
-        pool = plan.pools[k]
-        pm = models[k]
-        pre = None if split else pm.prefill_s(run.prompt.astype(float), 1.0)
-        for _ in range(pool.replicas):
-            replicas.append(_Replica(k, pm, max(1, pool.max_batch), ctx, pool.network,
-                                     not split, pre))
-            weights.append(pool.rate_per_replica)
-    w = np.array(weights) / sum(weights)
+    replicas, w = _replicas(plan, models, run, ctx)
     picks = rng.choice(len(replicas), size=(n, 2), p=w)
     slots = [max(1, r.max_batch) for r in replicas]
     prefill_busy: dict[int, list[tuple[float, float, int]]] = {}
@@ -372,6 +362,24 @@ def replay(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None
         _advance(r, math.inf, run, dropped)
     return _result(plan, trace, run, replicas, prefill_busy, prefill_work, models, dropped,
                    seed, time.perf_counter() - start, keep_values), run
+
+
+def _replicas(plan: LLMPlan, models: dict[int, PhaseModel], run: RequestTimes,
+              ctx: float) -> tuple[list[_Replica], np.ndarray]:
+    """Every decoding replica of the plan and the share of requests routed to each."""
+    split = plan.mode == "split"
+    replicas: list[_Replica] = []
+    weights: list[float] = []
+    for k, pool in enumerate(plan.pools):
+        if pool.phase not in ("decode", "colocated"):
+            continue
+        pm = models[k]
+        pre = None if split else pm.prefill_s(run.prompt.astype(float), 1.0)
+        for _ in range(pool.replicas):
+            replicas.append(_Replica(k, pm, max(1, pool.max_batch), ctx, pool.network,
+                                     not split, pre))
+            weights.append(pool.rate_per_replica)
+    return replicas, np.array(weights) / sum(weights)
 
 
 def _prefill(plan: LLMPlan, models: dict[int, PhaseModel], run: RequestTimes,
@@ -443,44 +451,10 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
     admitted = run.admitted - run.ready
     t_q = _quantiles(ttft[ok])
     p_q = _quantiles(tpot[many])
-    pools = []
-    for k, pool in enumerate(plan.pools):
-        dev = models[k].device
-        if pool.phase == "prefill":
-            iv = np.array(prefill_busy.get(k, []), dtype=float).reshape(-1, 3)
-            starts, ends = iv[:, 0], iv[:, 1]
-            p = run.prompt[iv[:, 2].astype(np.int64)].astype(float)
-            seg_flops, seg_bytes = models[k].prefill_work(p, np.ones_like(p))
-            busy, flops, nbytes = prefill_work[k]
-            served = len(iv)
-        else:
-            mine = [r for r in replicas if r.pool == k]
-            starts = np.array([s for r in mine for s in r.starts])
-            ends = np.array([e for r in mine for e in r.ends])
-            seg_flops = np.array([f for r in mine for f in r.seg_flops])
-            seg_bytes = np.array([b for r in mine for b in r.seg_bytes])
-            busy = sum(r.busy for r in mine)
-            flops = sum(r.flops for r in mine)
-            nbytes = sum(r.bytes for r in mine)
-            served = sum(r.finished for r in mine)
-        seconds = span * pool.replicas
-        t0 = float(run.arrival[0])
-        over = _bins(starts - t0, ends - t0, width, count)
-        peak = dev.fp16_flops * width * pool.replicas
-        hbm = (dev.memory_bandwidth or math.inf) * width * pool.replicas
-        carried = served / span / (pool.replicas * pool.rate_per_replica)
-        pools.append(PoolFigures(
-            phase=pool.phase, device_class=pool.device_class, tp=pool.tp,
-            replicas=pool.replicas, busy=_share(busy / seconds),
-            compute=_share(flops / seconds / dev.fp16_flops),
-            capacity=_share(carried), over_plan=carried,
-            bandwidth=_share(nbytes / seconds / (dev.memory_bandwidth or math.inf)),
-            busy_over_time=[_share(v) for v in over / (width * pool.replicas)],
-            compute_over_time=[_share(v) for v in
-                               _spread(starts - t0, ends - t0, seg_flops, width, count) / peak],
-            bandwidth_over_time=[_share(v) for v in
-                                 _spread(starts - t0, ends - t0, seg_bytes, width, count)
-                                 / hbm]))
+    t0 = float(run.arrival[0])
+    pools = [_pool_figures(k, pool, run, replicas, prefill_busy, prefill_work, models,
+                           (t0, span, width, count))
+             for k, pool in enumerate(plan.pools)]
     return SimResult(
         plan=plan.label, trace=trace.name, requests=n, completed=int(ok.sum()),
         dropped=len(dropped), duration_s=span, offered_s=trace.duration, seed=seed,
@@ -495,6 +469,49 @@ def _result(plan: LLMPlan, trace: Trace, run: RequestTimes, replicas: list[_Repl
         pools=pools, bin_s=width, wall_s=wall,
         ttft_values=[float(v) for v in ttft[ok]] if keep else [],
         tpot_values=[float(v) for v in tpot[many]] if keep else [])
+
+
+def _pool_figures(k: int, pool: Pool, run: RequestTimes, replicas: list[_Replica],
+                  prefill_busy: dict[int, list[tuple[float, float, int]]],
+                  prefill_work: dict[int, list[float]], models: dict[int, PhaseModel],
+                  bins: tuple[float, float, float, int]) -> PoolFigures:
+    """One pool's utilization figures over the replay (each bounded by what exists)."""
+    t0, span, width, count = bins
+    dev = models[k].device
+    if pool.phase == "prefill":
+        iv = np.array(prefill_busy.get(k, []), dtype=float).reshape(-1, 3)
+        starts, ends = iv[:, 0], iv[:, 1]
+        p = run.prompt[iv[:, 2].astype(np.int64)].astype(float)
+        seg_flops, seg_bytes = models[k].prefill_work(p, np.ones_like(p))
+        busy, flops, nbytes = prefill_work[k]
+        served = len(iv)
+    else:
+        mine = [r for r in replicas if r.pool == k]
+        starts = np.array([s for r in mine for s in r.starts])
+        ends = np.array([e for r in mine for e in r.ends])
+        seg_flops = np.array([f for r in mine for f in r.seg_flops])
+        seg_bytes = np.array([b for r in mine for b in r.seg_bytes])
+        busy = sum(r.busy for r in mine)
+        flops = sum(r.flops for r in mine)
+        nbytes = sum(r.bytes for r in mine)
+        served = sum(r.finished for r in mine)
+    seconds = span * pool.replicas
+    over = _bins(starts - t0, ends - t0, width, count)
+    peak = dev.fp16_flops * width * pool.replicas
+    hbm = (dev.memory_bandwidth or math.inf) * width * pool.replicas
+    carried = served / span / (pool.replicas * pool.rate_per_replica)
+    return PoolFigures(
+        phase=pool.phase, device_class=pool.device_class, tp=pool.tp,
+        replicas=pool.replicas, busy=_share(busy / seconds),
+        compute=_share(flops / seconds / dev.fp16_flops),
+        capacity=_share(carried), over_plan=carried,
+        bandwidth=_share(nbytes / seconds / (dev.memory_bandwidth or math.inf)),
+        busy_over_time=[_share(v) for v in over / (width * pool.replicas)],
+        compute_over_time=[_share(v) for v in
+                           _spread(starts - t0, ends - t0, seg_flops, width, count) / peak],
+        bandwidth_over_time=[_share(v) for v in
+                             _spread(starts - t0, ends - t0, seg_bytes, width, count)
+                             / hbm])
 
 
 def compare(plan: LLMPlan, sim: SimResult) -> list[str]:
