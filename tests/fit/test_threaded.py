@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fitwork import Pipeline, unit
+from fitwork import Fleet, Pipeline, unit
 from fitwork.fit import ClassDemand, NodeType, UnitDemand, monolithic
+from fitwork.fit.inputs import waiting_seconds
 from fitwork.fit.monolithic import (
     FUSED,
     MOST_THREADS,
@@ -17,9 +19,11 @@ from fitwork.fit.monolithic import (
     fused_problem,
     threaded_rate,
 )
+from fitwork.fit.plan import fit
 from fitwork.fit.result import FitResult
 from fitwork.fit.solver import solve_problem
 from fitwork.placement import Group, Placement
+from fitwork.profiling.record import PipelineProfile, UnitProfile
 
 TWO_CORES = [NodeType(name="laptop", count=1, cores=2, memory=16 << 30)]
 EPS = 1e-6
@@ -118,3 +122,28 @@ def test_a_fused_placement_runs_the_fused_unit_with_the_threads_planned() -> Non
     assert Placement.from_json(placement.to_json()).groups[0].io == 8
     plain = Placement((Group(FUSED, 2),), "plan", fusion=(("first", "second"),))
     assert plain.applied_to(pipeline).units[0].io == 0
+
+
+def profile_of(queued: float, waiting: float) -> PipelineProfile:
+    """Two units of 4 ms CPU each; each item also sat ``queued`` in the run queue (a loaded
+    host) and waited ``waiting`` on I/O, per unit."""
+    def measured(name: str) -> UnitProfile:
+        return UnitProfile(name=name, kind="map", resources={"cpu": 1.0},
+                           device_class="cpu-x86", samples=32,
+                           wall_s=0.004 + queued + waiting, cpu_s=0.004, queued_s=queued,
+                           bytes_in=300.0, bytes_out=300.0, output_ratio=1.0,
+                           peak_rss=20 << 20, parallelism=1.0)
+
+    return PipelineProfile(fitwork_version="test", pipeline="loaded", host_class="cpu-x86",
+                           created_at=0.0, units=[measured("a"), measured("b")])
+
+
+def test_threads_overlap_io_waits_not_a_loaded_hosts_run_queue() -> None:
+    assert waiting_seconds(profile_of(0.020, 0.0)) == 0.0
+    assert waiting_seconds(profile_of(0.020, 0.010)) == pytest.approx(0.020)
+    fleet = Fleet.parse({"name": "two", "node_types": [
+        {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
+    queued = fit(profile_of(0.020, 0.0), fleet).monolithic.result.replicas
+    assert not any(p.threads for p in queued)  # a busy host's queue is no I/O to overlap
+    waits = fit(profile_of(0.0, 0.020), fleet).monolithic.result.replicas
+    assert all(p.threads for p in waits)

@@ -161,6 +161,19 @@ def core_ceiling(profile: PipelineProfile) -> float:
     return 1.0 if total <= 0 else max(0.05, 1.0 - weighted_queue / total)
 
 
+def waiting_seconds(profile: PipelineProfile) -> float:
+    """Seconds per source item the units wait on something other than a core, one item at a
+    time (a fused replica calls each stage on one item): each unit's wall time at batch 1
+    less its CPU time and its run-queue wait (a loaded host's, which threads cannot
+    overlap), weighted by its multiplicity.  What a threaded monolith's threads overlap."""
+    m, total = 1.0, 0.0
+    for u in profile.units:
+        at = _view(u, 1 if any(b.batch_size == 1 for b in u.batches) else u.batch_size)
+        total += m * max(0.0, at.wall_s - at.cpu_s - at.queued_s - (at.accel_s or 0.0))
+        m *= u.output_ratio
+    return total
+
+
 def _view(profile: UnitProfile, batch_size: int | None) -> BatchMeasurement:
     """The profile's per-item figures at ``batch_size`` (its own when not swept)."""
     for b in profile.batches:

@@ -70,15 +70,20 @@ Stage = tuple[str, ClassDemand, float]
 def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
                objective: Objective = "max_throughput", target: float | None = None,
                time_limit: float = 10.0, mip_gap: float = 0.01,
-               hop_seconds: float = 0.0, edge_seconds: float = 0.0) -> FitResult:
+               hop_seconds: float = 0.0, edge_seconds: float = 0.0,
+               waiting: float | None = None) -> FitResult:
     """The baseline plan: ``units`` fused into one unit named ``monolithic``, then fitted.
 
     ``hop_seconds`` is the engine's work per item per channel crossed: the fused unit pays it
     twice per source item (in and out, in core-seconds and in its replica's time), where a
     chain of n units pays it n + 1 times.  ``edge_seconds`` is what moving a source item in
-    and its outputs out costs beyond that (their bytes), per source item.
+    and its outputs out costs beyond that (their bytes), per source item.  ``waiting`` is
+    the seconds per source item the stages wait on something other than a core (I/O, a
+    sleep: what threads overlap), where the profile measured it apart from the run-queue
+    wait a loaded host adds (which threads do not overlap); ``None``: a stage's wall time
+    beyond its CPU time.
     """
-    problem = fused_problem(units, node_types, 2 * hop_seconds, edge_seconds)
+    problem = fused_problem(units, node_types, 2 * hop_seconds, edge_seconds, waiting)
     best = solve_problem(problem, objective=objective, target=target, time_limit=time_limit,
                          mip_gap=mip_gap)
     threaded = tuple(c for c in problem.candidates if c.concurrency > 1)
@@ -179,22 +184,25 @@ def threaded_option(hold: float, wait: float) -> tuple[int, float] | None:
 
 
 def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
-              edge: float = 0.0) -> tuple[ClassDemand, int] | None:
+              edge: float = 0.0, waiting: float | None = None
+              ) -> tuple[ClassDemand, int] | None:
     """The threaded monolith beside the fused replica ``demand`` (stages all on CPU), and its
     threads; ``None`` where its stages do not wait enough for threads to help.  Each stage
     holds the lock its CPU time at its own parallelism (at most its wall time); the engine's
-    work on an item (at the frames a replica of that many threads gets) holds it too."""
+    work on an item (at the frames a replica of that many threads gets) holds it too.  The
+    items wait ``waiting`` seconds each (at most the wall time beyond the lock's)."""
     work = sum(m / d.rate for _, d, m in stages)
     held = sum(m * min(1.0 / d.rate, d.core_seconds() / (d.parallelism or 1.0))
                for _, d, m in stages)
-    trial = threaded_option(held + edge, work - held)
+    wait = work - held if waiting is None else min(max(waiting, 0.0), work - held)
+    trial = threaded_option(held + edge, wait)
     if trial is None:
         return None
     threads = trial[0]
     frame = frame_items(work, threads)
     moved = (hop * (1.0 / frame + ITEM_SHARE) if hop else 0.0) + edge
     driver = DRIVER_SECONDS / frame if hop else 0.0
-    hold, wait = held + moved, work - held
+    hold = held + moved
     rate = threaded_rate(threads, hold, wait)
     if rate < (1 + THREAD_GAIN) * demand.rate:
         return None
@@ -205,13 +213,14 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
 
 
 def _options(stages: list[Stage], accel: str | None, hop: float, edge: float, *,
-             threaded: bool) -> list[tuple[ClassDemand, tuple[tuple[str, float], ...], int]]:
+             threaded: bool, waiting: float | None = None
+             ) -> list[tuple[ClassDemand, tuple[tuple[str, float], ...], int]]:
     """The fused replica's options (demand, busy seconds per item per class, threads): one
     item at a time, and where ``threaded`` (every stage on CPU) and its stages wait, the
     threaded monolith."""
     demand, busy = _fused(stages, accel, hop, edge)
     found = [(demand, busy, 1)]
-    more = _threaded(stages, demand, hop, edge) if threaded else None
+    more = _threaded(stages, demand, hop, edge, waiting) if threaded else None
     if more is not None:
         threads_demand, threads = more
         found.append((threads_demand, tuple((c, threads_demand.core_seconds() if
@@ -228,7 +237,8 @@ def _limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
 
 
 def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
-                  hop_seconds: float = 0.0, edge_seconds: float = 0.0) -> Problem:
+                  hop_seconds: float = 0.0, edge_seconds: float = 0.0,
+                  waiting: float | None = None) -> Problem:
     """The baseline as a one-unit `Problem`; raises `UnitFitsNowhere` if it fits no node."""
     check_inputs(units, node_types)
     fleet = tuple(n for n in node_types if n.count > 0)
@@ -246,7 +256,8 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
                 continue
             cls = accel if uses_accel and accel is not None else node.cpu_class
             assert cls is not None
-            found = _options(stages, accel, hop_seconds, edge_seconds, threaded=not uses_accel)
+            found = _options(stages, accel, hop_seconds, edge_seconds,
+                             threaded=not uses_accel, waiting=waiting)
             for option, (demand, busy, threads) in enumerate(found):
                 cand = candidate(0, n, node, cls, demand, UnitDemand(name=FUSED, classes={},
                                                                      concurrency=threads),

@@ -37,6 +37,7 @@ from fitwork.fit.inputs import (
     fleet_classes,
     sequential,
     solver_nodes,
+    waiting_seconds,
 )
 from fitwork.fit.monolithic import FUSED, monolithic
 from fitwork.fit.result import FitResult, Objective
@@ -337,21 +338,12 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         units, nodes, time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency)
     base = monolithic(sequential(stages, [*rates, *swept], profile), nodes, time_limit=time_limit,
                       mip_gap=mip_gap, hop_seconds=hop_seconds,
-                      edge_seconds=edge_seconds(profile) if hop_seconds else 0.0)
+                      edge_seconds=edge_seconds(profile) if hop_seconds else 0.0,
+                      waiting=waiting_seconds(profile))
     flops = {u.name: u.flops for u in profile.units}
-    fused_flops = sum(multiplicity[n] * f for n, f in flops.items() if f)
     most = max(best.bound, best.throughput, base.throughput)
-    estimates = {(r.unit, r.device_class): r for r in rates}
-    batched = {(r.unit, r.device_class, r.batch_size): r for r in [*rates, *swept]}
-    fitted_range = ranges.fitted_range(fitted, batched, multiplicity)
-    base_range = ranges.monolithic_range(base, estimates, multiplicity, fleet)
-    split = PlanSide(label="fitted", result=fitted,
-                     mfu=_mfu(fitted, {k: v for k, v in flops.items() if v}, precision, known),
-                     capacity_utilization=fitted.throughput / most, **fitted_range)
-    whole = PlanSide(label="monolithic", result=base,
-                     mfu=_mfu(base, {FUSED: fused_flops} if fused_flops else {}, precision,
-                              known),
-                     capacity_utilization=base.throughput / most, **base_range)
+    split, whole = _sides(fitted, base, most, flops, [*rates, *swept], multiplicity,
+                          fleet, (precision, known))
     # Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
     # layout unless the split one predicts more than the plan's own uncertainty above it
     # (`tie_rule`); the split one is then kept for the record.
@@ -375,6 +367,30 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         hop_seconds=hop_seconds, max_latency=max_latency, time_limit=time_limit,
         mip_gap=mip_gap, uncertainty=uncertainty, tie=tie,
     )
+
+
+def _sides(fitted: FitResult, base: FitResult, most: float, flops: dict[str, float | None],
+           rates: list[RateEstimate], multiplicity: dict[str, float], fleet: Fleet,
+           peaks: tuple[Precision, Catalog]) -> tuple[PlanSide, PlanSide]:
+    """The split and fused sides of a plan: each solved result with its MFU, its share of
+    ``most`` (the fleet's bound for this work) and its predicted range.  ``rates`` holds
+    every estimate, the units' own batch sizes' first."""
+    precision, known = peaks
+    fused_flops = sum(multiplicity[n] * f for n, f in flops.items() if f)
+    estimates: dict[tuple[str, str], RateEstimate] = {}
+    for r in rates:
+        estimates.setdefault((r.unit, r.device_class), r)
+    batched = {(r.unit, r.device_class, r.batch_size): r for r in rates}
+    split = PlanSide(label="fitted", result=fitted,
+                     mfu=_mfu(fitted, {k: v for k, v in flops.items() if v}, precision, known),
+                     capacity_utilization=fitted.throughput / most,
+                     **ranges.fitted_range(fitted, batched, multiplicity))
+    whole = PlanSide(label="monolithic", result=base,
+                     mfu=_mfu(base, {FUSED: fused_flops} if fused_flops else {}, precision,
+                              known),
+                     capacity_utilization=base.throughput / most,
+                     **ranges.monolithic_range(base, estimates, multiplicity, fleet))
+    return split, whole
 
 
 TIE_MARGIN = 0.10
