@@ -37,9 +37,12 @@ from fitwork.fit.coverage import Coverage, coverage_table
 def data_table(rows: Sequence[Coverage]) -> None:
     """Coverage per kind of transfer and per vendor, then pooled per kind and vendor."""
     print("cross-validated coverage of p10-p90 ranges (aim 70-90%)")
-    print(f"{'kind of transfer':<52}{'vendor':<8}{'n':>5}{'groups':>8}{'inside':>8}")
+    print(f"{'kind of transfer':<52}{'vendor':<8}{'n':>5}{'groups':>8}{'inside':>8}"
+          f"{'groups held':>13}{'P(all held)':>13}")
     for r in rows:
-        print(f"{r.kind:<52}{r.vendor:<8}{r.n:>5}{r.groups:>8}{r.share:>8.0%}")
+        held = "-" if r.groups_held is None else f"{r.groups_held}/{r.groups}"
+        print(f"{r.kind:<52}{r.vendor:<8}{r.n:>5}{r.groups:>8}{r.share:>8.0%}{held:>13}"
+              f"{0.8 ** r.groups:>13.2f}")
     pooled: dict[tuple[str, str], list[int]] = {}
     for r in rows:
         counts = pooled.setdefault((r.kind.split(" ")[0], r.vendor), [0, 0])
@@ -47,6 +50,8 @@ def data_table(rows: Sequence[Coverage]) -> None:
     print("pooled:")
     for (kind, vendor), (inside, n) in pooled.items():
         print(f"  {kind:<10}{vendor:<8} {inside}/{n} = {inside / n:.0%}")
+    print("groups held: held-out groups with half their rates or more inside; P(all held): the "
+          "chance a range that holds 80% of groups holds every one of them (0.8^groups)")
     print("sources: " + "; ".join(sorted({r.source for r in rows})))
 
 

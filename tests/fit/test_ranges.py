@@ -38,6 +38,18 @@ def test_p10_p90_ranges_hold_most_held_out_rates_per_kind() -> None:
             assert 0.60 <= inside / n <= 0.95, (kind, inside, n)
 
 
+def test_coverage_counts_the_held_out_groups_it_rests_on() -> None:
+    for row in coverage_table():
+        assert row.groups_held is not None and 0 <= row.groups_held <= row.groups, row.kind
+        if row.inside == row.n:
+            assert row.groups_held == row.groups, row.kind
+        if row.groups_held == 0:
+            assert row.share < 0.5, row.kind
+    # A line of ~70 rates from 4 model/TP groups is 4 draws, not 70.
+    lines = {row.kind: row for row in coverage_table()}
+    assert lines["flops compute-bound on H100-SXM"].groups == 4
+
+
 def test_a_vendor_never_calibrated_gets_a_wider_range_that_says_so() -> None:
     known = catalog()
     a100 = known.get("A100-80GB")
