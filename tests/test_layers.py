@@ -23,6 +23,7 @@ LAYERS = {
     "fitwork.fit": 6,
     "fitwork.engine": 7,
     "fitwork.runner": 8, "fitwork.report": 8, "fitwork.orchestrate": 8, "fitwork.journal": 8,
+    "fitwork.journaled": 8,
     "fitwork_demo": 9, "fitwork.llm": 9,
     "fitwork.cli": 10, "fitwork": 10,
 }
