@@ -110,7 +110,13 @@ def read_items(path: str | Path, csv_types: bool = False,
     dead-letters it as a failed item.  A file that cannot be opened at all, or a CSV
     header, still raises.
     """
-    tolerant = _check_bad_input(bad_input)
+    reader = _open_items(path, csv_types, _check_bad_input(bad_input))
+    reader.path = os.fspath(path)
+    return reader
+
+
+def _open_items(path: str | Path, csv_types: bool, tolerant: bool) -> InputReader:
+    """`read_items`'s reader of ``path``, the input checked now."""
     reading = Reading(tolerant)
     text = os.fspath(path)
     if is_url(text) or (is_glob(text) and not os.path.lexists(text)):

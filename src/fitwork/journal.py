@@ -73,10 +73,10 @@ def input_identity(path: Path) -> dict[str, Any]:
         return {"input": str(path), "input_entries": len(entries),
                 "input_hash": digest.hexdigest()}
     if path.is_dir():
-        entries = sorted(p for p in path.rglob("*") if p.is_file())
-        for entry in entries:
-            digest.update(f"{entry.relative_to(path)}\0{entry.stat().st_size}\n".encode())
-        return {"input": str(path.resolve()), "input_entries": len(entries),
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        for file in files:
+            digest.update(f"{file.relative_to(path)}\0{file.stat().st_size}\n".encode())
+        return {"input": str(path.resolve()), "input_entries": len(files),
                 "input_hash": digest.hexdigest()}
     size = path.stat().st_size
     with path.open("rb") as held:
@@ -458,21 +458,27 @@ class Journal:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class Checkpoints:
-    """Takes a run's checkpoints while its outputs are written: at the first span boundary
-    after every `CHECKPOINT_SECONDS`, and at the end."""
+Durable = Callable[[], tuple[int, int, "dict[str, list[tuple[int, int, int]]] | None"]]
+"""Makes an output durable and says what a checkpoint records of it: its position, how many
+outputs it holds, and (parts written by replicas) each changed part's committed ranges."""
 
-    def __init__(self, journal: Journal, result: Any, writer: Any,
+
+class Checkpoints:
+    """Takes a run's checkpoints while its outputs are written (a file's, or the parts its
+    replicas write): at the first span boundary after every `CHECKPOINT_SECONDS`, and at
+    the end."""
+
+    def __init__(self, journal: Journal, result: Any, durable: Durable,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.journal, self.result, self.writer, self.clock = journal, result, writer, clock
+        self.journal, self.result, self.durable, self.clock = journal, result, durable, clock
         self.due = clock() + CHECKPOINT_SECONDS
 
     def written(self, consumed: int) -> None:
-        """The run's ``consumed``-th output is written."""
+        """The run's first ``consumed`` outputs are in the output."""
         if self.clock() < self.due:
             return
         spans = self.result.settled_spans(consumed)
-        if spans is not None:
+        if spans:
             self.take(spans)
 
     def end(self, consumed: int) -> None:
@@ -483,7 +489,8 @@ class Checkpoints:
 
     def take(self, spans: Sequence[tuple[int, int]]) -> None:
         """Make the output durable, then journal ``spans`` done."""
-        self.journal.checkpoint(spans, self.writer.sync(), self.writer.count)
+        at, outputs, parts = self.durable()
+        self.journal.checkpoint(spans, at, outputs, parts)
         self.due = self.clock() + CHECKPOINT_SECONDS
 
 

@@ -67,6 +67,9 @@ class InputReader:
     directory's file names), and a journal then identifies the input whole.
     """
 
+    path: str | None = None
+    """The input as `read_items` was given it (what a journal identifies the input by)."""
+
     def __init__(self, items: Iterator[Any], reading: Reading, files: list[str] | None
                  ) -> None:
         self._items = items

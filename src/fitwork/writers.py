@@ -435,9 +435,11 @@ def open_writer(path: str | Path, resume_at: tuple[int, int] | None = None,
 class OutputDigest:
     """An order-independent digest of a run's outputs: equal digests, equal multisets.
 
-    Each output is written as canonical JSON (sorted keys; what JSON cannot hold by its
-    ``repr``) and hashed with BLAKE2b to 64 bits; the digest is the sum of the hashes modulo
-    2**64, so it does not depend on the order outputs arrived in.
+    Each output is written as canonical JSON (sorted keys; what JSON cannot hold as a JSON
+    Lines output writes it, `json_default`, else by its ``repr``) and hashed with BLAKE2b to
+    64 bits; the digest is the sum of the hashes modulo 2**64, so it does not depend on the
+    order outputs arrived in.  Outputs read back from a JSON Lines file or part therefore
+    digest as the values that were written.
     """
 
     def __init__(self) -> None:
@@ -446,7 +448,7 @@ class OutputDigest:
 
     def add(self, value: Any) -> None:
         """Count one output."""
-        text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
+        text = json.dumps(value, sort_keys=True, default=_digested, separators=(",", ":"))
         self.total = (self.total + int.from_bytes(
             hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")) % (1 << 64)
         self.count += 1
@@ -454,3 +456,11 @@ class OutputDigest:
     def hexdigest(self) -> str:
         """``<count>:<16 hex digits>``."""
         return f"{self.count}:{self.total:016x}"
+
+
+def _digested(value: Any) -> Any:
+    """What a digest hashes for a value JSON cannot hold: as written, else its ``repr``."""
+    try:
+        return json_default(value)
+    except TypeError:
+        return repr(value)

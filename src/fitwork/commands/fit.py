@@ -1,0 +1,173 @@
+"""`fitwork profile` and `fitwork plan`, and the lines that say why a plan changed a batch
+size (also printed by `fitwork run --plan`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from fitwork.cli_options import UnitSettings, conflicting_paths, csv_strings_option
+from fitwork.commands.common import fail
+from fitwork.decomposition.cli import AUTO, decompose_option, load_pipeline_for, resolve_reference
+from fitwork.errors import FitworkError
+
+
+@click.command()
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
+@click.option("--input", "input_path", required=True, type=click.Path(path_type=Path),
+              help="Sample items, in any format `run` reads.")
+@click.option("--samples", default=32, show_default=True, type=click.IntRange(min=1),
+              help="How many items to measure each unit on.")
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              default=Path("profile.json"), show_default=True, help="Where the profile goes.")
+@click.option("--device-class", "device_classes", multiple=True, metavar="CLASS",
+              help="Record the profile as measured on this catalog class instead of the one "
+                   "discovered: a CPU class (cpu-x86, cpu-arm) for the host's cores, any other "
+                   "class for the GPU that units with a GPU share run on. Repeat for both.")
+@decompose_option
+@csv_strings_option
+def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_path: Path,
+            device_classes: tuple[str, ...], decompose: str | None,
+            csv_strings: bool = False) -> None:
+    """Measure each unit alone on sample items and save a profile."""
+    from fitwork.io import read_items
+    from fitwork.profiling import profile_pipeline
+    from fitwork.profiling.classes import split_classes
+    from fitwork.report.terminal import profile_table, stdout_console
+
+    console = stdout_console()
+    clash = conflicting_paths({"--output": output_path}, {"--input": input_path})
+    if clash:
+        fail(clash, code=2)
+    try:
+        host_class, accelerator_class = split_classes(device_classes)
+        pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
+        with Console(stderr=True).status("profiling") as status:
+            result = profile_pipeline(
+                pipeline, read_items(input_path, csv_types=not csv_strings), samples=samples,
+                host_class=host_class,
+                accelerator_class=accelerator_class,
+                progress=lambda name: status.update(f"profiling unit [bold]{name}[/bold]"))
+    except FitworkError as exc:
+        fail(exc)
+    result.save(output_path)
+    console.print(profile_table(result))
+    console.print(f"measured on: {result.classes_from}", markup=False)
+    console.print(f"wrote profile to {output_path}", markup=False)
+
+
+@click.command()
+@click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
+@click.option("--profile", "profile_path", required=True, type=click.Path(path_type=Path),
+              help="A profile from `fitwork profile` of this pipeline.")
+@click.option("--fleet", "fleet_ref", default="local", show_default=True,
+              help="A fleet YAML file, or 'local' for this host as discovered.")
+@click.option("--objective", type=click.Choice(["max_throughput", "min_cost"]),
+              default="max_throughput", show_default=True)
+@click.option("--target", type=float, help="Items/s to reach at least cost (min_cost).")
+@click.option("--time-limit", type=float, default=10.0, show_default=True,
+              help="Seconds the solver may take.")
+@click.option("--max-latency", type=float, default=None,
+              help="Seconds one call (a whole batch) of any unit may take: batch sizes "
+                   "slower than this are not planned.")
+@click.option("--no-fuse", is_flag=True, help="Keep the units split even where running them "
+              "fused would sustain more.")
+@click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
+              default=Path("plan.json"), show_default=True)
+@decompose_option
+def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective: str,
+         target: float | None, time_limit: float, max_latency: float | None, no_fuse: bool,
+         output_path: Path, decompose: str | None) -> None:
+    """Fit the pipeline's units to a fleet; print it beside the monolithic baseline."""
+    from fitwork.fit.plan import fit
+    from fitwork.hardware.discover import discover_local
+    from fitwork.hardware.fleet import Fleet
+    from fitwork.profiling import PipelineProfile
+    from fitwork.report.terminal import plan_table, stdout_console
+
+    console = stdout_console()
+    clash = conflicting_paths({"--output": output_path}, {
+        "--profile": profile_path,
+        "--fleet file": Path(fleet_ref) if fleet_ref != "local" else None,
+        "--decompose file": Path(decompose) if decompose not in (None, AUTO) else None})
+    if clash:
+        fail(clash, code=2)
+    try:
+        pipeline = load_pipeline_for(*resolve_reference(pipeline_ref, decompose))
+        profiled = PipelineProfile.load(profile_path)
+        profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
+        fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
+        result = fit(profiled, fleet_, objective=objective,  # type: ignore[arg-type]
+                     target=target, time_limit=time_limit, max_latency=max_latency,
+                     fuse=not no_fuse)
+    except FitworkError as exc:
+        fail(exc)
+    result.save(output_path)
+    console.print(plan_table(result))
+    for line in batch_changes(result, pipeline):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote plan to {output_path}", markup=False)
+
+
+def batch_changes(plan: Any, pipeline: Any, side: str = "fitted",
+                  settings: UnitSettings | None = None) -> list[str]:
+    """A line for each unit whose planned batch size differs from its declared one, with why
+    the fit chose it (from the rates it had at both sizes)."""
+    chosen = plan.fitted if side == "fitted" else plan.monolithic
+    if plan.fused or side != "fitted":
+        return []
+    rates = [*plan.rates, *plan.batch_rates]
+    lines = []
+    for p in chosen.result.replicas:
+        if not p.replicas or not p.batch_size:
+            continue
+        try:
+            declared = pipeline.unit_named(p.unit).batch_size
+        except FitworkError:
+            continue
+        if settings is not None and p.unit in settings.batch:
+            continue  # the flag set it; nothing of the plan's to explain
+        if not declared or declared == p.batch_size:
+            continue
+        at = {r.batch_size: r for r in rates if r.unit == p.unit
+              and r.device_class == p.device_class and r.rate > 0}
+        swept = {r.batch_size for r in plan.batch_rates if r.unit == p.unit
+                 and r.device_class == p.device_class}
+        lines.append(f"plan: unit {p.unit!r} runs batch_size={p.batch_size}, not the declared "
+                     f"{declared}: {_why_batch(at, swept, p.batch_size, declared, plan)} "
+                     f"(--batch {p.unit}={declared} keeps the declared size)")
+    return lines
+
+
+def _why_batch(at: dict[int | None, Any], swept: set[int | None], planned: int,
+               declared: int, plan: Any) -> str:
+    """Why the fit ran ``planned`` where the unit declared ``declared``."""
+    mine, theirs = at.get(planned), at.get(declared)
+    if swept and declared not in swept:
+        sizes = sorted(size for size in swept if size)
+        largest = sizes[-1] if sizes else None
+        carried = (f"its rate at {declared} is the one at {largest} carried over, so the fit "
+                   "weighed them alike and took the smaller batch (less latency per call)"
+                   if theirs is not None and mine is not None and planned == largest
+                   else f"{declared} was not measured")
+        return (f"the profile measured batch sizes {', '.join(map(str, sizes))} only (a "
+                f"batch holds at most the sample items): {carried}; profile with --samples "
+                f"{declared} or more to measure it")
+    if theirs is None:
+        return f"the profile has no rate at {declared}"
+    limit = plan.max_latency
+    if limit is not None and theirs.batch_latency_s is not None \
+            and theirs.batch_latency_s > limit:
+        return (f"a batch of {declared} takes {theirs.batch_latency_s:.3f} s, over "
+                f"--max-latency {limit:g} s")
+    if mine is None:
+        return "the fit chose it"
+    if mine.rate >= theirs.rate:
+        return (f"one replica does {mine.rate:,.1f} items/s at {planned} against "
+                f"{theirs.rate:,.1f} at {declared} ({mine.method})")
+    return (f"one replica does {theirs.rate:,.1f} items/s at {declared} against "
+            f"{mine.rate:,.1f} at {planned}, but the plan reaches the same throughput with the "
+            "smaller batch (less latency and memory per call)")

@@ -1,0 +1,136 @@
+"""What `fitwork run` checks and says around a run: paths it writes that it reads, what an
+existing output and an unfinished journal mean for this run, and the summary at the end."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from fitwork.cli_options import conflicting_paths, holds_outputs
+from fitwork.commands.common import fail
+from fitwork.decomposition.cli import AUTO
+
+
+def refuse_overwriting_inputs(reference: str, input_path: Path, plan_path: Path | None,
+                               decompose: str | None, output: Path, record: Path | None,
+                               dead_letter: Path, journal: Path | None) -> None:
+    """One line and exit 2 when a path the run writes is one it reads."""
+    target = reference.rpartition(":")[0]
+    reads = {"--input": input_path, "--plan": plan_path,
+             "--decompose file": Path(decompose) if decompose not in (None, AUTO) else None,
+             "pipeline file": Path(target) if target.endswith(".py") else None}
+    writes = {"--output": output, "--record": record, "--dead-letter": dead_letter,
+              "--journal": journal}
+    clash = conflicting_paths(writes, reads)
+    if clash:
+        fail(clash, code=2)
+
+
+def prepare_output(output: Path, directory: bool, mode: str | None, resume: bool,
+                    journal: Path | None, errors: Console) -> int | None:
+    """Check ``--mode`` against what the output holds; the byte size an append writes after.
+
+    A journal left by a run that did no item is removed (with a note): it would only block
+    this run.  ``--mode overwrite`` also drops an unfinished run's journal: it starts over.
+    """
+    from fitwork.journal import JOURNAL_FILE
+
+    if resume:
+        if mode is not None:
+            fail(f"--resume continues the interrupted run into {output}; drop --mode {mode}",
+                  code=2)
+        return None
+    chosen = mode or "error"
+    if chosen == "append" and (directory or output.suffix.lower() == ".parquet"):
+        fail(f"--mode append adds lines to a JSON Lines file; {output} is "
+              f"{'a directory' if directory else 'Parquet'}: write to a new path instead",
+              code=2)
+    unfinished = journal is not None and (journal / JOURNAL_FILE).exists()
+    if unfinished and journal is not None:
+        if did_nothing(journal, output, directory):
+            shutil.rmtree(journal, ignore_errors=True)
+            errors.print(f"note: removed journal {journal}: the run that left it did no item",
+                         markup=False, highlight=False, soft_wrap=True)
+            unfinished = False
+        elif chosen == "overwrite":
+            shutil.rmtree(journal, ignore_errors=True)
+            errors.print(f"note: removed journal {journal} of an unfinished run: --mode "
+                         "overwrite starts over", markup=False, highlight=False, soft_wrap=True)
+            unfinished = False
+    if not holds_outputs(output, directory):
+        return None
+    if chosen == "error":
+        resume_hint = "--resume to continue the interrupted run, " if unfinished else ""
+        fail(f"output {output} already holds outputs; pass {resume_hint}--mode overwrite to "
+              "replace them, or --mode append to add to them (JSON Lines)")
+    return output.stat().st_size if chosen == "append" else None
+
+
+def did_nothing(journal: Path, output: Path, directory: bool) -> bool:
+    """Whether the journal's run recorded no item done and left no output past its start."""
+    from fitwork.journal import JournalError, load
+
+    try:
+        state = load(journal)
+    except JournalError:
+        return not holds_outputs(output, directory)  # empty or torn: nothing to resume
+    if state.checkpoints or state.done.count:
+        return False
+    start = int(state.header.get("appended_at", 0))
+    return not holds_outputs(output, directory) or (
+        output.is_file() and output.stat().st_size == start)
+
+
+def say_decomposed(errors: Console, pipeline: Any, input_text: str) -> None:
+    """One line on stderr: how ``--decompose`` split the function on the input's items."""
+    made = getattr(pipeline, "decomposition", None)
+    if made is None:
+        return
+    units = " -> ".join(f"{u.name} ({u.kind or 'cpu'})" for u in made.units)
+    errors.print(f"decomposed {made.function} on {made.samples} items of {input_text}: "
+                 f"{units}", markup=False, highlight=False, soft_wrap=True)
+
+
+def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | None,
+               max_failures: int | None, wrote: str) -> None:
+    """The end of a run on stdout: the summary, the plan's prediction against what the run
+    did, where things went, and the failures (exit 1 unless they were allowed)."""
+    from fitwork.report.terminal import stdout_console, summary
+
+    console = stdout_console()
+    console.print(summary(record))
+    if planned is not None:
+        side = planned.monolithic if monolithic else planned.fitted
+        predicted, priced = side.throughput, ""
+        if record.engine == "ray":  # Ray's start-up and calls (fitwork.engine.ray.costs)
+            from fitwork.engine.ray.costs import for_record
+
+            predicted, priced = for_record(predicted, record)
+        console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side"
+                      f"{priced}; "
+                      f"realized {record.throughput:,.1f} "
+                      f"({record.throughput / predicted:.2f}x)", markup=False)
+    console.print(wrote + (f", run record to {record_path}" if record_path else ""),
+                  markup=False, soft_wrap=True)
+    if record.output_digest:
+        console.print(f"output digest {record.output_digest} (the same outputs, in any "
+                      "order, give the same digest)", markup=False, soft_wrap=True)
+    if record.failures:
+        console.print(f"{record.failures} failed items in {record.dead_letter} (this run: "
+                      f"{record.run_id})", markup=False, soft_wrap=True)
+    if record.failures and max_failures is None:
+        fail(f"{record.failures} items failed; dead letters in {record.dead_letter}; pass "
+              "--max-failures N to accept up to N failed items")
+
+
+def journal_dir(given: Path | None, off: bool, resume: bool, output: Path) -> Path | None:
+    """Where the run's journal goes: as given, or beside the output by default."""
+    if off:
+        if given is not None or resume:
+            raise click.UsageError("--no-journal cannot go with --journal or --resume")
+        return None
+    return given if given is not None else output.with_name(output.name + ".journal")
