@@ -268,7 +268,15 @@ def _infer_kind(fn: Callable[..., Any]) -> Kind:
 
 
 @overload
-def unit(fn: Callable[..., Any], /) -> Unit: ...
+def unit(
+    fn: Callable[..., Any], /, *, name: str | None = ..., kind: Kind | str | None = ...,
+    cpu: float | None = ..., gpu: float = ..., io: int = ..., memory: int | str | None = ...,
+    batch_size: int | None = ..., batch_wait: float = ..., batch_format: str | None = ...,
+    replicas: int = ...,
+    flops: PerItem = ..., retry: int | Retry | None = ..., timeout: float | None = ...,
+    reserve: bool = ..., max_concurrency: int | None = ..., rate_limit: float | None = ...,
+    device_bytes: PerItem = ..., device_memory: int | str | None = ...,
+) -> Unit: ...
 @overload
 def unit(
     fn: None = None, /, *, name: str | None = ..., kind: Kind | str | None = ...,
