@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 ACCURACY_THRESHOLD = 0.8
 """Share of known lines each run must recognise exactly."""
@@ -22,7 +23,7 @@ DEFAULT_HAND: tuple[tuple[int, int, int | None], ...] = (
 declared one); fetch and store get one replica each."""
 DEFAULT_CAP_S = 20.0
 DEFAULT_SAMPLES = 8
-PRECISION = "fp32"
+PRECISION: Final = "fp32"
 """The models run in FP32 (ONNX FP32 weights), so MFU is against FP32 peaks."""
 AIM_MONOLITH = 1.25
 """Fitted items/s over the best monolithic layout's that the demo aims for."""

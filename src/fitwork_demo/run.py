@@ -31,6 +31,7 @@ run progress.  Files written to the output folder are listed in
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import statistics
@@ -483,7 +484,7 @@ def sweep_latency(latency_ms: float, documents: list[Document], config: DemoConf
                 listener.run_started(label, len(items))
                 trial = run_trial(contender.layout, items, store, latency_ms, repeat,
                                   cap_s=config.cap_s,
-                                  progress=lambda s, n=label: listener.run_progress(n, s))
+                                  progress=functools.partial(listener.run_progress, label))
                 listener.run_finished(label, f"{trial.rate:.2f} items/s, "
                                              f"{trial.record.items_completed} pages, "
                                              f"{trial.peak_rss / 2**20:,.0f} MiB RSS")
