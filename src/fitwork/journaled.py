@@ -220,9 +220,9 @@ class Run(RunResult):
         if isinstance(self.source, Source):
             shards = list(state.done.remaining(self.source.shards))
             source = replace(self.source, shards=shards, count=len(shards))
-            assert sink is not None
-            sink = replace(sink, kept=tuple((name, tuple(ranges))
-                                            for name, ranges in state.parts.items()))
+            if sink is not None:
+                sink = replace(sink, kept=tuple((name, tuple(ranges))
+                                                for name, ranges in state.parts.items()))
         else:
             source = state.done.remaining(source)
         at = state.output_at if state.checkpoints else int(state.header.get("appended_at", 0))
@@ -367,11 +367,10 @@ def _check(run: Run) -> None:
         if run.limit is not None:
             raise UnitDefinitionError(f"limit= with output {run.path}: a quick look reads "
                                       "through the driver; write to a file (out.jsonl)")
-    elif isinstance(run.source, Source):
-        raise UnitDefinitionError("a fitwork.Source has its replicas read the rows: write "
-                                  "its outputs to a directory (output='out/' or a Sink)")
     run.launch.refuse_order(run.sink)
-    if run.directory is not None and not isinstance(run.source, InputReader | Source):
+    named = isinstance(run.source, Source) or (
+        isinstance(run.source, InputReader) and run.source.path is not None)
+    if run.directory is not None and not named:
         raise UnitDefinitionError(
             "journal= needs an input it can identify on resume: a path, what "
             "fitwork.io.read_items returns, or a fitwork.Source")
