@@ -380,6 +380,7 @@ class _Dropped:
     batch_size: int
     wall_s: float
     cpu_s: float
+    queued_s: float = 0.0
 
 
 def _time_dropping(call: Callable[[list[Any]], tuple[list[Any], int]], inputs: list[Any],
@@ -392,30 +393,37 @@ def _time_dropping(call: Callable[[list[Any]], tuple[list[Any], int]], inputs: l
     pages it freed or gives them back and faults them in again, as this pass's does when it
     runs first, before any output is kept.  A unit making a 1.2 MB array measured 2.0 ms of
     CPU per item keeping its outputs and 1.4 ms dropping them; one normalising such an array
-    0.87 and 1.16 ms; a run spent about the latter in each.
+    0.87 and 1.16 ms; a run spent about the latter in each.  Its run-queue wait is timed
+    too, so wall, CPU and queued seconds come from the same calls.
     """
-    wall = cpu = 0.0
+    wall = cpu = queued = 0.0
     measured = 0
     for i in range(0, len(inputs), size):
         batch = inputs[i:i + size]
-        wall0, cpu0 = time.perf_counter(), time.process_time()
+        wall0, cpu0, queue0 = time.perf_counter(), time.process_time(), run_queue_seconds()
         results, failed = call(batch)
         del results
         wall += time.perf_counter() - wall0
         cpu += time.process_time() - cpu0
+        queued += run_queue_seconds() - queue0
         measured += len(batch) - failed
-    return _Dropped(size, wall / measured, cpu / measured) if measured else None
+    return _Dropped(size, wall / measured, cpu / measured,
+                    queued / measured) if measured else None
 
 
 def _as_dropped(chosen: BatchMeasurement, before: BatchMeasurement,
                 dropped: _Dropped | None) -> BatchMeasurement:
-    """``chosen`` (``before`` the pools' spinning was taken out of it) with the wall and CPU
-    seconds the pass dropping outputs measured, less the same share of spinning."""
+    """``chosen`` (``before`` the pools' spinning was taken out of it) with the wall, CPU and
+    run-queue seconds the pass dropping outputs measured, less the same share of spinning.
+    (The run-queue wait was once kept from the other pass: a profile taken as the host's
+    load changed said big_array sat 15.0 ms queued in a 13.8 ms call, and the plan's core
+    ceiling fell to 0.10.)"""
     if dropped is None or dropped.batch_size != chosen.batch_size:
         return chosen
     worked = chosen.cpu_s / before.cpu_s if before.cpu_s else 1.0
     return chosen.model_copy(update={"wall_s": dropped.wall_s,
-                                     "cpu_s": dropped.cpu_s * worked})
+                                     "cpu_s": dropped.cpu_s * worked,
+                                     "queued_s": dropped.queued_s})
 
 
 def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
