@@ -28,11 +28,12 @@ Threads overlap waiting, not CPU: a process's threads share one interpreter lock
 time each item holds it (its stages' CPU at their own parallelism, and the engine's work)
 is served one item at a time, and the rest of its wall time overlaps.  One replica's rate
 at N threads is the exact mean-value analysis of that closed queue (`threaded_rate`): N
-items, each waiting ``Z`` and then holding the lock ``G``; it reaches neither N / (G + Z)
-nor 1 / G, so a threaded replica keeps at most one core of GIL-bound work busy and more
-replicas are what use more cores.  The MILP picks one option (unthreaded or threaded) for
-the candidate's replicas, so a fused plan is never worse than the threaded monolith the
-fit could itself have chosen.
+items, each waiting ``Z`` (what the profile measured as waiting, not a loaded host's run
+queue) and then holding the lock ``G``; it reaches neither N / (G + Z) nor `GIL_SHARE` / G,
+so a threaded replica keeps under one core of GIL-bound work busy and more replicas are
+what use more cores.  The MILP picks one option (unthreaded or threaded) for the
+candidate's replicas, and `monolithic` prefers the threaded one by a stated rule, so a fused
+plan is never worse than the threaded monolith the fit could itself have chosen.
 """
 
 from __future__ import annotations
