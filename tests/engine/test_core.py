@@ -35,7 +35,7 @@ from fitwork.engine.core import (
     Taken,
     Tick,
 )
-from fitwork.engine.segment import settle, split
+from fitwork.engine.segment import Segment, settle, split
 from fitwork.engine.shell import stages_of
 from fitwork.placement import Placement
 from fitwork.shards import Slice
@@ -88,7 +88,7 @@ def test_the_happy_path_keeps_books_per_frame() -> None:
     assert list(offsets) == [0, 1, 2] and paths is None and exps is None and values == [1, 2, 3]
     core.handle(Taken(worker, frame, [(frame, offsets)], 0.2))
     core.handle(Done(worker, [frame], (), (), 0.3))
-    out = core.handle(Arrived([(frame, 0, offsets, None, None, [2, 3, 4])], 0.4))
+    out = core.handle(Arrived([Segment(frame, 0, offsets, None, None, [2, 3, 4])], 0.4))
     assert [e.values for e in of(out, Emit)] == [[2, 3, 4]]
     assert core.handle(Fed([], 0.5, end=True)) == [Finished()]
     assert core.completed == 3 and core.frames == {}
@@ -105,10 +105,10 @@ def test_a_retried_item_delivers_once_though_both_attempts_arrive() -> None:
     retries, spawns = of(out, Send), of(out, Spawn)  # two items: one by one
     assert [r.segment[5] for r in retries] == [[5], [6]] and all(r.retry for r in retries)
     assert len(spawns) == 1
-    late = core.handle(Arrived([(frame, 0, [0, 1], None, None, [6, 7])], 0.3))
+    late = core.handle(Arrived([Segment(frame, 0, [0, 1], None, None, [6, 7])], 0.3))
     assert [e.values for e in of(late, Emit)] == [[6], [7]]  # first delivery counts
     for retry in retries:
-        again = core.handle(Arrived([(retry.frame, retry.segment[1], [0], None, None,
+        again = core.handle(Arrived([Segment(retry.frame, retry.segment[1], [0], None, None,
                                       [retry.segment[5][0] + 1])], 0.4))
         assert of(again, Emit) == []  # the same (item, path): not delivered twice
     assert core.completed == 2 and not core.frames and core.retries == 2
@@ -133,7 +133,7 @@ def test_a_retry_group_whose_worker_dies_narrows_down_to_the_killer_alone() -> N
             pending += of(out, Send)
             letters += of(out, DeadLetter)
         else:
-            out = core.handle(Arrived([(send.frame, send.segment[1], send.segment[2], None,
+            out = core.handle(Arrived([Segment(send.frame, send.segment[1], send.segment[2], None,
                                         None, values)], now))
             emitted += [v for e in of(out, Emit) for v in e.values]
             core.handle(Done(worker, [send.frame], (), (), now))
@@ -167,9 +167,9 @@ def test_ordered_release_waits_for_the_oldest_frame() -> None:
     core, _ = one_stage(Policy(ordered=True))
     first = of(core.handle(Fed([1], 0.0)), Send)[0]
     second = of(core.handle(Fed([2], 0.0)), Send)[0]
-    out = core.handle(Arrived([(second.frame, 0, range(1), None, None, ["b"])], 0.1))
+    out = core.handle(Arrived([Segment(second.frame, 0, range(1), None, None, ["b"])], 0.1))
     assert of(out, Emit) == []
-    out = core.handle(Arrived([(first.frame, 0, range(1), None, None, ["a"])], 0.2))
+    out = core.handle(Arrived([Segment(first.frame, 0, range(1), None, None, ["a"])], 0.2))
     assert [e.values for e in of(out, Emit)] == [["a"], ["b"]]
 
 

@@ -21,6 +21,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'fitw
 
 from fitwork.engine.ray.routing import Router, key  # noqa: E402
 from fitwork.engine.ray.transport import Rows, crosses, frame_bytes, pack  # noqa: E402
+from fitwork.engine.segment import Segment  # noqa: E402
 
 
 @unit
@@ -51,8 +52,8 @@ class Member:
         return os.getpid()
 
 
-def segment(values: list[Any]) -> tuple[Any, ...]:
-    return (1, 0, range(len(values)), None, None, values)
+def segment(values: list[Any]) -> Segment:
+    return Segment(1, 0, range(len(values)), None, None, values)
 
 
 def test_same_shape_arrays_cross_as_one_array_and_arrive_as_rows() -> None:

@@ -1,6 +1,6 @@
 """Segments: how items travel between replicas, and how a unit's results become segments.
 
-A segment is a tuple ``(frame, attempt, offsets, paths, exps, values)``: the items of
+A `Segment` is a named tuple ``(frame, attempt, offsets, paths, exps, values)``: the items of
 one feed frame that travel together.  ``offsets`` locates each item's source item in its
 feed frame (a ``range`` for a fresh run of items), ``paths`` names a flat-map child
 (``None``: every path is ``()``), and ``exps`` gives each item's weight as ``2**-exp``
@@ -13,7 +13,7 @@ what the run core sends a reader in place of a shard whose worker died) are numb
 outputs of one row, when it runs a filter or flat-map first unit) split that row's weight
 as a flat-map's children do, one level down.  The run's books know a source
 item is finished when the weights that reached the sink or were returned add up to 1,
-whatever order reports arrive in.  A return is ``(frame, offsets, exps)``.
+whatever order reports arrive in.  A `Return` is ``(frame, offsets, exps)``.
 
 The common case costs no per-item work here: a map over a fresh segment keeps its
 metadata and swaps its values.
@@ -23,22 +23,73 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from fitwork.failure import Failure
 from fitwork.shards import Children, Slice
 from fitwork.workload.kernel import ChildFailed, Failed, Kernel
 from fitwork.workload.unit import Kind
 
-Segment = tuple[int, int, Sequence[int], list[tuple[int, ...]] | None, list[int] | None,
-                list[Any]]
-Return = tuple[int, Sequence[int], list[int] | None]
+
+class Segment(NamedTuple):
+    """Items of one feed frame that travel together (see above)."""
+
+    frame: int
+    attempt: int
+    offsets: Sequence[int]
+    paths: list[tuple[int, ...]] | None
+    exps: list[int] | None
+    values: list[Any]
+
+    def with_values(self, values: list[Any]) -> Segment:
+        """The same items' books with other values (as many)."""
+        return Segment(self.frame, self.attempt, self.offsets, self.paths, self.exps, values)
+
+    def head(self, size: int) -> tuple[Segment, Segment]:
+        """The first ``size`` items, and the rest (empty values when none)."""
+        frame, attempt, offsets, paths, exps, values = self
+        if len(values) <= size:
+            return self, Segment(frame, attempt, range(0), None, None, [])
+        return (Segment(frame, attempt, offsets[:size], paths[:size] if paths else None,
+                        exps[:size] if exps else None, values[:size]),
+                Segment(frame, attempt, offsets[size:], paths[size:] if paths else None,
+                        exps[size:] if exps else None, values[size:]))
+
+    def keep(self, kept: list[int]) -> Segment:
+        """Only the items at these indexes."""
+        frame, attempt, offsets, paths, exps, values = self
+        return Segment(frame, attempt, [offsets[j] for j in kept],
+                       [paths[j] for j in kept] if paths else None,
+                       [exps[j] for j in kept] if exps else None, [values[j] for j in kept])
+
+
+class Return(NamedTuple):
+    """Weight handed back: items of feed frame ``frame`` at these offsets, of these weights."""
+
+    frame: int
+    offsets: Sequence[int]
+    exps: list[int] | None
 Weight = int | Fraction
+
+
+Row = tuple[Any, ...]
+"""A segment as a plain tuple: how segments cross the local engine's pipes (a named tuple's
+pickle names its class, about 40 bytes more a frame)."""
+
+
+def rows(segments: Sequence[Segment]) -> list[Row]:
+    """Segments as plain tuples, to cross a pipe."""
+    return [tuple(s) for s in segments]
+
+
+def typed(crossed: Sequence[Row]) -> list[Segment]:
+    """Segments again, from the plain tuples that crossed a pipe."""
+    return [Segment._make(s) for s in crossed]
 
 
 def fresh(frame: int, values: list[Any], attempt: int = 0) -> Segment:
     """A segment of new source items, the whole of feed frame ``frame``."""
-    return (frame, attempt, range(len(values)), None, None, values)
+    return Segment(frame, attempt, range(len(values)), None, None, values)
 
 
 def weight_of(exps: list[int] | None, count: int) -> Weight:
@@ -56,8 +107,8 @@ def split(segment: Segment, limit: int) -> list[Segment]:
     frame, attempt, offsets, paths, exps, values = segment
     if len(values) <= limit:
         return [segment]
-    return [(frame, attempt, offsets[i:i + limit], paths[i:i + limit] if paths else None,
-             exps[i:i + limit] if exps else None, values[i:i + limit])
+    return [Segment(frame, attempt, offsets[i:i + limit], paths[i:i + limit] if paths else None,
+                    exps[i:i + limit] if exps else None, values[i:i + limit])
             for i in range(0, len(values), limit)]
 
 
@@ -67,7 +118,7 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
     frame, attempt, offsets, paths, exps, values = segment
     kind = kernel.kind
     if kind is Kind.MAP and not failed:
-        return (frame, attempt, offsets, paths, exps, results), None, []
+        return Segment(frame, attempt, offsets, paths, exps, results), None, []
     out_offsets: list[int] = []
     out_paths: list[tuple[int, ...]] = []
     out_exps: list[int] = []
@@ -116,10 +167,10 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
         back_exps.append(exp)
     out = None
     if out_values:
-        out = (frame, attempt, out_offsets,
-               out_paths if any(out_paths) else None,
-               out_exps if any(out_exps) else None, out_values)
-    back = (frame, back_offsets, back_exps if any(back_exps) else None) if back_offsets else None
+        out = Segment(frame, attempt, out_offsets, out_paths if any(out_paths) else None,
+                      out_exps if any(out_exps) else None, out_values)
+    back = Return(frame, back_offsets, back_exps if any(back_exps) else None) \
+        if back_offsets else None
     return out, back, failures
 
 

@@ -212,9 +212,10 @@ class SimRun(Shell):
                 return
             frame_id, segments = queue.popleft()
             worker.busy, worker.frame = True, (frame_id, segments)
-            count = sum(len(s[5]) for s in segments)
+            count = sum(len(s.values) for s in segments)
             worker.items_in += count
-            self.handle(Taken(worker.id, frame_id, [(s[0], s[2]) for s in segments], self.now))
+            self.handle(Taken(worker.id, frame_id, [(s.frame, s.offsets) for s in segments],
+                              self.now))
             took = count * self._seconds(worker)
             worker.intervals.append((self.now, self.now + took))
             worker.busy_s += took
@@ -243,7 +244,7 @@ class SimRun(Shell):
             if back is not None:
                 returns.append(back)
             failures.extend(failed_items)
-        worker.items_out += sum(len(s[5]) for s in outputs)
+        worker.items_out += sum(len(s.values) for s in outputs)
         last = worker.stage == len(self.queues) - 1
         if outputs and not last:
             limit = max(1, self.hints[worker.stage + 1])
@@ -283,12 +284,12 @@ def _results(kernel: Kernel, segment: Segment) -> tuple[list[Any], int]:
     if kernel.unit.batch_size:
         results: list[Any] = []
         failed = 0
-        for value in segment[5]:
+        for value in segment.values:
             (result,), bad = kernel.call_batch([value])
             results.append(result)
             failed += bad
         return results, failed
-    results = [kernel.result(v) for v in segment[5]]
+    results = [kernel.result(v) for v in segment.values]
     return results, sum(1 for r in results if type(r) is Failed)
 
 

@@ -28,7 +28,8 @@ from fitwork.engine.core.instructions import (
     Send,
     Spawn,
 )
-from fitwork.engine.core.machine import Policy, RunCore, WorkerBooks
+from fitwork.engine.core.machine import RunCore, WorkerBooks
+from fitwork.engine.core.policy import Policy
 
 __all__ = [
     "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Emit", "Event", "Exited", "Fed",

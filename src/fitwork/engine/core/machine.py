@@ -23,32 +23,7 @@ Invariants (each checked by a Hypothesis property in ``tests/engine/test_core.py
 8. A worker's death costs only the rows that kill: what it held is narrowed down before
    anything is dead-lettered, and only a row that died alone is poison.
 
-Narrowing a death.  A frame's items travel by value, so the items a dead worker held of
-a frame are replayed as one *group*, a retry frame that runs alone in its worker (a few,
-at most ``GROUP_SINGLES``, one by one).  A group whose worker dies too is split into about
-sqrt(n) groups of about sqrt(n) items, and so on down to ``GROUP_SINGLES`` items, which go
-*one by one*: each a frame of its own (a single).  A single that has killed
-``max_attempts`` workers alone is poison (a death with other items is no item's fault, so a
-row that kills once completes whatever it shared a frame with).  A group, because the
-common killer kills once and then its group completes: replaying a light unit's frame of
-~600 items one by one cost a frame's books and a drained worker per item (0.13 s a death,
-0.04x the clean run's throughput with 0.1% such rows), and so did splitting every frame at
-once (27 retry frames a death, 0.15x).  Square roots, not halves, because a death (a new
-worker: seconds for a Ray actor) costs more than a retry frame: a row that kills every time
-costs two or three shared deaths before its ``max_attempts`` alone, not log2(n).  And once
-a stage's workers die, its frames shrink to hold about ``KILLER_SHARE`` of a death each
-(`_frame_size`), so a death takes few innocent rows with it and the run keeps settling
-items between deaths.
-
-An item of a sharded source's reader (``Stage.slices``) is a shard of thousands of rows,
-which only a reader can re-read: replaying its rows one by one would re-read the shard once
-per row. It is *bisected* instead: its retry is two `Slice`s, row ranges a reader reads
-alone, and a range whose worker dies is split in two again (a range open at its end, whose
-length nobody knows yet, is split at its ``width``, and the open rest gets twice that), so a
-row that kills is alone after about log2(rows) deaths, reading the shard about twice per
-level; then, like a single, it is poison once it has killed ``max_attempts`` workers alone.
-The dead letter names the shard and the row. Any other row of a killing range is read again
-in a smaller one, and the paths it delivered before are not emitted twice.
+Narrowing a death, and the items of a sharded reader: see `fitwork.engine.core.retries`.
 
 Progress is an item settled: the restart-storm rule aborts only when workers keep dying
 and no item (single, piece or frame) completes in between, and it counts only the deaths
@@ -63,10 +38,8 @@ of dead-lettering all of it.
 from __future__ import annotations
 
 import itertools
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from fitwork.engine.core.events import (
@@ -84,10 +57,8 @@ from fitwork.engine.core.events import (
     Taken,
     Tick,
 )
-from fitwork.engine.core.frames import Frame, Item, Piece
+from fitwork.engine.core.frames import Frame, Item
 from fitwork.engine.core.instructions import (
-    Abort,
-    DeadLetter,
     Emit,
     Finished,
     FrameSizes,
@@ -98,48 +69,22 @@ from fitwork.engine.core.instructions import (
     Send,
     Spawn,
 )
+from fitwork.engine.core.policy import Policy
+from fitwork.engine.core.retries import Retries
+from fitwork.engine.core.sizing import frame_size
 from fitwork.engine.segment import Return, Segment, fresh, weight_of
-from fitwork.errors import EngineError, TooManyFailures
-from fitwork.failure import Failure, portable
+from fitwork.errors import EngineError
+from fitwork.failure import Failure
 from fitwork.placement import Group, Placement
-from fitwork.shards import Slice
 from fitwork.telemetry.record import Progress
 from fitwork.unreadable import Unreadable
 
-KEEP_FAILURES = 1000
-GROUP_SINGLES = 4
-"""A retry group of at most this many items whose worker dies goes one by one."""
-KILLER_SHARE = 0.1
-"""Once a stage's workers have died, its frames hold about this many deaths' worth of items
-(deaths per item measured so far): a frame rarely holds a row that kills, so deaths do not
-take whole frames with them and retry groups mostly complete."""
 POISON_STREAK = 16
 """Rows isolated as poison with no item completed in between before a run gives up."""
 SLICE_WIDTH = 256
 """Rows of the first piece of a shard whose worker died, before the run has seen a shard's
 rows (then half the rows a shard had)."""
 LIVE_FIGURES = ("items_in", "items_out", "busy_s", "cpu_s")
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """How a run behaves: order, attempts, failures allowed, frame sizing, timers."""
-
-    ordered: bool = False
-    max_attempts: int = 3
-    max_failures: int | None = None
-    ordered_window: int = 4096
-    max_frames: int = 64
-    frame_time: float = 0.005
-    max_frame: int = 256
-    io_frame_share: float = 0.5
-    quiet_after: float | None = 1.0
-    whole_path: bool = False
-    sample_interval: float = 0.1
-    progress_interval: float | None = None
-    spans: bool = False
-    """Hold a frame's outputs until all its items settle, then emit them together with the
-    frame's source span (what a journal needs to say which items are done)."""
 
 
 class WorkerBooks:
@@ -163,21 +108,7 @@ class WorkerBooks:
         self.intervals: list[tuple[float, float]] = []
 
 
-def delivered_rows(item: Item) -> int:
-    """How many rows from the first of a shard item have all been delivered (or
-    dead-lettered): 0 unless each row makes at most one output (paths of one row number),
-    since a row of a flat-map may have delivered some of its outputs only."""
-    done = item.paths | item.failed
-    if any(len(path) != 1 for path in done):
-        return 0
-    rows = {path[0] for path in done}
-    count = 0
-    while count in rows:
-        count += 1
-    return count
-
-
-class RunCore:
+class RunCore(Retries):
     """The run's books and rules; see the module docstring."""
 
     def __init__(self, stages: Sequence[Stage], placement: Placement, policy: Policy,
@@ -467,7 +398,7 @@ class RunCore:
         frames = self.frames
         ordered = self.policy.ordered or self.policy.spans
         for segment in segments:
-            frame = frames.get(segment[0])
+            frame = frames.get(segment.frame)
             if frame is None:
                 continue
             if frame.items is not None or frame.origin is not None:
@@ -593,199 +524,6 @@ class RunCore:
             self.finished = self.stopping = True
             self.out.append(Finished())
 
-    # -- failures and retries --------------------------------------------------------------
-
-    def _failed(self, failure: Failure) -> None:
-        frame = self.frames.get(failure.frame)
-        if frame is None:
-            return
-        if frame.origin is not None or frame.items is not None:
-            owner, item, _ = self._owner(frame, failure.offset)
-            if item.settled or failure.path in item.failed:
-                return  # settled already, or this outcome is known from another attempt
-            item.failed.add(failure.path)
-            src = owner.src + frame.index(failure.offset)
-        else:
-            src = frame.src + failure.offset
-        self._dead_letter(failure.placed(src, self.run_id))
-
-    def _dead_letter(self, failure: Failure) -> None:
-        self.failures += 1
-        self.failures_by_unit[failure.unit] = self.failures_by_unit.get(failure.unit, 0) + 1
-        if failure.kind == "poison":
-            self.poisoned += 1
-            self.poisoned_since_progress += 1
-        if len(self.failed_items) < KEEP_FAILURES:
-            self.failed_items.append(failure.summary())
-        self.out.append(DeadLetter(failure))
-        limit = self.policy.max_failures
-        if limit is not None and self.failures > limit and self.aborted is None:
-            self._abort(TooManyFailures(
-                f"{self.failures} items failed, more than max_failures={limit}, "
-                f"{self.poisoned} of them rows isolated as poison (last: unit "
-                f"{failure.unit!r}: {failure.error}); fix the unit or raise max_failures"))
-
-    def _retry_part(self, frame_id: int, offsets: Sequence[int], unit: str, why: str,
-                    now: float) -> None:
-        frame = self.frames.get(frame_id)
-        if frame is None:
-            return
-        if frame.group is not None:
-            self._group_died(frame, unit, why, now)
-            return
-        if frame.origin is not None:
-            owner, index = frame.origin
-            item = owner.itemize()[index]
-            if frame.piece is not None:
-                if not item.settled and frame.id in item.pieces:
-                    self._piece_died(owner, index, frame, unit, why, now)
-            elif not item.settled and item.attempt == frame.attempt:
-                self._retry_or_poison(owner, index, unit, why, now, alone=True)
-            return
-        items = frame.itemize()
-        held = [o for o in sorted(set(offsets))
-                if not items[o].settled and items[o].attempt == 0]
-        if len(held) > GROUP_SINGLES and not self.slices:
-            for offset in held:
-                items[offset].shared += 1
-            self._send_group(frame, held, unit, why, now)
-            return
-        for offset in held:
-            if self.slices:
-                items[offset].attempt = 1
-                width = max(1, self.shard_rows // 2)
-                lo = delivered_rows(items[offset])  # rows delivered: not read again
-                self._send_piece(frame, offset, Piece(lo, lo + width, width, 1), 0, now)
-                self._send_piece(frame, offset, Piece(lo + width, None, 2 * width, 1), 0, now)
-            else:
-                self._retry_or_poison(frame, offset, unit, why, now, alone=frame.count == 1)
-
-    def _piece_died(self, owner: Frame, index: int, frame: Frame, unit: str, why: str,
-                    now: float) -> None:
-        """A worker died holding rows ``piece`` of an item: split them, or retry the row it
-        holds alone (poison once it has killed ``max_attempts`` workers)."""
-        item = owner.itemize()[index]
-        piece = frame.piece
-        assert piece is not None
-        lo, hi, width, deaths = piece.lo, piece.hi, piece.width, piece.deaths + 1
-        item.pieces.discard(frame.id)
-        self.frames.pop(frame.id, None)
-        start = max(lo, delivered_rows(item))  # rows before it delivered: not read again
-        if hi is not None and start >= hi:
-            pass  # every row of it was delivered before its worker died
-        elif hi is None:
-            self._send_piece(owner, index, Piece(start, start + width, width, deaths), 0, now)
-            self._send_piece(owner, index, Piece(start + width, None, 2 * width, deaths), 0,
-                             now)
-        elif hi - start > 1:
-            mid = (start + hi) // 2
-            self._send_piece(owner, index, Piece(start, mid, mid - start, deaths), 0, now)
-            self._send_piece(owner, index, Piece(mid, hi, hi - mid, deaths), 0, now)
-        elif start > lo:  # one row left of several: alone from now on
-            self._send_piece(owner, index, Piece(start, hi, 1, deaths), 0, now)
-        elif frame.attempt + 1 < self.policy.max_attempts:  # attempts alone
-            self._send_piece(owner, index, Piece(lo, hi, 1, deaths), frame.attempt + 1, now)
-        else:
-            shard = owner.values[index]
-            self._dead_letter(Failure(
-                unit=unit, error=f"{why} on each of {frame.attempt + 1} attempts with this "
-                f"row alone ({deaths} deaths in all with it)", kind="poison",
-                attempt=frame.attempt + 1, path=(lo,), input={"shard": portable(shard), "row": lo},
-                item=owner.src + index, run_id=self.run_id))
-        if not item.pieces and not item.settled:
-            self._settle_item(owner, item, now, progress=False)
-
-    def _send_piece(self, owner: Frame, index: int, piece: Piece, attempt: int,
-                    now: float) -> None:
-        """Feed rows ``piece`` of an item as a frame of their own (a `Slice` of it)."""
-        value = Slice(owner.values[index], piece.lo, piece.hi)
-        retry = Frame(next(self.frame_ids), owner.src + index, [value], now,
-                      attempt=attempt, origin=(owner, index))
-        retry.piece = piece
-        self.frames[retry.id] = retry
-        owner.retries.append(retry.id)
-        owner.itemize()[index].pieces.add(retry.id)
-        self.retries += 1
-        self.fed_records += 1
-        # its segments say attempt >= 1 (a retry), so every unit runs them alone
-        self.out.append(Send(retry.id, fresh(retry.id, [value], attempt + 1), retry=True))
-
-    def _retry_or_poison(self, frame: Frame, index: int, unit: str, why: str,
-                         now: float, alone: bool) -> None:
-        """Feed one item again, alone, or dead-letter it once it has used its attempts (a
-        death with other items counts, but only an item that died alone is poison)."""
-        item = frame.itemize()[index]
-        item.attempt += 1
-        if not alone:
-            item.shared += 1
-        value = frame.values[index]
-        attempts = item.attempt - item.shared  # deaths alone
-        if attempts >= self.policy.max_attempts:
-            self._dead_letter(Failure(
-                unit=unit, error=f"{why} on each of {attempts} attempts", kind="poison",
-                attempt=attempts, path=(), input=portable(value),
-                item=frame.src + index, run_id=self.run_id))
-            self._settle_item(frame, item, now, progress=False)
-            return
-        self.retries += 1
-        retry = Frame(next(self.frame_ids), frame.src + index, [value], now,
-                      attempt=item.attempt, origin=(frame, index))
-        self.frames[retry.id] = retry
-        frame.retries.append(retry.id)
-        self.fed_records += 1
-        self.out.append(Send(retry.id, fresh(retry.id, [value], item.attempt), retry=True))
-
-    def _send_group(self, owner: Frame, indices: Sequence[int], unit: str, why: str,
-                    now: float) -> None:
-        """Feed items ``indices`` of ``owner`` again, together in one frame (one alone as a
-        single); each has had a death shared with others, which is no item's fault."""
-        if len(indices) == 1:  # its shared deaths are counted: what comes now is alone
-            self._retry_or_poison(owner, indices[0], unit, why, now, alone=True)
-            return
-        items = owner.itemize()
-        for index in indices:
-            items[index].attempt += 1
-        values = [owner.values[i] for i in indices]
-        attempt = items[indices[0]].attempt
-        retry = Frame(next(self.frame_ids), owner.src + indices[0], values, now,
-                      attempt=attempt, origin=(owner, indices[0]))
-        retry.group = tuple(indices)
-        self.frames[retry.id] = retry
-        owner.retries.append(retry.id)
-        self.retries += 1
-        self.fed_records += len(values)
-        self.out.append(Send(retry.id, fresh(retry.id, values, attempt), retry=True))
-
-    def _group_died(self, frame: Frame, unit: str, why: str, now: float) -> None:
-        """A worker died holding a group: its items not yet settled go again, narrower."""
-        assert frame.origin is not None and frame.group is not None
-        owner = frame.origin[0]
-        items = owner.itemize()
-        held = [i for i in frame.group
-                if not items[i].settled and items[i].attempt == frame.attempt]
-        self.frames.pop(frame.id, None)
-        for index in held:
-            items[index].shared += 1
-        self._send_groups(owner, held, unit, why, now)
-
-    def _send_groups(self, owner: Frame, indices: Sequence[int], unit: str, why: str,
-                     now: float) -> None:
-        """Feed items ``indices`` of ``owner`` again, whose worker died holding them: in
-        about sqrt(n) groups of about sqrt(n), or one by one when a few."""
-        if len(indices) <= GROUP_SINGLES:
-            for index in indices:
-                self._retry_or_poison(owner, index, unit, why, now, alone=True)
-            return
-        size = math.isqrt(len(indices) - 1) + 1  # ceil(sqrt): as many groups as in one
-        for start in range(0, len(indices), size):
-            self._send_group(owner, indices[start:start + size], unit, why, now)
-
-    def _abort(self, error: BaseException) -> None:
-        if self.aborted is None:
-            self.aborted = error
-            self.stopping = True
-            self.out.append(Abort(error))
-
     # -- workers ---------------------------------------------------------------------------
 
     def _spawn(self, stage: int, group: Group | None, now: float) -> None:
@@ -824,27 +562,15 @@ class RunCore:
         return bool(live) and all(w.ready and not w.held for w in live)
 
     def _frame_size(self, stage: int) -> int:
-        """Items per frame into ``stage``: about ``frame_time`` of its measured work.
-
-        With ``whole_path`` (engines whose call into the first unit returns only once its
-        items are through the whole pipeline, as Ray's), the first unit's frames are sized
-        by the work of every stage per source item, so a call stays ~``frame_time`` long.
-        """
-        items = self.stage_items[stage]
-        if not items:
-            return self.sizes[stage]
-        per_item = max(self.stage_busy[stage] / items, 1e-7)
+        """Items per frame into ``stage`` (`sizing.frame_size`).  With ``whole_path``
+        (engines whose call into the first unit returns only once its items are through the
+        whole pipeline, as Ray's), the first unit's frames are sized by the work of every
+        stage per source item, so a call stays ~``frame_time`` long."""
+        busy = self.stage_busy[stage]
         if stage == 0 and self.policy.whole_path:
-            per_item = max(sum(self.stage_busy) / items, 1e-7)
-        size = int(min(self.policy.max_frame, max(self.stages[stage].batch_size or 1,
-                                                   self.policy.frame_time / per_item)))
-        io = self.stages[stage].io
-        if io:
-            size = min(size, max(1, int(io * self.policy.io_frame_share)))
-        deaths = self.stage_deaths[stage]
-        if deaths:  # rows that kill: frames few of which hold one (a death loses the frame)
-            size = min(size, max(1, int(KILLER_SHARE * (items + deaths) / deaths)))
-        return size
+            busy = sum(self.stage_busy)
+        return frame_size(self.policy, self.stages[stage], self.sizes[stage],
+                          self.stage_items[stage], busy, self.stage_deaths[stage])
 
     def _note_replicas(self, now: float) -> None:
         if self.stopping:

@@ -24,7 +24,6 @@ import os
 import selectors
 import signal
 import socket
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
 from fitwork.engine.options import LocalOptions, RunOptions
 from fitwork.engine.parts import Written
+from fitwork.engine.segment import typed
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.engine.threads import ForkHold
 from fitwork.placement import Placement
@@ -111,7 +111,7 @@ class LocalRun(Shell):
         self.exited: set[int] = set()  # workers whose sentinel showed an exit
         # bytes this driver moved: frames it fed, and what reached it from the last unit
         self.bytes_sent = self.bytes_from_sink = self.bytes_control = 0
-        self.scanned = time.monotonic()
+        self.scanned = self.clock()
         self.pools = ForkHold()  # the driver's thread pools, held while it forks workers
 
     # -- sending and workers ---------------------------------------------------------------
@@ -123,7 +123,7 @@ class LocalRun(Shell):
         self.channels[0].credits.release()
 
     def transmit(self, token: Any, send: Send) -> None:
-        data, size = self.wire.dumps((send.frame, [send.segment]))
+        data, size = self.wire.dumps((send.frame, [tuple(send.segment)]))
         self.bytes_sent += size
         self.channels[0].send_end.send(data)
 
@@ -211,10 +211,10 @@ class LocalRun(Shell):
                 worker = self.handles.get(message.worker)
                 if worker is not None:
                     worker.final = True
-                handle(Measured(message.worker, message.counters, time.monotonic(),
+                handle(Measured(message.worker, message.counters, self.clock(),
                                 message.intervals))
             elif kind is Fatal:
-                self.handle(Exited(message.worker, clean=False, now=time.monotonic(),
+                self.handle(Exited(message.worker, clean=False, now=self.clock(),
                                    cause="its unit could not start", fatal=message.error))
             else:
                 handle(message)
@@ -230,12 +230,12 @@ class LocalRun(Shell):
                 return
             (_, segments), size = loads(data)
             self.bytes_from_sink += size
-            handle(Arrived(segments, time.monotonic()))
+            handle(Arrived(typed(segments), self.clock()))
 
     def reap(self) -> None:
         """Report workers that exited (a clean stop, or a death) to the core: those whose
         sentinel showed it, and every worker now and then."""
-        now = time.monotonic()
+        now = self.clock()
         check = set(self.exited)
         if now - self.scanned >= REAP_SCAN:
             self.scanned = now
@@ -259,7 +259,7 @@ class LocalRun(Shell):
             handle.process.close()
             if not handle.final:  # it died: a frame it was still writing is no one's
                 self.wire.sweep_unsent(handle.pid)
-            self.handle(Exited(handle.worker_id, clean=handle.final, now=time.monotonic(),
+            self.handle(Exited(handle.worker_id, clean=handle.final, now=self.clock(),
                                cause=cause, code=code))
 
     def stop_workers(self) -> None:
@@ -267,8 +267,8 @@ class LocalRun(Shell):
         for handle in self.handles.values():
             if not handle.reported:
                 self.channels[handle.stage].put_stop()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        deadline = self.clock() + 10
+        while self.clock() < deadline:
             if all(h.reported for h in self.handles.values()):
                 break
             self.wait()

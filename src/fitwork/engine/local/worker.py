@@ -16,9 +16,9 @@ waiting for room downstream is counted as *blocked*, not busy.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
+import functools
 import itertools
 import os
 import pickle
@@ -26,11 +26,10 @@ import selectors
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, NamedTuple
@@ -39,14 +38,14 @@ from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
 from fitwork.engine.local.channel import STOP, Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.parts import PartWriter, Sink, Written
-from fitwork.engine.segment import Return, Segment, settle
+from fitwork.engine.segment import Return, Segment, rows, settle, typed
+from fitwork.engine.serve import Batches, Busy, Runner
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
 
-_MERGE_GAP = 0.001
 FRAME_BYTES = 4 << 20
 
 
@@ -126,8 +125,8 @@ class Waiting:
 
     def add(self, frame_id: int, segments: list[Segment]) -> int:
         """Start waiting for a frame's items; returns how many there are."""
-        count = sum(len(s[5]) for s in segments)
-        self.frames[frame_id] = (segments, [[None] * len(s[5]) for s in segments], [count])
+        count = sum(len(s.values) for s in segments)
+        self.frames[frame_id] = (segments, [[None] * len(s.values) for s in segments], [count])
         return count
 
     def value(self, frame_id: int, segment: int, item: int) -> Any:
@@ -159,9 +158,9 @@ class Worker:
         self.out: list[Segment] = []
         self.returns: list[Return] = []
         self.failures: list[Failure] = []
-        self.intervals: list[tuple[float, float]] = []
+        self.busy = Busy()
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
-        self.busy_s = self.blocked_s = 0.0
+        self.blocked_s = 0.0
         self.part: PartWriter | None = None
         self.written: list[Segment] = []  # outputs in the part the driver has not heard of
 
@@ -176,27 +175,19 @@ class Worker:
         """Cumulative counters: items and bytes in and out; busy, blocked, CPU seconds, and
         seconds spent waiting for a core."""
         return Counters(self.items_in, self.items_out, self.bytes_in, self.bytes_out,
-                        self.busy_s, self.blocked_s, time.process_time(), run_queue_seconds())
+                        self.busy.seconds, self.blocked_s, time.process_time(), run_queue_seconds())
 
     def report(self, finished: list[int]) -> None:
         """Tell the driver these frames are done, with what they returned and cost (and
         first, how far the part holding their outputs goes)."""
         if self.written:
             assert self.part is not None
-            self.items_out += sum(len(s[5]) for s in self.written)
+            self.items_out += sum(len(s.values) for s in self.written)
             self.send(Written(self.written))
             self.written = []
         self.send(Done(self.id, finished, self.returns, self.failures, time.monotonic(),
-                       self.counters(), self.intervals))
-        self.returns, self.failures, self.intervals = [], [], []
-
-    def mark_busy(self, start: float, end: float) -> None:
-        """Record a busy interval, joined to the previous one when they nearly touch."""
-        self.busy_s += end - start
-        if self.intervals and start - self.intervals[-1][1] <= _MERGE_GAP:
-            self.intervals[-1] = (self.intervals[-1][0], end)
-        else:
-            self.intervals.append((start, end))
+                       self.counters(), self.busy.take()))
+        self.returns, self.failures = [], []
 
     # -- frames in and out -----------------------------------------------------------------
 
@@ -209,10 +200,11 @@ class Worker:
             return None
         if data == STOP:
             return STOP
-        (frame_id, segments), size = self.wire.loads(data)
-        self.send(Taken(self.id, frame_id, [(s[0], s[2]) for s in segments],
+        (frame_id, crossed), size = self.wire.loads(data)
+        segments = typed(crossed)
+        self.send(Taken(self.id, frame_id, [(s.frame, s.offsets) for s in segments],
                         time.monotonic()))
-        self.items_in += sum(len(s[5]) for s in segments)
+        self.items_in += sum(len(s.values) for s in segments)
         self.bytes_in += size
         return frame_id, segments
 
@@ -246,10 +238,10 @@ class Worker:
         frame: list[Segment] = []
         count = 0
         for segment in self.out:
-            while segment[5]:
-                piece, segment = _head(segment, limit - count)
+            while segment.values:
+                piece, segment = segment.head(limit - count)
                 frame.append(piece)
-                count += len(piece[5])
+                count += len(piece.values)
                 if count >= limit:
                     self.put(frame)
                     frame, count = [], 0
@@ -262,18 +254,18 @@ class Worker:
     def put(self, segments: list[Segment]) -> None:
         """Send one frame, waiting for a credit (that wait is blocked time)."""
         try:
-            data, size = self.wire.dumps((next(self.frame_ids), segments), held=True)
+            data, size = self.wire.dumps((next(self.frame_ids), rows(segments)), held=True)
         except Exception:
             segments = self.drop_unpicklable(segments)
             if not segments:
                 return
-            data, size = self.wire.dumps((next(self.frame_ids), segments), held=True)
+            data, size = self.wire.dumps((next(self.frame_ids), rows(segments)), held=True)
         start = time.monotonic()
         while not self.spec.outbox.put(data, timeout=1.0, ready=self.wire.ready):
             if os.getppid() != self.spec.parent_pid:
                 os._exit(4)
         self.blocked_s += time.monotonic() - start
-        self.items_out += sum(len(s[5]) for s in segments)
+        self.items_out += sum(len(s.values) for s in segments)
         self.bytes_out += size
 
     def write_part(self) -> None:
@@ -287,14 +279,14 @@ class Worker:
         part = self.part
         for segment in self.out:
             try:
-                encoded = [part.encode(value) for value in segment[5]]
+                encoded = [part.encode(value) for value in segment.values]
             except (TypeError, ValueError):
                 segment = self.drop_unwritable(segment)
-                encoded = [part.encode(value) for value in segment[5]]
+                encoded = [part.encode(value) for value in segment.values]
             if not encoded:
                 continue
             self.bytes_out += sum(map(len, encoded))
-            self.written.append((*segment[:5], part.write(encoded)))
+            self.written.append(segment.with_values(part.write(encoded)))
         self.out = []
 
     def drop_unwritable(self, segment: Segment) -> Segment:
@@ -308,13 +300,13 @@ class Worker:
             pickle.dumps(value, protocol=5)
 
         kept = [self.drop_failing(s, check, "cannot cross processes") for s in segments]
-        return [s for s in kept if s[5]]
+        return [s for s in kept if s.values]
 
     def drop_failing(self, segment: Segment, check: Callable[[Any], Any],
                      what: str) -> Segment:
         """``segment`` without the outputs ``check`` raises on: each is dead-lettered (the
         unit returned a value that ``what``) and its weight returned."""
-        frame, attempt, offsets, paths, exps, values = segment
+        frame, _, offsets, paths, exps, values = segment
         keep: list[int] = []
         for j, value in enumerate(values):
             try:
@@ -325,64 +317,49 @@ class Worker:
                 self.failures.append(Failure.of(self.spec.unit.name, error, repr(value),
                                                 path=paths[j] if paths else (), frame=frame,
                                                 offset=offsets[j]))
-                self.returns.append((frame, [offsets[j]], [exps[j]] if exps else None))
+                self.returns.append(Return(frame, [offsets[j]], [exps[j]] if exps else None))
                 continue
             keep.append(j)
-        return (frame, attempt, [offsets[j] for j in keep],
-                [paths[j] for j in keep] if paths else None,
-                [exps[j] for j in keep] if exps else None, [values[j] for j in keep])
+        return segment.keep(keep)
 
-    # -- the loops -------------------------------------------------------------------------
+    # -- the loops (the calls themselves: `fitwork.engine.serve`) -------------------------
 
     def serve(self, kernel: Kernel) -> None:
         """Say hello, run the loop that fits the unit, and report final counters on stop."""
         self.send(Ready(self.id, os.getpid(), time.monotonic()))
-        if kernel.unit.is_io:
-            self.serve_concurrent(kernel)
+        unit = kernel.unit
+        runner = Runner(kernel, self.spec.gate, self.busy, unit.io if unit.is_io else 0)
+        if runner.concurrent:
+            self.serve_concurrent(runner)
         elif self.spec.batch_size:
-            self.serve_batched(kernel, self.spec.batch_size)
+            self.serve_batched(runner, self.spec.batch_size)
         else:
-            self.serve_plain(kernel)
-        self.send(Final(self.id, self.counters(), self.intervals))
+            self.serve_plain(runner)
+        self.send(Final(self.id, self.counters(), self.busy.take()))
 
-    def serve_plain(self, kernel: Kernel) -> None:
-        """One frame at a time: every segment's items, then one busy interval, then send."""
-        limiter = self.spec.gate
+    def serve_plain(self, runner: Runner) -> None:
+        """One frame at a time: every segment's items, then send."""
+        kernel = runner.kernel
         while True:
             message = self.receive(timeout=1.0)
             if message is None:
                 continue
-            if message == STOP:
+            if not isinstance(message, tuple):  # the stop marker
                 return
             frame_id, segments = message
-            start = time.monotonic()
             for segment in segments:
-                values = segment[5]
-                if limiter is not None:
-                    results, failed = _limited(limiter, kernel, values)
-                else:
-                    results, failed = kernel.results(values)
+                results, failed = runner.results(segment.values)
                 self.settle(kernel, segment, results, failed)
-            self.mark_busy(start, time.monotonic())
             self.flush()
             self.report([frame_id])
 
-    def serve_batched(self, kernel: Kernel, size: int) -> None:
+    def serve_batched(self, runner: Runner, size: int) -> None:
         """Fill batches to ``size`` or until ``batch_wait`` passes, then call once."""
-        wait = kernel.unit.batch_wait
-        waiting: list[tuple[int, int, int]] = []   # (frame id, segment index, item index)
-        frames = Waiting(self, kernel)
-        deadline = 0.0
+        batches: Batches[tuple[int, int, int]] = Batches(size, runner.kernel.unit.batch_wait)
+        frames = Waiting(self, runner.kernel)
 
         def run(batch: list[tuple[int, int, int]]) -> None:
-            values = [frames.value(*place) for place in batch]
-            start = time.monotonic()
-            if self.spec.gate is not None:
-                with self.spec.gate:
-                    results, _ = kernel.call_batch(values)
-            else:
-                results, _ = kernel.call_batch(values)
-            self.mark_busy(start, time.monotonic())
+            results = runner.batch([frames.value(*place) for place in batch])
             finished = [place[0] for place, result in zip(batch, results, strict=True)
                         if frames.put(*place, result)]
             self.flush()
@@ -390,45 +367,34 @@ class Worker:
                 self.report(finished)
 
         while True:
-            timeout = max(0.0, deadline - time.monotonic()) if waiting else 1.0
-            message = self.receive(timeout)
+            timeout = batches.timeout()
+            message = self.receive(1.0 if timeout is None else timeout)
             if message == STOP:
-                while waiting:
-                    run(waiting[:size])
-                    waiting = waiting[size:]
+                while len(batches):
+                    run(batches.take())
                 return
             if isinstance(message, tuple):
                 frame_id, segments = message
                 frames.add(frame_id, segments)
                 for s, segment in enumerate(segments):
-                    for i in range(len(segment[5])):
-                        if segment[1]:  # a retried item runs alone: poison hurts no other
+                    for i in range(len(segment.values)):
+                        if segment.attempt:  # a retried item runs alone: poison hurts no other
                             run([(frame_id, s, i)])
-                            continue
-                        if not waiting:
-                            deadline = time.monotonic() + wait
-                        waiting.append((frame_id, s, i))
-            while len(waiting) >= size:
-                run(waiting[:size])
-                waiting = waiting[size:]
-                deadline = time.monotonic() + wait
-            if waiting and time.monotonic() >= deadline:
-                run(waiting)
-                waiting = []
+                        else:
+                            batches.put((frame_id, s, i))
+            while batches.due():
+                run(batches.take())
 
-    def serve_concurrent(self, kernel: Kernel) -> None:
+    def serve_concurrent(self, runner: Runner) -> None:
         """Keep up to ``io`` calls in flight (threads, or an event loop for async units)."""
-        limit = kernel.unit.io
-        submit = _async_submitter(kernel) if kernel.is_async else \
-            _thread_submitter(kernel, limit)
-        limiter = self.spec.gate
+        limit = runner.kernel.unit.io
         finished: SimpleQueue[tuple[int, int, int, Any]] = SimpleQueue()
         wake_read, wake_write = os.pipe()
         selector = selectors.DefaultSelector()
         selector.register(wake_read, selectors.EVENT_READ, "wake")
         inbox = self.spec.inbox.recv_end
-        frames = Waiting(self, kernel)
-        in_flight, busy_since, stopping, listening = 0, 0.0, False, False
+        frames = Waiting(self, runner.kernel)
+        in_flight, stopping, listening = 0, False, False
 
         def on_done(frame_id: int, s: int, i: int, future: Future[Any]) -> None:
             error = future.exception()
@@ -452,15 +418,11 @@ class Worker:
                     stopping = True
                 elif isinstance(message, tuple):
                     frame_id, segments = message
-                    count = frames.add(frame_id, segments)
-                    if in_flight == 0:
-                        busy_since = time.monotonic()
-                    in_flight += count
+                    in_flight += frames.add(frame_id, segments)
                     for s, segment in enumerate(segments):
-                        for i, value in enumerate(segment[5]):
-                            future = submit(value, limiter)
-                            future.add_done_callback(
-                                lambda f, a=frame_id, b=s, c=i: on_done(a, b, c, f))
+                        for i, value in enumerate(segment.values):
+                            runner.submit(value).add_done_callback(
+                                functools.partial(on_done, frame_id, s, i))
             if "wake" in ready:
                 os.read(wake_read, 4096)
             done_frames = []
@@ -469,60 +431,9 @@ class Worker:
                 in_flight -= 1
                 if frames.put(frame_id, s, i, result):
                     done_frames.append(frame_id)
-            if in_flight == 0 and busy_since:
-                self.mark_busy(busy_since, time.monotonic())
-                busy_since = 0.0
             if done_frames:
                 self.flush()
                 self.report(done_frames)
-
-
-def _head(segment: Segment, size: int) -> tuple[Segment, Segment]:
-    """The first ``size`` items of ``segment``, and the rest (empty values when none)."""
-    frame, attempt, offsets, paths, exps, values = segment
-    if len(values) <= size:
-        return segment, (frame, attempt, range(0), None, None, [])
-    return ((frame, attempt, offsets[:size], paths[:size] if paths else None,
-             exps[:size] if exps else None, values[:size]),
-            (frame, attempt, offsets[size:], paths[size:] if paths else None,
-             exps[size:] if exps else None, values[size:]))
-
-
-def _limited(limiter: Any, kernel: Kernel, values: list[Any]) -> tuple[list[Any], int]:
-    """Results one item at a time, each call passing the unit's shared gate."""
-    results = []
-    for value in values:
-        with limiter:
-            results.append(kernel.result(value))
-    return results, sum(1 for r in results if type(r) is Failed)
-
-
-def _thread_submitter(kernel: Kernel, limit: int) -> Callable[[Any, Any], Future[Any]]:
-    pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix=f"fitwork-{kernel.name}")
-
-    def call(value: Any, limiter: Any) -> Any:
-        if limiter is None:
-            return kernel.call(value)
-        with limiter:
-            return kernel.call(value)
-
-    return lambda value, limiter: pool.submit(call, value, limiter)
-
-
-def _async_submitter(kernel: Kernel) -> Callable[[Any, Any], Future[Any]]:
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, name="fitwork-loop", daemon=True).start()
-
-    async def call(value: Any, limiter: Any) -> Any:
-        if limiter is None:
-            return await kernel.call_async(value)
-        await asyncio.to_thread(limiter.acquire)
-        try:
-            return await kernel.call_async(value)
-        finally:
-            limiter.release()
-
-    return lambda value, limiter: asyncio.run_coroutine_threadsafe(call(value, limiter), loop)
 
 
 __all__ = ["Fatal", "Final", "Measured", "Worker", "WorkerSpec", "worker_main"]

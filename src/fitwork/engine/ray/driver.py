@@ -24,7 +24,7 @@ import itertools
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,8 +34,6 @@ from ray.exceptions import (
     GetTimeoutError,
     ObjectLostError,
     OwnerDiedError,
-    RayError,
-    RayTaskError,
 )
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -43,7 +41,6 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
     Arrived,
-    Counters,
     Done,
     Exited,
     Fed,
@@ -58,11 +55,13 @@ from fitwork.engine.core import (
 )
 from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.asks import CPU_STEP, Ask, never_placed, share
+from fitwork.engine.ray.records import Hello, Reading, Stats, Summary
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
-from fitwork.engine.ray.tasks import SlotTotals, eligible, remote_frame
+from fitwork.engine.ray.tasks import eligible
 from fitwork.engine.ray.transport import pack
-from fitwork.engine.shell import Shell, policy_for
+from fitwork.engine.segment import Segment
+from fitwork.engine.shell import Shell, policy_for, stages_of
 from fitwork.errors import EngineError
 from fitwork.hardware.catalog import DeviceKind, device_kind
 from fitwork.hardware.ray_cluster import (
@@ -105,11 +104,18 @@ class RayEngine:
     def run(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
             options: RunOptions, engine_options: RayOptions) -> RunResult:
         """Start the actors and return a result that streams outputs as they come."""
-        return RayRun(pipeline, source, placement, options, engine_options).start()
+        run = RayRun
+        stages = stages_of(pipeline, placement.check(pipeline))
+        if engine_options.task_replicas and eligible(
+                list(pipeline.units), [s.batch_size for s in stages], options.sink is not None):
+            from fitwork.engine.ray.slots import TaskRun
+
+            run = TaskRun
+        return run(pipeline, source, placement, options, engine_options).start()
 
 
 @dataclass
-class _Actor:
+class Actor:
     """The driver's view of one replica actor."""
 
     worker: int
@@ -138,6 +144,7 @@ class RayRun(Shell):
     """One run on Ray: actors, frames in flight, and the core's books."""
 
     engine_name = "ray"
+    tasks = False  # replicas are actors (`TaskRun`: slots, each call a task)
 
     def __init__(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
                  options: RunOptions, ray_options: RayOptions) -> None:
@@ -157,7 +164,7 @@ class RayRun(Shell):
         self.timeout = ray_options.call_timeout
         self.version = 0  # of membership, pushed to the replicas that route
         self.router = Router(0, self.limits[0])
-        self.actors: dict[int, _Actor] = {}
+        self.actors: dict[int, Actor] = {}
         self.by_key: dict[str, int] = {}
         self.bundles: list[_Bundle] = []
         self.groups: list[Any] = []
@@ -169,7 +176,7 @@ class RayRun(Shell):
         self.stats: dict[Any, int] = {}
         self.pushes: dict[Any, int] = {}
         self.last_stats = 0.0
-        self.seen: dict[int, tuple[int, Counters]] = {}  # newest counters read per worker
+        self.seen: dict[int, Reading] = {}  # newest counters read per worker
         # items per frame into each unit; 0: not measured (a batched unit's: a batch)
         self.hints = [min(MAX_FRAME, s.batch_size or 0) for s in self.stages]
         self.has_gpus = False
@@ -177,12 +184,7 @@ class RayRun(Shell):
         self.started = False
         self.initial: set[int] = set()  # replicas started with the run, not yet said hello
         self.ready_by = 0.0  # when the replicas started with the run must have said hello
-        # task replicas (`fitwork.engine.ray.tasks`): slots, each call a task on Ray's pool
-        self.tasks = ray_options.task_replicas and eligible(
-            self.units, [s.batch_size for s in self.stages], options.sink is not None)
-        self.unit_ref: Any = None
-        self.slots: dict[int, SlotTotals] = {}
-        self.task_options: dict[str, Any] = {}
+        self.slots: dict[int, Any] = {}  # a task run's slots (`fitwork.engine.ray.slots`)
         self.blobs: list[bytes] = []
         self.share = 1.0  # the cores each replica of a unit with no declared cpu asks for
 
@@ -197,9 +199,10 @@ class RayRun(Shell):
         self.nodes = live_nodes(self.timeout)  # read once: resources, labels, the host
         self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
         self.fit_asks()
-        if self.tasks:  # Ray places each task where cores are free: nothing to reserve
-            self.unit_ref = ray.put(self.blobs[0])
-            return
+        self.prepare()
+
+    def prepare(self) -> None:
+        """Before the first replica starts: reserve the planned node types' bundles."""
         if len(self.nodes) > 1:  # on one node there is no node type to choose
             self.reserve_groups({label for n in self.nodes
                                  if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
@@ -298,7 +301,7 @@ class RayRun(Shell):
         """Start every replica and return at once, as `fitwork.run` promises: frames go out
         once each unit's replicas are placed and built, which the loop watches for (and
         says what went wrong if that takes longer than the start-up timeout)."""
-        self.ready_by = time.monotonic() + self.ray_options.startup_timeout
+        self.ready_by = self.clock() + self.ray_options.startup_timeout
         return super().start()
 
     def _check_started(self) -> None:
@@ -314,7 +317,7 @@ class RayRun(Shell):
         if not late:
             self.initial.clear()
             return
-        if time.monotonic() > self.ready_by:
+        if self.clock() > self.ready_by:
             startup = self.ray_options.startup_timeout
             stuck = {self.names[self.actors[w].stage]: self.actors[w].stage for w in late}
             asks = "; ".join(f"{name} asks {self._ask(stage)} a replica"
@@ -365,9 +368,6 @@ class RayRun(Shell):
         stage, group = instruction.stage, instruction.group
         unit = self.units[stage]
         wanted = self.demand(stage, group)
-        if self.tasks:
-            self._slot(instruction.worker, wanted)
-            return
         # No runtime_env: an actor with one of its own waits for a fresh worker process
         # (twice the start-up here); the replica holds its thread pools itself.
         options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0,
@@ -389,30 +389,12 @@ class RayRun(Shell):
             batch, wanted.cpu, max(1, unit.io), self.timeout, replicas,
             (self.options.sink, self.run_id, instruction.worker)
             if self.options.sink is not None and stage == len(self.units) - 1 else None)
-        actor = _Actor(instruction.worker, stage, handle, bundle)
+        actor = Actor(instruction.worker, stage, handle, bundle)
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
         self.hellos[handle.hello.remote()] = instruction.worker
         if not self.started:
             self.initial.add(instruction.worker)  # held to the start-up timeout
-
-    def _slot(self, worker: int, wanted: Resources) -> None:
-        """A task replica: a name to route to, up at once (its hello is already there)."""
-        name = f"slot-{self.run_id}-{worker}"
-        self.actors[worker] = _Actor(worker, 0, name, None)
-        self.by_key[name] = worker
-        self.slots[worker] = SlotTotals()
-        # A plan's fluid cores (a fraction each) let Ray run more of a slot's tasks at once
-        # than there are slots, each in a worker process of its own that starts and builds
-        # the unit (3 slots at 0.29 cores: 5-6 processes, 0.8-7 s for 6,000 items here; at
-        # 2/3 of a core: the 2 warm ones, 0.25 s): ask at least a slot's share of a node.
-        cores = max((n["Resources"].get("CPU", 0.0) for n in self.nodes), default=0.0)
-        slots = max(1, self.placement.replicas(self.names[0]))
-        share = math.floor(min(1.0, cores / slots) / CPU_STEP + 1e-9) * CPU_STEP
-        self.task_options = {"num_cpus": max(wanted.cpu, share)}
-        self.hellos[ray.put({"pid": 0, "node": None, "error": None})] = worker
-        if not self.started:
-            self.initial.add(worker)
 
     def retire(self, instruction: Retire) -> None:
         actor = self.actors.get(instruction.worker)
@@ -420,10 +402,6 @@ class RayRun(Shell):
             return
         actor.retiring = True
         self.publish()
-        if self.tasks:  # a slot stops taking frames; it is gone once its calls are back
-            self.router.drop(actor.handle)
-            self._slot_gone(actor.worker)
-            return
         self.drains[actor.handle.drain.remote()] = actor.worker
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
@@ -448,17 +426,16 @@ class RayRun(Shell):
     def transmit(self, token: Any, send: Send) -> None:
         worker = self.by_key[key(token)]
         call = next(self.call_ids)
-        if isinstance(token, str):  # a task replica's slot
-            ref, outputs = remote_frame().options(**self.task_options).remote(
-                [self.unit_ref, self.names[0]], self.run_id, token, self.task_options["num_cpus"],
-                pack([send.segment]), self.version)
-        else:
-            ref, outputs = token.process.remote(pack([send.segment]), self.hints,
-                                                self.version)
         segment = send.segment
+        ref, outputs = self.call(token, segment)
         self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None,
-                           len(segment[5]))
-        self.handle(Taken(worker, call, [(segment[0], segment[2])], time.monotonic()))
+                           len(segment.values))
+        self.handle(Taken(worker, call, [(segment.frame, segment.offsets)], self.clock()))
+
+    def call(self, token: Any, segment: Segment) -> tuple[Any, Any]:
+        """One call into a first-unit replica: references to its summary and outputs."""
+        ref, outputs = token.process.remote(pack([segment]), self.hints, self.version)
+        return ref, outputs
 
     def worker_pids(self, unit: str | None = None) -> list[int]:
         if not self.started:  # the run returned at once: its replicas' pids come with hello
@@ -477,14 +454,14 @@ class RayRun(Shell):
             return
         refs = [ref for ref, _ in pending]
         ready, _ = ray.wait(refs, num_returns=len(refs),
-                            timeout=max(0.0, self.ready_by - time.monotonic()))
+                            timeout=max(0.0, self.ready_by - self.clock()))
         for ref, worker in pending:
             if ref in ready:
                 with contextlib.suppress(Exception):
-                    info = ray.get(ref, timeout=self.timeout)
-                    if not info["error"]:
-                        self.actors[worker].pid = info["pid"]
-                        self.actors[worker].node = info["node"]
+                    info: Hello = ray.get(ref, timeout=self.timeout)
+                    if not info.error:
+                        self.actors[worker].pid = info.pid
+                        self.actors[worker].node = info.node
 
     def node_id(self) -> str | None:
         """The Ray node this driver runs on."""
@@ -502,7 +479,7 @@ class RayRun(Shell):
             time.sleep(0.01)
 
     def pump(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if now - self.last_stats >= self.policy.sample_interval:
             self.last_stats = now
             self._ask_stats()
@@ -528,7 +505,7 @@ class RayRun(Shell):
     def _hello(self, ref: Any) -> None:
         worker = self.hellos.pop(ref)
         try:
-            info = ray.get(ref)
+            info: Hello = ray.get(ref)
         except DEATH as exc:
             name = self.names[self.actors[worker].stage]
             raise EngineError(
@@ -536,39 +513,32 @@ class RayRun(Shell):
                 f"({death_cause(exc)}); if the unit's constructor or a module it imports "
                 "crashes the process, fix that, else see the worker's log (ray logs "
                 "worker-*.err)") from None
-        if info.get("load"):  # not the unit's constructor: its code is not loadable there
-            raise EngineError(f"{info['error']}; {LOAD_FIX}")
-        if info["error"]:  # the core aborts the run, naming the unit and the cause
-            self.handle(Exited(worker, clean=False, now=time.monotonic(),
-                               cause="its unit could not start", fatal=info["error"]))
+        if info.load:  # not the unit's constructor: its code is not loadable there
+            raise EngineError(f"{info.error}; {LOAD_FIX}")
+        if info.error:  # the core aborts the run, naming the unit and the cause
+            self.handle(Exited(worker, clean=False, now=self.clock(),
+                               cause="its unit could not start", fatal=info.error))
             return
         self._up(worker, info)
         if self.started:  # a replacement, one more, or one that started late: it joins now
             self.publish()
 
-    def _up(self, worker: int, info: dict[str, Any]) -> None:
+    def _up(self, worker: int, info: Hello) -> None:
         """A replica said hello with its unit built: note where it runs, tell the core."""
         actor = self.actors[worker]
-        actor.pid, actor.node, actor.ready = info["pid"], info["node"], True
-        self.handle(Ready(worker, info["pid"], time.monotonic(), info["node"]))
+        actor.pid, actor.node, actor.ready = info.pid, info.node, True
+        self.handle(Ready(worker, info.pid, self.clock(), info.node))
 
     def _settle(self, ref: Any) -> None:
         worker, call, own_outputs, items = self.calls.pop(ref)
         actor = self.actors[worker]
         self.router.release(actor.handle)
-        now = time.monotonic()
-        if isinstance(actor.handle, str):
-            summary = self._task_summary(ref, worker, call, now)
-            if summary is None:
-                return
-        else:
-            try:
-                summary = ray.get(ref)
-            except DEATH as exc:
-                self._died(worker, f"the actor died ({type(exc).__name__})")
-                return
+        now = self.clock()
+        summary = self.summary(ref, worker, call, now)
+        if summary is None:
+            return
         self.completed = max(self.completed, items)
-        refs = list(summary["outputs"]) + ([own_outputs] if own_outputs is not None else [])
+        refs = list(summary.outputs) + ([own_outputs] if own_outputs is not None else [])
         try:
             batches = ray.get(refs, timeout=self.timeout) if refs else []
         except (OwnerDiedError, ObjectLostError) as exc:
@@ -577,54 +547,34 @@ class RayRun(Shell):
         except GetTimeoutError:
             raise EngineError(f"Ray did not deliver a frame's outputs within {self.timeout:g} "
                               "s; check the object store of the cluster") from None
-        for actor_id in summary.get("dead", ()):  # seen dead by a replica on the way
+        for actor_id in summary.dead:  # seen dead by a replica on the way
             dead = self.by_key.get(actor_id)
             if dead is not None:
                 self._died(dead, "the actor died (reported by a peer)")
-        for stage, cause, parts in summary.get("lost", ()):  # what the dead peers held
+        for stage, cause, parts in summary.lost:  # what the dead peers held
             self.handle(Lost(worker, call, now, cause, parts=parts, stage=stage))
-        for actor_id, counters in summary.get("counters", {}).items():
-            seen = self.by_key.get(actor_id)
-            if seen is not None and seen in self.slots:  # what one task added
-                self._measure(seen, self.slots[seen].add(counters), summary["intervals"])
-            elif seen is not None:
-                self._measure(seen, counters, ())
+        self.measure_call(summary)
         segments = [segment for batch in batches if batch for segment in batch]
-        for written in summary.get("written", ()):  # a sink's parts hold these outputs
+        for written in summary.written:  # a sink's parts hold these outputs
             segments.extend(written.segments)
-        self.handle(Arrived(segments, now, summary["returns"], summary["failures"]))
+        self.handle(Arrived(segments, now, summary.returns, summary.failures))
         self.handle(Done(worker, [call], (), (), now))
-        if actor.retiring and worker in self.slots:
-            self._slot_gone(worker)
 
-    def _task_summary(self, ref: Any, worker: int, call: int,
-                      now: float) -> dict[str, Any] | None:
-        """A task's summary; None when the task died (its frame lost, to be retried) or
-        its unit could not be built (the run stops, naming why)."""
+    def summary(self, ref: Any, worker: int, call: int, now: float) -> Summary | None:
+        """A call's summary; None when its replica died (the core hears of it)."""
         try:
-            summary: dict[str, Any] = ray.get(ref)
-        except RayTaskError as exc:  # fitwork's own code failed in the task: no retry helps
-            raise EngineError(f"a task replica failed: {exc.cause!r}") from None
-        except RayError as exc:  # the worker process died under the task
-            self.handle(Lost(worker, call, now, f"its task's worker died ({type(exc).__name__})"))
+            summary: Summary = ray.get(ref)
+        except DEATH as exc:
+            self._died(worker, f"the actor died ({type(exc).__name__})")
             return None
-        if summary.get("load"):
-            raise EngineError(f"{summary['error']}; {LOAD_FIX}")
-        if "error" in summary:
-            self.handle(Exited(worker, clean=False, now=now, cause="its unit could not start",
-                               fatal=summary["error"]))
-            return None
-        actor = self.actors[worker]
-        actor.pid = summary["pid"]
         return summary
 
-    def _slot_gone(self, worker: int) -> None:
-        """A retiring slot leaves once no call of it is still out."""
-        actor = self.actors[worker]
-        if actor.ended or any(w == worker for w, *_ in self.calls.values()):
-            return
-        actor.ended = True
-        self.handle(Exited(worker, clean=True, now=time.monotonic(), cause="retired"))
+    def measure_call(self, summary: Summary) -> None:
+        """The counters of the replicas a call went through, to the core."""
+        for actor_id, reading in summary.counters.items():
+            seen = self.by_key.get(actor_id)
+            if seen is not None:
+                self._measure(seen, reading, ())
 
     def _died(self, worker: int, cause: str) -> None:
         actor = self.actors.get(worker)
@@ -636,38 +586,40 @@ class RayRun(Shell):
         if actor.stage == 0:
             self.router.drop(actor.handle)
         self.publish()
-        self.handle(Exited(worker, clean=False, now=time.monotonic(), cause=cause))
+        self.handle(Exited(worker, clean=False, now=self.clock(), cause=cause))
 
     def _ask_stats(self) -> None:
         if self.stats:
             return
-        for actor in self.actors.values():
-            if not actor.ended and actor.worker not in self.hellos.values() \
-                    and actor.worker not in self.slots:  # a slot's counters come with calls
+        for actor in self.live_actors():
+            if actor.worker not in self.hellos.values():
                 self.stats[actor.handle.stats.remote()] = actor.worker
+
+    def live_actors(self, ended: bool = False) -> list[Actor]:
+        """The replicas that are processes of their own (not ended, unless ``ended``)."""
+        return [actor for actor in self.actors.values() if ended or not actor.ended]
 
     def _stats(self, ref: Any, worker: int) -> None:
         try:
-            stats = ray.get(ref)
+            stats: Stats = ray.get(ref)
         except DEATH as exc:  # an idle replica's death shows here first
             self._died(worker, f"the actor died ({type(exc).__name__})")
             return
         except Exception:
             return
-        self._measure(worker, stats, stats["intervals"])
+        self._measure(worker, stats.reading, stats.intervals)
 
-    def _measure(self, worker: int, counters: dict[str, Any],
-                 intervals: Any) -> None:
+    def _measure(self, worker: int, reading: Reading,
+                 intervals: Sequence[tuple[float, float]]) -> None:
         """A replica's counters, from a call's summary or a stats reading: the core gets
         the newest ones (readings can arrive out of order) and every busy interval."""
         held = self.seen.get(worker)
-        if held is not None and counters["seq"] <= held[0]:
+        if held is not None and reading.seq <= held.seq:
             if intervals:
-                self.handle(Measured(worker, held[1], time.monotonic(), intervals))
+                self.handle(Measured(worker, held.counters, self.clock(), intervals))
             return
-        read = _counters(counters)
-        self.seen[worker] = (counters["seq"], read)
-        self.handle(Measured(worker, read, time.monotonic(), intervals))
+        self.seen[worker] = reading
+        self.handle(Measured(worker, reading.counters, self.clock(), intervals))
 
     def _drained(self, ref: Any) -> None:
         worker = self.drains.pop(ref)
@@ -679,26 +631,24 @@ class RayRun(Shell):
             self.bundles[actor.bundle].holder = None
         with contextlib.suppress(Exception):
             ray.kill(actor.handle, no_restart=True)
-        self.handle(Exited(worker, clean=True, now=time.monotonic(), cause="retired"))
+        self.handle(Exited(worker, clean=True, now=self.clock(), cause="retired"))
 
     def stop_workers(self) -> None:
         """Collect every replica's last counters (within a deadline), and the hello of any
         that started too late to take part (so the record says where it ran)."""
-        pending = {actor.handle.stats.remote(): actor.worker
-                   for actor in self.actors.values()
-                   if not actor.ended and actor.worker not in self.slots}
+        pending = {actor.handle.stats.remote(): actor.worker for actor in self.live_actors()}
         late = list(self.hellos)
         ready, _ = ray.wait([*late, *pending], num_returns=len(late) + len(pending),
                             timeout=5.0)
         for ref in (r for r in late if r in ready):
             worker = self.hellos.pop(ref)
             with contextlib.suppress(Exception):  # one that could not start just stops
-                info = ray.get(ref)
-                if not info["error"]:
+                info: Hello = ray.get(ref)
+                if not info.error:
                     self._up(worker, info)
         for ref in (r for r in ready if r in pending):
             self._stats(ref, pending[ref])
-        now = time.monotonic()
+        now = self.clock()
         for actor in self.actors.values():
             if not actor.ended:
                 actor.ended = True
@@ -706,10 +656,9 @@ class RayRun(Shell):
 
     def release(self) -> None:
         """Kill every actor of this run and free its placement groups."""
-        for actor in self.actors.values():
-            if actor.worker not in self.slots:
-                with contextlib.suppress(Exception):
-                    ray.kill(actor.handle, no_restart=True)
+        for actor in self.live_actors(ended=True):
+            with contextlib.suppress(Exception):
+                ray.kill(actor.handle, no_restart=True)
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
@@ -736,12 +685,6 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _counters(stats: dict[str, Any]) -> Counters:
-    return Counters(stats["items_in"], stats["items_out"], stats["bytes_in"],
-                    stats["bytes_out"], stats["busy_s"], stats["blocked_s"], stats["cpu_s"],
-                    stats.get("queued_s", 0.0))
 
 
 __all__ = ["RayEngine", "RayRun"]

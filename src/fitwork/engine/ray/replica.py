@@ -17,142 +17,33 @@ to the output segments, the weight returned by filters, failures and poison (see
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
+from fitwork.engine.core.events import Counters
 from fitwork.engine.limits import local_gate
 from fitwork.engine.parts import PartWriter, Sink, Written
+from fitwork.engine.ray.records import Hello, LostFrame, Reading, Stats, Summary
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
 from fitwork.engine.segment import Return, Segment, settle, split
+from fitwork.engine.serve import Alone, Batcher, Busy, Runner, failed_count
 from fitwork.engine.threads import hold_threads
 from fitwork.failure import Failure, describe
 from fitwork.telemetry.schedstat import run_queue_seconds
-from fitwork.workload.kernel import Failed, Kernel
+from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
 
 DEATH = (RayActorError, ActorDiedError, ActorUnavailableError)
 FANOUT = 64
 """The most frames one call's outputs go downstream in."""
-_MERGE_GAP = 0.001
-
-
-class Batcher:
-    """Collects items from concurrent calls into batches of ``size`` or ``wait`` seconds."""
-
-    def __init__(self, run: Any, size: int, wait: float) -> None:
-        self.run, self.size, self.wait = run, size, wait
-        self.queue: list[tuple[Any, Future[Any]]] = []
-        self.first = 0.0
-        self.cond = threading.Condition()
-        threading.Thread(target=self.loop, daemon=True, name="fitwork-batcher").start()
-
-    def submit(self, values: list[Any], alone: bool) -> list[Future[Any]]:
-        futures: list[Future[Any]] = [Future() for _ in values]
-        if alone:  # a retried item runs by itself, so a poison item hurts no other
-            for value, future in zip(values, futures, strict=True):
-                self.run([(value, future)])
-            return futures
-        with self.cond:
-            if not self.queue:
-                self.first = time.monotonic()
-            self.queue.extend(zip(values, futures, strict=True))
-            self.cond.notify()
-        return futures
-
-    def loop(self) -> None:
-        while True:
-            with self.cond:
-                while not self.queue or (len(self.queue) < self.size
-                                         and time.monotonic() < self.first + self.wait):
-                    self.cond.wait(timeout=max(0.0, self.first + self.wait - time.monotonic())
-                                   if self.queue else None)
-                batch, self.queue = self.queue[:self.size], self.queue[self.size:]
-                self.first = time.monotonic()
-            self.run(batch)
-
-
-class Alone:
-    """Calls side by side, except a retry (a segment with attempt > 0), which runs alone in
-    the process: it waits for the calls in it to end and holds new ones back, so a death
-    while it runs is that retry's alone, as the run core counts it (each replica upstream
-    has a router of its own: picking an idle replica cannot promise that).  The next call
-    starts ``GRACE`` seconds after a retry returns: Ray sends a call's reply after the
-    method returns, and a process killed by the next call before that loses the reply,
-    which would blame the retry that had finished for the next one's death."""
-
-    GRACE = 0.05
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.running = self.waiting = 0
-        self.held = False
-        self.after = 0.0  # no call starts before this (monotonic): a retry's reply is out
-
-    def free(self) -> bool:
-        """Whether a retry would run at once (nothing in the process, no grace pending)."""
-        with self.cond:
-            return (not self.running and not self.held and not self.waiting
-                    and time.monotonic() >= self.after)
-
-    def claim(self) -> bool:
-        """Hold the process for a retry now if nothing else is in it and no grace is pending
-        (checked and held at once: two retries that both saw it free would otherwise both
-        enter, one waiting inside a process the other kills, and be blamed for it)."""
-        with self.cond:
-            if (self.running or self.held or self.waiting
-                    or time.monotonic() < self.after):
-                return False
-            self.held = True
-            return True
-
-    def release(self) -> None:
-        """End a retry's hold taken by `claim`."""
-        with self.cond:
-            self.held = False
-            self.after = time.monotonic() + self.GRACE
-            self.cond.notify_all()
-
-    def _graced(self) -> None:
-        while (delay := self.after - time.monotonic()) > 0:
-            self.cond.wait(delay)
-
-    @contextmanager
-    def hold(self, alone: bool) -> Iterator[None]:
-        with self.cond:
-            if alone:
-                self.waiting += 1
-                self.cond.wait_for(lambda: not self.running and not self.held)
-                self.waiting -= 1
-                self.held = True
-                self._graced()
-            else:
-                while True:
-                    self.cond.wait_for(lambda: not self.held and not self.waiting)
-                    self._graced()
-                    if not self.held and not self.waiting:
-                        break
-                self.running += 1
-        try:
-            yield
-        finally:
-            if alone:
-                self.release()
-            else:
-                with self.cond:
-                    self.running -= 1
-                    self.cond.notify_all()
 
 
 class Replica:
@@ -176,7 +67,7 @@ class Replica:
         self.part: PartWriter | None = None
         self.part_lock = threading.Lock()
         self.last = stage == len(names) - 1
-        self.id = ray.get_runtime_context().get_actor_id()
+        self.id: str = ray.get_runtime_context().get_actor_id() or ""
         self.kernel: Kernel | None = None
         try:
             hold_threads(cores)
@@ -186,53 +77,56 @@ class Replica:
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
         self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
         self.lock = threading.Lock()
-        self.compute = threading.Semaphore(1)
+        self.compute = threading.Semaphore(1)  # a plain unit runs one segment at a time
         self.alone = Alone()
-        self.gate = local_gate(unit.max_concurrency, unit.rate_limit, replicas)
-        self.pool = ThreadPoolExecutor(slots) if unit.is_io and not unit.is_async else None
-        self.loop = _event_loop() if unit.is_async else None
-        self.batcher = Batcher(self._run_batch, batch_size, unit.batch_wait) \
-            if batch_size else None
+        self.busy = Busy()
+        self.runner: Runner | None = None
+        self.batcher: Batcher | None = None
+        if self.kernel is not None:
+            gate = local_gate(unit.max_concurrency, unit.rate_limit, replicas)
+            self.runner = Runner(self.kernel, gate, self.busy,
+                                 slots if unit.is_io else 0)
+            if batch_size:
+                self.batcher = Batcher(self.runner, batch_size, unit.batch_wait)
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
-        self.busy_s = self.blocked_s = 0.0
-        self.active = self.calls = 0
-        self.busy_since = 0.0
+        self.blocked_s = 0.0
+        self.calls = 0
         self.last_call = time.monotonic()
         self.waiting = 0
         self.seq = 0  # numbers each reading of the counters, so the driver keeps the newest
-        self.intervals: list[tuple[float, float]] = []
 
     # -- identity and telemetry ------------------------------------------------------------
 
-    def hello(self) -> dict[str, Any]:
+    def hello(self) -> Hello:
         """Where this replica runs, and why its unit could not start if it could not."""
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
-                "actor": self.id, "error": self.load_error or self.error,
-                "load": self.load_error is not None}
+        return Hello(os.getpid(), ray.get_runtime_context().get_node_id(), self.id,
+                     self.load_error or self.error, self.load_error is not None)
 
     def set_members(self, version: int, members: list[Any]) -> None:
         """The next unit's live replicas, as the driver holds them at ``version``."""
         if self.router is not None:
             self.router.set_members(members, version)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> Stats:
         """Counters so far, new busy intervals, and items waiting to be worked on."""
         with self.lock:
-            intervals, self.intervals = self.intervals, []
-            return {**self._counters(), "intervals": intervals, "waiting": self.waiting}
+            return Stats(self._counters(), self.busy.take(), self.waiting)
 
-    def _counters(self) -> dict[str, Any]:
+    def counters(self) -> Reading:
+        """The counters now, numbered."""
+        with self.lock:
+            return self._counters()
+
+    def _counters(self) -> Reading:
         """The counters now, numbered (the caller holds the lock).  Items still waiting in
         a call are not in yet: busy time covers only the items worked on, and the core
         sizes frames by busy time per item."""
         self.seq += 1
-        return {"seq": self.seq, "items_in": self.items_in - self.waiting,
-                "items_out": self.items_out,
-                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
-                "busy_s": self.busy_s, "blocked_s": self.blocked_s,
-                "cpu_s": time.process_time(), "queued_s": run_queue_seconds()}
+        return Reading(self.seq, Counters(
+            self.items_in - self.waiting, self.items_out, self.bytes_in, self.bytes_out,
+            self.busy.seconds, self.blocked_s, time.process_time(), run_queue_seconds()))
 
-    def drain(self, idle: float = 0.5, patience: float = 300.0) -> dict[str, Any]:
+    def drain(self, idle: float = 0.5, patience: float = 300.0) -> Stats:
         """Return once no call has run for ``idle`` seconds (a retiring replica's last word)."""
         deadline = time.monotonic() + patience
         while time.monotonic() < deadline:
@@ -243,72 +137,19 @@ class Replica:
             time.sleep(idle / 5)
         return self.stats()
 
-    def _begin(self) -> None:
-        with self.lock:
-            if not self.active:
-                self.busy_since = time.monotonic()
-            self.active += 1
-
-    def _end(self) -> None:
-        with self.lock:
-            self.active -= 1
-            if not self.active:
-                now = time.monotonic()
-                self.busy_s += now - self.busy_since
-                if self.intervals and self.busy_since - self.intervals[-1][1] <= _MERGE_GAP:
-                    self.intervals[-1] = (self.intervals[-1][0], now)
-                else:
-                    self.intervals.append((self.busy_since, now))
-
     # -- the unit --------------------------------------------------------------------------
-
-    def _run_batch(self, batch: list[tuple[Any, Future[Any]]]) -> None:
-        assert self.kernel is not None
-        if self.gate is not None:
-            self.gate.acquire()
-        self._begin()
-        try:
-            results, _ = self.kernel.call_batch([value for value, _ in batch])
-        finally:
-            self._end()
-            if self.gate is not None:
-                self.gate.release()
-        for (_, future), result in zip(batch, results, strict=True):
-            future.set_result(result)
-
-    def _timed(self, value: Any) -> Any:
-        assert self.kernel is not None
-        if self.gate is not None:
-            self.gate.acquire()
-        self._begin()
-        try:
-            return self.kernel.result(value)
-        finally:
-            self._end()
-            if self.gate is not None:
-                self.gate.release()
 
     def _results(self, segment: Segment) -> list[Any]:
         """Raw results (or `Failed`) for a segment's values, by the unit's way of running."""
-        assert self.kernel is not None
-        values = segment[5]
+        runner = self.runner
+        assert runner is not None
+        values = segment.values
         if self.batcher is not None:
-            return [f.result() for f in self.batcher.submit(values, alone=segment[1] > 0)]
-        if self.pool is not None:
-            return [f.result() for f in [self.pool.submit(self._timed, v) for v in values]]
-        if self.loop is not None:
-            futures = [asyncio.run_coroutine_threadsafe(_timed_async(self, v), self.loop)
-                       for v in values]
-            return [f.result() for f in futures]
+            return [f.result() for f in self.batcher.submit(values, alone=segment.attempt > 0)]
+        if runner.concurrent:
+            return [f.result() for f in [runner.submit(v) for v in values]]
         with self.compute:
-            if self.gate is not None:
-                return [self._timed(v) for v in values]
-            self._begin()
-            try:
-                results, _ = self.kernel.results(values)
-            finally:
-                self._end()
-        return results
+            return runner.results(values)[0]
 
     # -- frames ----------------------------------------------------------------------------
 
@@ -323,7 +164,7 @@ class Replica:
 
     @ray.method(num_returns=2)
     def process(self, segments: list[Segment], hints: list[int], version: int
-                ) -> tuple[dict[str, Any], list[Segment] | None]:
+                ) -> tuple[Summary, list[Segment] | None]:
         """Run the unit on a frame and see its outputs all the way down.
 
         Returns a summary (references to the last unit's outputs, returned weight,
@@ -332,28 +173,28 @@ class Replica:
         segments: a separate object, which the caller never fetches but passes up by
         reference, so the driver alone reads it.
         """
-        alone = any(s[1] > 0 for s in segments)
+        alone = any(s.attempt > 0 for s in segments)
         if alone and self.stage > 0:
             if not self.alone.claim():
                 # a retry queued behind other calls would die with them: the sender picks
                 # again
-                return {"busy": True}, None
+                return Summary(busy=True), None
             try:
-                summary, outputs = self._process(segments, hints, version)
+                summary, outputs = self.run(segments, hints, version)
             finally:
                 self.alone.release()
         else:
             with self.alone.hold(alone):
-                summary, outputs = self._process(segments, hints, version)
-        with self.lock:
-            counters = self._counters()
-        summary.setdefault("counters", {})[self.id] = counters
+                summary, outputs = self.run(segments, hints, version)
+        summary.counters[self.id] = self.counters()
         return summary, outputs
 
-    def _process(self, segments: list[Segment], hints: list[int], version: int
-                 ) -> tuple[dict[str, Any], list[Segment] | None]:
+    def run(self, segments: list[Segment], hints: list[int], version: int
+            ) -> tuple[Summary, list[Segment] | None]:
+        """A frame through the unit and on down, with no claim on the process (a task's
+        call, or one `process` let in)."""
         assert self.kernel is not None, self.error
-        count = sum(len(s[5]) for s in segments)
+        count = sum(len(s.values) for s in segments)
         with self.lock:
             self.items_in += count
             self.bytes_in += frame_bytes(segments)
@@ -361,16 +202,16 @@ class Replica:
             self.calls += 1
         try:
             outputs: list[Segment] = []
-            summary: dict[str, Any] = {"outputs": [], "returns": [], "failures": []}
+            summary = Summary()
             for segment in segments:
                 results = self._results(segment)
-                failed = sum(1 for r in results if type(r) is Failed)
-                out, back, failures = settle(self.kernel, segment, results, failed)
+                out, back, failures = settle(self.kernel, segment, results,
+                                             failed_count(results))
                 if out is not None:
                     outputs.append(out)
                 if back is not None:
-                    summary["returns"].append(back)
-                summary["failures"].extend(failures)
+                    summary.returns.append(back)
+                summary.failures.extend(failures)
         finally:
             with self.lock:
                 self.waiting -= count
@@ -378,7 +219,7 @@ class Replica:
             if not outputs:
                 return summary, None
             if self.last and self.sink is not None:
-                summary["written"] = [self._write_part(outputs, summary)]
+                summary.written.append(self._write_part(outputs, summary))
                 return summary, None
             if self.last:
                 outputs = self._portable(outputs, summary)
@@ -391,30 +232,21 @@ class Replica:
             # frames; before the next unit is measured (hint 0) in one frame per live
             # replica of it, twice over, rather than the one item per call a default hint
             # would give (a shard then became thousands of one-row calls down the chain).
-            total = sum(len(s[5]) for s in outputs)
+            total = sum(len(s.values) for s in outputs)
             hint = hints[self.stage + 1]
             if hint <= 0:
                 hint = -(-total // (2 * max(1, len(self.router.members))))
             step = max(1, hint, -(-total // FANOUT))
             frames = _frames(outputs, step)
             for child in forward(self, frames, hints, version, summary):
-                summary["outputs"].extend(child["outputs"])
-                summary["returns"].extend(child["returns"])
-                summary["failures"].extend(child["failures"])
-                if "written" in child:
-                    summary.setdefault("written", []).extend(child["written"])
-                if "dead" in child:
-                    summary.setdefault("dead", []).extend(child["dead"])
-                if "lost" in child:
-                    summary.setdefault("lost", []).extend(child["lost"])
-                _merge_counters(summary.setdefault("counters", {}), child.get("counters", {}))
+                summary.merge(child)
             return summary, None
         finally:
             with self.lock:
                 self.calls -= 1
                 self.last_call = time.monotonic()
 
-    def _write_part(self, outputs: list[Segment], summary: dict[str, Any]) -> Written:
+    def _write_part(self, outputs: list[Segment], summary: Summary) -> Written:
         """Append a frame's outputs to this replica's part; what commits them, for the
         driver (an output the part cannot encode is dead-lettered alone)."""
         assert self.sink is not None
@@ -425,31 +257,31 @@ class Replica:
             part = self.part
             for segment in outputs:
                 try:
-                    encoded = [part.encode(value) for value in segment[5]]
+                    encoded = [part.encode(value) for value in segment.values]
                 except (TypeError, ValueError):
                     encoded = None
                 if encoded is not None:
-                    books.append((*segment[:5], part.write(encoded)))
+                    books.append(segment.with_values(part.write(encoded)))
                     continue
                 for single in split(segment, 1):
                     try:
-                        line = part.encode(single[5][0])
+                        line = part.encode(single.values[0])
                     except (TypeError, ValueError) as exc:
                         error = TypeError(f"unit {self.unit.name!r} returned a value its "
                                           f"output part cannot hold ({describe(exc)}); "
                                           "return plain data")
                         lost(summary, single, self.unit.name, error)
                         continue
-                    books.append((*single[:5], part.write([line])))
+                    books.append(single.with_values(part.write([line])))
             self._count_out(books)
             return Written(books)
 
     def _count_out(self, segments: list[Segment]) -> None:
         with self.lock:
-            self.items_out += sum(len(s[5]) for s in segments)
+            self.items_out += sum(len(s.values) for s in segments)
             self.bytes_out += frame_bytes(segments)
 
-    def _portable(self, segments: list[Segment], summary: dict[str, Any]) -> list[Segment]:
+    def _portable(self, segments: list[Segment], summary: Summary) -> list[Segment]:
         """The outputs that can cross processes; the rest dead-lettered, their weight returned."""
         if crosses(segments):
             return segments
@@ -488,36 +320,15 @@ def _unloaded(value: Any) -> Any:
     raise RuntimeError("the unit could not be loaded")
 
 
-async def _timed_async(replica: Replica, value: Any) -> Any:
-    """One async call, timed as busy; a module function, since an ``async def`` method
-    would make Ray run the whole actor on one event loop, one call at a time."""
-    assert replica.kernel is not None
-    replica._begin()
-    try:
-        return await replica.kernel.call_async(value)
-    except Exception as error:
-        return Failed(error, getattr(error, "__fitwork_attempts__", 1))
-    finally:
-        replica._end()
-
-
-def lost(summary: dict[str, Any], single: Segment, unit: str, error: BaseException) -> None:
+def lost(summary: Summary, single: Segment, unit: str, error: BaseException) -> None:
     """Dead-letter a one-item segment and return its weight, into ``summary``."""
     frame, attempt, offsets, paths, exps, values = single
     path = paths[0] if paths else ()
     failure = Failure.of(unit, error, values[0], attempt=attempt + 1, path=path, frame=frame,
                          offset=offsets[0])
-    summary["failures"].append(failure)
-    back: Return = (frame, [offsets[0]], [exps[0]] if exps else None)
-    summary["returns"].append(back)
-
-
-def _merge_counters(into: dict[str, dict[str, Any]], more: dict[str, dict[str, Any]]) -> None:
-    """Keep each replica's newest counters (the highest ``seq``)."""
-    for actor, counters in more.items():
-        held = into.get(actor)
-        if held is None or counters["seq"] > held["seq"]:
-            into[actor] = counters
+    summary.failures.append(failure)
+    back = Return(frame, [offsets[0]], [exps[0]] if exps else None)
+    summary.returns.append(back)
 
 
 def _frames(segments: list[Segment], step: int) -> list[list[Segment]]:
@@ -527,23 +338,17 @@ def _frames(segments: list[Segment], step: int) -> list[list[Segment]]:
     count = 0
     for segment in segments:
         for piece in split(segment, step):
-            if frame and count + len(piece[5]) > step:
+            if frame and count + len(piece.values) > step:
                 frames.append(frame)
                 frame, count = [], 0
             frame.append(piece)
-            count += len(piece[5])
+            count += len(piece.values)
     if frame:
         frames.append(frame)
     return frames
 
 
-def _event_loop() -> asyncio.AbstractEventLoop:
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, name="fitwork-loop", daemon=True).start()
-    return loop
-
-
-def _free(router: Router, target: Any, summary: dict[str, Any]) -> bool:
+def _free(router: Router, target: Any, summary: Summary) -> bool:
     """Probe ``target`` before a retry (see `Replica.free`); False, with ``target``
     released (and marked dead if it is), when the retry should not go there now."""
     try:
@@ -551,13 +356,13 @@ def _free(router: Router, target: Any, summary: dict[str, Any]) -> bool:
             return True
     except DEATH:
         router.mark_dead(target)
-        summary.setdefault("dead", []).append(key(target))
+        summary.dead.append(key(target))
     router.release(target)
     return False
 
 
 def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], version: int,
-            summary: dict[str, Any]) -> list[dict[str, Any]]:
+            summary: Summary) -> list[Summary]:
     """Send frames to the next stage and wait for them; report what a dead replica held.
 
     A thread never waits for a slot while it holds calls of its own: it first collects one
@@ -571,7 +376,7 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
     router = replica.router
     assert router is not None
     name = replica.names[replica.stage + 1]
-    results: list[dict[str, Any]] = []
+    results: list[Summary] = []
     pending = deque(frames)
     calls: dict[Any, tuple[Any, Any, list[Segment]]] = {}
     last = replica.stage + 1 == len(replica.names) - 1
@@ -579,26 +384,26 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
     def collect(ref: Any) -> None:
         outputs, target, frame = calls.pop(ref)
         try:
-            result = ray.get(ref)
-            if result.get("busy"):  # a retry must run alone: try another moment or replica
+            result: Summary = ray.get(ref)
+            if result.busy:  # a retry must run alone: try another moment or replica
                 pending.appendleft(frame)
                 time.sleep(Alone.GRACE / 5)
                 return
             if last and outputs is not None:
-                result["outputs"].append(outputs)
+                result.outputs.append(outputs)
             results.append(result)
         except DEATH as exc:
             router.mark_dead(target)
-            summary.setdefault("dead", []).append(key(target))
-            summary.setdefault("lost", []).append(
-                (replica.stage + 1, f"replica of {name!r} died ({type(exc).__name__})",
-                 [(s[0], list(s[2])) for s in frame]))
+            summary.dead.append(key(target))
+            summary.lost.append(
+                LostFrame(replica.stage + 1, f"replica of {name!r} died ({type(exc).__name__})",
+                          [(s.frame, list(s.offsets)) for s in frame]))
         finally:
             router.release(target)
 
     while pending or calls:
         if pending:
-            retry = any(s[1] > 0 for s in pending[0])
+            retry = any(s.attempt > 0 for s in pending[0])
             target = router.pick(block=not calls, alone=retry)
             if target is not None:
                 frame = pending.popleft()

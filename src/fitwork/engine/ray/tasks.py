@@ -20,6 +20,8 @@ from typing import Any
 
 import ray
 
+from fitwork.engine.core.events import Counters
+from fitwork.engine.ray.records import Reading, Summary, difference, total
 from fitwork.engine.ray.replica import Replica
 from fitwork.engine.segment import Segment
 from fitwork.workload.unit import Unit
@@ -27,9 +29,6 @@ from fitwork.workload.unit import Unit
 _built: dict[str, Replica] = {}
 """The replica each worker process built for the run it last served (by run id); it stays
 built, a class unit's state with it, until that process serves another run's first task."""
-
-SUMMED = ("items_in", "items_out", "bytes_in", "bytes_out", "busy_s", "blocked_s", "cpu_s",
-          "queued_s")
 
 
 def eligible(units: list[Unit], batch_sizes: list[int | None], sink: bool) -> bool:
@@ -40,26 +39,24 @@ def eligible(units: list[Unit], batch_sizes: list[int | None], sink: bool) -> bo
 
 
 def run_frame(box: list[Any], run: str, slot: str, cores: float,
-              segments: list[Segment], version: int) -> tuple[dict[str, Any], Any]:
+              segments: list[Segment], version: int) -> tuple[Summary, Any]:
     """One call: the frame through the unit, with the summary an actor's call returns and
-    what this call added to the counters (keyed by ``slot``)."""
+    what this call added to the counters (keyed by ``slot``, numbered 0: the driver sums
+    them per slot)."""
     replica = _built.get(run)
     if replica is None:
         blob: bytes = ray.get(box[0])  # the unit pickled (loaded by the replica: see hello)
         _built.clear()  # one run's replica per process: an earlier run's goes
         replica = _built[run] = Replica(blob, 0, [box[1]], [1], None, cores, 1, 30.0)
     if replica.error is not None or replica.load_error is not None:
-        return {"error": replica.load_error or replica.error,
-                "load": replica.load_error is not None}, None
-    with replica.lock:
-        before = replica._counters()
-    summary, outputs = replica._process(segments, [0], version)
-    with replica.lock:
-        after = replica._counters()
-        intervals, replica.intervals = replica.intervals, []
-    summary["counters"] = {slot: {name: after[name] - before[name] for name in SUMMED}}
-    summary["intervals"] = intervals
-    summary["pid"] = os.getpid()
+        return Summary(error=replica.load_error or replica.error,
+                       load=replica.load_error is not None), None
+    before = replica.counters()
+    summary, outputs = replica.run(segments, [0], version)
+    after = replica.counters()
+    summary.counters = {slot: Reading(0, difference(after.counters, before.counters))}
+    summary.intervals = replica.busy.take()
+    summary.pid = os.getpid()
     return summary, outputs
 
 
@@ -78,16 +75,14 @@ class SlotTotals:
     """A slot's counters, summed over its calls, numbered as a replica numbers its own."""
 
     def __init__(self) -> None:
-        self.totals = dict.fromkeys(SUMMED, 0.0)
+        self.totals = Counters()
         self.seq = 0
 
-    def add(self, delta: dict[str, Any]) -> dict[str, Any]:
+    def add(self, delta: Counters) -> Reading:
         """The totals with one call's ``delta`` added."""
-        for name in SUMMED:
-            self.totals[name] += delta.get(name, 0.0)
+        self.totals = total(self.totals, delta)
         self.seq += 1
-        return {"seq": self.seq, **{k: (int(v) if k.startswith(("items", "bytes")) else v)
-                                    for k, v in self.totals.items()}}
+        return Reading(self.seq, self.totals)
 
 
 __all__ = ["SlotTotals", "eligible", "remote_frame", "run_frame"]

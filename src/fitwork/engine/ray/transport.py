@@ -61,11 +61,11 @@ def pack(segments: list[Segment]) -> list[Segment]:
     """``segments`` as they should cross: stacked where their values allow (see above)."""
     packed = segments
     for i, segment in enumerate(segments):
-        values = segment[5]
+        values = segment.values
         if type(values) is not Rows and _stackable(values):
             if packed is segments:
                 packed = list(segments)
-            packed[i] = (*segment[:5], Rows(values))
+            packed[i] = segment.with_values(Rows(values))
     return packed
 
 
@@ -74,7 +74,7 @@ def crosses(segments: Sequence[Segment]) -> bool:
     numpy = sys.modules.get("numpy")
     ndarray = numpy.ndarray if numpy is not None else None
     for segment in segments:
-        for value in segment[5]:
+        for value in segment.values:
             kind = type(value)
             if kind in PLAIN:
                 continue
@@ -91,7 +91,7 @@ def frame_bytes(segments: Sequence[Segment]) -> int:
     total = 0
     rest: list[Any] = []
     for segment in segments:
-        for value in segment[5]:
+        for value in segment.values:
             if type(value) is ndarray and not value.dtype.hasobject:
                 total += value.nbytes
             else:

@@ -1,0 +1,112 @@
+"""What Ray replicas and tasks tell the driver: hellos, counter readings and call summaries.
+
+Typed records in place of dicts read by key: `Hello` (where a replica runs, or why its
+unit could not start), `Reading` (a replica's cumulative counters, numbered, so the driver
+keeps the newest of readings that arrive out of order), `Stats` (a reading with the busy
+intervals since the last one) and `Summary` (what one call settled, all the way down the
+pipeline).  They cross processes pickled by Ray, as the dicts did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from fitwork.engine.core.events import Counters
+from fitwork.engine.parts import Written
+from fitwork.engine.segment import Return
+from fitwork.failure import Failure
+
+Interval = tuple[float, float]
+
+
+class Hello(NamedTuple):
+    """A replica is up: its process and node, or why its unit could not start (``load``:
+    the unit's code could not even be loaded there)."""
+
+    pid: int
+    node: str | None
+    actor: str | None = None
+    error: str | None = None
+    load: bool = False
+
+
+class Reading(NamedTuple):
+    """A replica's cumulative counters; ``seq`` numbers its readings."""
+
+    seq: int
+    counters: Counters
+
+
+class Stats(NamedTuple):
+    """A reading, the busy intervals since the last one, and items waiting in calls."""
+
+    reading: Reading
+    intervals: list[Interval]
+    waiting: int = 0
+
+
+class LostFrame(NamedTuple):
+    """A frame a replica sent downstream whose replica died: its stage, the cause, and the
+    items it held (feed frame and offsets per segment)."""
+
+    stage: int
+    cause: str
+    parts: list[tuple[int, list[int]]]
+
+
+@dataclass(slots=True)
+class Summary:
+    """What one call settled: references to the last unit's outputs, parts written, the
+    weight returned, failures, replicas seen dead (by key) and what they held, and the
+    counters of every replica the frame went through (by key).
+
+    ``busy``: a retry that could not run alone there, sent back.  A task's call also
+    carries its busy intervals and process id, or why its unit could not start.
+    """
+
+    outputs: list[Any] = field(default_factory=list)
+    returns: list[Return] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    written: list[Written] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)
+    lost: list[LostFrame] = field(default_factory=list)
+    counters: dict[str, Reading] = field(default_factory=dict)
+    busy: bool = False
+    intervals: Sequence[Interval] = ()
+    pid: int = 0
+    error: str | None = None
+    load: bool = False
+
+    def merge(self, child: Summary) -> None:
+        """Take in a downstream call's summary (each replica's newest counters kept)."""
+        self.outputs.extend(child.outputs)
+        self.returns.extend(child.returns)
+        self.failures.extend(child.failures)
+        self.written.extend(child.written)
+        self.dead.extend(child.dead)
+        self.lost.extend(child.lost)
+        newest(self.counters, child.counters)
+
+
+def newest(into: dict[str, Reading], more: dict[str, Reading]) -> None:
+    """Keep each replica's newest reading (the highest ``seq``)."""
+    for actor, reading in more.items():
+        held = into.get(actor)
+        if held is None or reading.seq > held.seq:
+            into[actor] = reading
+
+
+def difference(after: Counters, before: Counters) -> Counters:
+    """What was added to the counters between two readings."""
+    return Counters._make(a - b for a, b in zip(after, before, strict=True))
+
+
+def total(into: Counters, delta: Counters) -> Counters:
+    """Counters with ``delta`` added."""
+    return Counters._make(a + b for a, b in zip(into, delta, strict=True))
+
+
+__all__ = ["Hello", "LostFrame", "Reading", "Stats", "Summary", "difference", "newest",
+           "total"]

@@ -1,0 +1,325 @@
+"""The replica runtime: how one replica runs its unit's items, written once for every engine.
+
+The local worker, the Ray actor replica and the Ray task differ in how frames reach them
+and how outputs leave (pipes, Ray calls); what happens in between is here:
+
+- `Runner`: the unit's calls by its way of running (plain, a batch, concurrent I/O calls
+  on threads, or ``async def`` calls on an event loop), each call through the unit's shared
+  `Gate` and timed as busy (a wait at the gate is not busy);
+- `Busy`: busy time and busy intervals, counted while at least one call runs, an interval
+  joined to the previous one when they nearly touch (``MERGE_GAP``);
+- `Batches`: the batching rule (a batch of ``size`` items, or what came within ``wait``
+  seconds of the first one waiting), driven by the local worker's loop, and by a thread in
+  `Batcher` where calls arrive side by side;
+- `Alone`: calls side by side in one process, except a retry, which runs alone.  "A
+  retried item runs alone" holds everywhere: a batch unit runs a retried item in a batch
+  of its own (`Batcher.submit`, the local batched loop), and a process that takes calls
+  side by side lets a retry in only when nothing else runs there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Generic, TypeVar
+
+from fitwork.engine.limits import Gate
+from fitwork.workload.kernel import Failed, Kernel
+
+MERGE_GAP = 0.001
+"""Busy intervals closer than this are one interval."""
+
+Clock = Callable[[], float]
+T = TypeVar("T")
+
+
+class Busy:
+    """A replica's busy time: seconds with at least one call running, and the intervals."""
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.active = 0
+        self.since = 0.0
+        self.seconds = 0.0
+        self.intervals: list[tuple[float, float]] = []
+
+    def begin(self) -> None:
+        """A call starts."""
+        with self.lock:
+            if not self.active:
+                self.since = self.clock()
+            self.active += 1
+
+    def end(self) -> None:
+        """A call ended: the replica's busy interval closes with its last call."""
+        with self.lock:
+            self.active -= 1
+            if not self.active:
+                self._mark(self.since, self.clock())
+
+    def _mark(self, start: float, end: float) -> None:
+        self.seconds += end - start
+        if self.intervals and start - self.intervals[-1][1] <= MERGE_GAP:
+            self.intervals[-1] = (self.intervals[-1][0], end)
+        else:
+            self.intervals.append((start, end))
+
+    def take(self) -> list[tuple[float, float]]:
+        """The intervals not taken yet."""
+        with self.lock:
+            intervals, self.intervals = self.intervals, []
+        return intervals
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        """``begin`` ... ``end`` around a block."""
+        self.begin()
+        try:
+            yield
+        finally:
+            self.end()
+
+
+def failed_count(results: list[Any]) -> int:
+    """How many of ``results`` are `Failed`."""
+    return sum(1 for r in results if type(r) is Failed)
+
+
+class Runner:
+    """One replica's calls into its unit: through the shared gate, timed as busy.
+
+    ``concurrency`` > 0 (an I/O unit) makes `submit` run calls side by side: on threads,
+    or on an event loop of its own for an ``async def`` unit.
+    """
+
+    def __init__(self, kernel: Kernel, gate: Gate | None, busy: Busy,
+                 concurrency: int = 0) -> None:
+        self.kernel, self.gate, self.busy = kernel, gate, busy
+        self.pool: ThreadPoolExecutor | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        if concurrency and kernel.is_async:
+            self.loop = event_loop()
+        elif concurrency:
+            self.pool = ThreadPoolExecutor(concurrency,
+                                           thread_name_prefix=f"fitwork-{kernel.name}")
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether calls run side by side (`submit`)."""
+        return self.pool is not None or self.loop is not None
+
+    def results(self, values: list[Any]) -> tuple[list[Any], int]:
+        """Each value's result (or `Failed`), one call after another, and how many failed.
+        Without a gate the values are one busy stretch; with one, each call passes it."""
+        if self.gate is None:
+            with self.busy.timing():
+                return self.kernel.results(values)
+        results = [self.one(value) for value in values]
+        return results, failed_count(results)
+
+    def one(self, value: Any) -> Any:
+        """One value's result (or `Failed`), through the gate."""
+        if self.gate is None:
+            with self.busy.timing():
+                return self.kernel.result(value)
+        with self.gate, self.busy.timing():
+            return self.kernel.result(value)
+
+    def batch(self, values: list[Any]) -> list[Any]:
+        """One batch call: a result (or `Failed`) per value (a failing batch is retried
+        item by item by the kernel, to isolate the bad item)."""
+        if self.gate is None:
+            with self.busy.timing():
+                return self.kernel.call_batch(values)[0]
+        with self.gate, self.busy.timing():
+            return self.kernel.call_batch(values)[0]
+
+    def submit(self, value: Any) -> Future[Any]:
+        """Start one call side by side with others; its future holds the result or `Failed`."""
+        if self.loop is not None:
+            return asyncio.run_coroutine_threadsafe(self._async(value), self.loop)
+        assert self.pool is not None, "submit needs concurrency"
+        return self.pool.submit(self.one, value)
+
+    async def _async(self, value: Any) -> Any:
+        gate = self.gate
+        if gate is not None:
+            await asyncio.to_thread(gate.acquire)
+        try:
+            self.busy.begin()
+            try:
+                return await self.kernel.call_async(value)
+            except Exception as error:
+                return Failed(error, getattr(error, "__fitwork_attempts__", 1))
+            finally:
+                self.busy.end()
+        finally:
+            if gate is not None:
+                gate.release()
+
+
+def event_loop() -> asyncio.AbstractEventLoop:
+    """An event loop running on a daemon thread of its own."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="fitwork-loop", daemon=True).start()
+    return loop
+
+
+class Batches(Generic[T]):
+    """The batching rule: items wait until ``size`` of them are there, or ``wait`` seconds
+    have passed since the first of them came (or since the last batch left)."""
+
+    def __init__(self, size: int, wait: float, clock: Clock = time.monotonic) -> None:
+        self.size, self.wait, self.clock = size, wait, clock
+        self.items: list[T] = []
+        self.deadline = 0.0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def put(self, item: T) -> None:
+        """One more item waits."""
+        if not self.items:
+            self.deadline = self.clock() + self.wait
+        self.items.append(item)
+
+    def due(self) -> bool:
+        """Whether a batch should run now."""
+        return bool(self.items) and (len(self.items) >= self.size
+                                     or self.clock() >= self.deadline)
+
+    def timeout(self) -> float | None:
+        """Seconds until a batch is due on time alone; None when nothing waits."""
+        if not self.items:
+            return None
+        return max(0.0, self.deadline - self.clock())
+
+    def take(self) -> list[T]:
+        """The next batch (at most ``size`` items); the wait starts again for the rest."""
+        batch, self.items = self.items[:self.size], self.items[self.size:]
+        self.deadline = self.clock() + self.wait
+        return batch
+
+
+class Batcher:
+    """Batches from calls that arrive side by side (Ray's), run by a thread of their own."""
+
+    def __init__(self, runner: Runner, size: int, wait: float) -> None:
+        self.runner = runner
+        self.batches: Batches[tuple[Any, Future[Any]]] = Batches(size, wait)
+        self.cond = threading.Condition()
+        threading.Thread(target=self.loop, daemon=True, name="fitwork-batcher").start()
+
+    def submit(self, values: list[Any], alone: bool) -> list[Future[Any]]:
+        """Queue values; a retried one (``alone``) runs at once, in a batch of its own."""
+        futures: list[Future[Any]] = [Future() for _ in values]
+        if alone:  # a retried item runs by itself, so a poison item hurts no other
+            for value, future in zip(values, futures, strict=True):
+                self.run([(value, future)])
+            return futures
+        with self.cond:
+            for pair in zip(values, futures, strict=True):
+                self.batches.put(pair)
+            self.cond.notify()
+        return futures
+
+    def run(self, batch: list[tuple[Any, Future[Any]]]) -> None:
+        """One batch call; each future gets its item's result."""
+        results = self.runner.batch([value for value, _ in batch])
+        for (_, future), result in zip(batch, results, strict=True):
+            future.set_result(result)
+
+    def loop(self) -> None:
+        """Run each batch as it becomes due."""
+        while True:
+            with self.cond:
+                while not self.batches.due():
+                    self.cond.wait(timeout=self.batches.timeout())
+                batch = self.batches.take()
+            self.run(batch)
+
+
+class Alone:
+    """Calls side by side, except a retry (a segment with attempt > 0), which runs alone in
+    the process: it waits for the calls in it to end and holds new ones back, so a death
+    while it runs is that retry's alone, as the run core counts it (each replica upstream
+    has a router of its own: picking an idle replica cannot promise that).  The next call
+    starts ``GRACE`` seconds after a retry returns: Ray sends a call's reply after the
+    method returns, and a process killed by the next call before that loses the reply,
+    which would blame the retry that had finished for the next one's death."""
+
+    GRACE = 0.05
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self.clock = clock
+        self.cond = threading.Condition()
+        self.running = self.waiting = 0
+        self.held = False
+        self.after = 0.0  # no call starts before this (monotonic): a retry's reply is out
+
+    def _open(self) -> bool:
+        return (not self.running and not self.held and not self.waiting
+                and self.clock() >= self.after)
+
+    def free(self) -> bool:
+        """Whether a retry would run at once (nothing in the process, no grace pending)."""
+        with self.cond:
+            return self._open()
+
+    def claim(self) -> bool:
+        """Hold the process for a retry now if nothing else is in it and no grace is pending
+        (checked and held at once: two retries that both saw it free would otherwise both
+        enter, one waiting inside a process the other kills, and be blamed for it)."""
+        with self.cond:
+            if not self._open():
+                return False
+            self.held = True
+            return True
+
+    def release(self) -> None:
+        """End a retry's hold (taken by `claim` or `hold`)."""
+        with self.cond:
+            self.held = False
+            self.after = self.clock() + self.GRACE
+            self.cond.notify_all()
+
+    def _graced(self) -> None:
+        while (delay := self.after - self.clock()) > 0:
+            self.cond.wait(delay)
+
+    @contextmanager
+    def hold(self, alone: bool) -> Iterator[None]:
+        """Run a call: a retry (``alone``) once the process is empty, any other once no
+        retry holds it or waits for it."""
+        with self.cond:
+            if alone:
+                self.waiting += 1
+                self.cond.wait_for(lambda: not self.running and not self.held)
+                self.waiting -= 1
+                self.held = True
+                self._graced()
+            else:
+                while True:
+                    self.cond.wait_for(lambda: not self.held and not self.waiting)
+                    self._graced()
+                    if not self.held and not self.waiting:
+                        break
+                self.running += 1
+        try:
+            yield
+        finally:
+            if alone:
+                self.release()
+            else:
+                with self.cond:
+                    self.running -= 1
+                    self.cond.notify_all()
+
+
+__all__ = ["MERGE_GAP", "Alone", "Batcher", "Batches", "Busy", "Runner", "event_loop",
+           "failed_count"]
