@@ -126,12 +126,12 @@ class _Parts:
 
 def _rows(path: Path, format: str) -> Iterator[Any]:
     """A sealed part's rows: JSON Lines values, or a CSV part's rows as dicts of text."""
-    with open(path, "rb" if format == "jsonl" else "r", newline=None if format == "jsonl"
-              else "", encoding=None if format == "jsonl" else "utf-8") as held:
-        if format == "jsonl":
-            yield from (json.loads(line) for line in held if line.strip())
-        else:
-            yield from csv.DictReader(held)
+    if format == "jsonl":
+        with open(path, "rb") as lines:
+            yield from (json.loads(line) for line in lines if line.strip())
+    else:
+        with open(path, newline="", encoding="utf-8") as text:
+            yield from csv.DictReader(text)
 
 
 class Run(RunResult):
@@ -149,10 +149,12 @@ class Run(RunResult):
             raise UnitDefinitionError("journal=, resume= and append= are about a run's "
                                       "output: give output= (a file, or a directory)")
         self.launch, self.pipeline, self.source, self.limit = launch, pipeline, source, limit
-        self.sink = output if isinstance(output, Sink) else (
-            Sink.files(output) if names_directory(output) else None)
-        self.path = self.sink.directory if self.sink is not None else Path(
-            output if not isinstance(output, Sink) else output.directory)
+        if isinstance(output, Sink):
+            self.sink: Sink | None = output
+            self.path = output.directory
+        else:
+            self.sink = Sink.files(output) if names_directory(output) else None
+            self.path = Path(output)
         self.directory, self.resume, self.append = journal, resume, append
         _check(self)
         self.journal: Journal | None = None

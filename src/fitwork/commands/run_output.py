@@ -42,13 +42,13 @@ def prepare_output(output: Path, directory: bool, mode: str | None, resume: bool
     if resume:
         if mode is not None:
             fail(f"--resume continues the interrupted run into {output}; drop --mode {mode}",
-                  code=2)
+                 code=2)
         return None
     chosen = mode or "error"
     if chosen == "append" and (directory or output.suffix.lower() == ".parquet"):
         fail(f"--mode append adds lines to a JSON Lines file; {output} is "
-              f"{'a directory' if directory else 'Parquet'}: write to a new path instead",
-              code=2)
+             f"{'a directory' if directory else 'Parquet'}: write to a new path instead",
+             code=2)
     unfinished = journal is not None and (journal / JOURNAL_FILE).exists()
     if unfinished and journal is not None:
         if did_nothing(journal, output, directory):
@@ -66,7 +66,7 @@ def prepare_output(output: Path, directory: bool, mode: str | None, resume: bool
     if chosen == "error":
         resume_hint = "--resume to continue the interrupted run, " if unfinished else ""
         fail(f"output {output} already holds outputs; pass {resume_hint}--mode overwrite to "
-              "replace them, or --mode append to add to them (JSON Lines)")
+             "replace them, or --mode append to add to them (JSON Lines)")
     return output.stat().st_size if chosen == "append" else None
 
 
@@ -124,7 +124,7 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
                       f"{record.run_id})", markup=False, soft_wrap=True)
     if record.failures and max_failures is None:
         fail(f"{record.failures} items failed; dead letters in {record.dead_letter}; pass "
-              "--max-failures N to accept up to N failed items")
+             "--max-failures N to accept up to N failed items")
 
 
 def journal_dir(given: Path | None, off: bool, resume: bool, output: Path) -> Path | None:
