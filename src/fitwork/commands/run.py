@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -105,6 +105,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
 
     errors = Console(stderr=True)
     output_path = Path(output_text)
+    replicas = parse_workers(workers)
     settings = UnitSettings.parse(cpus, batch, io)
     _refuse_pairs(ray_tasks, engine, settings, adapt)
     pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
@@ -123,7 +124,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
     if engine == "ray":
         options = ({"address": ray_address} if ray_address else {}) | (
             {"task_replicas": True} if ray_tasks else {})
-    asked = dict(workers=parse_workers(workers), ordered=ordered, dead_letter=dead_letter,
+    asked = dict(workers=replicas, ordered=ordered, dead_letter=dead_letter,
                  max_failures=max_failures, engine=engine, journal=where, resume=resume,
                  append=mode == "append", limit=limit, **options)
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -282,7 +283,7 @@ def _go(job: Any, relay: _Relay, bar: tuple[int | None, str] | None,
 
 
 def _stopped(stop: KeyboardInterrupt, job: Any, output: Path, record_path: Path | None
-             ) -> None:
+             ) -> NoReturn:
     """Ctrl-C or SIGTERM: one line on what stopped, where things are, and what was left."""
     what = "terminated" if isinstance(stop, Terminated) else "interrupted"
     saved = f"; run record in {record_path}" if record_path and job and job.recorded else ""
