@@ -55,9 +55,12 @@ class Emit:
 
 @dataclass(frozen=True, slots=True)
 class FrameSizes:
-    """Items per frame into each stage, from now on."""
+    """Items per frame into each stage, from now on; ``measured``: whether each size is
+    measured (or a batch), where an engine whose replicas send their outputs on themselves
+    cuts a call's outputs by `sizing.cut`, which treats an unmeasured size as 0."""
 
     sizes: tuple[int, ...]
+    measured: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """A worker process: pulls frames from its unit's channel, runs the unit, pushes results on.
 
-A frame is ``(frame id, [segment, ...])`` (see `fitwork.engine.segment`).  The unit's
-semantics come from the `Kernel`; this module only moves frames and keeps time::
+A frame is ``(frame id, [segment, ...])`` (see `fitwork.engine.segment`; on the pipe each
+segment is a plain tuple).  The unit's semantics come from the `Kernel`, its calls (gate,
+batches, concurrency, busy time) from the replica runtime (`fitwork.engine.serve`), which
+the Ray replica shares; this module moves frames and runs the loops that feed it::
 
     inbox ──frame──▶ Taken ─▶ kernel (plain | batched | concurrent) ─▶ segments ─▶ outbox
                                                                    └─▶ Done (returns,

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -35,7 +34,7 @@ from ray.exceptions import (
     ObjectLostError,
     OwnerDiedError,
 )
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fitwork.engine.contract import RunResult
@@ -43,7 +42,6 @@ from fitwork.engine.core import (
     Arrived,
     Done,
     Exited,
-    Fed,
     FrameSizes,
     Lost,
     Measured,
@@ -54,7 +52,7 @@ from fitwork.engine.core import (
     Taken,
 )
 from fitwork.engine.options import RayOptions, RunOptions
-from fitwork.engine.ray.asks import CPU_STEP, Ask, never_placed, share
+from fitwork.engine.ray.placing import Bundle, Placing
 from fitwork.engine.ray.records import Hello, Reading, Stats, Summary
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
@@ -63,15 +61,12 @@ from fitwork.engine.ray.transport import pack
 from fitwork.engine.segment import Segment
 from fitwork.engine.shell import Shell, policy_for, stages_of
 from fitwork.errors import EngineError
-from fitwork.hardware.catalog import DeviceKind, device_kind
 from fitwork.hardware.ray_cluster import (
     NODE_TYPE_LABEL,
-    cluster_resources,
     connect,
     live_nodes,
 )
-from fitwork.placement import Group, Placement
-from fitwork.resources import Resources
+from fitwork.placement import Placement
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
@@ -129,18 +124,7 @@ class Actor:
     ready: bool = False  # it said hello: its unit is built and it takes calls
 
 
-@dataclass
-class _Bundle:
-    """One bundle of a node type's placement group, and the worker holding it."""
-
-    group: Any
-    index: int
-    node_type: str
-    shape: Resources
-    holder: int | None = None
-
-
-class RayRun(Shell):
+class RayRun(Placing, Shell):
     """One run on Ray: actors, frames in flight, and the core's books."""
 
     engine_name = "ray"
@@ -158,7 +142,8 @@ class RayRun(Shell):
         frame_time = FRAME_TIME / 2 if options.spans else FRAME_TIME
         policy = policy_for(options, max_frames=self.limits[0] * first * 2,
                             frame_time=frame_time, max_frame=MAX_FRAME, quiet_after=None,
-                            whole_path=True, sample_interval=max(options.sample_interval, 0.2))
+                            whole_path=True, sample_interval=max(options.sample_interval, 0.2),
+                            growth=GROWTH)
         super().__init__(pipeline, source, placement, options, policy)
         self.ray_options = ray_options
         self.timeout = ray_options.call_timeout
@@ -166,10 +151,9 @@ class RayRun(Shell):
         self.router = Router(0, self.limits[0])
         self.actors: dict[int, Actor] = {}
         self.by_key: dict[str, int] = {}
-        self.bundles: list[_Bundle] = []
+        self.bundles: list[Bundle] = []
         self.groups: list[Any] = []
-        self.calls: dict[Any, tuple[int, int, Any, int]] = {}
-        self.completed = 0  # items in the largest call that has come back
+        self.calls: dict[Any, tuple[int, int, Any]] = {}
         self.call_ids = itertools.count(1)
         self.hellos: dict[Any, int] = {}
         self.drains: dict[Any, int] = {}
@@ -206,96 +190,6 @@ class RayRun(Shell):
         if len(self.nodes) > 1:  # on one node there is no node type to choose
             self.reserve_groups({label for n in self.nodes
                                  if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
-
-    def fit_asks(self) -> None:
-        """Fail at once if no node could ever hold one replica of a declared or planned ask;
-        share the cores those leave among the replicas of units that declare no cpu."""
-        asks = []
-        for stage, name in enumerate(self.names):
-            for group in self.placement.of(name) or (None,):
-                planned = group is not None and group.resources is not None
-                wanted = self.demand(stage, group, shared=1.0)
-                amounts = {"CPU": wanted.cpu, "GPU": wanted.gpu, **wanted.devices}
-                asks.append(Ask(name, group.replicas if group is not None else 1, amounts,
-                                fixed=planned or self._declared(stage),
-                                origin="plan" if planned else "declared"))
-        capacity = [n["Resources"] for n in self.nodes]
-        never_placed(asks, capacity)
-        self.share = share(asks, capacity)
-
-    def _declared(self, stage: int) -> bool:
-        """Whether a unit's cores are its own to hold (declared, or reserved)."""
-        unit = self.units[stage]
-        return bool(unit.cpu_given) or unit.reserve
-
-    def demand(self, stage: int, group: Group | None,
-               shared: float | None = None) -> Resources:
-        """What one replica asks Ray for: the plan's resources, else the unit's own (its
-        cores a share of the cluster's when it declares none, see `fit_asks`)."""
-        unit = self.units[stage]
-        planned = group is not None and group.resources is not None
-        wanted = group.resources if planned else unit.resources
-        if not planned and not self._declared(stage):
-            wanted = replace(wanted, cpu=self.share if shared is None else shared)
-        devices = dict(wanted.devices)
-        if group is not None and group.device_class and \
-                device_kind(group.device_class) is not DeviceKind.CPU:
-            devices.setdefault(group.device_class, wanted.gpu or 0.01)
-        # A plan's fluid cores fill a node to the brim; rounded down to a thousandth, the
-        # asks of one node's replicas never add up to more than it has.
-        cpu = math.floor(wanted.cpu / CPU_STEP + 1e-9) * CPU_STEP
-        if planned or self._declared(stage) or wanted.cpu > 0:
-            cpu = max(CPU_STEP, cpu)  # a share of 0: the declared asks took every core
-        return Resources(cpu=cpu, gpu=wanted.gpu if self.has_gpus else 0.0, memory=0,
-                         devices=devices)
-
-    def reserve_groups(self, labelled: set[str]) -> None:
-        """One placement group per planned node type, a bundle per replica, packed.
-
-        Every replica planned on a node type gets its bundle before any starts (on nodes of
-        that type, where nodes are labelled), so a run never starts half-placed.  A
-        replacement takes over the bundle its predecessor held.  A cluster of one node has
-        no node type to choose: its replicas ask Ray for their resources directly (a
-        placement group made and removed per run cost ~1 s of start-up to runs back to
-        back: Ray retried the next run's group after its view of the freed cores caught up).
-        """
-        by_type: dict[str, list[Resources]] = {}
-        for stage, name in enumerate(self.names):
-            for group in self.placement.of(name):
-                if group.node_type is not None:
-                    shape = self.demand(stage, group)
-                    by_type.setdefault(group.node_type, []).extend([shape] * group.replicas)
-        startup = self.ray_options.startup_timeout
-        for node_type, shapes in by_type.items():
-            bundles = []
-            for shape in shapes:
-                asked = {"CPU": shape.cpu, "GPU": shape.gpu, **shape.devices}
-                bundles.append({k: v for k, v in asked.items() if v} or {"CPU": 0.01})
-            selector = ([{NODE_TYPE_LABEL: node_type}] * len(bundles)
-                        if node_type in labelled else None)
-            group = placement_group(bundles, strategy="PACK", bundle_label_selector=selector,
-                                    name=f"fitwork-{self.run_id}-{node_type}")
-            self.groups.append(group)
-            ready, _ = ray.wait([group.ready()], timeout=startup)
-            if not ready:
-                raise EngineError(
-                    f"node type {node_type!r} could not be reserved within {startup:.0f} s: "
-                    f"it needs {bundles}; the cluster has (in all) {self._available()}; plan "
-                    "for this cluster's fleet (`fitwork fleet ray`)")
-            self.bundles += [_Bundle(group, i, node_type, shape)
-                             for i, shape in enumerate(shapes)]
-
-    def _ask(self, stage: int) -> str:
-        """What one replica of a unit asks Ray for, in words."""
-        groups = self.placement.of(self.names[stage]) or (None,)
-        wanted = self.demand(stage, groups[0])
-        amounts = {"CPU": wanted.cpu, "GPU": wanted.gpu, **wanted.devices}
-        return ", ".join(f"{v:g} {k}" for k, v in amounts.items() if v) or "nothing"
-
-    def _available(self) -> Any:
-        with contextlib.suppress(Exception):
-            return cluster_resources(5)
-        return "(unknown: Ray did not answer)"
 
     def start(self) -> RunResult:
         """Start every replica and return at once, as `fitwork.run` promises: frames go out
@@ -405,11 +299,10 @@ class RayRun(Shell):
         self.drains[actor.handle.drain.remote()] = actor.worker
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
-        assert self.core is not None
-        measured = self.core.stage_items
-        self.hints = [min(MAX_FRAME, size)
-                      if measured[stage] or self.stages[stage].batch_size else 0
-                      for stage, size in enumerate(instruction.sizes)]
+        """The core's sizes, passed down with every call (0: not measured, see `cut`)."""
+        self.hints = [size if known else 0
+                      for size, known in zip(instruction.sizes, instruction.measured,
+                                             strict=True)]
 
     def reserve(self, alone: bool) -> Any:
         if not self.started:
@@ -419,17 +312,12 @@ class RayRun(Shell):
     def unreserve(self, token: Any) -> None:
         self.router.release(token)
 
-    def take(self, count: int) -> Fed:
-        return super().take(min(count, max(self.core.sizes[0] if self.core else 1,
-                                           GROWTH * self.completed)))
-
     def transmit(self, token: Any, send: Send) -> None:
         worker = self.by_key[key(token)]
         call = next(self.call_ids)
         segment = send.segment
         ref, outputs = self.call(token, segment)
-        self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None,
-                           len(segment.values))
+        self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None)
         self.handle(Taken(worker, call, [(segment.frame, segment.offsets)], self.clock()))
 
     def call(self, token: Any, segment: Segment) -> tuple[Any, Any]:
@@ -530,14 +418,13 @@ class RayRun(Shell):
         self.handle(Ready(worker, info.pid, self.clock(), info.node))
 
     def _settle(self, ref: Any) -> None:
-        worker, call, own_outputs, items = self.calls.pop(ref)
+        worker, call, own_outputs = self.calls.pop(ref)
         actor = self.actors[worker]
         self.router.release(actor.handle)
         now = self.clock()
         summary = self.summary(ref, worker, call, now)
         if summary is None:
             return
-        self.completed = max(self.completed, items)
         refs = list(summary.outputs) + ([own_outputs] if own_outputs is not None else [])
         try:
             batches = ray.get(refs, timeout=self.timeout) if refs else []

@@ -1,18 +1,19 @@
 """A replica actor: runs one unit on frames and hands its outputs straight to the next unit.
 
 A call to ``process`` returns once the frame's items have gone all the way down the
-pipeline: the replica applies its unit (through the `Kernel`, as every engine does), cuts
-the output segments into frames, sends each to a downstream replica chosen by its
+pipeline: the replica runs its unit's items by the replica runtime (`fitwork.engine.serve`,
+as the local worker does), cuts the output segments into frames as the run core's rule
+says (`fitwork.engine.core.sizing.cut`), sends each to a downstream replica chosen by its
 `Router`, and waits for those calls.  A downstream replica that dies is dropped from the
-router and named in the summary, with what the frame it was sent held (``"lost"``): the
+router and named in the summary, with what the frame it was sent held (`LostFrame`): the
 driver reports that to the run core, which alone decides what to retry and what is poison
 (a replica keeps no attempts of its own).
 The last unit returns its outputs as a second object that travels back up by reference:
 data moves once, from the last replica to the driver.
 
-A call's summary carries what the driver's run core needs to settle the frame: references
-to the output segments, the weight returned by filters, failures and poison (see
-`fitwork.engine.segment`), and the failures themselves.
+A call's `Summary` (`fitwork.engine.ray.records`) carries what the driver's run core needs
+to settle the frame: references to the output segments, the weight returned by filters,
+the failures, and the counters of the replicas it went through.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from fitwork.engine.core.events import Counters
+from fitwork.engine.core.sizing import cut
 from fitwork.engine.limits import local_gate
 from fitwork.engine.parts import PartWriter, Sink, Written
 from fitwork.engine.ray.records import Hello, LostFrame, Reading, Stats, Summary
@@ -42,8 +44,6 @@ from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
 
 DEATH = (RayActorError, ActorDiedError, ActorUnavailableError)
-FANOUT = 64
-"""The most frames one call's outputs go downstream in."""
 
 
 class Replica:
@@ -228,15 +228,8 @@ class Replica:
             self._count_out(outputs)
             assert self.router is not None
             self.router.follow(version)
-            # A call that made many outputs (a reader's shard) sends them in at most FANOUT
-            # frames; before the next unit is measured (hint 0) in one frame per live
-            # replica of it, twice over, rather than the one item per call a default hint
-            # would give (a shard then became thousands of one-row calls down the chain).
-            total = sum(len(s.values) for s in outputs)
-            hint = hints[self.stage + 1]
-            if hint <= 0:
-                hint = -(-total // (2 * max(1, len(self.router.members))))
-            step = max(1, hint, -(-total // FANOUT))
+            total = sum(len(s.values) for s in outputs)  # cut as the core's rule says
+            step = cut(total, hints[self.stage + 1], len(self.router.members))
             frames = _frames(outputs, step)
             for child in forward(self, frames, hints, version, summary):
                 summary.merge(child)
@@ -361,6 +354,19 @@ def _free(router: Router, target: Any, summary: Summary) -> bool:
     return False
 
 
+def _unsendable(frame: list[Segment], exc: Exception, unit: str,
+                pending: deque[list[Segment]], summary: Summary) -> None:
+    """A frame that could not be serialised: its items go again one by one, and an item
+    alone that cannot is dead-lettered (its weight returned)."""
+    pieces = [piece for s in frame for piece in split(s, 1)]
+    if len(pieces) > 1:
+        pending.extend([piece] for piece in pieces)
+        return
+    lost(summary, pieces[0], unit,
+         TypeError(f"unit {unit!r} returned a value that cannot cross processes "
+                   f"({describe(exc).splitlines()[0][:300]}); return plain data"))
+
+
 def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], version: int,
             summary: Summary) -> list[Summary]:
     """Send frames to the next stage and wait for them; report what a dead replica held.
@@ -368,9 +374,8 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
     A thread never waits for a slot while it holds calls of its own: it first collects one
     of them, so one frame's many outputs cannot take every slot and wait on itself.
     Returns the summaries of the calls that succeeded.  A call whose replica died goes
-    into ``summary`` as ``"lost"``: ``(stage, cause, [(feed frame, offsets), ...])``, the
-    items its frame held, which the driver hands the run core as a `Lost` of those items
-    (the core retries them alone, bisects a shard's rows, or makes a row poison).
+    into ``summary.lost`` (a `LostFrame`: the items its frame held), which the driver hands
+    the run core as a `Lost` of those items (the core alone decides their retries).
     Unsendable items go into ``summary`` as failures with their weight returned.
     """
     router = replica.router
@@ -415,15 +420,7 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
                     ref, outputs = target.process.remote(pack(frame), hints, version)
                 except Exception as exc:  # the frame could not be serialised
                     router.release(target)
-                    pieces = [piece for s in frame for piece in split(s, 1)]
-                    if len(pieces) > 1:
-                        pending.extend([piece] for piece in pieces)
-                    else:
-                        lost(summary, pieces[0], replica.names[replica.stage],
-                             TypeError(f"unit {replica.names[replica.stage]!r} returned a "
-                                       "value that cannot cross processes "
-                                       f"({describe(exc).splitlines()[0][:300]}); return "
-                                       "plain data"))
+                    _unsendable(frame, exc, replica.names[replica.stage], pending, summary)
                     continue
                 calls[ref] = (outputs if last else None, target, frame)
                 continue
