@@ -151,14 +151,28 @@ def core_ceiling(profile: PipelineProfile) -> float:
     paid in run-queue waits instead of work.  A profile with no run-queue wait measured (or
     none recorded) gives 1.0.  The figure is per profile, not per node type: the host the
     profile ran on is the only place the wait was measured.
+
+    One process's run-queue wait does not see what a plan of several meets: a lone process
+    on two cores beside others keeping 0.7 of a core busy seldom waits, while the plan's
+    processes get only the 1.3 cores left (``bench/fit_quality.py``: plans at a ceiling of
+    0.83-0.90 used 1.0-1.46 of 2 cores, exactly what others left them).  So the ceiling is
+    also at most the share of the cores others did not use while the units were timed
+    (``others_share``, weighted as the wait is), where the profile measured it.
     """
-    m, weighted_cpu, weighted_queue = 1.0, 0.0, 0.0
+    m, weighted_cpu, weighted_queue, others, weight = 1.0, 0.0, 0.0, 0.0, 0.0
     for u in profile.units:
         weighted_cpu += m * u.cpu_s
         weighted_queue += m * u.queued_s
+        share = _view(u, u.batch_size).others_share
+        if share is not None:
+            others += m * (u.cpu_s + u.queued_s) * share
+            weight += m * (u.cpu_s + u.queued_s)
         m *= u.output_ratio
     total = weighted_cpu + weighted_queue
-    return 1.0 if total <= 0 else max(0.05, 1.0 - weighted_queue / total)
+    ceiling = 1.0 if total <= 0 else 1.0 - weighted_queue / total
+    if weight > 0:
+        ceiling = min(ceiling, 1.0 - others / weight)
+    return max(0.05, ceiling)
 
 
 def waiting_seconds(profile: PipelineProfile) -> float:

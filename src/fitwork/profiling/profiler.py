@@ -49,7 +49,9 @@ from fitwork.profiling.record import (
     PipelineProfile,
     UnitProfile,
     call_spread,
+    host_busy_seconds,
     host_load,
+    others_share,
     replica_threads,
 )
 from fitwork.profiling.timers import Timers
@@ -332,6 +334,7 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
         wall = cpu = accel = queued = 0.0
         measured = 0
         calls: list[float] = []  # wall seconds per item of each call: the rate's spread
+        host0, own0, start = host_busy_seconds(), time.process_time(), time.perf_counter()
         produced: list[Any] = []
         source: str | None = None
         for i in range(0, len(inputs), size):
@@ -361,7 +364,9 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
         batches.append(BatchMeasurement(batch_size=size, items=measured, wall_s=wall / measured,
                                         cpu_s=cpu / measured, queued_s=queued / measured,
                                         accel_s=accel / measured if accel else None,
-                                        host_load=host_load(), **call_spread(calls)))
+                                        host_load=host_load(),
+                                        others_share=others_share(host0, own0, start),
+                                        **call_spread(calls)))
         outputs = produced
         chosen_source = source if accel else None
     memory, _ = timers.peak_memory()

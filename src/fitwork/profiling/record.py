@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -33,7 +34,8 @@ def replica_threads(cores: float) -> int:
 
 
 class BatchMeasurement(BaseModel):
-    """Per-item cost at one batch size."""
+    """Per-item cost at one batch size.  ``others_share`` is the share of the host's cores
+    other processes used while it was timed (``None``: not measured)."""
 
     batch_size: int
     items: int
@@ -45,6 +47,41 @@ class BatchMeasurement(BaseModel):
     call_p90_s: float | None = None
     calls: int | None = None
     host_load: float | None = None
+    others_share: float | None = None
+
+
+def _cores() -> set[int]:
+    """The cores this process may run on."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def host_busy_seconds() -> float | None:
+    """CPU seconds every process on the host has run so far on the cores this process may
+    run on, together (``None`` where the platform does not say)."""
+    mine = _cores()
+    try:
+        with open("/proc/stat") as stat:
+            lines = [line.split() for line in stat if line.startswith("cpu")]
+        # cpuN user nice system idle iowait irq softirq steal: all but idle and iowait
+        busy = sum(int(f[i]) for f in lines if f[0][3:].isdigit() and int(f[0][3:]) in mine
+                   for i in (1, 2, 3, 6, 7, 8) if i < len(f))
+        return busy / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others_share(host0: float | None, own0: float, wall0: float) -> float | None:
+    """The share of this process's cores that other processes used since ``host0`` (from
+    `host_busy_seconds`), ``own0`` (this process's CPU seconds) and ``wall0`` (seconds)."""
+    host = host_busy_seconds()
+    wall = time.perf_counter() - wall0
+    if host is None or host0 is None or wall <= 0:
+        return None
+    own = time.process_time() - own0
+    return min(1.0, max(0.0, (host - host0 - own) / wall / max(len(_cores()), 1)))
 
 
 def host_load() -> float | None:

@@ -1,0 +1,68 @@
+"""The core ceiling holds no more than the cores other processes left while the units were
+profiled: one process's run-queue wait does not see what a plan of several meets."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from fitwork import Pipeline, unit
+from fitwork.fit.inputs import core_ceiling
+from fitwork.profiling import profile_pipeline
+from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
+
+
+def profile_with(others: float | None, queued: float = 0.0) -> PipelineProfile:
+    """One unit of 2 ms CPU; others used ``others`` of the cores while it was timed."""
+    batch = BatchMeasurement(batch_size=1, items=16, wall_s=0.002 + queued, cpu_s=0.002,
+                             queued_s=queued, others_share=others)
+    u = UnitProfile(name="a", kind="map", resources={"cpu": 1.0}, device_class="cpu-x86",
+                    samples=16, wall_s=0.002 + queued, cpu_s=0.002, queued_s=queued,
+                    bytes_in=100.0, bytes_out=100.0, output_ratio=1.0, peak_rss=1 << 20,
+                    batches=[batch])
+    return PipelineProfile(fitwork_version="test", pipeline="p", host_class="cpu-x86",
+                           created_at=0.0, units=[u])
+
+
+def test_the_ceiling_is_at_most_the_cores_others_left() -> None:
+    assert core_ceiling(profile_with(None)) == 1.0  # not measured: as before
+    assert core_ceiling(profile_with(0.0)) == 1.0
+    assert core_ceiling(profile_with(0.35)) == pytest.approx(0.65)
+    # the run-queue wait still bounds it where it says less
+    assert core_ceiling(profile_with(0.1, queued=0.002)) == pytest.approx(0.5)
+    assert core_ceiling(profile_with(1.0)) == 0.05  # never below the floor
+
+
+@unit
+def crunch(n: int) -> int:
+    total = 0
+    for i in range(20_000):
+        total += i * n
+    return total
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_the_profile_measures_what_others_use_of_its_cores() -> None:
+    cores = len(os.sched_getaffinity(0))
+    spinner = multiprocessing.get_context("fork").Process(target=_spin, args=(20.0,),
+                                                          daemon=True)
+    spinner.start()
+    try:
+        time.sleep(0.2)
+        batch = profile_pipeline(Pipeline(crunch, name="busy"), range(64),
+                                 samples=64).units[0].batches[-1]
+    finally:
+        spinner.kill()
+        spinner.join()
+    assert batch.others_share is not None
+    print(f"others used {batch.others_share:.2f} of {cores} cores")
+    # one spinning process: a core's worth of the host's, or more where others run too
+    assert batch.others_share >= 0.8 / cores
