@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 import ray
@@ -53,7 +53,7 @@ from fitwork.engine.core import (
 )
 from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.placing import Bundle, Placing
-from fitwork.engine.ray.records import Hello, Reading, Stats, Summary
+from fitwork.engine.ray.records import Hello, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.tasks import eligible
@@ -109,6 +109,15 @@ class RayEngine:
         return run(pipeline, source, placement, options, engine_options).start()
 
 
+class Call(NamedTuple):
+    """A call into a first-unit replica that has not come back: which worker, its number
+    (the core's frame id for it), and a one-unit pipeline's outputs reference."""
+
+    worker: int
+    call: int
+    outputs: Any
+
+
 @dataclass
 class Actor:
     """The driver's view of one replica actor."""
@@ -153,7 +162,7 @@ class RayRun(Placing, Shell):
         self.by_key: dict[str, int] = {}
         self.bundles: list[Bundle] = []
         self.groups: list[Any] = []
-        self.calls: dict[Any, tuple[int, int, Any]] = {}
+        self.calls: dict[Any, Call] = {}
         self.call_ids = itertools.count(1)
         self.hellos: dict[Any, int] = {}
         self.drains: dict[Any, int] = {}
@@ -278,11 +287,11 @@ class RayRun(Placing, Shell):
                     placement_group=chosen.group, placement_group_bundle_index=chosen.index)
         batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
         replicas = max(1, self.placement.replicas(unit.name))
-        handle = remote_class(Replica).options(**options).remote(
-            self.blobs[stage], stage, self.names, self.limits,
-            batch, wanted.cpu, max(1, unit.io), self.timeout, replicas,
-            (self.options.sink, self.run_id, instruction.worker)
-            if self.options.sink is not None and stage == len(self.units) - 1 else None)
+        sink = (self.options.sink, self.run_id, instruction.worker) \
+            if self.options.sink is not None and stage == len(self.units) - 1 else None
+        handle = remote_class(Replica).options(**options).remote(ReplicaSpec(
+            self.blobs[stage], stage, self.names, self.limits, batch, wanted.cpu,
+            max(1, unit.io), self.timeout, replicas, sink))
         actor = Actor(instruction.worker, stage, handle, bundle)
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
@@ -317,7 +326,7 @@ class RayRun(Placing, Shell):
         call = next(self.call_ids)
         segment = send.segment
         ref, outputs = self.call(token, segment)
-        self.calls[ref] = (worker, call, outputs if len(self.units) == 1 else None)
+        self.calls[ref] = Call(worker, call, outputs if len(self.units) == 1 else None)
         self.handle(Taken(worker, call, [(segment.frame, segment.offsets)], self.clock()))
 
     def call(self, token: Any, segment: Segment) -> tuple[Any, Any]:

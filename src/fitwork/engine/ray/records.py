@@ -14,11 +14,32 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fitwork.engine.core.events import Counters
-from fitwork.engine.parts import Written
+from fitwork.engine.parts import Sink, Written
 from fitwork.engine.segment import Return
 from fitwork.failure import Failure
+from fitwork.workload.unit import Unit
 
 Interval = tuple[float, float]
+
+
+class ReplicaSpec(NamedTuple):
+    """What a replica is built from.  ``unit`` crosses pickled and is loaded in the
+    replica's own process, so a unit that cannot load there is said, not a crash."""
+
+    unit: Unit | bytes
+    stage: int
+    names: list[str]
+    limits: list[int]
+    """Calls in flight per replica of each unit (the bound a router keeps)."""
+    batch_size: int | None = None
+    cores: float = 1.0
+    slots: int = 1
+    """Calls one replica runs side by side (an I/O unit's)."""
+    timeout: float = 30.0
+    replicas: int = 1
+    """Replicas of its unit: each holds an even share of the unit's gate."""
+    sink: tuple[Sink, str, int] | None = None
+    """The last unit's, in a run with a sink: the sink, the run id, the worker id."""
 
 
 class Hello(NamedTuple):
@@ -108,5 +129,5 @@ def total(into: Counters, delta: Counters) -> Counters:
     return Counters._make(a + b for a, b in zip(into, delta, strict=True))
 
 
-__all__ = ["Hello", "LostFrame", "Reading", "Stats", "Summary", "difference", "newest",
-           "total"]
+__all__ = ["Hello", "LostFrame", "Reading", "ReplicaSpec", "Stats", "Summary", "difference",
+           "newest", "total"]

@@ -31,8 +31,8 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from fitwork.engine.core.events import Counters
 from fitwork.engine.core.sizing import cut
 from fitwork.engine.limits import local_gate
-from fitwork.engine.parts import PartWriter, Sink, Written
-from fitwork.engine.ray.records import Hello, LostFrame, Reading, Stats, Summary
+from fitwork.engine.parts import PartWriter, Written
+from fitwork.engine.ray.records import Hello, LostFrame, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
 from fitwork.engine.segment import Return, Segment, settle, split
@@ -49,10 +49,8 @@ DEATH = (RayActorError, ActorDiedError, ActorUnavailableError)
 class Replica:
     """One replica of one unit (wrapped with ``ray.remote`` by the driver)."""
 
-    def __init__(self, unit: Unit | bytes, stage: int, names: list[str],
-                 limits: list[int], batch_size: int | None,
-                 cores: float, slots: int, timeout: float, replicas: int = 1,
-                 sink: tuple[Sink, str, int] | None = None) -> None:
+    def __init__(self, spec: ReplicaSpec) -> None:
+        unit, stage, names, limits, batch_size, cores, slots, timeout, replicas, sink = spec
         self.error: str | None = None
         self.load_error: str | None = None  # the unit could not be unpickled here
         if isinstance(unit, bytes):  # loaded here, so a failure is said, not a crash

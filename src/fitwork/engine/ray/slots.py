@@ -106,7 +106,7 @@ class TaskRun(RayRun):
                 self._measure(seen, self.slots[seen].add(reading.counters), summary.intervals)
 
     def _settle(self, ref: Any) -> None:
-        worker = self.calls[ref][0]
+        worker = self.calls[ref].worker
         super()._settle(ref)
         if self.actors[worker].retiring:
             self._slot_gone(worker)
@@ -114,7 +114,7 @@ class TaskRun(RayRun):
     def _slot_gone(self, worker: int) -> None:
         """A retiring slot leaves once no call of it is still out."""
         actor = self.actors[worker]
-        if actor.ended or any(w == worker for w, *_ in self.calls.values()):
+        if actor.ended or any(c.worker == worker for c in self.calls.values()):
             return
         actor.ended = True
         self.handle(Exited(worker, clean=True, now=self.clock(), cause="retired"))

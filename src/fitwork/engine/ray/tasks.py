@@ -21,7 +21,7 @@ from typing import Any
 import ray
 
 from fitwork.engine.core.events import Counters
-from fitwork.engine.ray.records import Reading, Summary, difference, total
+from fitwork.engine.ray.records import Reading, ReplicaSpec, Summary, difference, total
 from fitwork.engine.ray.replica import Replica
 from fitwork.engine.segment import Segment
 from fitwork.workload.unit import Unit
@@ -47,7 +47,7 @@ def run_frame(box: list[Any], run: str, slot: str, cores: float,
     if replica is None:
         blob: bytes = ray.get(box[0])  # the unit pickled (loaded by the replica: see hello)
         _built.clear()  # one run's replica per process: an earlier run's goes
-        replica = _built[run] = Replica(blob, 0, [box[1]], [1], None, cores, 1, 30.0)
+        replica = _built[run] = Replica(ReplicaSpec(blob, 0, [box[1]], [1], cores=cores))
     if replica.error is not None or replica.load_error is not None:
         return Summary(error=replica.load_error or replica.error,
                        load=replica.load_error is not None), None
