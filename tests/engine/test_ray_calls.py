@@ -163,3 +163,18 @@ def test_a_replica_the_cluster_cannot_place_fails_the_run_in_one_line(
                         startup_timeout=3) as result:
         list(result)
     assert time.monotonic() - start < 30
+
+
+def test_a_replica_process_imports_neither_the_run_core_nor_the_record() -> None:
+    """A replica (actor or task) reads the core's events and sizing rule, never the state
+    machine, the record or pydantic: each costs every replica start-up time."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, fitwork.engine.ray.replica, fitwork.engine.ray.tasks; "
+             "print(sorted(m for m in ('pydantic', 'fitwork.engine.core.machine', "
+             "'fitwork.telemetry.record', 'fitwork.placement', 'fitwork.engine.ray.driver') "
+             "if m in sys.modules))")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert shown == "[]"

@@ -1,5 +1,9 @@
 """The run core: one pure state machine behind every engine (events in, instructions out)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from fitwork.engine.core.events import (
     Arrived,
     Counters,
@@ -28,8 +32,22 @@ from fitwork.engine.core.instructions import (
     Send,
     Spawn,
 )
-from fitwork.engine.core.machine import RunCore, WorkerBooks
 from fitwork.engine.core.policy import Policy
+
+if TYPE_CHECKING:
+    from fitwork.engine.core.machine import RunCore, WorkerBooks
+
+
+def __getattr__(name: str) -> Any:
+    """`RunCore` and `WorkerBooks`, loaded on first use: a replica process reads the
+    events, the sizing rule and the policy, never the machine (nor the record it imports)."""
+    if name in ("RunCore", "WorkerBooks"):
+        from fitwork.engine.core import machine
+
+        value = getattr(machine, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Emit", "Event", "Exited", "Fed",

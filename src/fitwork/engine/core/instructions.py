@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fitwork.engine.segment import Segment
 from fitwork.failure import Failure
-from fitwork.placement import Group
-from fitwork.telemetry.record import Progress
+
+if TYPE_CHECKING:  # annotations only: a replica process imports this module, not these
+    from fitwork.placement import Group
+    from fitwork.telemetry.record import Progress
 
 
 @dataclass(frozen=True, slots=True)
