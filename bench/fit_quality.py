@@ -693,6 +693,8 @@ class Outcome:
     finalists: list[Contender]
     adapted: Contender | None = None
     threaded: Contender | None = None
+    at_run_load: float = math.nan  # the model's prediction at the plan's best run's load
+    adapted_at_run_load: float = math.nan  # the same for the --adapt run
 
     @property
     def best_baseline(self) -> float:
@@ -756,6 +758,19 @@ def unqueued(profile: PipelineProfile) -> PipelineProfile:
         "batches": [b.model_copy(update={"wall_s": less(b.wall_s, b.queued_s), "queued_s": 0.0})
                     for b in u.batches]}) for u in profile.units]
     return profile.model_copy(update={"units": units})
+
+
+def at_load(profile: PipelineProfile, fleet: fitwork.Fleet, others: float,
+            cores: float) -> Plan:
+    """The plan the model makes from ``profile`` had the units been timed while others
+    used ``others`` cores, as they did during the plan's run (and no run-queue wait of the
+    profile's moment): what the model predicts at the run's load, the model's own error
+    apart from the host's load moving between the profile and the run."""
+    share = min(1.0, max(0.0, others / cores))
+    clean = unqueued(profile)
+    units = [u.model_copy(update={"batches": [b.model_copy(update={"others_share": share})
+                                              for b in u.batches]}) for u in clean.units]
+    return fit(clean.model_copy(update={"units": units}), fleet)
 
 
 WHAT_IF_HOP_S = 10e-6  # a seventh of the engine charge per frame per crossing the fit uses
@@ -842,6 +857,18 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
 
     outcome = Outcome(spec, profile, plan, planned, best("monolith"), best("hand"), contenders,
                       adapted, best("threaded"))
+    cores = sum(n.cores * n.count for n in fleet.node_types)
+    for contender in (planned, adapted):
+        best_run = contender.best()
+        replayed = at_load(profile, fleet, best_run.other_cores, cores)
+        side = replayed.fitted if contender is planned else (replayed.split or replayed.fitted)
+        say(f"  {contender.label}: at its best run's load (others {best_run.other_cores:.2f} "
+            f"cores) the model predicts {side.throughput:.1f} items/s "
+            f"[{plan_layout(replayed)}]")
+        if contender is planned:
+            outcome.at_run_load = side.throughput
+        else:
+            outcome.adapted_at_run_load = side.throughput
     for run in adapted.runs:
         for r in run.record.refits:
             say(f"  re-fit at {r.t_s:.1f} s: {r.before} -> {r.after}: {r.reason}")
@@ -940,6 +967,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
     ("plan/hand", ".2f", lambda o: o.hand_share),
     ("plan/mono", ".2f", lambda o: o.planned.best().rate / o.monolith.best().rate),
     ("plan/best", ".2f", lambda o: o.best_share),
+    ("p@load", ".1f", lambda o: o.at_run_load),
+    ("real/p@l", ".2f", lambda o: o.realized / o.at_run_load),
     ("others", ".2f", lambda o: o.others),
     ("busy", "", lambda o: o.disturbed),
 )
@@ -968,7 +997,8 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
                 changed = sum(r.after != r.before for r in refits)
                 adapted = o.adapted.placement
                 assert isinstance(adapted, Plan)
-                row("  --adapt", replace(o, planned=o.adapted, plan=adapted),
+                row("  --adapt", replace(o, planned=o.adapted, plan=adapted,
+                                         at_run_load=o.adapted_at_run_load),
                     f"; re-fits {len(refits)} ({changed} changed the layout)"
                     + ("; the split side, the plan fused" if o.plan.fused else ""))
     print("columns: monolith = best of its process-count sweep; threaded = best threaded "
@@ -976,7 +1006,10 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
           "items/s; realized = its best run's record (completed / run wall); steady = the "
           "same run between 10% and 90% of items done; plan e2e, best hand = items/s end to "
           "end; others = median cores used by other processes on the host during the final "
-          f"runs; busy = final runs during which others used {QUIET_CORES} cores or more")
+          "runs; p@load = the model's prediction from the same profile at the load others put "
+          "on the host during the plan's best run, real/p@l = realized over it (the model's "
+          f"error apart from the host's load moving); busy = final runs during which others "
+          f"used {QUIET_CORES} cores or more")
     print("configurations (each contender's best items/s, end to end):")
     for o in outcomes:
         print(f"  {o.spec.name:<14} plan [{o.planned.config}] {o.planned.best().rate:.1f}; "
