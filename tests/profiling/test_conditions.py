@@ -86,3 +86,18 @@ def test_the_pass_dropping_outputs_gives_wall_cpu_and_queue_wait_from_the_same_c
     assert (used.wall_s, used.cpu_s, used.queued_s) == (0.0030, 0.0014, 0.0010)
     timed = _time_dropping(lambda batch: ([np.ones(1 << 18) for _ in batch], 0), [1, 2, 3], 1)
     assert timed is not None and 0.0 <= timed.queued_s <= timed.wall_s
+
+
+@unit
+def trivial(x: int) -> int:
+    return x + 1
+
+
+def test_the_profilers_own_readings_are_not_counted_as_the_units_cpu() -> None:
+    # Reading the run-queue wait opens a file (~16 us of CPU a call); inside the timed
+    # window it made a no-op unit look like ~20 us of CPU per item, where a run spends
+    # a few (bench/fit_quality.py: rows_in profiled 50 us, run 18 us).
+    record = profile_pipeline(Pipeline(trivial, name="trivial"), range(200),
+                              samples=200).units[0]
+    print(f"a no-op unit: {record.cpu_s * 1e6:.1f} us of CPU per item profiled")
+    assert record.cpu_s < 10e-6
