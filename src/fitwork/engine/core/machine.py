@@ -146,7 +146,6 @@ class RunCore(Retries):
         # that batches or runs calls side by side needs many items at once from the start
         self.probe = not (self.stages[0].io or self.stages[0].batch_size)
         self.measured = tuple(bool(s.batch_size) for s in self.stages)
-        self.largest_done = 0  # items of the largest first-unit frame come back (growth)
         self.stage_items = [0] * len(self.stages)
         self.stage_busy = [0.0] * len(self.stages)
         self.stage_deaths = [0] * len(self.stages)  # workers of the stage that died unasked
@@ -191,8 +190,6 @@ class RunCore(Retries):
         if self.probe and not self.stage_items[0] and self.in_flight >= max(1, self.live(0)):
             return 0  # one frame a replica until the first unit reports: that sizes the next
         size = self.sizes[0]
-        if self.policy.growth and self.largest_done:
-            size = min(size, self.policy.growth * self.largest_done)
         if self.policy.ordered:
             size = min(size, self.policy.ordered_window - (self.fed - self.released))
         return max(0, size)
@@ -280,10 +277,7 @@ class RunCore(Retries):
         worker = self.workers.get(event.worker)
         if worker is not None:
             for frame_id in event.frames:
-                parts = worker.held.pop(frame_id, None)
-                if parts and worker.stage == 0 and self.policy.growth:
-                    items = sum(len(offsets) for _, offsets in parts)
-                    self.largest_done = max(self.largest_done, items)
+                worker.held.pop(frame_id, None)
             if event.counters is not None:
                 self._count(worker, event.counters, event.intervals)
         self._settle(event.now, (), event.returns, event.failures)

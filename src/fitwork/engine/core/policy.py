@@ -24,11 +24,6 @@ class Policy:
     spans: bool = False
     """Hold a frame's outputs until all its items settle, then emit them together with the
     frame's source span (what a journal needs to say which items are done)."""
-    growth: int | None = None
-    """A new frame holds at most this many times the items of the largest first-unit frame
-    that has come back (None: no such bound): a size measured on a few items, which may have
-    missed the rare slow one, is not committed to, many frames at once, before frames of
-    that size have come back."""
 
 
 __all__ = ["Policy"]

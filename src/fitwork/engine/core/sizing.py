@@ -1,9 +1,8 @@
 """Frame sizes: how many items travel together into each stage, decided here for every engine.
 
-The run core sizes each stage's frames from what its workers measured (`frame_size`) and
-bounds how fast the first unit's frames grow (`Policy.growth`).  An engine whose replicas
-send their outputs on themselves (Ray's) cuts a call's outputs into frames by `cut`, from
-the sizes the core hands it (0 for a stage not measured yet).
+The run core sizes each stage's frames from what its workers measured (`frame_size`).  An
+engine whose replicas send their outputs on themselves (Ray's) cuts a call's outputs into
+frames by `cut`, from the sizes the core hands it (0 for a stage not measured yet).
 """
 
 from __future__ import annotations

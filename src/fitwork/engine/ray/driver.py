@@ -71,10 +71,6 @@ from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
 MAX_FRAME = 2048
-GROWTH = 4
-"""A new frame holds at most this many times the items of the largest call completed so
-far: a size measured on a few items (which may have missed the rare slow one) is not
-committed to, many frames at once, before calls of that size have come back."""
 _REMOTE: dict[type, Any] = {}
 
 
@@ -151,8 +147,7 @@ class RayRun(Placing, Shell):
         frame_time = FRAME_TIME / 2 if options.spans else FRAME_TIME
         policy = policy_for(options, max_frames=self.limits[0] * first * 2,
                             frame_time=frame_time, max_frame=MAX_FRAME, quiet_after=None,
-                            whole_path=True, sample_interval=max(options.sample_interval, 0.2),
-                            growth=GROWTH)
+                            whole_path=True, sample_interval=max(options.sample_interval, 0.2))
         super().__init__(pipeline, source, placement, options, policy)
         self.ray_options = ray_options
         self.timeout = ray_options.call_timeout
