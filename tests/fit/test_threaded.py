@@ -103,7 +103,10 @@ def test_the_fused_baseline_is_never_worse_than_the_threaded_monolith_it_could_c
                                            time_limit=10.0, mip_gap=0.01), threads=True)
         assert result.throughput >= best_threaded * (1 - 0.01) - EPS  # within the MIP gap
     for p in result.replicas:
-        if p.threads:  # a threaded replica's GIL-bound work stays within one core
+        # a threaded replica's GIL-bound work stays within one core (with the engine's work
+        # charged, a replica's planned cores also hold the driver's share of its frames,
+        # which runs in the driver's process, not the replica's)
+        if p.threads and not hop:
             assert p.cores <= 1 + EPS, p
 
 
