@@ -122,7 +122,7 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
     rng = random.Random(7)
     journal = project / f"{output.rstrip('/')}.journal" / JOURNAL_FILE
     for _ in range(3):  # a busy host may finish the run before two kills land: start over
-        landed = 0
+        landed, ended = 0, False
         for _ in range(kills):
             before = checkpoints(journal)
             resume = ["--resume"] if journal.exists() else []  # killed before it began: anew
@@ -140,6 +140,10 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
             if run.returncode == 0:
                 break
             assert run.returncode == -signal.SIGKILL, err
+            if not journal.exists() and (project / output).exists():
+                # killed after the output was whole and its journal gone: it had ended
+                ended = True
+                break
         if landed >= 2:
             break
         shutil.rmtree(journal.parent, ignore_errors=True)
@@ -159,7 +163,9 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
     got = rows(project / output)
     assert got == expected(count)  # every output exactly once
     assert not journal.parent.exists()  # a finished run leaves none
-    assert not (project / f"{output}.parts").exists()
+    # a run killed in its last step (journal gone, parts not yet) may leave a Parquet
+    # output's parts; any other finished run leaves none
+    assert ended or not (project / f"{output}.parts").exists()
 
 
 def test_a_journal_from_another_input_or_a_fresh_run_over_it_is_refused(project: Path) -> None:

@@ -10,7 +10,7 @@ __all__ = ["RayEngine"]
 def __getattr__(name: str) -> Any:
     # Lazy: a replica actor imports this package for its own module and needs no driver.
     if name == "RayEngine":
-        from fitwork.engine.ray.driver import RayEngine
+        from fitwork.engine.ray.engine import RayEngine
 
         return RayEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,10 +56,9 @@ from fitwork.engine.ray.placing import Bundle, Placing
 from fitwork.engine.ray.records import Hello, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
-from fitwork.engine.ray.tasks import eligible
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.segment import Segment
-from fitwork.engine.shell import Shell, policy_for, stages_of
+from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
     NODE_TYPE_LABEL,
@@ -84,25 +83,6 @@ def remote_class(cls: type) -> Any:
     if made is None:
         made = _REMOTE[cls] = ray.remote(cls)
     return made
-
-
-class RayEngine:
-    """Runs a pipeline as Ray actors, on an existing cluster or one started here."""
-
-    name = "ray"
-    options = RayOptions
-
-    def run(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
-            options: RunOptions, engine_options: RayOptions) -> RunResult:
-        """Start the actors and return a result that streams outputs as they come."""
-        run = RayRun
-        stages = stages_of(pipeline, placement.check(pipeline))
-        if engine_options.task_replicas and eligible(
-                list(pipeline.units), [s.batch_size for s in stages], options.sink is not None):
-            from fitwork.engine.ray.slots import TaskRun
-
-            run = TaskRun
-        return run(pipeline, source, placement, options, engine_options).start()
 
 
 class Call(NamedTuple):
@@ -578,4 +558,4 @@ def _running(pid: int) -> bool:
         return False
 
 
-__all__ = ["RayEngine", "RayRun"]
+__all__ = ["RayRun"]
