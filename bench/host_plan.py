@@ -59,7 +59,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     pipeline = Pipeline(prepare, slow_call, finish, name="waits")
     plan = fit(profile_pipeline(pipeline, range(16), samples=16), discover_local(), fuse=False)
-    print(f"plan: {plan.workers_for()}, core ceiling {plan.core_ceiling:.2f}; predicted "
+    print(f"plan: {plan.placement().counts()}, core ceiling {plan.core_ceiling:.2f}; predicted "
           f"fitted {plan.fitted.throughput:.1f} items/s, monolithic "
           f"{plan.monolithic.throughput:.1f}")
     planned = {g.unit: g.rate for g in plan.placement().groups if g.rate}

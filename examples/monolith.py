@@ -117,7 +117,7 @@ def _compare(count: int, samples: int) -> dict[str, Any]:
     pipeline: DecomposedPipeline = decompose(classify, sample=items(samples))
     assert pipeline.profile is not None
     plan = fit(pipeline.profile, discover_local())
-    workers = plan.workers_for()
+    workers = plan.placement().counts()
     mono_replicas = sum(p.replicas for p in plan.monolithic.result.replicas)
     rows = items(count)
     fitted_rate, fitted_out = timed_run(pipeline, rows, plan)

@@ -309,7 +309,7 @@ def test_profile_plan_and_run_with_the_plan_and_monolithic(project: Path) -> Non
     assert "plan predicted" in ran.stdout and "realized" in ran.stdout
     from fitwork.fit.plan import Plan
 
-    workers = Plan.load(project / "plan.json").workers_for()
+    workers = Plan.load(project / "plan.json").placement().counts()
     record = RunRecord.load(project / "r.json")
     assert {u.name: u.replicas for u in record.units} == workers
     mono = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "m.jsonl",

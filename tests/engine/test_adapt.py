@@ -199,7 +199,7 @@ def test_a_real_run_of_rows_costlier_than_the_profiled_ones_is_re_fitted_with_it
         {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
     profiled = fitwork.profile_pipeline(pipeline, [{"cost": 0.0002}] * 24, samples=24)
     plan = fit(profiled, two, fuse=False)
-    before = plan.workers_for()
+    before = plan.placement().counts()
     with fitwork.run(pipeline, [{"cost": 0.003}] * 2400, placement=plan,
                      adapt=True) as adapting:
         assert len(list(adapting)) == 2400

@@ -108,7 +108,7 @@ def demo_profile(queued: float = 0.0) -> PipelineProfile:
 
 def test_two_model_replicas_share_two_cores_with_the_io_units() -> None:
     plan = fit(demo_profile(), TWO_CORES, fuse=False)
-    workers = plan.workers_for()
+    workers = plan.placement().counts()
     # What a person lays out by hand: two OCR processes, the I/O units beside them.
     assert workers == {"fetch": 1, "ocr": 2, "store": 1}
     per_page = 0.002 + 0.160 + 0.002 + 4 * HOP_SECONDS  # 3 units, 4 channel crossings

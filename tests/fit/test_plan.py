@@ -66,12 +66,11 @@ def test_plan_round_trip_and_workers(tmp_path: Path) -> None:
     plan.save(tmp_path / "plan.json")
     loaded = Plan.load(tmp_path / "plan.json")
     assert loaded == plan
-    with pytest.raises(InputError, match="pick the one this host is"):
-        loaded.workers_for()
-    on_h100 = loaded.workers_for("h100")
+    assert len({g.node_type for g in loaded.placement().groups}) > 1  # a mixed fleet's plan
+    on_h100 = loaded.placement("h100").counts()
     assert on_h100.get("model", 0) >= 1
     with pytest.raises(InputError, match="places nothing on node type 'tpu'"):
-        loaded.workers_for("tpu")
+        loaded.placement("tpu").counts()
     with pytest.raises(InputError, match="not a fitwork plan"):
         (tmp_path / "bad.json").write_text("{}")
         Plan.load(tmp_path / "bad.json")
@@ -110,7 +109,7 @@ def test_a_plan_for_this_host_runs_and_the_simulated_engine_realizes_it() -> Non
     pipeline = Pipeline(prepare, slow_call, finish, name="waits")
     profiled = profile_pipeline(pipeline, range(16), samples=16)
     plan = fit(profiled, discover_local(), fuse=False)  # the split layout is under test
-    workers = plan.workers_for()
+    workers = plan.placement().counts()
     # The waiting unit gets replicas to hide its sleep; cores are planned as the load uses
     # them (fluid), within the ceiling, however many processes that makes.  (On a host so
     # busy that the profile saw most of its runnable time queued, cores are what is scarce.)
@@ -206,7 +205,8 @@ def test_more_units_than_cores_still_plan_on_a_small_host() -> None:
     # Three units declaring a core each on 2 cores: cores are consumed as measured, so the
     # processes share them.
     plan = fit(cpu_only(), TINY, fuse=False)
-    assert plan.fitted.throughput > 0 and set(plan.workers_for()) == {"decode", "post", "again"}
+    assert plan.fitted.throughput > 0
+    assert set(plan.placement().counts()) == {"decode", "post", "again"}
     # Nothing here waits or batches, so the split layout gains nothing the fused one lacks:
     # the plan runs whichever sustains more, the fused one on a tie.
     chosen = fit(cpu_only(), TINY)

@@ -42,16 +42,16 @@ def test_kinds_are_measured_and_neighbours_fused_and_the_profile_fits() -> None:
     assert pipeline.profile.units[0].resources == {"cpu": io.resources.cpu, "io": 8.0}
     names = {u.name for u in pipeline.units}
     split = fit(pipeline.profile, discover_local(), fuse=False)
-    assert set(split.workers_for()) <= names and not split.fused
+    assert set(split.placement().counts()) <= names and not split.fused
     plan = fit(pipeline.profile, discover_local())
     if plan.fused:  # fused unless split predicts more than the plan's uncertainty above it
-        assert set(plan.workers_for()) == {"monolithic"} and plan.split is not None
+        assert set(plan.placement().counts()) == {"monolithic"} and plan.split is not None
         fused, alone = plan.fitted.result.throughput, plan.split.result.throughput
         assert alone <= (1 + plan.uncertainty) * fused
         if alone > fused:  # the split one predicts more: the plan says why fused runs anyway
             assert plan.tie is not None and "runs fused" in plan.tie
     else:
-        assert set(plan.workers_for()) <= names
+        assert set(plan.placement().counts()) <= names
     with fitwork.run(pipeline, range(8), ordered=True) as result:
         assert list(result) == [wait_then_compute(x) for x in range(8)]
 

@@ -122,23 +122,6 @@ class Plan(Document):
     uncertainty: float = 0.0
     tie: str | None = None
 
-    def workers_for(self, node_type: str | None = None) -> dict[str, int]:
-        """Replicas per unit on one node type (the only one used, when not named)."""
-        used = sorted({p.node_type for p in self.fitted.result.replicas if p.replicas})
-        if node_type is None:
-            if len(used) > 1:
-                raise InputError(f"plan places units on node types {', '.join(used)}; pick "
-                                 "the one this host is with --node-type")
-            node_type = used[0] if used else None
-        elif node_type not in used:
-            raise InputError(f"plan places nothing on node type {node_type!r}; it uses "
-                             f"{', '.join(used) or 'none'}")
-        workers: dict[str, int] = {}
-        for p in self.fitted.result.replicas:
-            if p.node_type == node_type and p.replicas:
-                workers[p.unit] = workers.get(p.unit, 0) + p.replicas
-        return workers
-
     def placement(self, node_type: str | None = None, side: str = "fitted") -> Placement:
         """The plan as engines take it: replica groups per unit, device class and node type.
 
