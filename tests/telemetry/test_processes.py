@@ -82,13 +82,16 @@ def test_a_replica_over_its_declared_memory_is_stopped_and_its_item_dead_lettere
 def test_the_book_keeps_a_bounded_record_of_a_long_run() -> None:
     book = ProcessBook(t0=0.0, interval=0.5)
     me = Worker(worker=1, unit="u", pid=os.getpid(), memory=1)
+    undeclared = Worker(worker=1, unit="u", pid=os.getpid(), memory=0)  # never read for PSS
     now = 0.0
     for _ in range(3 * MOST_SAMPLES):
-        book.take(now, [me], None)
+        book.take(now, [undeclared], None)
         now = book.next
     assert len(book.samples) < MOST_SAMPLES and book.interval > 0.5
     assert book.samples[-1].t_s > book.samples[0].t_s
+    assert book.over_memory == []  # a worker that declares no memory is never over it
     # a worker holding more than it declares (of its own) is named
+    book.take(now, [me], None)
     assert book.over_memory and book.over_memory[0][0] == me
     book.take(now, [Worker(worker=2, unit="u", pid=os.getpid(), memory=1 << 40)], None)
     assert book.over_memory == []
