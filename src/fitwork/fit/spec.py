@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-CPU_PREFIX = "cpu-"
+from fitwork.hardware.catalog import CPU_PREFIX, DeviceKind, device_kind
 
 
+@functools.cache
 def is_cpu_class(device_class: str) -> bool:
-    """Whether ``device_class`` runs on host cores (its name starts with ``cpu-``)."""
-    return device_class.startswith(CPU_PREFIX)
+    """Whether ``device_class`` runs on host cores: its kind (`device_kind`) is CPU."""
+    return device_kind(device_class) is DeviceKind.CPU
 
 
 class ClassDemand(BaseModel):
