@@ -10,10 +10,16 @@ Two checks, each with its n:
 2. Plans, on this host: ``bench/fit_quality.py``'s pipelines (all, or ``--only``), each
    profiled and fitted, its plan run ``--runs`` times; the share of runs whose realized
    throughput (the run record's, as fit_quality reads it) falls inside the plan's range.
-   ``--load`` adds a background process spinning on one core for the whole bench.
+   Each plan's range is widened by the model's miss on whole plans measured on the OTHER
+   pipelines (`fitwork.fit.layout_error`, this pipeline's rows left out), so the check is
+   on a pipeline the widening never saw.  ``--load`` adds a background process spinning on
+   one core for the whole bench; ``--write-residuals FILE`` writes every run's realized /
+   predicted as ``fitwork/fit/data/plan_residuals.csv`` holds them.
 
     .venv/bin/python bench/coverage.py --data-only
     .venv/bin/python bench/coverage.py --runs 3 --scale 0.25 [--load] [--only cpu_numpy,...]
+    .venv/bin/python bench/coverage.py --runs 3 --scale 0.25 \
+        --write-residuals src/fitwork/fit/data/plan_residuals.csv
 
 Not used here (reserved for independent validation): Argonne's LLM-Inference-Bench, Helix
 (ASPLOS'25) profiles, Alibaba GPU traces.
@@ -22,8 +28,11 @@ Not used here (reserved for independent validation): Argonne's LLM-Inference-Ben
 from __future__ import annotations
 
 import argparse
+import csv
+import math
 import multiprocessing
 import os
+import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -84,6 +93,7 @@ def plan_table(args: argparse.Namespace) -> None:
     import fit_quality as fq
 
     import fitwork
+    from fitwork.fit.layout_error import COLUMNS, layout_spread
     from fitwork.fit.plan import fit
 
     fleet = fitwork.discover_local()
@@ -96,6 +106,8 @@ def plan_table(args: argparse.Namespace) -> None:
         spinner.start()
     service = fq.start_service()
     inside = total = ran = 0
+    written: list[dict[str, object]] = []
+    host = f"{platform.machine()} {os.cpu_count()} cores"
     print(f"\nplans on this host ({'one core kept busy' if args.load else 'no added load'}; "
           f"load average {os.getloadavg()[0]:.2f}): realized record throughput vs the plan's "
           "p10-p90")
@@ -109,25 +121,36 @@ def plan_table(args: argparse.Namespace) -> None:
             except Exception as failed:  # a pipeline that cannot run here is said, not fatal
                 print(f"  {spec.name:<14} skipped: {str(failed)[:120]}", flush=True)
                 continue
-            plan = fit(profile, fleet)
+            spread = layout_spread(exclude=spec.name)  # this pipeline's own rows left out
+            plan = fit(profile, fleet, layout_error=spread)
             low, high = plan.fitted.throughput_range
             runs = []
             for _ in range(args.runs):
                 contender = fq.Contender("plan", fq.plan_layout(plan), placement=plan)
                 runs.append(fq.measure(spec.pipeline, items, contender).record.throughput)
+                written.append({"pipeline": spec.name, "predicted": f"{plan.fitted.throughput:.6g}",
+                                "realized": f"{runs[-1]:.6g}",
+                                "load": f"{os.getloadavg()[0]:.2f}", "cores": os.cpu_count(),
+                                "host": host})
             hits = sum(low <= r <= high for r in runs)
             ran += 1
             inside, total = inside + hits, total + len(runs)
             shown = ", ".join(f"{r:.1f}" for r in runs)
             print(f"  {spec.name:<14} predicted {plan.fitted.throughput:8.1f} "
-                  f"[{low:8.1f} - {high:8.1f}]  realized {shown}  inside {hits}/{len(runs)}",
-                  flush=True)
+                  f"[{low:8.1f} - {high:8.1f}] (model's miss +-{math.expm1(spread):.0%})  "
+                  f"realized {shown}  inside {hits}/{len(runs)}", flush=True)
     finally:
         service.terminate()
         service.join(5)
         if spinner is not None:
             stop.set()
             spinner.join(5)
+    if args.write_residuals:
+        with open(args.write_residuals, "w", newline="", encoding="utf-8") as out:
+            writer = csv.DictWriter(out, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(written)
+        print(f"wrote {len(written)} rows to {args.write_residuals}")
     if total:
         print(f"realized inside the plan's range: {inside}/{total} = {inside / total:.0%} "
               f"({ran} pipelines x {args.runs} runs of {args.scale:g}x fit_quality's "
@@ -146,6 +169,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=64, help="profile samples")
     parser.add_argument("--load", action="store_true",
                         help="keep one core busy in the background throughout")
+    parser.add_argument("--write-residuals", default="",
+                        help="write each run's realized / predicted to this CSV")
     args = parser.parse_args()
     started = time.perf_counter()
     data_table(coverage_table())

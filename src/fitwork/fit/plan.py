@@ -29,6 +29,7 @@ from fitwork.fit import ranges
 from fitwork.fit.candidates import format_bytes
 from fitwork.fit.cost import Precision, RateEstimate, peak_flops
 from fitwork.fit.errors import FitInputError, TargetUnreachable
+from fitwork.fit.heldout import widened
 from fitwork.fit.inputs import (
     HOP_SECONDS,
     core_ceiling,
@@ -39,6 +40,7 @@ from fitwork.fit.inputs import (
     solver_nodes,
     waiting_seconds,
 )
+from fitwork.fit.layout_error import layout_spread
 from fitwork.fit.monolithic import FUSED, monolithic
 from fitwork.fit.result import FitResult, Objective
 from fitwork.fit.result import Placement as Replicas
@@ -93,6 +95,8 @@ class Plan(Document):
     layouts predict within it of each other, ``tie`` says so and which runs by the rule
     (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it.  Live
     re-fitting takes it as the plan's range for a unit's rate and CPU per item.
+    ``layout_error`` is the log half-width both sides' ranges were widened by for the
+    model's own miss on whole plans (`fitwork.fit.layout_error`).
     """
 
     document_kind: ClassVar[str] = "plan"
@@ -121,6 +125,7 @@ class Plan(Document):
     split: PlanSide | None = None
     uncertainty: float = 0.0
     tie: str | None = None
+    layout_error: float = 0.0
 
     def placement(self, node_type: str | None = None, side: str = "fitted") -> Placement:
         """The plan as engines take it: replica groups per unit, device class and node type.
@@ -295,7 +300,7 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         efficiency: float | None = None, time_limit: float = 10.0,
         mip_gap: float = 0.01, known: Catalog | None = None,
         max_latency: float | None = None, hop_seconds: float = HOP_SECONDS,
-        fuse: bool = True) -> Plan:
+        fuse: bool = True, layout_error: float | None = None) -> Plan:
     """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline.
 
     ``max_latency`` (seconds) bounds each unit's call: batch sizes whose batch takes longer
@@ -303,6 +308,8 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     (`HOP_SECONDS`, spread over a frame's items by `crossing_seconds`; a fitted chain of n
     units crosses n + 1, the fused baseline 2).
     ``fuse=False`` keeps the units split even where running them fused would sustain more.
+    ``layout_error`` (a log half-width) widens both sides' ranges by the model's own miss on
+    whole plans; None takes the shipped bench pipelines' (`fitwork.fit.layout_error`).
     """
     known = known or catalog()
     classes = fleet_classes(fleet, known)
@@ -340,6 +347,10 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     if objective == "max_throughput" and split.throughput > 0 and whole.throughput > 0 and \
             abs(split.throughput / whole.throughput - 1) <= uncertainty:
         tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse)
+    # The model's own miss widens both ranges alike, after the tie rule: it does not tell
+    # the two layouts apart.
+    error = layout_spread() if layout_error is None else layout_error
+    split, whole = _widened(split, error), _widened(whole, error)
     return Plan(
         fitwork_version=__version__, pipeline=profile.pipeline, units=[u.name for u in units],
         fleet=fleet, objective=objective, target=target, rates=rates,
@@ -348,8 +359,18 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         monolithic=whole, fused=fuse, split=split if fuse else None,
         batch_rates=swept, demands=units, nodes=nodes, core_ceiling=ceiling,
         hop_seconds=hop_seconds, max_latency=max_latency, time_limit=time_limit,
-        mip_gap=mip_gap, uncertainty=uncertainty, tie=tie,
+        mip_gap=mip_gap, uncertainty=uncertainty, tie=tie, layout_error=error,
     )
+
+
+def _widened(side: PlanSide, spread: float) -> PlanSide:
+    """``side`` with its range widened in quadrature by ``spread`` (a log half-width)."""
+    if spread <= 0 or side.throughput <= 0 or side.throughput_low is None \
+            or side.throughput_high is None:
+        return side
+    low, high = widened(side.throughput_low, side.throughput_high, spread)
+    return side.model_copy(update={"throughput_low": min(low, side.throughput),
+                                   "throughput_high": max(high, side.throughput)})
 
 
 def _sides(fitted: FitResult, base: FitResult, most: float, flops: dict[str, float | None],

@@ -1,0 +1,58 @@
+"""The model's own miss on whole plans widens every plan's range, from the shipped runs."""
+
+from __future__ import annotations
+
+import math
+
+from fitwork.fit.layout_error import layout_spread, residuals
+from fitwork.fit.plan import fit
+from fitwork.hardware.fleet import Fleet
+from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile, call_spread
+
+HOST = Fleet.parse({"name": "host", "node_types": [
+    {"name": "host", "count": 1, "cores": 2, "memory": "8GiB"}]})
+
+
+def cpu_unit(name: str, seconds: float) -> UnitProfile:
+    calls = [seconds * f for f in (1.0, 1.1, 0.9, 1.0, 1.3, 1.0, 1.0, 1.2)]
+    batch = BatchMeasurement(batch_size=1, items=8, wall_s=seconds, cpu_s=seconds,
+                             queued_s=0.0, **call_spread(calls))
+    return UnitProfile(name=name, kind="map", resources={"cpu": 1.0}, batch_size=1,
+                       device_class="cpu-x86", samples=8, wall_s=seconds, cpu_s=seconds,
+                       queued_s=0.0, bytes_in=10.0, bytes_out=10.0, output_ratio=1.0,
+                       peak_rss=0, batches=[batch])
+
+
+def profile() -> PipelineProfile:
+    return PipelineProfile(fitwork_version="test", pipeline="p", host_class="cpu-x86",
+                           created_at=0.0, units=[cpu_unit("parse", 0.002),
+                                                  cpu_unit("score", 0.006)])
+
+
+def test_the_shipped_runs_give_a_spread_that_leaving_a_pipeline_out_changes() -> None:
+    rows = residuals()
+    pipelines = {r.group for r in rows}
+    assert len(pipelines) >= 10 and all(r.predicted > 0 and r.actual > 0 for r in rows)
+    spread = layout_spread()
+    # the shipped ratios reach well past +-10% (0.63 to 1.6 when measured): so must the range
+    assert spread > math.log(1.2)
+    ratios = [r.ratio for r in rows]
+    assert math.exp(-spread) <= min(ratios) * 1.5 and math.exp(spread) >= max(ratios) / 1.5
+    left_out = {g: layout_spread(exclude=g) for g in pipelines}
+    assert len({round(v, 9) for v in left_out.values()}) > 1  # each pipeline's rows count
+
+
+def test_a_plan_is_widened_by_the_models_miss_after_its_layout_is_chosen() -> None:
+    bare = fit(profile(), HOST, layout_error=0.0)
+    plan = fit(profile(), HOST)
+    assert plan.layout_error == layout_spread() and bare.layout_error == 0.0
+    # the same layout, chosen by the same rule, only its stated range wider
+    assert plan.fused == bare.fused and plan.uncertainty == bare.uncertainty
+    assert plan.placement().counts() == bare.placement().counts()
+    for side, before in ((plan.fitted, bare.fitted), (plan.monolithic, bare.monolithic)):
+        low, high = side.throughput_range
+        was_low, was_high = before.throughput_range
+        assert side.throughput == before.throughput
+        assert low < was_low <= side.throughput <= was_high < high
+        # in quadrature with its own: at least the model's miss either way
+        assert math.log(high / low) >= 2 * plan.layout_error - 1e-9
