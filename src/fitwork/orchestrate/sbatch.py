@@ -150,9 +150,11 @@ wait "$session"
 """.strip("\n")
 
 
-def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
-    """The sbatch script for ``plan`` on ``cluster``."""
-    pairs = matched(plan, cluster)
+Pairs = list[tuple[NodeShape, ClusterNodeType]]
+
+
+def _header(plan: Plan, pairs: Pairs, job: SlurmJob) -> list[str]:
+    """The shebang, a comment on the plan, and each hetjob component's #SBATCH lines."""
     shapes = [shape for shape, _ in pairs]
     header = ["#!/bin/bash", f"# fitwork: plan for pipeline {plan.pipeline!r}, "
               f"{sum(s.nodes for s in shapes)} node(s); one hetjob component per node type"]
@@ -162,11 +164,12 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         header.append(f"# component {index}: node type {shape.name} "
                       f"(units {', '.join(shape.units)})")
         header += _component(shape, node, job, index == 0)
-    run = ('"$PYTHON" -m fitwork.cli run '
-           + shlex.join([job.pipeline, "--input", job.input, "--output", job.output])
-           + ' --engine ray --ray-address "$ADDRESS" --plan "$PLAN" --quiet')
-    wanted = " ".join(f"{shlex.quote(s.name)}={s.nodes}" for s in shapes)
-    body = [
+    return header
+
+
+def _prelude(job: SlurmJob) -> list[str]:
+    """Shell options, the job's variables, the shared functions and the worker step's script."""
+    return [
         "set -euo pipefail",
         'PYTHON=${FITWORK_PYTHON:-python3}',
         'RAY=${RAY_BIN:-ray}',
@@ -182,6 +185,12 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         WORKER,
         "FITWORK_WORKER",
         ")",
+    ]
+
+
+def _cleanup(pairs: Pairs) -> list[str]:
+    """The EXIT trap that stops every Ray node of the job and removes the job's folder."""
+    return [
         "workers=()",
         "made_tmp=0",
         "head_session=",
@@ -218,32 +227,41 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         "trap cleanup EXIT",
         "trap 'exit 143' TERM INT HUP",
         "",
-        "# Ray's token authentication: a fresh token, in a file only this user can read; the",
-        "# head and the driver read the file, each worker step gets the token from srun",
-        "private_dir \"$RAY_TMP\"",
-        "made_tmp=1",
-        "private_dir \"$RAY_TMP/auth\"",
-        "token=$(od -An -v -tx1 -N32 /dev/urandom | tr -d ' \\n')",
-        "if [ \"${#token}\" != 64 ]; then",
-        "    echo \"fitwork: could not make a Ray token from /dev/urandom\" >&2",
-        "    exit 1",
-        "fi",
-        "write_token \"$token\" \"$RAY_TMP/auth/head\"",
-        "unset RAY_AUTH_TOKEN FITWORK_RAY_TOKEN",
-        "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_TMP/auth/head",
-        "",
-        "# The Ray head: on this (the batch) node, with no CPUs, so no replica lands on it; in",
-        "# a session of its own, by which it is stopped.",
-        "head_made=$(date +%s)",
-        'FITWORK_RAY_NODE=$RAY_TMP/head setsid "$RAY" start --head --node-ip-address="$HEAD_IP" '
-        '--port="$PORT" --num-cpus=0 --num-gpus=0 --temp-dir="$RAY_TMP/head" '
-        "--include-dashboard=false --disable-usage-stats "
-        '--dashboard-port="$(free_port)" --dashboard-agent-listen-port="$(free_port)" '
-        '--ray-client-server-port="$(free_port)" &',
-        "head_session=$!",
-        'wait "$head_session"',
-        "",
     ]
+
+
+HEAD = [
+    "# Ray's token authentication: a fresh token, in a file only this user can read; the",
+    "# head and the driver read the file, each worker step gets the token from srun",
+    "private_dir \"$RAY_TMP\"",
+    "made_tmp=1",
+    "private_dir \"$RAY_TMP/auth\"",
+    "token=$(od -An -v -tx1 -N32 /dev/urandom | tr -d ' \\n')",
+    "if [ \"${#token}\" != 64 ]; then",
+    "    echo \"fitwork: could not make a Ray token from /dev/urandom\" >&2",
+    "    exit 1",
+    "fi",
+    "write_token \"$token\" \"$RAY_TMP/auth/head\"",
+    "unset RAY_AUTH_TOKEN FITWORK_RAY_TOKEN",
+    "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_TMP/auth/head",
+    "",
+    "# The Ray head: on this (the batch) node, with no CPUs, so no replica lands on it; in",
+    "# a session of its own, by which it is stopped.",
+    "head_made=$(date +%s)",
+    'FITWORK_RAY_NODE=$RAY_TMP/head setsid "$RAY" start --head --node-ip-address="$HEAD_IP" '
+    '--port="$PORT" --num-cpus=0 --num-gpus=0 --temp-dir="$RAY_TMP/head" '
+    "--include-dashboard=false --disable-usage-stats "
+    '--dashboard-port="$(free_port)" --dashboard-agent-listen-port="$(free_port)" '
+    '--ray-client-server-port="$(free_port)" &',
+    "head_session=$!",
+    'wait "$head_session"',
+    "",
+]
+
+
+def _workers(pairs: Pairs) -> list[str]:
+    """An srun step per component that starts a Ray worker on each of its nodes."""
+    lines: list[str] = []
     for index, (shape, _) in enumerate(pairs):
         params = shape.ray_params()
         args = ["--address=$ADDRESS", f"--num-cpus={params['num-cpus']}",
@@ -253,7 +271,7 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
         if "resources" in params:
             quoted += " " + shlex.quote(f"--resources={params['resources']}")
         env = "" if shape.device_slots else "env -u CUDA_VISIBLE_DEVICES "
-        body += [
+        lines += [
             f"# node type {shape.name}: {shape.nodes} Ray worker(s), one per node",
             f"FITWORK_RAY_TOKEN=$token srun --het-group={index} --nodes={shape.nodes} "
             f"--ntasks={shape.nodes} --ntasks-per-node=1 --overlap --kill-on-bad-exit=0 "
@@ -261,10 +279,26 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
             f'{env}bash -c "$WORKER" fitwork-ray "$RAY_TMP" {quoted} &',
             "workers+=($!)",
         ]
-    body += [
+    return lines
+
+
+def _pipeline(pairs: Pairs, job: SlurmJob) -> list[str]:
+    """Wait until every planned node has joined, then run the pipeline on the plan."""
+    wanted = " ".join(f"{shlex.quote(s.name)}={s.nodes}" for s, _ in pairs)
+    run = ('"$PYTHON" -m fitwork.cli run '
+           + shlex.join([job.pipeline, "--input", job.input, "--output", job.output])
+           + ' --engine ray --ray-address "$ADDRESS" --plan "$PLAN" --quiet')
+    return [
         "",
         f'"$PYTHON" -m fitwork.orchestrate.wait "$ADDRESS" {wanted} '
         f"--timeout {job.wait_timeout:g}",
         run,
     ]
+
+
+def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
+    """The sbatch script for ``plan`` on ``cluster``."""
+    pairs = matched(plan, cluster)
+    header = _header(plan, pairs, job)
+    body = [*_prelude(job), *_cleanup(pairs), *HEAD, *_workers(pairs), *_pipeline(pairs, job)]
     return "\n".join(header) + "\n\n" + "\n".join(body) + "\n"
