@@ -137,19 +137,11 @@ def node_rows(problem: Problem, lay: Layout, n: int
     return rows
 
 
-def build_model(problem: Problem, *, min_cost: bool, target: float | None,
-                derate: dict[tuple[int, str], float] | None = None) -> MilpModel:
-    """The MILP for ``problem``: maximise T, or (``min_cost``) minimise price at T = target.
-
-    ``derate`` maps (node type, row) to the share of that row's capacity the plan may use:
-    the cut a failed packing adds (see solver.py).
-    """
+def _variables(problem: Problem, lay: Layout, *, min_cost: bool, target: float | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """The objective, integrality, bounds and ``t_scale`` of every variable."""
     cands = problem.candidates
     nodes = problem.node_types
-    groups = choice_groups(problem)
-    choices = tuple(k for ids in groups.values() for k in ids)
-    lay = Layout(len(cands), len(nodes), min_cost, choices)
-    inf = np.inf
     lb = np.zeros(lay.size)
     ub = np.zeros(lay.size)
     integrality = np.zeros(lay.size)
@@ -173,28 +165,36 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None,
     else:
         ub[lay.t] = t_max / t_scale
         c[lay.t] = -1.0
-    for k in range(len(choices)):
+    for k in range(len(lay.choices)):
         ub[lay.z(k)] = 1.0
         integrality[lay.z(k)] = 1
+    return c, integrality, lb, ub, t_scale
 
-    rows = _Rows()
-    # Throughput: the replicas of unit u carry m_u items per source item.
+
+def _flow_rows(rows: _Rows, problem: Problem, lay: Layout, t_scale: float) -> None:
+    """Throughput rows (unit u's replicas carry m_u items per source item) and busy rows."""
+    cands = problem.candidates
     for u, m in enumerate(problem.multiplicity):
         terms: dict[int, float] = {lay.t: 1.0}
         for i, cand in enumerate(cands):
             if cand.unit == u:
                 _add(terms, lay.f(i), -cand.rate / (m * t_scale))
-        rows.add(f"throughput[{problem.unit_names[u]}]", terms, -inf, 0.0)
+        rows.add(f"throughput[{problem.unit_names[u]}]", terms, -np.inf, 0.0)
     # Busy replicas: a candidate is busy at most with all its replicas.
     for i in range(len(cands)):
-        rows.add(f"busy[{i}]", {lay.f(i): 1.0, lay.x(i): -1.0}, -inf, 0.0)
-    # Capacity per node type and resource, in nodes: sum demand/node_capacity · v <= nodes.
-    for n, node in enumerate(nodes):
+        rows.add(f"busy[{i}]", {lay.f(i): 1.0, lay.x(i): -1.0}, -np.inf, 0.0)
+
+
+def _capacity_rows(rows: _Rows, problem: Problem, lay: Layout, *, min_cost: bool,
+                   derate: dict[tuple[int, str], float] | None) -> None:
+    """Capacity per node type and resource, in nodes: sum demand/node_capacity · v <= nodes."""
+    inf = np.inf
+    for n, node in enumerate(problem.node_types):
         for resource, capacity, demand in node_rows(problem, lay, n):
             if not any(v > 0 for _, v in demand):
                 continue
             share = derate.get((n, resource), 1.0) if derate else 1.0
-            terms = {}
+            terms: dict[int, float] = {}
             for col, v in demand:
                 _add(terms, col, v / capacity if capacity > 0 else v)
             if min_cost:
@@ -204,29 +204,53 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None,
                 rows.add(f"{resource}[{node.name}]", terms, -inf,
                          share * node.count if capacity > 0 else 0.0)
         if min_cost:
-            for i, cand in enumerate(cands):
+            for i, cand in enumerate(problem.candidates):
                 if cand.node == n:
                     rows.add(f"per_node[{i}]", {lay.x(i): 1.0,
                                                 lay.y(n): -float(cand.per_node)}, -inf, 0.0)
-    # External limits: calls in flight and calls per second of all replicas together.
+
+
+def _limit_rows(rows: _Rows, problem: Problem, lay: Layout) -> None:
+    """External limits: calls in flight and calls per second of all replicas together."""
     for u, name in enumerate(problem.unit_names):
         most, per_s = problem.limits(u)
-        mine = [(i, k) for i, k in enumerate(cands) if k.unit == u]
+        mine = [(i, k) for i, k in enumerate(problem.candidates) if k.unit == u]
         if most is not None:
             rows.add(f"max_concurrency[{name}]",
-                     {lay.x(i): k.concurrency / most for i, k in mine}, -inf, 1.0)
+                     {lay.x(i): k.concurrency / most for i, k in mine}, -np.inf, 1.0)
         if per_s is not None:
             rows.add(f"rate_limit[{name}]",
-                     {lay.f(i): k.calls * k.rate / per_s for i, k in mine}, -inf, 1.0)
-    # Batch size: one option per (unit, class); a replica runs only on the chosen one.
-    column = {k: lay.z(j) for j, k in enumerate(choices)}
+                     {lay.f(i): k.calls * k.rate / per_s for i, k in mine}, -np.inf, 1.0)
+
+
+def _batch_rows(rows: _Rows, problem: Problem, lay: Layout, groups: dict[int, list[int]],
+                ub: np.ndarray) -> None:
+    """Batch size: one option per (unit, class); a replica runs only on the chosen one."""
+    column = {k: lay.z(j) for j, k in enumerate(lay.choices)}
     for g, ids in groups.items():
-        rows.add(f"one_batch[{g}]", {column[k]: 1.0 for k in ids}, -inf, 1.0)
-    for i, cand in enumerate(cands):
+        rows.add(f"one_batch[{g}]", {column[k]: 1.0 for k in ids}, -np.inf, 1.0)
+    for i, cand in enumerate(problem.candidates):
         if cand.choice in column:
             rows.add(f"chosen[{i}]", {lay.x(i): 1.0 / ub[lay.x(i)], column[cand.choice]: -1.0},
-                     -inf, 0.0)
+                     -np.inf, 0.0)
 
+
+def build_model(problem: Problem, *, min_cost: bool, target: float | None,
+                derate: dict[tuple[int, str], float] | None = None) -> MilpModel:
+    """The MILP for ``problem``: maximise T, or (``min_cost``) minimise price at T = target.
+
+    ``derate`` maps (node type, row) to the share of that row's capacity the plan may use:
+    the cut a failed packing adds (see solver.py).
+    """
+    groups = choice_groups(problem)
+    choices = tuple(k for ids in groups.values() for k in ids)
+    lay = Layout(len(problem.candidates), len(problem.node_types), min_cost, choices)
+    c, integrality, lb, ub, t_scale = _variables(problem, lay, min_cost=min_cost, target=target)
+    rows = _Rows()
+    _flow_rows(rows, problem, lay, t_scale)
+    _capacity_rows(rows, problem, lay, min_cost=min_cost, derate=derate)
+    _limit_rows(rows, problem, lay)
+    _batch_rows(rows, problem, lay, groups, ub)
     a = sp.csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), lay.size))
     return MilpModel(lay, c, integrality, lb, ub, a, np.array(rows.lo), np.array(rows.hi),
                      tuple(rows.names), t_scale)
