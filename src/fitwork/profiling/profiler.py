@@ -435,6 +435,52 @@ def _as_dropped(chosen: BatchMeasurement, before: BatchMeasurement,
                                      "queued_s": dropped.queued_s})
 
 
+def _timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool,
+                threads: int, pools: bool) -> tuple[_Timed, list[BatchMeasurement] | None, Runs]:
+    """The timed sweep, the largest batch again on one thread where pools run threads, and
+    the onnxruntime session runs made meanwhile."""
+    with _onnx_runs() as onnx_runs:
+        timers = Timers(kernel.fn, None if accelerated else [])
+        try:
+            timed = _time_batches(unit, kernel, inputs, timers)
+            alone = None
+            if threads > 1 and pools and timed.batches:  # do the threads really help?
+                hold_pools(1)
+                alone = _time_batches(unit, kernel, inputs, timers,
+                                      [timed.batches[-1].batch_size]).batches
+                hold_pools(threads)
+        finally:
+            timers.close()
+    return timed, alone, onnx_runs
+
+
+def _thread_gain(timed: _Timed, alone: list[BatchMeasurement] | None, threads: int
+                 ) -> tuple[float | None, float]:
+    """The threads' speedup and parallelism; the pools' spinning taken out of the last batch."""
+    chosen = timed.batches[-1]
+    speedup, parallelism = None, max(1.0, chosen.cpu_s / chosen.wall_s if chosen.wall_s else 1.0)
+    if alone:
+        # Threads that really run at once shorten the call; CPU beyond what one thread
+        # spent on the same items is the pool's spinning and overhead, not the unit's work.
+        speedup = alone[0].wall_s / chosen.wall_s if chosen.wall_s else 1.0
+        parallelism = min(float(threads), max(1.0, speedup))
+        worked = min(chosen.cpu_s, alone[0].cpu_s)
+        if worked < chosen.cpu_s:
+            timed.batches[-1] = chosen.model_copy(update={"cpu_s": worked})
+    return speedup, parallelism
+
+
+def _device_memory(unit: Unit, timed: _Timed
+                   ) -> tuple[int | None, Literal["measured", "declared"] | None]:
+    """The unit's device memory and its source: declared, else measured, else unknown."""
+    memory: int | None = unit.device_memory
+    memory_source: Literal["measured", "declared"] | None = "declared" \
+        if memory is not None else None
+    if memory is None and timed.device_memory is not None:
+        memory, memory_source = timed.device_memory, "measured"
+    return memory, memory_source
+
+
 def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
                  ) -> tuple[UnitProfile, list[Any]]:
     """Measure ``unit`` on ``inputs`` in this process; returns its profile and its outputs."""
@@ -454,38 +500,15 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     if not accelerated and sum(map(_size, warm)) >= DROPPED_MIN:
         warm = []  # first, while no output is kept: the allocator as a replica has it
         dropped = _time_dropping(call, inputs, _sizes(unit, len(inputs))[-1])
-    with _onnx_runs() as onnx_runs:
-        timers = Timers(kernel.fn, None if accelerated else [])
-        try:
-            timed = _time_batches(unit, kernel, inputs, timers)
-            alone = None
-            if threads > 1 and pools and timed.batches:  # do the threads really help?
-                hold_pools(1)
-                alone = _time_batches(unit, kernel, inputs, timers,
-                                      [timed.batches[-1].batch_size]).batches
-                hold_pools(threads)
-        finally:
-            timers.close()
+    timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools)
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
-    chosen = before = timed.batches[-1]
-    speedup, parallelism = None, max(1.0, chosen.cpu_s / chosen.wall_s if chosen.wall_s else 1.0)
-    if alone:
-        # Threads that really run at once shorten the call; CPU beyond what one thread
-        # spent on the same items is the pool's spinning and overhead, not the unit's work.
-        speedup = alone[0].wall_s / chosen.wall_s if chosen.wall_s else 1.0
-        parallelism = min(float(threads), max(1.0, speedup))
-        worked = min(chosen.cpu_s, alone[0].cpu_s)
-        if worked < chosen.cpu_s:
-            timed.batches[-1] = chosen = chosen.model_copy(update={"cpu_s": worked})
-    timed.batches[-1] = chosen = _as_dropped(chosen, before, dropped)
+    before = timed.batches[-1]
+    speedup, parallelism = _thread_gain(timed, alone, threads)
+    timed.batches[-1] = chosen = _as_dropped(timed.batches[-1], before, dropped)
     peak_rss = max(0, _rss() - start_rss)  # before counting, which may build a second replica
     counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
-    memory: int | None = unit.device_memory
-    memory_source: Literal["measured", "declared"] | None = "declared" \
-        if memory is not None else None
-    if memory is None and timed.device_memory is not None:
-        memory, memory_source = timed.device_memory, "measured"
+    memory, memory_source = _device_memory(unit, timed)
     profile = UnitProfile(
         name=unit.name, kind=unit.kind.value,
         resources=unit.demand(),
