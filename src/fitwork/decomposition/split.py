@@ -360,12 +360,10 @@ def _comment_hints(located: Located, spans: list[tuple[int, int]]) -> dict[int, 
     return hints
 
 
-def analyse(target: Target, located: Located) -> Split:
-    """Read the body: statements with hints and facts, liveness, and what may not be cut."""
-    fn = target.fn
-    node = located.node
+def _hinted_body(fn: types.FunctionType, node: ast.FunctionDef | ast.AsyncFunctionDef,
+                 notes: list[str]) -> list[tuple[ast.stmt, HintKind | None]]:
+    """The body's statements, docstring and ``hint()`` calls left out, each with its hint."""
     body = list(node.body)
-    notes: list[str] = []
     if body and _is_docstring(body[0]):
         body = body[1:]
     kept: list[tuple[ast.stmt, HintKind | None]] = []
@@ -379,6 +377,12 @@ def analyse(target: Target, located: Located) -> Split:
         pending = None
     if pending:
         notes.append(f"hint('{pending[0]}') at line {pending[1]} has no statement after it")
+    return kept
+
+
+def _read_statements(fn: types.FunctionType, located: Located,
+                     kept: list[tuple[ast.stmt, HintKind | None]]) -> list[Statement]:
+    """Each kept statement with its lines, facts and hint (a call's or a comment's, not both)."""
     spans = [_statement_lines(stmt) for stmt, _ in kept]
     commented = _comment_hints(located, spans)
     code = fn.__code__
@@ -393,6 +397,32 @@ def analyse(target: Target, located: Located) -> Split:
             index=index, node=stmt, first=first, last=last, facts=facts(stmt).narrowed(local),
             hint=kind, bookkeeping=kind is None and bookkeeping(stmt), label=_label(stmt),
             waits=waiting_call(stmt, fn)))
+    return statements
+
+
+def _tail(statements: list[Statement]) -> tuple[int, str]:
+    """The first statement that returns or yields (or the count), and why the rest stay one."""
+    tail = next((s.index for s in statements if s.facts.returns or s.facts.yields),
+                len(statements))
+    tail_reason = ""
+    if tail < len(statements):
+        at = statements[tail]
+        if at.facts.yields:
+            tail_reason = (f"line {at.first} yields: the generator's statements from there on "
+                           "are one flat-map unit")
+        else:
+            keyword = type(at.node).__name__.lower()
+            tail_reason = (f"return inside the {keyword} statement at line {at.first}: the "
+                           "statements from there on stay one unit")
+    return tail, tail_reason
+
+
+def analyse(target: Target, located: Located) -> Split:
+    """Read the body: statements with hints and facts, liveness, and what may not be cut."""
+    fn = target.fn
+    node = located.node
+    notes: list[str] = []
+    statements = _read_statements(fn, located, _hinted_body(fn, node, notes))
     args = node.args
     params = [a.arg for a in [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs,
                               args.kwarg] if a is not None]
@@ -409,19 +439,8 @@ def analyse(target: Target, located: Located) -> Split:
     pinned: frozenset[str] = frozenset()
     if target.is_method and params and params[0] not in binders:
         pinned = frozenset({params[0]})
-    generator = bool(code.co_flags & inspect.CO_GENERATOR)
-    tail = next((s.index for s in statements if s.facts.returns or s.facts.yields),
-                len(statements))
-    tail_reason = ""
-    if tail < len(statements):
-        at = statements[tail]
-        if at.facts.yields:
-            tail_reason = (f"line {at.first} yields: the generator's statements from there on "
-                           "are one flat-map unit")
-        else:
-            keyword = type(at.node).__name__.lower()
-            tail_reason = (f"return inside the {keyword} statement at line {at.first}: the "
-                           "statements from there on stay one unit")
+    generator = bool(fn.__code__.co_flags & inspect.CO_GENERATOR)
+    tail, tail_reason = _tail(statements)
     return Split(statements=statements, params=params, live_in=live_in, live_out=live_out,
                  bound_before=bound_before, replayable=replayable, pinned=pinned,
                  unportable=_unportable(statements),
