@@ -143,7 +143,7 @@ class Adapter:
         self.history.append((now, items, busy, used, waited, core.completed))
         while len(self.history) > 2 and now - self.history[1][0] >= self.policy.window:
             self.history.popleft()
-        start, _, busy0, used0, waited0, done0 = self.history[0]
+        start, _, _, _, _, done0 = self.history[0]
         span = now - start
         if span < self.policy.window * 0.75 or now - self.last_change < self.policy.interval:
             return None
@@ -160,12 +160,7 @@ class Adapter:
         if now - self.off_since < self.policy.window:
             return None
         rates = {**self.rates, **measured}
-        # Replicas that spent a good share of their busy time waiting for a core had all the
-        # cores they could get: that much CPU is the budget, more processes would only queue.
-        spent = sum(busy) - sum(busy0)
-        obtained = (sum(used) - sum(used0)) / span
-        cores = obtained if spent > 0 and (waited - waited0) > self.policy.starved * spent \
-            else None
+        cores = self._starved_cores(busy, used, waited, span)
         current = self.replanner.predict(counts, rates, cpu, cores)
         placed = self.replanner.refit(rates, cpu)
         threads = allotment_change(core.placement, placed, cpu, rates)
@@ -179,6 +174,24 @@ class Adapter:
         # The plan's rates were wrong: these are the new reference, applied or not.
         self.rates = rates
         self.cpu = {**self.cpu, **cpu}
+        return self._decide(core, now, reason, counts, current, proposal, expected)
+
+    def _starved_cores(self, busy: list[float], used: list[float], waited: float,
+                       span: float) -> float | None:
+        """The cores obtained over the window if the replicas were starved of cores, else None."""
+        # Replicas that spent a good share of their busy time waiting for a core had all the
+        # cores they could get: that much CPU is the budget, more processes would only queue.
+        _, _, busy0, used0, waited0, _ = self.history[0]
+        spent = sum(busy) - sum(busy0)
+        obtained = (sum(used) - sum(used0)) / span
+        return obtained if spent > 0 and (waited - waited0) > self.policy.starved * spent \
+            else None
+
+    def _decide(self, core: RunCore, now: float, reason: str, counts: dict[str, int],
+                current: float, proposal: dict[str, int], expected: float
+                ) -> dict[str, int] | None:
+        """Record the re-fit; the proposal where it differs and predicts enough gain, else None."""
+        t_s = now - core.t0
         kept = None
         if proposal == counts:
             kept = "kept: re-solved at the measured rates, the layout running is the best"
@@ -187,13 +200,13 @@ class Adapter:
                     f"not {self.policy.gain:.0%} more than the {current:,.1f} of the one "
                     "running")
         if kept is not None:
-            self.refits.append(Refit(t_s=now - core.t0, reason=f"{reason}; {kept}",
+            self.refits.append(Refit(t_s=t_s, reason=f"{reason}; {kept}",
                                      before=counts, after=counts, predicted_before=current,
                                      predicted_after=current))
             return None
         self.last_change = now
         self.history.clear()
-        self.refits.append(Refit(t_s=now - core.t0, reason=reason, before=counts,
+        self.refits.append(Refit(t_s=t_s, reason=reason, before=counts,
                                  after=proposal, predicted_before=current,
                                  predicted_after=expected))
         return proposal
