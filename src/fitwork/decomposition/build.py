@@ -30,7 +30,7 @@ import inspect
 import textwrap
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 from fitwork.decomposition.hints import Demand
 from fitwork.decomposition.source import DecomposeError, Located, Target
@@ -64,13 +64,27 @@ def binder(target: Target) -> Callable[[Any], dict[str, Any]]:
     return bind
 
 
+class _Positioned(Protocol):
+    """An AST node with a position (a statement, expression, argument...)."""
+
+    lineno: int
+    end_lineno: int | None
+    col_offset: int
+    end_col_offset: int | None
+
+
+def _positioned(node: ast.AST) -> TypeGuard[_Positioned]:
+    """Whether ``node``'s class has a position (``lineno`` among its ``_attributes``)."""
+    return "lineno" in node._attributes
+
+
 def _template(source: str, line: int) -> list[ast.stmt]:
     nodes = ast.parse(textwrap.dedent(source)).body
     for node in nodes:
         for sub in ast.walk(node):
-            if "lineno" in sub._attributes:
-                sub.lineno = sub.end_lineno = line  # type: ignore[attr-defined]
-                sub.col_offset = sub.end_col_offset = 0  # type: ignore[attr-defined]
+            if _positioned(sub):
+                sub.lineno = sub.end_lineno = line
+                sub.col_offset = sub.end_col_offset = 0
     return nodes
 
 

@@ -22,14 +22,14 @@ import hashlib
 import inspect
 import itertools
 import pickle
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
 from fitwork.decomposition.build import binder, make_unit, stage_function
 from fitwork.decomposition.checks import unsupported
 from fitwork.decomposition.fuse import Piece, plan_fusion
-from fitwork.decomposition.hints import Demand, HintKind, resources_for
+from fitwork.decomposition.hints import CONTEXT_ATTR, Demand, HintKind, resources_for
 from fitwork.decomposition.kinds import KindSource, choose
 from fitwork.decomposition.report import Cost, Decomposition, Merge, UnitReport
 from fitwork.decomposition.source import DecomposeError, Located, Target, locate, target
@@ -80,7 +80,7 @@ def decompose(fn: Callable[..., Any], *, sample: Iterable[Any] | None = None, fu
     ``layout`` (a `Decomposition`) rebuilds the same units without measuring again.
     """
     chosen = target(fn)
-    context = context or getattr(chosen.fn, "__fitwork_context__", None)
+    context = context or getattr(chosen.fn, CONTEXT_ATTR, None)
     name = name or chosen.fn.__name__
     located = locate(chosen.fn)
     if isinstance(located, str):
@@ -220,7 +220,7 @@ class _Job:
         return Pipeline(units, name=self.name, context=self.context)
 
     def finish(self, groups: list[Group], merges: list[Merge],
-               kinds: dict[Group, tuple[HintKind | None, KindSource, Demand]],
+               kinds: Mapping[Group, tuple[HintKind | None, KindSource, Demand]],
                profile: PipelineProfile | None, samples: int = 0) -> DecomposedPipeline:
         """The pipeline for these groups and its report."""
         resources = {g: k[2] for g, k in kinds.items()}
@@ -315,9 +315,9 @@ class _Job:
                                       bytes=decision.bytes, transfer_s=decision.transfer_s,
                                       time_s=decision.time_s)
             log_merge(merges, merge)
-        final_kinds: dict[Group, tuple[HintKind | None, KindSource, Demand]] = {}
+        final_kinds: dict[Group, tuple[HintKind, KindSource, Demand]] = {}
         for group, piece in zip(groups, fused, strict=True):
-            kind: HintKind = piece.kind  # type: ignore[assignment]
+            kind = piece.kind
             share = piece.cpu_s / piece.wall_s if piece.wall_s > 0 else None
             final_kinds[group] = (kind, "hint" if piece.hinted else "measured",
                                   resources_for(kind, share))

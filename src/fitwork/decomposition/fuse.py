@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from fitwork.decomposition.hints import HintKind
+
 BANDWIDTH = 1e9
 """Bytes per second assumed between two processes on one host (pickle + channel copy)."""
 HOP_S = 20e-6
@@ -44,7 +46,7 @@ POOLED = ("cpu", "io")
 class Piece:
     """One unit's measurement, as fusion sees it (figures per input item)."""
 
-    kind: str
+    kind: HintKind
     hinted: bool
     wall_s: float
     cpu_s: float

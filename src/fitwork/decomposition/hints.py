@@ -25,6 +25,8 @@ IO_CONCURRENCY = 8
 COMMENT = re.compile(r"#\s*fitwork\s*:\s*([A-Za-z]+)\b")
 
 F = TypeVar("F", bound=Callable[..., Any])
+CONTEXT_ATTR = "__fitwork_context__"
+"""The attribute `with_context` sets on a function: its run context's factory."""
 
 
 def hint(kind: str, /) -> None:
@@ -37,11 +39,12 @@ def hint(kind: str, /) -> None:
 
 def check_kind(kind: str, where: str) -> HintKind:
     """``kind`` as a hint kind, or an error naming the kinds there are."""
-    if kind not in KINDS:
-        raise UnitDefinitionError(
-            f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}; "
-            "write e.g. fitwork.hint('gpu') or '# fitwork: io'")
-    return kind  # type: ignore[return-value]
+    for known in KINDS:
+        if kind == known:
+            return known
+    raise UnitDefinitionError(
+        f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}; "
+        "write e.g. fitwork.hint('gpu') or '# fitwork: io'")
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def with_context(factory: Callable[[], AbstractContextManager[Any]]) -> Callable
     ``fitwork run MODULE:FUNCTION --decompose`` can start it.  Returns the function unchanged.
     """
     def attach(fn: F) -> F:
-        fn.__fitwork_context__ = factory  # type: ignore[attr-defined]
+        setattr(fn, CONTEXT_ATTR, factory)  # any callable: read back with getattr
         return fn
 
     return attach

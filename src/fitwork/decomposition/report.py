@@ -37,12 +37,16 @@ class UnitReport(BaseModel):
     cost: Cost | None = None
 
 
+MergeRule = Literal["safety", "pickle", "bookkeeping", "kind", "transfer", "trivial"]
+"""Why two pieces were joined: the rule that joined them."""
+
+
 class Merge(BaseModel):
     """Two neighbouring pieces joined into one unit, and why."""
 
     lines: tuple[int, int]
     parts: list[tuple[int, int]]
-    rule: Literal["safety", "pickle", "bookkeeping", "kind", "transfer", "trivial"]
+    rule: MergeRule
     reason: str
     bytes: float | None = None
     transfer_s: float | None = None

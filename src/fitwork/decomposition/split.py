@@ -19,8 +19,8 @@ from __future__ import annotations
 import ast
 import inspect
 import types
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, TypedDict, Unpack
 
 from fitwork.decomposition.analysis import (
     Facts,
@@ -31,11 +31,14 @@ from fitwork.decomposition.analysis import (
 )
 from fitwork.decomposition.checks import own_scope
 from fitwork.decomposition.hints import COMMENT, HintKind, check_kind, hint
-from fitwork.decomposition.report import Merge
+from fitwork.decomposition.report import Merge, MergeRule
 from fitwork.decomposition.source import DecomposeError, Located, Target
 from fitwork.decomposition.waits import dotted as _dotted
 from fitwork.decomposition.waits import resolve as _resolve
 from fitwork.decomposition.waits import waiting_call
+
+DEMANDING: tuple[HintKind, ...] = ("gpu", "cpu", "io")
+"""Hint kinds, most demanding first: a group of several takes the first."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ class Split:
         """The kind the group's statements were hinted with; when a safe cut forced
         differently hinted statements together, the most demanding (gpu, cpu, io)."""
         kinds = {s.hint for s in self.statements[group.start:group.stop] if s.hint}
-        return next((k for k in ("gpu", "cpu", "io") if k in kinds), None)  # type: ignore[return-value]
+        return next((k for k in DEMANDING if k in kinds), None)
 
     def waits(self, group: Group) -> str | None:
         """The first waiting call among the group's statements (see `waits`), if any."""
@@ -455,13 +458,30 @@ def span(first: int, last: int) -> str:
     return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
-def _join(split: Split, groups: list[Group], at: int, rule: str, reason: str,
-          **figures: float | None) -> tuple[list[Group], Merge]:
+class Figures(TypedDict, total=False):
+    """What a merge may say it saves: bytes moved and seconds (see `Merge`)."""
+
+    bytes: float | None
+    transfer_s: float | None
+    time_s: float | None
+
+
+class Joiner(Protocol):
+    """`_join` bound to a split (see `joiner`)."""
+
+    def __call__(self, groups: list[Group], at: int, rule: MergeRule, reason: str,
+                 **figures: Unpack[Figures]) -> tuple[list[Group], Merge]:
+        """Join ``groups[at]`` with ``groups[at + 1]``."""
+        ...
+
+
+def _join(split: Split, groups: list[Group], at: int, rule: MergeRule, reason: str,
+          **figures: Unpack[Figures]) -> tuple[list[Group], Merge]:
     """Join ``groups[at]`` with ``groups[at + 1]``; the merge says which lines and why."""
     left, right = groups[at], groups[at + 1]
     joined = Group(left.start, right.stop)
     merge = Merge(lines=split.lines(joined), parts=[split.lines(left), split.lines(right)],
-                  rule=rule, reason=reason, **figures)  # type: ignore[arg-type]
+                  rule=rule, reason=reason, **figures)
     return [*groups[:at], joined, *groups[at + 2:]], merge
 
 
@@ -540,10 +560,10 @@ def groups_from_lines(split: Split, spans: list[tuple[int, int]]) -> list[Group]
     return groups
 
 
-def joiner(split: Split) -> Callable[[list[Group], int, str, str], tuple[list[Group], Merge]]:
+def joiner(split: Split) -> Joiner:
     """``_join`` bound to ``split``, for the fusion and pickling passes."""
-    def join(groups: list[Group], at: int, rule: str, reason: str, **figures: float | None
-             ) -> tuple[list[Group], Merge]:
+    def join(groups: list[Group], at: int, rule: MergeRule, reason: str,
+             **figures: Unpack[Figures]) -> tuple[list[Group], Merge]:
         return _join(split, groups, at, rule, reason, **figures)
 
-    return join  # type: ignore[return-value]
+    return join
