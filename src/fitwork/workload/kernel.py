@@ -32,6 +32,9 @@ import numpy as np
 from fitwork.failure import Failure
 from fitwork.workload.unit import Kind, Unit
 
+ATTEMPTS_ATTR = "__fitwork_attempts__"
+"""The attribute an exception a unit raised carries: the tries it took (see `Failed`)."""
+
 
 class Failed:
     """Stands in a results list for an item whose call failed every try."""
@@ -129,7 +132,7 @@ class Kernel:
         try:
             return self.call(value)
         except Exception as error:
-            return Failed(error, getattr(error, "__fitwork_attempts__", 1))
+            return Failed(error, getattr(error, ATTEMPTS_ATTR, 1))
 
     def results(self, values: list[Any]) -> tuple[list[Any], int]:
         """Raw results for items called one at a time, and how many of them are `Failed`."""
@@ -354,7 +357,7 @@ def _type_name(value: object) -> str:
 
 def _note_attempts(error: BaseException, attempts: int) -> None:
     with contextlib.suppress(AttributeError, TypeError):
-        error.__fitwork_attempts__ = attempts  # type: ignore[attr-defined]
+        setattr(error, ATTEMPTS_ATTR, attempts)  # any exception class: read with getattr
 
 
 async def _awaited(awaitable: Any) -> Any:
