@@ -224,13 +224,14 @@ class _Efficiencies:
 
     def of(self, name: str) -> tuple[tuple[float, float], str]:
         values, why = [], []
-        for bound in ("compute", "memory"):
-            found = self.table.get((name, bound))  # type: ignore[arg-type]
+        bounds: tuple[Bound, ...] = ("compute", "memory")
+        for bound in bounds:
+            found = self.table.get((name, bound))
             if found is not None:
                 values.append(found.value)
                 why.append(f"{name} {bound} efficiency {found.value:.2f} = {found.source}")
                 continue
-            value = self.fallback[bound]  # type: ignore[index]
+            value = self.fallback[bound]
             classes = sorted({k[0] for k in self.table})
             vendor, factor, said = (self.vendor(name) if self.vendor
                                     else (REFERENCE_VENDOR, 1.0, ""))

@@ -27,10 +27,11 @@ class PlanReplanner:
         """Items/s of one replica of each unit: its groups' rates, weighted by replicas."""
         rates = {}
         for name in self.placement.units:
-            groups = [g for g in self.placement.of(name) if g.rate and g.replicas]
-            count = sum(g.replicas for g in groups)
+            groups = [(rate, g.replicas) for g in self.placement.of(name)
+                      if (rate := g.rate) and g.replicas]
+            count = sum(replicas for _, replicas in groups)
             if count:
-                rates[name] = sum(g.rate * g.replicas for g in groups) / count  # type: ignore[operator]
+                rates[name] = sum(rate * replicas for rate, replicas in groups) / count
         return rates
 
     def predict(self, counts: Mapping[str, int], rates: Mapping[str, float],

@@ -45,6 +45,11 @@ def _fluid(cand: Candidate, ceiling: float) -> dict[str, float]:
     return {k: v for k, v in used.items() if v > 0}
 
 
+_Snapshot = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, float]], list[float],
+                  list[float]]
+"""x, b, caps, room, conc and rate, as `_State.snapshot` copies them."""
+
+
 class _State:
     """Replicas, busy shares, and what is left per node type and per unit."""
 
@@ -106,17 +111,17 @@ class _State:
             most = min(most, max(0.0, self.rate[cand.unit]) / (cand.calls * cand.rate))
         return most
 
-    def snapshot(self) -> tuple[object, ...]:
+    def snapshot(self) -> _Snapshot:
         """Everything `change` touches, to undo a failed attempt."""
         return (self.x.copy(), self.b.copy(), self.caps.copy(), [dict(r) for r in self.room],
                 list(self.conc), list(self.rate))
 
-    def restore(self, saved: tuple[object, ...]) -> None:
+    def restore(self, saved: _Snapshot) -> None:
         """Undo back to a `snapshot`."""
         x, b, caps, room, conc, rate = saved
-        self.x[:], self.b[:], self.caps[:] = x, b, caps  # type: ignore[index]
-        self.room = room  # type: ignore[assignment]
-        self.conc, self.rate = conc, rate  # type: ignore[assignment]
+        self.x[:], self.b[:], self.caps[:] = x, b, caps
+        self.room = room
+        self.conc, self.rate = conc, rate
 
     def lacking(self, i: int) -> set[str]:
         """What candidate ``i``'s node type lacks for one more fully busy replica."""
