@@ -129,16 +129,27 @@ def _pairs(values: tuple[str, ...], flag: str, kind: Callable[[str], N], least: 
     for value in values:
         name, sep, text = value.partition("=")
         try:
-            number = kind(text)
+            number: N | None = kind(text)
         except ValueError:
             number = None
-        bad = number is None or number < least or (kind is float and number <= 0)
-        if not sep or not name or bad:
+        if number is None or number < least or (kind is float and number <= 0) or not sep \
+                or not name:
             bound = "> 0" if kind is float else f">= {least}"
             raise click.BadParameter(f"{value!r}: write UNIT=VALUE with VALUE {bound}, e.g. "
                                      f"{example}", param_hint=flag)
-        found[name] = number  # type: ignore[assignment]
+        found[name] = number
     return found
+
+
+C = TypeVar("C", bound=str)
+
+
+def chosen(value: str, options: tuple[C, ...]) -> C:
+    """``value`` as the one of ``options`` it is (a `click.Choice` of them refuses others)."""
+    for option in options:
+        if value == option:
+            return option
+    raise click.BadParameter(f"{value!r} is not one of {', '.join(options)}")
 
 
 def conflicting_paths(writes: dict[str, Path | None], reads: dict[str, Path | None]

@@ -4,15 +4,20 @@ size (also printed by `fitwork run --plan`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
-from fitwork.cli_options import UnitSettings, conflicting_paths, csv_strings_option
+from fitwork.cli_options import UnitSettings, chosen, conflicting_paths, csv_strings_option
 from fitwork.commands.common import fail
 from fitwork.decomposition.cli import AUTO, decompose_option, load_pipeline_for, resolve_reference
 from fitwork.errors import FitworkError
+
+if TYPE_CHECKING:
+    from fitwork.fit.result import Objective
+
+OBJECTIVES: tuple[Objective, ...] = ("max_throughput", "min_cost")
 
 
 @click.command()
@@ -65,7 +70,7 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
               help="A profile from `fitwork profile` of this pipeline.")
 @click.option("--fleet", "fleet_ref", default="local", show_default=True,
               help="A fleet YAML file, or 'local' for this host as discovered.")
-@click.option("--objective", type=click.Choice(["max_throughput", "min_cost"]),
+@click.option("--objective", type=click.Choice(OBJECTIVES),
               default="max_throughput", show_default=True)
 @click.option("--target", type=float, help="Items/s to reach at least cost (min_cost).")
 @click.option("--time-limit", type=float, default=10.0, show_default=True,
@@ -100,7 +105,7 @@ def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective
         profiled = PipelineProfile.load(profile_path)
         profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
         fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
-        result = fit(profiled, fleet_, objective=objective,  # type: ignore[arg-type]
+        result = fit(profiled, fleet_, objective=chosen(objective, OBJECTIVES),
                      target=target, time_limit=time_limit, max_latency=max_latency,
                      fuse=not no_fuse)
     except FitworkError as exc:

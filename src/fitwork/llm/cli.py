@@ -9,13 +9,18 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from fitwork.cli_options import chosen
 from fitwork.errors import FitworkError
 
 if TYPE_CHECKING:  # imported when a command runs, so `fitwork --help` stays light
     from fitwork.llm.phases import PhaseBook
     from fitwork.llm.plan import LLMPlan, PlanSet
+    from fitwork.llm.result import Objective
     from fitwork.llm.sim import SimResult
     from fitwork.llm.trace import Trace
+
+
+OBJECTIVES: tuple[Objective, ...] = ("max_goodput", "min_cost")
 
 
 def _fail(message: object) -> NoReturn:
@@ -136,7 +141,7 @@ def _show(plan: LLMPlan) -> None:
 @click.option("--fleet", "fleet_ref", required=True,
               help="A fleet YAML, or a shipped one: a100, h100, mixed.")
 @click.option("--slo", required=True, help="e.g. ttft_p90=2s,tpot_p90=150ms")
-@click.option("--objective", type=click.Choice(["max_goodput", "min_cost"]),
+@click.option("--objective", type=click.Choice(OBJECTIVES),
               default="max_goodput", show_default=True)
 @click.option("--rate-scale", type=float, default=1.0, show_default=True,
               help="Scale the trace's arrival rate (min_cost serves the scaled rate).")
@@ -168,12 +173,12 @@ def plan_command(model: str, trace_ref: str, fleet_ref: str, slo: str, objective
         rounds = MAX_ROUNDS if replay_rounds is None else replay_rounds
         if rounds:
             plans = plan_held(model, trace, fleet, parsed,
-                              objective=objective,  # type: ignore[arg-type]
+                              objective=chosen(objective, OBJECTIVES),
                               book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst,
                               rounds=rounds)
         else:
             plans = plan_llm(model, trace, fleet, parsed,
-                             objective=objective,  # type: ignore[arg-type]
+                             objective=chosen(objective, OBJECTIVES),
                              book=book, time_limit=time_limit, mip_gap=mip_gap, burst=burst)
     except FitworkError as exc:
         _fail(exc)

@@ -7,13 +7,19 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import yaml
 
+from fitwork.cli_options import chosen
 from fitwork.errors import FitworkError
 from fitwork.orchestrate.cluster import ClusterError, ClusterFleet
+
+if TYPE_CHECKING:
+    from fitwork.orchestrate.kuberay import Gang
+
+GANGS: tuple[Gang, ...] = ("volcano", "kueue")
 
 _NODES_HELP = {
     "k8s": "The JSON of `kubectl get nodes -o json` [default: the live cluster of the current "
@@ -187,7 +193,7 @@ def _write_private(path: Path, text: str) -> None:
               "(resource.k8s.io/v1) instead of device-plugin resources.")
 @click.option("--queue", help="The queue: Kueue's LocalQueue (kueue.x-k8s.io/queue-name), or "
               "Volcano's queue with --gang volcano.")
-@click.option("--gang", type=click.Choice(["volcano", "kueue"]),
+@click.option("--gang", type=click.Choice(GANGS),
               help="Gang-schedule the whole cluster with Volcano, or admit it whole with Kueue.")
 @click.option("--name", help="The RayCluster's name [default: fitwork-PIPELINE].")
 @click.option("--namespace", help="The namespace of every object [default: kubectl's].")
@@ -208,7 +214,8 @@ def deploy_k8s(plan_path: Path, out_dir: Path, pipeline_ref: str, input_path: st
         spec = JobSpec(pipeline=pipeline_ref, input=input_path, output=output_path,
                        image=image or f"fitwork:{__version__}",
                        name=k8s_name(name or f"fitwork-{plan.pipeline}"), namespace=namespace,
-                       queue=queue, gang=gang, dra=dra)  # type: ignore[arg-type]
+                       queue=queue, gang=None if gang is None else chosen(gang, GANGS),
+                       dra=dra)
         objects = manifests(plan, cluster, spec)
     except FitworkError as exc:
         _fail(exc)
