@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TypedDict
 
 import numpy as np
 
@@ -43,6 +44,15 @@ from fitwork.llm.result import ClassFigures, LLMPlan, Mode, Objective, PlanSet, 
 from fitwork.llm.trace import Trace
 
 LLM_FLEETS = ("a100", "h100", "mixed")
+
+
+class Knobs(TypedDict):
+    """The solver's settings every plan of a set is made with."""
+
+    book: PhaseBook
+    time_limit: float
+    mip_gap: float
+    burst: float
 
 
 def load_fleet(ref: str) -> Fleet:
@@ -78,7 +88,8 @@ def _classes(fleet: Fleet) -> dict[str, int]:
 def _network(fleet: Fleet, device_class: str) -> float | None:
     """The slowest network of the node types offering ``device_class`` (None: not limited)."""
     nets = [n.network_bandwidth for n in fleet.node_types if device_class in n.devices]
-    return None if any(n is None for n in nets) or not nets else float(min(nets))  # type: ignore
+    known = [n for n in nets if n is not None]
+    return None if len(known) < len(nets) or not nets else float(min(known))
 
 
 class CannotServe(LLMInputError):
@@ -481,11 +492,11 @@ def plan_llm(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
     burst = trace.burstiness() if burst is None else burst
     split = plan_split(model, trace, fleet, slo, objective=objective, book=book,
                        time_limit=time_limit, mip_gap=mip_gap, burst=burst)
-    kw = {"objective": objective, "book": book, "time_limit": time_limit, "mip_gap": mip_gap,
-          "burst": burst}
+    kw: Knobs = {"book": book, "time_limit": time_limit, "mip_gap": mip_gap, "burst": burst}
     names = sorted(_classes(fleet))
-    colocated = [plan_colocated(model, trace, fleet, slo, classes=[n], **kw)  # type: ignore
+    colocated = [plan_colocated(model, trace, fleet, slo, classes=[n], objective=objective,
+                                **kw)
                  for n in names]
     if len(names) > 1:
-        colocated.append(plan_colocated(model, trace, fleet, slo, **kw))  # type: ignore
+        colocated.append(plan_colocated(model, trace, fleet, slo, objective=objective, **kw))
     return PlanSet(split=split, colocated=colocated)

@@ -28,6 +28,7 @@ from fitwork.llm.options import SLO
 from fitwork.llm.phases import PhaseBook, default_book
 from fitwork.llm.plan import (
     CannotServe,
+    Knobs,
     LLMPlan,
     Objective,
     PlanSet,
@@ -36,7 +37,7 @@ from fitwork.llm.plan import (
     plan_colocated,
     plan_split,
 )
-from fitwork.llm.result import ReplayCheck
+from fitwork.llm.result import Mode, ReplayCheck
 from fitwork.llm.sim import SimResult, simulate
 from fitwork.llm.trace import Trace
 
@@ -211,7 +212,7 @@ def plan_held(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
     book = book or default_book()
     book.get(model, next(iter(_classes(fleet)), "H100-SXM"), 8)  # unknown model: say so
     burst = trace.burstiness() if burst is None else burst
-    kw = {"book": book, "time_limit": time_limit, "mip_gap": mip_gap, "burst": burst}
+    kw: Knobs = {"book": book, "time_limit": time_limit, "mip_gap": mip_gap, "burst": burst}
     mix = Mix.of(trace)
     Make = Callable[[dict[str, float], Objective], LLMPlan]
 
@@ -225,7 +226,7 @@ def plan_held(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
             return None, plan.bottleneck
         return plan, ""
 
-    def held(make: Make, mode: str, label: str) -> LLMPlan:
+    def held(make: Make, mode: Mode, label: str) -> LLMPlan:
         plan, why = attempt(make, objective)
         if plan is not None:
             return plan
@@ -235,21 +236,22 @@ def plan_held(model: str, trace: Trace, fleet: Fleet, slo: SLO, *,
                 why = str(cannot_serve(trace, most.goodput, "the most such a plan holds "
                                        f"in replay, {ATTAIN:.0%} of requests within both "
                                        "SLOs"))
-        return _empty(mode, label, model, trace, mix, slo, objective,  # type: ignore
-                      why)
+        return _empty(mode, label, model, trace, mix, slo, objective, why)
 
     split = held(lambda d, o: plan_split(model, trace, fleet, slo, derate=d, objective=o,
-                                         **kw),  # type: ignore
+                                         **kw),
                  "split", "phase-split")
     names = sorted(_classes(fleet))
     groups: list[list[str] | None] = [[n] for n in names]
     if len(names) > 1:
         groups.append(None)
+
+    def colocated_on(group: list[str] | None) -> Make:
+        return lambda d, o: plan_colocated(model, trace, fleet, slo, classes=group, derate=d,
+                                           objective=o, **kw)
+
     colocated = []
     for group in groups:
         label = "colocated " + ("+".join(group) if group else "best mix")
-        colocated.append(held(
-            lambda d, o, g=group: plan_colocated(model, trace, fleet, slo,  # type: ignore
-                                                 classes=g, derate=d, objective=o, **kw),
-            "colocated", label))
+        colocated.append(held(colocated_on(group), "colocated", label))
     return PlanSet(split=split, colocated=colocated)
