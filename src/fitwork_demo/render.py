@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -46,12 +46,12 @@ def sweep_table(result: DemoResult, sweep: Sweep) -> Table:
                         f"trial, {repeats} trial{'s' if repeats > 1 else ''} per layout, in "
                         "alternating order",
                   title_justify="left")
-    for name, justify in (("layout", "left"), ("config", "left"), ("items/s median", "right"),
-                          ("trials", "right"), ("whole run", "right"),
-                          ("cores busy", "right"), ("others", "right"),
-                          ("peak RSS", "right"), ("peak PSS", "right"),
-                          ("predicted", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("layout", "left"), ("config", "left"), ("items/s median", "right"), ("trials", "right"),
+        ("whole run", "right"), ("cores busy", "right"), ("others", "right"),
+        ("peak RSS", "right"), ("peak PSS", "right"), ("predicted", "right"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
     for c in sweep.contenders:
         trials = " ".join(f"{t.rate:.2f}" + ("*" if t.capped else "") for t in c.trials)
         style = "bold" if c.layout.family in ("fitted", "adapted") or _marks(sweep, c) else None

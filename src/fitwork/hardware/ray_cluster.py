@@ -24,13 +24,14 @@ def within(seconds: float, what: str, call: Callable[[], T]) -> T:
     The call runs in a helper thread (Ray's Python API has no timeout on some calls, such
     as ``ray.nodes()``); past the deadline that thread is abandoned.
     """
-    box: dict[str, Any] = {}
+    values: list[T] = []
+    errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            box["value"] = call()
+            values.append(call())
         except BaseException as exc:
-            box["error"] = exc
+            errors.append(exc)
 
     helper = threading.Thread(target=run, daemon=True, name=f"fitwork-ray-{what}")
     helper.start()
@@ -38,9 +39,9 @@ def within(seconds: float, what: str, call: Callable[[], T]) -> T:
     if helper.is_alive():
         raise EngineError(f"Ray did not answer {what} within {seconds:g} s; check that the "
                           "cluster is up (ray status) and that --ray-address points at it")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    if errors:
+        raise errors[0]
+    return values[0]
 
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
