@@ -437,8 +437,7 @@ def _as_dropped(chosen: BatchMeasurement, before: BatchMeasurement,
 
 def _timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool,
                 threads: int, pools: bool) -> tuple[_Timed, list[BatchMeasurement] | None, Runs]:
-    """The timed sweep, the largest batch again on one thread where pools run threads, and
-    the onnxruntime session runs made meanwhile."""
+    """The timed sweep, its largest batch again on one thread, and the onnxruntime runs."""
     with _onnx_runs() as onnx_runs:
         timers = Timers(kernel.fn, None if accelerated else [])
         try:
