@@ -334,19 +334,7 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     most = max(best.bound, best.throughput, base.throughput)
     split, whole = _sides(fitted, base, most, flops, [*rates, *swept], multiplicity,
                           fleet, (precision, known))
-    # Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
-    # layout unless the split one predicts more than the plan's own uncertainty above it
-    # (`tie_rule`); the split one is then kept for the record.
-    # Both sides run the same units on the same host: a range the host's load or a unit's
-    # spread widens widens both alike, and only the difference between them is uncertainty
-    # about which is faster (on a host at load 12 both ranges reached +700%).
-    uncertainty = TIE_MARGIN + abs(_spread(split) - _spread(whole))
-    fuse = fuse and objective == "max_throughput" and \
-        split.throughput <= (1 + uncertainty) * whole.throughput
-    tie = None
-    if objective == "max_throughput" and split.throughput > 0 and whole.throughput > 0 and \
-            abs(split.throughput / whole.throughput - 1) <= uncertainty:
-        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse)
+    fuse, uncertainty, tie = _choose(split, whole, objective, fuse)
     # The model's own miss widens both ranges alike, after the tie rule: it does not tell
     # the two layouts apart.
     error = layout_spread() if layout_error is None else layout_error
@@ -361,6 +349,27 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         hop_seconds=hop_seconds, max_latency=max_latency, time_limit=time_limit,
         mip_gap=mip_gap, uncertainty=uncertainty, tie=tie, layout_error=error,
     )
+
+
+def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
+            fuse: bool) -> tuple[bool, float, str | None]:
+    """Whether the plan runs fused, its uncertainty, and its tie line (None: no tie).
+
+    Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
+    layout unless the split one predicts more than the plan's own uncertainty above it
+    (`tie_rule`); the split one is then kept for the record.  Both sides run the same units
+    on the same host: a range the host's load or a unit's spread widens widens both alike,
+    and only the difference between them is uncertainty about which is faster (on a host at
+    load 12 both ranges reached +700%).
+    """
+    uncertainty = TIE_MARGIN + abs(_spread(split) - _spread(whole))
+    fuse = fuse and objective == "max_throughput" and \
+        split.throughput <= (1 + uncertainty) * whole.throughput
+    tie = None
+    if objective == "max_throughput" and split.throughput > 0 and whole.throughput > 0 and \
+            abs(split.throughput / whole.throughput - 1) <= uncertainty:
+        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse)
+    return fuse, uncertainty, tie
 
 
 def _widened(side: PlanSide, spread: float) -> PlanSide:
