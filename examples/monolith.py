@@ -77,9 +77,11 @@ def items(count: int) -> list[dict[str, Any]]:
     return [dict(row) for row in itertools.islice(itertools.cycle(names), count)]
 
 
-def monolithic(replicas: int) -> Pipeline:
-    """The function as one unit, as people run it today: copies of the whole thing."""
-    return Pipeline(unit(classify, name="classify", replicas=replicas), name="classify",
+def monolithic(replicas: int, threads: int = 1) -> Pipeline:
+    """The function as one unit, as people run it today: copies of the whole thing (each
+    running ``threads`` calls at once where the plan's best monolith is threaded)."""
+    io = {"io": threads} if threads > 1 else {}
+    return Pipeline(unit(classify, name="classify", replicas=replicas, **io), name="classify",
                     context=serve_images)
 
 
@@ -118,12 +120,15 @@ def _compare(count: int, samples: int) -> dict[str, Any]:
     assert pipeline.profile is not None
     plan = fit(pipeline.profile, discover_local())
     workers = plan.placement().counts()
-    mono_replicas = sum(p.replicas for p in plan.monolithic.result.replicas)
+    mono = plan.monolithic.result.replicas
+    mono_replicas = sum(p.replicas for p in mono)
+    mono_threads = max((p.threads or 1 for p in mono if p.replicas), default=1)
     rows = items(count)
     fitted_rate, fitted_out = timed_run(pipeline, rows, plan)
-    mono_rate, mono_out = timed_run(monolithic(mono_replicas), rows)
+    mono_rate, mono_out = timed_run(monolithic(mono_replicas, mono_threads), rows)
     return {"decomposition": pipeline.decomposition, "plan": plan, "workers": workers,
-            "monolithic_replicas": mono_replicas, "fitted_items_per_s": fitted_rate,
+            "monolithic_replicas": mono_replicas, "monolithic_threads": mono_threads,
+            "fitted_items_per_s": fitted_rate,
             "monolithic_items_per_s": mono_rate, "same_outputs": fitted_out == mono_out,
             "seconds": time.perf_counter() - started}
 
@@ -136,7 +141,8 @@ if __name__ == "__main__":
     print(render(figures["decomposition"]))
     plan = figures["plan"]
     print(f"plan: {figures['workers']} predicts {plan.fitted.throughput:,.1f} items/s; "
-          f"monolithic baseline: {figures['monolithic_replicas']} replicas, predicts "
+          f"monolithic baseline: {figures['monolithic_replicas']} replicas x "
+          f"{figures['monolithic_threads']} threads, predicts "
           f"{plan.monolithic.throughput:,.1f} items/s")
     print(f"realized: fitted {figures['fitted_items_per_s']:,.1f} items/s, monolithic "
           f"{figures['monolithic_items_per_s']:,.1f} items/s "
