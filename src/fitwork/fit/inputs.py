@@ -71,6 +71,22 @@ its Ready, Taken and Done), charged as core time, not as time in the replica.  M
 this repository's 2-core host under a load average of about 25 (tests/fit/test_crossing.py's
 pipeline, three units with frames of one item, the driver's CPU differenced between runs of
 200 and 800 items): 0.44 ms per item, 146 us per frame per unit."""
+SPILL_FRAME_SECONDS = 270e-6
+"""CPU seconds, sender and receiver together, that a frame costs when it crosses through a
+/dev/shm file rather than in a datagram (its pickled items reach `INLINE_MAX`, or one holds
+an array out of band), beyond its bytes (`byte_seconds`) and `HOP_SECONDS`: the file is
+created, written, renamed and closed by the sender, opened, checked, mapped privately,
+unlinked and unmapped by the receiver.  Per frame, so at frames of one item every item pays
+it.  Measured with the local engine on this repository's 2-core host, CPU per item
+differenced between runs of 150 and 600 items, two runs each: a chain of three units, the
+middle one spinning 3 ms (frames of one item), passing 60 KB items (inline) and 70 KB ones
+(spilled): the sender spent 167 us more per item, the receiver 194 us more, the middle unit
+(one receive, one send) 310 us more; the byte charge says 63 us of that, which leaves about
+270 us.  With frames of hundreds of items the same two sizes cost the same (within 10 us).
+The `--wire` calibration of the byte charges writes and reads the file in one process, one
+item to a file, and does not see it: the receiver is another process.  A split whose
+frames of 256 KB items hold one item (``bench/fit_quality.py``'s blas_stages) spent 7.1 ms
+of CPU per item where the plan charged 5.5 (planned / run 0.77, its fused side 0.93)."""
 INLINE_MAX = 64 * 1024
 OUT_OF_BAND_MIN = 1 << 20
 
@@ -228,16 +244,27 @@ def _frame(profile: UnitProfile, estimate: RateEstimate) -> int:
     return frame_items(1.0 / (estimate.rate * max(io, 1)), io)
 
 
+def spill_seconds(nbytes: float, size: float) -> float:
+    """Per item, `SPILL_FRAME_SECONDS` of a frame of ``size`` items of ``nbytes`` pickled
+    bytes each where the frame crosses through a /dev/shm file, else nothing."""
+    size = max(1.0, size)
+    return SPILL_FRAME_SECONDS / size if nbytes * size >= INLINE_MAX else 0.0
+
+
 def _hop(profile: UnitProfile, estimate: RateEstimate, hop: float, arriving: float,
-         last: bool) -> float:
+         last: bool, first: bool = False) -> float:
     """The engine's work per item of this option: its crossing in, at frames of its own size
     or of what arrives from upstream if smaller (workers split frames, they do not merge
     them), and for the last unit the crossing out to the driver as well; each crossing
-    also moves the item's bytes (`byte_seconds`)."""
+    also moves the item's bytes (`byte_seconds`).  A crossing between two units whose frame
+    goes through a file pays `spill_seconds` too (the source's crossing into the first unit
+    and the last unit's out are not charged it: a fused layout makes the same two)."""
     if not hop:
         return 0.0
     size = max(1.0, min(float(_frame(profile, estimate)), arriving))
     seconds = hop * (1.0 / size + ITEM_SHARE) + byte_seconds(profile.bytes_in)
+    if not first:
+        seconds += spill_seconds(profile.bytes_in, size)
     ratio = profile.output_ratio
     if last:
         seconds += hop * (1.0 / max(1.0, size * ratio) + ITEM_SHARE)
@@ -326,11 +353,12 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
                      if e.batch_size != u.batch_size]
         others.extend(swept)
         alternatives: dict[str, list[ClassDemand]] = {}
+        first = index == 0  # takes its items from the driver
         for e in swept:
             alternatives.setdefault(e.device_class, []).append(
-                _demand(u, e, memory, _hop(u, e, hop, arriving, last),
+                _demand(u, e, memory, _hop(u, e, hop, arriving, last, first),
                         _driver(u, e, hop, arriving)))
-        main = {e.device_class: _demand(u, e, memory, _hop(u, e, hop, arriving, last),
+        main = {e.device_class: _demand(u, e, memory, _hop(u, e, hop, arriving, last, first),
                                         _driver(u, e, hop, arriving))
                 for e in estimates}
         if any(e.rate > 0 for e in estimates):  # the smallest frames any option gets
