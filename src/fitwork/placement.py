@@ -109,6 +109,19 @@ class Placement:
         """Replicas per unit."""
         return {name: self.replicas(name) for name in self.units}
 
+    def asked(self, unit: str, declared: Resources) -> Resources:
+        """What one replica of ``unit`` asks an engine for: its groups' resources (a plan's
+        fractional cores, its GPU slot), averaged over their replicas; ``declared`` (the
+        unit's own) for a group that carries none, or where the unit has no group."""
+        groups = [g for g in self.of(unit) if g.replicas]
+        total = sum(g.replicas for g in groups)
+        if not total:
+            return declared
+        summed = Resources()
+        for g in groups:
+            summed = summed + (g.resources if g.resources is not None else declared) * g.replicas
+        return summed * (1 / total)
+
     def with_workers(self, workers: Mapping[str, int]) -> Placement:
         """This placement with some units' replica counts replaced (their groups merged)."""
         if not workers:

@@ -108,7 +108,7 @@ def stages_of(pipeline: Pipeline, placement: Placement) -> list[Stage]:
         sizes = {g.batch_size for g in placement.of(u.name) if g.batch_size}
         stages.append(Stage(name=u.name, kind=u.kind.value, io=u.io,
                             batch_size=max(sizes) if sizes else u.batch_size,
-                            demand=u.demand(),
+                            demand=u.demand(placement.asked(u.name, u.resources)),
                             slices=bool(getattr(u.fn, "slices_rows", False))))
     return stages
 

@@ -198,9 +198,11 @@ class Unit:
         assert self.retry is not None
         return self.retry
 
-    def demand(self) -> dict[str, float]:
-        """The non-zero per-replica figures as a dict (resources, plus ``io`` concurrency)."""
-        return {**self.resources.as_dict(), **({"io": float(self.io)} if self.io else {})}
+    def demand(self, asked: Resources | None = None) -> dict[str, float]:
+        """The non-zero per-replica figures as a dict (``asked``, what an engine asks for
+        one replica, else the unit's resources; plus ``io`` concurrency)."""
+        resources = self.resources if asked is None else asked
+        return {**resources.as_dict(), **({"io": float(self.io)} if self.io else {})}
 
     def instantiate(self) -> Callable[..., Any]:
         """The callable one replica uses: a fresh instance for a class, else the function."""

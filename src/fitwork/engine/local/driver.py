@@ -130,15 +130,16 @@ class LocalRun(Shell):
     def spawn(self, instruction: Spawn) -> None:
         stage, unit = instruction.stage, self.units[instruction.stage]
         group = instruction.group
-        cores = (group.resources.cpu if group is not None and group.resources is not None
-                 else unit.resources.cpu)
+        asks = (group.resources if group is not None and group.resources is not None
+                else unit.resources)  # cores and GPUs alike from what the replica asks
+        cores = asks.cpu
         spec = WorkerSpec(
             worker_id=instruction.worker, stage=stage, unit=unit,
             batch_size=(group.batch_size if group is not None and group.batch_size
                         else unit.batch_size),
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
-            parent_pid=os.getpid(), env=self.worker_env(stage), cores=cores,
+            parent_pid=os.getpid(), env=self.worker_env(stage, asks.gpu), cores=cores,
             gate=self.gates[stage],
             sink=(self.options.sink, self.run_id) if self.options.sink is not None
             and stage == len(self.units) - 1 else None)
@@ -150,9 +151,10 @@ class LocalRun(Shell):
                                                    pid=process.pid or 0)
         self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
 
-    def worker_env(self, stage: int) -> dict[str, str]:
-        """Environment for a new replica: a GPU unit's replicas take visible GPUs in turn."""
-        if not self.units[stage].resources.gpu or not self.gpus:
+    def worker_env(self, stage: int, gpu: float) -> dict[str, str]:
+        """Environment for a new replica: replicas that ask for a GPU take visible GPUs in
+        turn."""
+        if not gpu or not self.gpus:
             return {}
         turn = self.gpu_turns.get(stage, 0)
         self.gpu_turns[stage] = turn + 1

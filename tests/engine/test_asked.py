@@ -1,0 +1,37 @@
+"""A replica's resources are what the engine asks for it (a plan's group), recorded as such."""
+
+from __future__ import annotations
+
+import pytest
+
+import fitwork
+from fitwork import Group, Pipeline, Placement, Resources
+from tests.engine.units import double
+
+
+def test_a_groups_resources_are_what_each_replica_asks_averaged_over_its_replicas() -> None:
+    declared = Resources(cpu=1.0)
+    placement = Placement.of_groups([
+        Group("double", 2, resources=Resources(cpu=0.5)),
+        Group("double", 1, device_class="L4", resources=Resources(cpu=1.0, gpu=0.5)),
+    ])
+    asked = placement.asked("double", declared)
+    assert asked.cpu == pytest.approx(2 / 3) and asked.gpu == pytest.approx(0.5 / 3)
+    assert placement.asked("other", declared) == declared  # no group: the unit's own
+    bare = Placement.of_groups([Group("double", 2)])  # groups that carry none: the unit's
+    assert bare.asked("double", declared) == declared
+
+
+@pytest.mark.parametrize("engine", ["local", "sim"])
+def test_a_planned_run_records_the_cores_its_replicas_asked_for(engine: str) -> None:
+    # the unit declares one core; the plan's group asks half a core per replica
+    placement = Placement.of_groups([Group("double", 2, rate=1e6,
+                                           resources=Resources(cpu=0.5))])
+    with fitwork.run(Pipeline(double), range(400), engine=engine,
+                     placement=placement) as result:
+        assert sorted(result) == [2 * x for x in range(400)]
+    record = result.record
+    (made,) = record.units
+    assert made.resources["cpu"] == 0.5 and double.resources.cpu == 1.0
+    cpu = next(r for r in record.resources if r.resource == "cpu")
+    assert cpu.allocated == pytest.approx(2 * 0.5, rel=0.05)  # replicas x what each asked
