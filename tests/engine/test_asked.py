@@ -6,7 +6,7 @@ import pytest
 
 import fitwork
 from fitwork import Group, Pipeline, Placement, Resources
-from tests.engine.units import double
+from tests.engine.units import double, visible_devices
 
 
 def test_a_groups_resources_are_what_each_replica_asks_averaged_over_its_replicas() -> None:
@@ -35,3 +35,16 @@ def test_a_planned_run_records_the_cores_its_replicas_asked_for(engine: str) -> 
     assert made.resources["cpu"] == 0.5 and double.resources.cpu == 1.0
     cpu = next(r for r in record.resources if r.resource == "cpu")
     assert cpu.allocated == pytest.approx(2 * 0.5, rel=0.05)  # replicas x what each asked
+
+
+def test_a_local_replica_takes_a_gpu_when_its_group_asks_for_one() -> None:
+    # the unit declares no GPU; a plan's group on a GPU class asks half of one per replica
+    placement = Placement.of_groups([Group("visible_devices", 2, device_class="L4",
+                                           resources=Resources(cpu=1.0, gpu=0.5))])
+    with fitwork.run(Pipeline(visible_devices), range(40), engine="local",
+                     placement=placement, gpus=("0", "1")) as result:
+        seen = {gpu for _, gpu in result}
+    assert seen == {"0", "1"}  # two replicas, the visible GPUs in turn
+    with fitwork.run(Pipeline(visible_devices), range(10), engine="local",
+                     gpus=("0", "1")) as result:  # unplanned: the unit's own, no GPU
+        assert {gpu for _, gpu in result} == {""}

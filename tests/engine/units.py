@@ -196,3 +196,9 @@ def big_slow(x: int) -> int:
     """Three replicas of 8 cores each: one more than a 16-core test cluster can place."""
     time.sleep(0.2)
     return x
+
+
+@unit(cpu=1)
+def visible_devices(x: int) -> tuple[int, str]:
+    time.sleep(0.005)  # long enough that every replica takes items
+    return x, os.environ.get("CUDA_VISIBLE_DEVICES", "")
