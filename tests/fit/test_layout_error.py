@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+from rich.console import Console
+
 from fitwork.fit.layout_error import layout_spread, residuals
 from fitwork.fit.plan import fit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile, call_spread
+from fitwork.report.terminal import plan_table
 
 HOST = Fleet.parse({"name": "host", "node_types": [
     {"name": "host", "count": 1, "cores": 2, "memory": "8GiB"}]})
@@ -56,3 +59,13 @@ def test_a_plan_is_widened_by_the_models_miss_after_its_layout_is_chosen() -> No
         assert low < was_low <= side.throughput <= was_high < high
         # in quadrature with its own: at least the model's miss either way
         assert math.log(high / low) >= 2 * plan.layout_error - 1e-9
+
+
+def test_the_plan_table_says_its_range_holds_the_models_miss() -> None:
+    def shown(layout_error: float | None) -> str:
+        console = Console(record=True, width=250)
+        console.print(plan_table(fit(profile(), HOST, layout_error=layout_error)))
+        return console.export_text()
+
+    assert f"model's own miss on whole plans (±{math.expm1(layout_spread()):.0%}" in shown(None)
+    assert "model's own miss" not in shown(0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -265,6 +266,11 @@ def _plan_notes(plan: Plan, rate_of: Callable[[Replicas], RateEstimate | None]
              Text(capacity_line(plan)),
              Text(f"fitted rates measured: {', '.join(fitted.measured) or 'none'}; "
                   f"transferred: {', '.join(fitted.transferred) or 'none'}")]
+    if plan.layout_error > 0:
+        lines.append(Text(
+            f"predicted ranges include the model's own miss on whole plans "
+            f"(±{math.expm1(plan.layout_error):.0%}, realized / predicted of the bench's "
+            "pipelines on a 2-core host; fitwork.fit.layout_error)"))
     if plan.fused and plan.split is not None:
         lines.insert(0, Text(
             f"the plan runs the units fused: split into units it would sustain "
