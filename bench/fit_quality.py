@@ -7,9 +7,12 @@ model, skipped and said so where scikit-learn is not installed; and, held out an
 apart, sleep-heavy I/O and a unit faster in batches).  Each pipeline gets two rows: the plan
 as planned, and a run with ``--adapt`` (of the plan's split side where the plan fused: a
 fused run has nothing to re-balance), with the re-fits its record holds.  Three baselines
-are screened and their best run in the final beside the plan: the monolith's process sweep,
-threaded monoliths (the units fused with ``io=N``: P processes of N threads) and the hand
-grid; plan/best is the plan over the best of the three.
+are screened, and the fastest of each run in the final beside the plan, every contender as
+many times, alternating: the monolith's process sweep, threaded monoliths (the units fused
+with ``io=N``: P processes of N threads) and the hand grid; plan/best is the plan's median
+run over the best other layout's median (a baseline that ran the plan's own layout is pooled
+with the plan, not counted as a rival).  On a host of more than 2 cores the sweeps, the hand
+grid's replica counts and the items per run scale with its cores.
 ``--wire`` only measures the engine's CPU per item by item size (what the fit charges per
 byte).
 """
@@ -577,10 +580,28 @@ class Contender:
     workers: dict[str, int] | None = None
     runs: list[Run] = field(default_factory=list)
     adapt: bool = False
+    key: tuple[Any, ...] = ()  # the layout it runs, comparable across contenders
+    pooled: list[Run] = field(default_factory=list)  # runs of the same layout by another name
 
     def best(self) -> Run:
         """The fastest run end to end (the least disturbed on a shared machine)."""
         return max(self.runs, key=lambda r: r.rate)
+
+    @property
+    def sample(self) -> list[Run]:
+        """Its runs, and those of a baseline that ran the same layout."""
+        return [*self.runs, *self.pooled]
+
+    def typical(self) -> Run:
+        """Its own median run end to end (the lower middle of an even count)."""
+        ranked = sorted(self.runs, key=lambda r: r.rate)
+        return ranked[(len(ranked) - 1) // 2]
+
+    @property
+    def rate(self) -> float:
+        """The median items/s end to end over `sample`: every contender gets as many runs,
+        so no contender wins by drawing the luckiest of more runs."""
+        return statistics.median(r.rate for r in self.sample)
 
 
 def host_busy_s() -> float:
@@ -607,6 +628,7 @@ def own_cpu_s() -> float:
             + service_cpu_s())
 
 
+BASELINE_KINDS = ("monolith", "threaded", "hand")
 QUIET_CORES = 0.25  # others below this share of cores: a quiet host
 
 
@@ -630,6 +652,13 @@ class Settings:
     """What the command line sets for every run."""
 
     quiet_wait_s: float = 0.0  # before each run, wait up to this long for a quiet host
+    host_factor: int = 1  # this host's cores over the 2 the sweeps were sized for
+
+
+def host_factor(cores: float) -> int:
+    """How many times the 2-core host the sweeps were sized for this host is: the process
+    sweeps, the hand grid's replica counts and the items per run are scaled by it."""
+    return max(1, round(cores / 2))
 
 
 SETTINGS = Settings()
@@ -673,11 +702,34 @@ def plan_layout(plan: Plan) -> str:
                     for p in plan.fitted.result.replicas if p.replicas)
 
 
+def plan_key(plan: Plan, pipeline: Pipeline) -> tuple[Any, ...]:
+    """The layout a plan runs, comparable with `hand_key` and the monoliths' keys."""
+    if plan.fused:
+        replicas = plan.fitted.result.replicas
+        threads = max((p.threads or 0 for p in replicas), default=0)
+        return ("fused", sum(p.replicas for p in replicas), threads or None)
+    declared = {u.name: u.batch_size for u in pipeline.units}
+    return ("split", tuple((p.unit, p.replicas, p.batch_size or declared.get(p.unit))
+                           for p in plan.fitted.result.replicas if p.replicas))
+
+
+def hand_key(counts: dict[str, int], pipeline: Pipeline) -> tuple[Any, ...]:
+    """The layout of hand replica counts (every unit at its declared batch size)."""
+    declared = {u.name: u.batch_size for u in pipeline.units}
+    return ("split", tuple((name, n, declared.get(name)) for name, n in counts.items() if n))
+
+
 def grid(spec: Spec) -> list[dict[str, int]]:
     """The hand layouts: every combination of the grid's replica counts."""
-    names = list(spec.grid)
+    names, k = list(spec.grid), SETTINGS.host_factor
     return [dict(zip(names, counts, strict=True))
-            for counts in itertools.product(*(spec.grid[n] for n in names))]
+            for counts in itertools.product(*(tuple(c * k for c in spec.grid[n])
+                                              for n in names))]
+
+
+def threads(spec: Spec) -> list[tuple[int, int]]:
+    """The threaded monoliths screened: (processes, threads), processes scaled to the host."""
+    return [(p * SETTINGS.host_factor, n) for p, n in THREADED]
 
 
 @dataclass
@@ -697,15 +749,27 @@ class Outcome:
     adapted_at_run_load: float = math.nan  # the same for the --adapt run
 
     @property
+    def rivals(self) -> list[Contender]:
+        """The final's baselines that ran a layout other than the plan's."""
+        return [c for c in self.finalists
+                if c.label in BASELINE_KINDS and c.key != self.planned.key]
+
+    @property
+    def best_rival(self) -> Contender:
+        """The rival with the highest median items/s end to end."""
+        return max(self.rivals, key=lambda c: c.rate)
+
+    @property
     def best_baseline(self) -> float:
-        """Items/s end to end of the best baseline: process sweep, threaded or hand."""
-        return max(c.best().rate for c in (self.monolith, self.hand, self.threaded)
-                   if c is not None)
+        """Median items/s end to end of the best other layout: process sweep, threaded or
+        hand (a baseline that ran the plan's own layout is pooled with the plan instead)."""
+        return self.best_rival.rate
 
     @property
     def realized(self) -> float:
-        """The plan's best run, as its record gives throughput (start-up included)."""
-        return self.planned.best().record.throughput
+        """The median of the plan's own runs' throughput as their records give it (start-up
+        included)."""
+        return statistics.median(r.record.throughput for r in self.planned.runs)
 
     @property
     def realized_share(self) -> float:
@@ -714,13 +778,19 @@ class Outcome:
 
     @property
     def hand_share(self) -> float:
-        """The plan's items/s over the best hand layout's, both end to end."""
-        return self.planned.best().rate / self.hand.best().rate
+        """The plan's median items/s over the best hand layout's, both end to end."""
+        return self.planned.rate / self.hand.rate
 
     @property
     def best_share(self) -> float:
-        """The plan's items/s over the best baseline's, both end to end."""
-        return self.planned.best().rate / self.best_baseline
+        """The plan's median items/s over the best other layout's, both end to end."""
+        return self.planned.rate / self.best_baseline
+
+    @property
+    def luckiest_share(self) -> float:
+        """The plan's fastest run over the fastest run of any other layout (the old,
+        best-of figure: it favours the side with more runs)."""
+        return self.planned.best().rate / max(c.best().rate for c in self.rivals)
 
     @property
     def disturbed(self) -> str:
@@ -741,7 +811,7 @@ def screen(spec: Spec, items: int, contenders: list[Contender], keep: int,
         run = measure(spec.pipeline, items, contender)
         say(f"    screen {contender.label:<9} {contender.config:<38} {run.rate:8.1f} items/s"
             f" (cores: ours {run.own_cores:4.2f}, others {run.other_cores:4.2f})")
-    ranked = sorted(contenders, key=lambda c: c.best().rate, reverse=True)
+    ranked = sorted(contenders, key=lambda c: c.rate, reverse=True)
     for contender in ranked:
         contender.runs.clear()  # the final compares full-length runs only
     return ranked[:keep]
@@ -788,7 +858,7 @@ def what_ifs(profile: PipelineProfile, fleet: fitwork.Fleet) -> dict[str, Plan]:
 def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
           say: Callable[[str], None]) -> Outcome:
     """Profile and fit one pipeline, screen the sweeps, then the final alternation."""
-    items = max(64, int(spec.items * args.scale))
+    items = max(64, int(spec.items * args.scale * SETTINGS.host_factor))
     screen_items = max(32, items // 3)
     say(f"\n== {spec.name}: {spec.shape}; {items} items per final run, load average "
         f"{os.getloadavg()[0]:.2f}")
@@ -822,18 +892,20 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
             f"{other.fitted.throughput:.1f} items/s (core ceiling {other.core_ceiling:.2f})")
 
     monoliths, threaded = baselines(spec, plan)
-    hands = [Contender("hand", layout(c), workers=c) for c in grid(spec)]
+    hands = [Contender("hand", layout(c), workers=c, key=hand_key(c, spec.pipeline))
+             for c in grid(spec)]
     say(f"  screening: {len(monoliths)} monolith process counts, {len(threaded)} threaded "
         f"monoliths and {len(hands)} hand layouts, one run of {screen_items} items each")
     finalists = [*screen(spec, screen_items, monoliths, args.keep_monolith, say),
                  *screen(spec, screen_items, threaded, args.keep_threaded, say),
                  *screen(spec, screen_items, hands, args.keep_hand, say)]
-    planned = Contender("plan", plan_layout(plan), placement=plan)
+    planned = Contender("plan", plan_layout(plan), placement=plan,
+                        key=plan_key(plan, spec.pipeline))
     # --adapt re-fits a split layout (a fused plan runs one unit: nothing to re-balance, so
     # the run turns it off); where the plan fused, its split side is what adapts.
     split_plan = fit(profile, fleet, fuse=False) if plan.fused else plan
     adapted = Contender("adapt", plan_layout(split_plan) + " --adapt", placement=split_plan,
-                        adapt=True)
+                        adapt=True, key=("adapt",))
     contenders = [planned, adapted, *finalists]
     if args.what_if:  # each distinct what-if layout runs in the final too (not a headline)
         seen = {plan_layout(plan)}
@@ -841,9 +913,9 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
             if plan_layout(other) not in seen:
                 seen.add(plan_layout(other))
                 contenders.append(Contender("what-if", f"{plan_layout(other)} ({label})",
-                                            placement=other))
+                                            placement=other, key=("what-if", label)))
     say(f"  final: {len(contenders)} contenders x {args.rounds} runs of {items} items, "
-        "alternating, best kept")
+        "alternating, medians compared")
     for round_ in range(args.rounds):
         for contender in contenders if round_ % 2 == 0 else contenders[::-1]:
             run = measure(spec.pipeline, items, contender)
@@ -852,17 +924,21 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
                 f"{run.wall_s:5.2f} s; cores: ours {run.own_cores:4.2f}, "
                 f"others {run.other_cores:4.2f})")
     check(spec, contenders)
+    for twin in (c for c in finalists if c.key == planned.key):
+        planned.pooled.extend(twin.runs)
+        say(f"  {twin.label} [{twin.config}] ran the plan's own layout: its runs are pooled "
+            "with the plan's, and it is no rival")
     def best(label: str) -> Contender:
-        return max((c for c in finalists if c.label == label), key=lambda c: c.best().rate)
+        return max((c for c in finalists if c.label == label), key=lambda c: c.rate)
 
     outcome = Outcome(spec, profile, plan, planned, best("monolith"), best("hand"), contenders,
                       adapted, best("threaded"))
     cores = sum(n.cores * n.count for n in fleet.node_types)
     for contender in (planned, adapted):
-        best_run = contender.best()
-        replayed = at_load(profile, fleet, best_run.other_cores, cores)
+        typical = contender.typical()
+        replayed = at_load(profile, fleet, typical.other_cores, cores)
         side = replayed.fitted if contender is planned else (replayed.split or replayed.fitted)
-        say(f"  {contender.label}: at its best run's load (others {best_run.other_cores:.2f} "
+        say(f"  {contender.label}: at its median run's load (others {typical.other_cores:.2f} "
             f"cores) the model predicts {side.throughput:.1f} items/s "
             f"[{plan_layout(replayed)}]")
         if contender is planned:
@@ -884,10 +960,12 @@ def baselines(spec: Spec, plan: Plan) -> tuple[list[Contender], list[Contender]]
     single = Placement(tuple(replace(g, io=None) for g in base.groups), "workers",
                        fusion=fusion)
     monoliths = [Contender("monolith", f"{n} processes",
-                           placement=single.with_workers({FUSED: n})) for n in spec.monolith]
+                           placement=single.with_workers({FUSED: n}), key=("fused", n, None))
+                 for n in (m * SETTINGS.host_factor for m in spec.monolith)]
     threaded = [Contender("threaded", f"{p} processes x {n} threads",
                           placement=Placement((Group(FUSED, p, io=n),), "workers",
-                                              fusion=fusion)) for p, n in THREADED]
+                                              fusion=fusion), key=("fused", p, n))
+                for p, n in threads(spec)]
     return monoliths, threaded
 
 
@@ -916,9 +994,9 @@ def _profiled_cpu(outcome: Outcome, name: str) -> float:
 
 def explain(outcome: Outcome, say: Callable[[str], None]) -> None:
     """Per unit: what the plan assumed against what the plan's best run measured."""
-    run, plan = outcome.planned.best(), outcome.plan
+    run, plan = outcome.planned.typical(), outcome.plan
     planned_cores = sum(p.cores * p.replicas for p in plan.fitted.result.replicas)
-    say(f"  plan's best run: record {run.record.throughput:.1f} items/s over "
+    say(f"  plan's median run: record {run.record.throughput:.1f} items/s over "
         f"{run.record.wall_s:.2f} s (steady {run.steady:.1f}, end to end {run.rate:.1f}) "
         f"against {plan.fitted.throughput:.1f} predicted; cores: ours {run.own_cores:.2f} "
         f"(plan: {planned_cores:.2f} in replicas), others on the host {run.other_cores:.2f}; "
@@ -955,18 +1033,19 @@ def near(share: float) -> bool:
 
 
 COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
-    ("monolith", ".1f", lambda o: o.monolith.best().rate),
-    ("threaded", ".1f", lambda o: o.threaded.best().rate if o.threaded else math.nan),
+    ("monolith", ".1f", lambda o: o.monolith.rate),
+    ("threaded", ".1f", lambda o: o.threaded.rate if o.threaded else math.nan),
     ("predicted", ".1f", lambda o: o.plan.fitted.throughput),
     ("realized", ".1f", lambda o: o.realized),
-    ("steady", ".1f", lambda o: o.planned.best().steady),
+    ("steady", ".1f", lambda o: o.planned.typical().steady),
     ("real/pred", ".2f", lambda o: o.realized_share),
-    ("stdy/pred", ".2f", lambda o: o.planned.best().steady / o.plan.fitted.throughput),
-    ("plan e2e", ".1f", lambda o: o.planned.best().rate),
-    ("best hand", ".1f", lambda o: o.hand.best().rate),
+    ("stdy/pred", ".2f", lambda o: o.planned.typical().steady / o.plan.fitted.throughput),
+    ("plan e2e", ".1f", lambda o: o.planned.rate),
+    ("best hand", ".1f", lambda o: o.hand.rate),
     ("plan/hand", ".2f", lambda o: o.hand_share),
-    ("plan/mono", ".2f", lambda o: o.planned.best().rate / o.monolith.best().rate),
+    ("plan/mono", ".2f", lambda o: o.planned.rate / o.monolith.rate),
     ("plan/best", ".2f", lambda o: o.best_share),
+    ("luckiest", ".2f", lambda o: o.luckiest_share),
     ("p@load", ".1f", lambda o: o.at_run_load),
     ("real/p@l", ".2f", lambda o: o.realized / o.at_run_load),
     ("others", ".2f", lambda o: o.others),
@@ -977,14 +1056,18 @@ COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
 def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
     """The summary: a table of the figures, then each contender's configuration."""
     print(f"\nfit quality on this host: {cores:g} cores (os.cpu_count {os.cpu_count()}); "
-          f"load average {os.getloadavg()[0]:.2f} at the end; best of {rounds} alternating "
-          "runs per contender; items/s end to end (start-up included) unless said")
+          f"load average {os.getloadavg()[0]:.2f} at the end; the median of {rounds} "
+          "alternating runs per contender; items/s end to end (start-up included) unless "
+          "said")
     print(f"{'pipeline':<14}" + "".join(f" {name:>9}" for name, _, _ in COLUMNS)
           + f"  aims: real/pred within ±{REALIZED_AIM:.0%}, plan/best >= {HAND_AIM}")
     def row(name: str, o: Outcome, extra: str = "") -> None:
         cells = "".join(f" {value(o):>9{spec}}" for _, spec, value in COLUMNS)
+        twins = [c for c in o.finalists if c.label in BASELINE_KINDS
+                 and c.key == o.planned.key]
+        same = "".join(f"; pooled with [{c.config}], the same layout" for c in twins)
         print(f"{name:<14}{cells}  {'met' if near(o.realized_share) else 'MISSED'}, "
-              f"{verdict(o.best_share, HAND_AIM)}{extra}")
+              f"{verdict(o.best_share, HAND_AIM)}{same}{extra}")
 
     for held_out in (False, True):
         group = [o for o in outcomes if o.spec.held_out == held_out]
@@ -1001,26 +1084,31 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
                                          at_run_load=o.adapted_at_run_load),
                     f"; re-fits {len(refits)} ({changed} changed the layout)"
                     + ("; the split side, the plan fused" if o.plan.fused else ""))
-    print("columns: monolith = best of its process-count sweep; threaded = best threaded "
-          "monolith (P processes x N threads); predicted = the plan's "
-          "items/s; realized = its best run's record (completed / run wall); steady = the "
-          "same run between 10% and 90% of items done; plan e2e, best hand = items/s end to "
-          "end; others = median cores used by other processes on the host during the final "
-          "runs; p@load = the model's prediction from the same profile at the load others put "
-          "on the host during the plan's best run, real/p@l = realized over it (the model's "
+    print("columns: every figure is a contender's median run; monolith = the best of its "
+          "process-count sweep; threaded = the best threaded monolith (P processes x N "
+          "threads); predicted = the plan's items/s; realized = the median of its runs' "
+          "records (completed / run wall); steady = its median run between 10% and 90% of "
+          "items done; plan e2e, best hand = items/s end to end; plan/best = the plan over "
+          "the best baseline of another layout (a baseline that ran the plan's own layout is "
+          "pooled with the plan's runs); luckiest = the plan's fastest run over any other "
+          "layout's fastest (the old best-of figure, which favours the side with more runs); "
+          "others = median cores used by other processes on the host during the final runs; "
+          "p@load = the model's prediction from the same profile at the load others put on "
+          "the host during the plan's median run, real/p@l = realized over it (the model's "
           f"error apart from the host's load moving); busy = final runs during which others "
           f"used {QUIET_CORES} cores or more")
-    print("configurations (each contender's best items/s, end to end):")
+    print("configurations (each contender's median items/s, end to end):")
     for o in outcomes:
-        print(f"  {o.spec.name:<14} plan [{o.planned.config}] {o.planned.best().rate:.1f}; "
-              f"best hand [{o.hand.config}] {o.hand.best().rate:.1f}; monolith "
-              f"[{o.monolith.config}] {o.monolith.best().rate:.1f}"
-              + (f"; threaded [{o.threaded.config}] {o.threaded.best().rate:.1f}"
-                 if o.threaded else ""))
+        print(f"  {o.spec.name:<14} plan [{o.planned.config}] {o.planned.rate:.1f}; "
+              f"best hand [{o.hand.config}] {o.hand.rate:.1f}; monolith "
+              f"[{o.monolith.config}] {o.monolith.rate:.1f}"
+              + (f"; threaded [{o.threaded.config}] {o.threaded.rate:.1f}"
+                 if o.threaded else "")
+              + f"; best other layout [{o.best_rival.config}] {o.best_rival.rate:.1f}")
         for c in o.finalists:
             if c.label == "what-if":
-                print(f"  {'':<14} what-if [{c.config}] {c.best().rate:.1f} (predicted "
-                      f"{_predicted(c):.1f}, record {c.best().record.throughput:.1f})")
+                print(f"  {'':<14} what-if [{c.config}] {c.rate:.1f} (predicted "
+                      f"{_predicted(c):.1f}, record {c.typical().record.throughput:.1f})")
     for name in SKIPPED:
         print(f"  {name}: skipped, {SKIPPED[name]}")
     for held_out in (False, True):
@@ -1072,8 +1160,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a quarter of the items, one finalist per sweep: checks it works")
     parser.add_argument("--only", default="", help="comma-separated pipeline names")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="final runs of each contender, alternating, best kept (min 2)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="final runs of each contender, alternating; medians compared "
+                             "(min 2)")
     parser.add_argument("--samples", type=int, default=64, help="profile samples")
     parser.add_argument("--scale", type=float, default=1.0, help="items per run, times this")
     parser.add_argument("--keep-hand", type=int, default=2, help="hand layouts in the final")
@@ -1119,6 +1208,10 @@ def main() -> None:
 
     fleet = fitwork.discover_local()
     cores = sum(n.cores * n.count for n in fleet.node_types)
+    SETTINGS.host_factor = host_factor(cores)
+    if SETTINGS.host_factor > 1:
+        print(f"sweeps, hand grids and items per run scaled x{SETTINGS.host_factor} for "
+              f"{cores:g} cores (sized for 2)")
     print(f"host: {cores:g} cores as granted ({fleet.node_types[0].discovered_from['cores']}); "
           f"load average {os.getloadavg()[0]:.2f}, others using {others_now():.2f} cores "
           "at the start")
