@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -307,6 +308,11 @@ def test_profile_plan_and_run_with_the_plan_and_monolithic(project: Path) -> Non
                   "--plan", "plan.json", "--record", "r.json", "-q", cwd=project)
     assert ran.returncode == 0, ran.stderr
     assert "plan predicted" in ran.stdout and "realized" in ran.stdout
+    said = " ".join(ran.stdout.split())
+    # 50 trivial rows: forking the replicas and the first frame's way take most of the run
+    assert "too short to judge the plan by its whole" in said, said
+    items = re.search(r"a run of at least ([\d,]+) items compares", said)
+    assert items and int(items.group(1).replace(",", "")) > 50, said
     from fitwork.fit.plan import Plan
 
     workers = Plan.load(project / "plan.json").placement().counts()

@@ -99,21 +99,22 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
                max_failures: int | None, wrote: str) -> None:
     """The end of a run on stdout: the summary, the plan's prediction against what the run
     did, where things went, and the failures (exit 1 unless they were allowed)."""
+    from fitwork.report.realized import compare
     from fitwork.report.terminal import stdout_console, summary
 
     console = stdout_console()
     console.print(summary(record))
     if planned is not None:
         side = planned.monolithic if monolithic else planned.fitted
-        predicted, priced = side.throughput, ""
+        predicted, steady, priced = side.throughput, side.throughput, ""
         if record.engine == "ray":  # Ray's start-up and calls (fitwork.engine.ray.costs)
-            from fitwork.engine.ray.costs import for_record
+            from fitwork.engine.ray.costs import for_record, steady_rate
 
             predicted, priced = for_record(predicted, record)
+            steady = steady_rate(side.throughput, len(record.units))
         console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side"
-                      f"{priced}; "
-                      f"realized {record.throughput:,.1f} "
-                      f"({record.throughput / predicted:.2f}x)", markup=False)
+                      f"{priced}; {compare(record, predicted, steady)}", markup=False,
+                      soft_wrap=True)
     console.print(wrote + (f", run record to {record_path}" if record_path else ""),
                   markup=False, soft_wrap=True)
     if record.output_digest:

@@ -85,6 +85,21 @@ class CompletionSeries(BaseModel):
     times_s: list[float] = Field(default_factory=list)
     completed: list[int] = Field(default_factory=list)
 
+    def first_s(self) -> float | None:
+        """Seconds from the run's start until the first items settled (its start-up and
+        the first frame's way through the pipeline); None when none settled."""
+        return next((t for t, c in zip(self.times_s, self.completed, strict=True) if c > 0),
+                    None)
+
+    def steady(self, total: int, low: float = 0.1, high: float = 0.9) -> float | None:
+        """Items/s between ``low`` and ``high`` shares of ``total`` items settled, start-up
+        and drain left out; None where fewer than three frames settled in between."""
+        inside = [(t, c) for t, c in zip(self.times_s, self.completed, strict=True)
+                  if low * total <= c <= high * total]
+        if len(inside) < 3 or inside[-1][0] <= inside[0][0]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
 
 class ReplicaSeries(BaseModel):
     """Live replicas of each unit, at each moment the counts changed."""
