@@ -321,10 +321,37 @@ class _Timed:
     device_memory: int | None
 
 
+BATCH_CALLS = 4
+"""The fewest timed calls at a batch size over 1: the samples are cycled to fill them, so no
+batch size is timed on one call or on a partial last batch (a unit with a set-up per call
+costs more per item in a short batch)."""
+TIMED_SECONDS = 0.05
+"""The least wall time a batch size is timed for, the samples cycled (`CYCLES` times at most)
+until it is: a unit of 40 us per item timed on 48 samples alone is 2 ms of measurement, which
+one scheduler tick or cache miss moves by half."""
+CYCLES = 16
+"""The most times the samples are cycled at one batch size."""
+
+
+def _batches(inputs: list[Any], size: int,
+             timed: Callable[[], float]) -> Iterable[tuple[list[Any], int]]:
+    """(batch, how many of its items are first visits) of ``inputs`` at ``size``: every
+    sample once, in full batches above size 1 (the samples cycled, `BATCH_CALLS` at least),
+    then more cycles while ``timed()`` is under `TIMED_SECONDS`."""
+    n, size = len(inputs), max(1, size)
+    least = n if size == 1 else max(BATCH_CALLS, -(-n // size)) * size
+    most = max(least, -(-CYCLES * n // size) * size)
+    i = 0
+    while i < least or (i < most and timed() < TIMED_SECONDS):
+        yield [inputs[j % n] for j in range(i, i + size)], max(0, min(size, n - i))
+        i += size
+
+
 def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
                   sizes: list[int] | None = None) -> _Timed:
     """Wall, CPU, queued and accelerator seconds per item at each batch size (``sizes``, or
-    the sweep `_sizes` makes)."""
+    the sweep `_sizes` makes); above size 1, after one untimed call at that size (its
+    buffers and caches warm, as in a replica that has run a while), on `_batches`."""
     call = _caller(kernel)
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
@@ -332,13 +359,15 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
     chosen_source: str | None = None
     for size in sizes or _sizes(unit, len(inputs)):
         wall = cpu = accel = queued = 0.0
-        measured = 0
+        measured = distinct = 0  # items timed, and of them the samples' first visits
         calls: list[float] = []  # wall seconds per item of each call: the rate's spread
+        if size > 1 and inputs:
+            with contextlib.suppress(Exception):
+                call([inputs[j % len(inputs)] for j in range(size)])
         host0, own0, start = host_busy_seconds(), time.process_time(), time.perf_counter()
         produced: list[Any] = []
         source: str | None = None
-        for i in range(0, len(inputs), size):
-            batch = inputs[i:i + size]
+        for batch, fresh in _batches(inputs, size, lambda: wall):  # noqa: B023 (read as it grows)
             # the run-queue reading (a file read, ~16 us of CPU) stays outside the window
             queue0 = run_queue_seconds()
             wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -348,7 +377,7 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
             used, took = time.process_time() - cpu0, time.perf_counter() - wall0
             waited = run_queue_seconds() - queue0
             if failed == len(batch):
-                failures += len(batch) if size == (unit.batch_size or 1) else 0
+                failures += fresh if size == (unit.batch_size or 1) else 0
                 continue
             wall += took
             calls.append(took / max(len(batch) - failed, 1))
@@ -357,15 +386,17 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
             accel += accel_s or 0.0
             source = source or timer
             measured += len(batch) - failed
-            for item, result in zip(batch, results, strict=True):
+            distinct += fresh - sum(type(r) is Failed for r in results[:fresh])
+            for item, result in zip(batch[:fresh], results[:fresh], strict=True):
                 if type(result) is Failed:
                     failures += 1 if size == (unit.batch_size or 1) else 0
                 else:
                     produced.extend(kernel.outputs(item, result))
         if not measured:
             continue
-        batches.append(BatchMeasurement(batch_size=size, items=measured, wall_s=wall / measured,
-                                        cpu_s=cpu / measured, queued_s=queued / measured,
+        batches.append(BatchMeasurement(batch_size=size, items=max(distinct, 1),
+                                        wall_s=wall / measured, cpu_s=cpu / measured,
+                                        queued_s=queued / measured,
                                         accel_s=accel / measured if accel else None,
                                         host_load=host_load(),
                                         others_share=others_share(host0, own0, start),
