@@ -529,7 +529,7 @@ SPECS = (
          "HELD OUT. sleep-heavy I/O: 30 ms read (undeclared sleep), ~1 ms decode", 4000,
          (4, 8, 16, 32), {"wait_fetch": (4, 8, 16, 32), "decode": (1, 2)}, held_out=True),
     Spec(Pipeline(rows_in, grouped, name="batch_faster"),
-         "HELD OUT. faster in batches: 0.6 ms set-up per call, batch_size=32", 8000,
+         "HELD OUT. faster in batches: 0.6 ms set-up per call, batch_size=32", 40000,
          (1, 2, 3, 4), {"rows_in": (1, 2), "grouped": (1, 2)}, held_out=True),
 )
 
