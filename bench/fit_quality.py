@@ -872,6 +872,8 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
                          for b in u.batches) if u.batch_size else ""
         say(f"  profile {u.name:<14} wall {u.wall_s * 1e3:7.3f} ms  cpu {u.cpu_s * 1e3:7.3f} ms"
             f"  queued {u.queued_s * 1e3:6.3f} ms  out/in {u.output_ratio:5.2f}"
+            + (f"  x{u.loaded_factor:.2f} CPU with {u.loaded_copies} copies"
+               if u.loaded_factor is not None else "")
             + (f"  wall/cpu ms per item by batch: {sweep}" if sweep else ""))
     mono_count = sum(p.replicas for p in plan.monolithic.result.replicas)
     say(f"  plan [{plan_layout(plan)}] predicts {plan.fitted.throughput:.1f} items/s "

@@ -32,10 +32,14 @@ OBJECTIVES: tuple[Objective, ...] = ("max_throughput", "min_cost")
               help="Record the profile as measured on this catalog class instead of the one "
                    "discovered: a CPU class (cpu-x86, cpu-arm) for the host's cores, any other "
                    "class for the GPU that units with a GPU share run on. Repeat for both.")
+@click.option("--alone", is_flag=True,
+              help="Time each unit alone only; by default a unit that works the CPU is "
+                   "timed again with a copy on every core, as a run that fills the host "
+                   "meets it, and plans use that.")
 @decompose_option
 @csv_strings_option
 def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_path: Path,
-            device_classes: tuple[str, ...], decompose: str | None,
+            device_classes: tuple[str, ...], alone: bool, decompose: str | None,
             csv_strings: bool = False) -> None:
     """Measure each unit alone on sample items and save a profile."""
     from fitwork.io import read_items
@@ -54,13 +58,15 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
             result = profile_pipeline(
                 pipeline, read_items(input_path, csv_types=not csv_strings), samples=samples,
                 host_class=host_class,
-                accelerator_class=accelerator_class,
+                accelerator_class=accelerator_class, loaded=not alone,
                 progress=lambda name: status.update(f"profiling unit [bold]{name}[/bold]"))
     except FitworkError as exc:
         fail(exc)
     result.save(output_path)
     console.print(profile_table(result))
     console.print(f"measured on: {result.classes_from}", markup=False)
+    for u in result.units:
+        console.print(f"{u.name} measured with {u.conditions}", markup=False, soft_wrap=True)
     console.print(f"wrote profile to {output_path}", markup=False)
 
 

@@ -312,6 +312,7 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     whole plans; None takes the shipped bench pipelines' (`fitwork.fit.layout_error`).
     """
     known = known or catalog()
+    profile = profile.under_load()
     classes = fleet_classes(fleet, known)
     units, rates, multiplicity, swept = demands(profile, classes, known, precision=precision,
                                                 efficiency=efficiency, hop=hop_seconds,

@@ -432,6 +432,12 @@ def _devices(env: Mapping[str, str], known: Catalog) -> tuple[dict[str, int], st
     return counts, note
 
 
+def usable_cores() -> float:
+    """The CPUs this process may use: affinity, cgroup quota and Slurm's grant, the least."""
+    return _usable_cores(os.environ, _read(PurePosixPath("/proc/self/cgroup")) or "",
+                         _read(PurePosixPath("/proc/self/mountinfo")) or "")[0]
+
+
 def discover_local(env: Mapping[str, str] | None = None, known: Catalog | None = None) -> Fleet:
     """A one-node fleet describing this host as granted to this process.
 

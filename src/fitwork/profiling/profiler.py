@@ -41,7 +41,9 @@ from typing import Any, Literal
 
 from fitwork.errors import FitworkError
 from fitwork.forked import ChildFailed, run_forked
+from fitwork.hardware.discover import usable_cores
 from fitwork.profiling.classes import MeasuredOn, measured_on
+from fitwork.profiling.corun import loaded_factor, worth_measuring
 from fitwork.profiling.onnx import Runs, watch_runs
 from fitwork.profiling.pools import hold_pools
 from fitwork.profiling.record import (
@@ -76,6 +78,7 @@ def profile_pipeline(
     accelerator_class: str | None = None,
     progress: Callable[[str], None] | None = None,
     notice: Callable[[str], None] | None = None,
+    loaded: bool = True,
 ) -> PipelineProfile:
     """Profile every unit of ``pipeline`` on the first ``samples`` items.
 
@@ -87,6 +90,9 @@ def profile_pipeline(
     measured on: its ``samples`` still counts it, and its ``failures`` counts it as failed.
     ``notice`` (by default a line on stderr) is told which unit left out how many; only a
     unit that no sample survives fails the profile.
+
+    With ``loaded`` (the default), a unit that works the CPU is also timed with a copy of
+    it on every core at once (`fitwork.profiling.corun`): its ``loaded_factor``.
     """
     inputs = list(itertools.islice(items, samples))
     if not inputs:
@@ -99,6 +105,8 @@ def profile_pipeline(
             if progress:
                 progress(unit.name)
             profile, outputs = _measure_in_child(unit, inputs, on, notice or _on_stderr)
+            if loaded and not on.on_accelerator(unit):
+                profile = _under_load(unit, inputs, profile)
             profiles.append(profile)
             inputs = outputs[: max(samples, 1) * 4]
             if not inputs and unit is not pipeline.units[-1]:
@@ -108,6 +116,19 @@ def profile_pipeline(
     return PipelineProfile(fitwork_version=__version__, pipeline=pipeline.name, units=profiles,
                            host_class=on.host_class, accelerator_class=on.accelerator_class,
                            classes_from=on.found_from, created_at=time.time())
+
+
+def _under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProfile:
+    """``profile`` with its ``loaded_factor``, where the unit works the CPU enough to tell."""
+    chosen = profile.batches[-1] if profile.batches else None
+    if chosen is None or not worth_measuring(chosen.cpu_s, chosen.wall_s):
+        return profile
+    found = loaded_factor(unit, inputs, chosen.batch_size, int(usable_cores()),
+                          chosen.wall_s)
+    if found is None:
+        return profile
+    return profile.model_copy(update={"loaded_copies": found.copies,
+                                      "loaded_factor": round(found.factor, 4)})
 
 
 def _measure_in_child(unit: Unit, inputs: list[Any], on: MeasuredOn,

@@ -149,7 +149,10 @@ class UnitProfile(BaseModel):
     1 unless the unit's threads were measured to run at once (`replica_parallelism`).
     ``thread_speedup`` is its wall time at one thread over that at ``threads``, where it
     was measured at both (``None``: ``threads`` is 1, or no pool was loaded).  A profile
-    from before fitwork held the pools has ``threads`` ``None``.
+    from before fitwork held the pools has ``threads`` ``None``.  ``loaded_factor`` is its
+    CPU per item with ``loaded_copies`` copies of it running at once, one per core, over its
+    CPU per item alone (`fitwork.profiling.corun`; ``None``: not measured), and `loaded`
+    is the unit as a run that fills the host meets it, which is what the fit plans from.
     """
 
     name: str
@@ -181,6 +184,8 @@ class UnitProfile(BaseModel):
     threads: int | None = None
     parallelism: float | None = None
     thread_speedup: float | None = None
+    loaded_copies: int | None = None
+    loaded_factor: float | None = None
 
     def replica_parallelism(self) -> float:
         """The most cores one replica of this unit keeps busy: as measured, or for a profile
@@ -197,7 +202,26 @@ class UnitProfile(BaseModel):
         said = f"thread pools held to {self.threads} (as a replica's)"
         if self.thread_speedup is not None:
             said += f", {self.thread_speedup:.2f}x faster than at 1 thread"
-        return said + f"; parallelism {self.replica_parallelism():.2f} cores"
+        said += f"; parallelism {self.replica_parallelism():.2f} cores"
+        if self.loaded_factor is not None:
+            said += (f"; {self.loaded_factor:.2f}x the CPU per item with {self.loaded_copies} "
+                     "copies at once, one per core (planned with)")
+        return said
+
+    def loaded(self) -> UnitProfile:
+        """This unit as a run that fills the host meets it: each CPU figure times
+        ``loaded_factor``, and its wall time longer by the extra CPU (itself where not
+        measured)."""
+        factor = self.loaded_factor
+        if factor is None or factor == 1.0:
+            return self
+
+        def more(wall: float, cpu: float) -> dict[str, float]:
+            return {"wall_s": wall + cpu * (factor - 1.0), "cpu_s": cpu * factor}
+
+        return self.model_copy(update={
+            **more(self.wall_s, self.cpu_s),
+            "batches": [b.model_copy(update=more(b.wall_s, b.cpu_s)) for b in self.batches]})
 
     def rate_spread(self, batch_size: int | None = None) -> RateSpread:
         """How far a rate measured here may sit from a run's: factors (low, high) on it.
@@ -278,6 +302,12 @@ class PipelineProfile(Document):
     created_at: float
     accelerator_class: str | None = None
     classes_from: str = ""
+
+    def under_load(self) -> PipelineProfile:
+        """This profile with every unit `UnitProfile.loaded`: what the fit plans from."""
+        if all(u.loaded_factor in (None, 1.0) for u in self.units):
+            return self
+        return self.model_copy(update={"units": [u.loaded() for u in self.units]})
 
     def unit(self, name: str) -> UnitProfile:
         """The profile of unit ``name``."""

@@ -1,0 +1,135 @@
+"""How much more CPU a unit spends per item while a copy of it runs on every core.
+
+A unit profiled alone has the host's shared caches, memory bandwidth and single-core clock
+to itself.  A run that fills the host shares them among its replicas, so each spends more
+CPU per item than the profile measured: on this repository's 2-core development host the
+demo's OCR models spent 0.12-0.16 CPU-s per page in runs against 0.106 profiled, and on a
+16-core host a BLAS stage 21% more than profiled.  `loaded_factor` measures it: the unit
+built in ``copies`` forked processes that start together (a barrier) and each call it on
+the samples, cycled, for `WINDOW_S`; once with one copy, once with ``copies``; the factor
+is the median copy's CPU per item together over the one alone.  A unit that mostly waits
+(CPU under `CPU_SHARE` of its wall time) is not measured: its copies barely meet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fitwork.profiling.pools import hold_pools
+from fitwork.profiling.record import replica_threads
+from fitwork.workload.kernel import Kernel
+from fitwork.workload.unit import Unit
+
+WINDOW_S = 0.4
+"""Seconds each copy calls the unit for, in each of the two passes (longer where four
+calls take longer, up to `MOST_WINDOW_S`)."""
+MOST_WINDOW_S = 3.0
+"""The longest window."""
+CPU_SHARE = 0.5
+"""A unit whose CPU is under this share of its wall time is not measured (factor 1)."""
+MIN_CPU_S = 0.5e-3
+"""A unit of less CPU per item is not measured: the engine's own work per item is of its
+size, and a window of such calls tells little."""
+BUILD_TIMEOUT_S = 120.0
+"""The most seconds the copies may take to build the unit and call it once."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """CPU per item alone and with ``copies`` copies at once, and their ratio."""
+
+    copies: int
+    alone_s: float
+    together_s: float
+
+    @property
+    def factor(self) -> float:
+        """CPU per item together over alone (at least 1: sharing never makes a unit
+        cheaper; a lower reading is the host's noise)."""
+        return max(1.0, self.together_s / self.alone_s) if self.alone_s > 0 else 1.0
+
+
+def worth_measuring(cpu_s: float, wall_s: float) -> bool:
+    """Whether a unit of ``cpu_s`` CPU and ``wall_s`` wall seconds per item is measured."""
+    return cpu_s >= MIN_CPU_S and cpu_s >= CPU_SHARE * wall_s
+
+
+def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
+                  wall_s: float) -> Loaded | None:
+    """`Loaded` for ``unit`` on ``inputs`` at ``batch_size`` (``wall_s`` per item there)
+    with ``copies`` copies at once; ``None`` where a copy fails or ``copies`` is under 2."""
+    if copies < 2 or not inputs:
+        return None
+    window = min(MOST_WINDOW_S, max(WINDOW_S, 4 * wall_s * batch_size))
+    alone = _pass(unit, inputs, batch_size, 1, window)
+    together = _pass(unit, inputs, batch_size, copies, window)
+    if alone is None or together is None:
+        return None
+    return Loaded(copies, alone, together)
+
+
+def _pass(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
+          window: float) -> float | None:
+    """The median copy's CPU seconds per item over ``window`` seconds, ``copies`` at once."""
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(copies + 1)
+    pipes, children = [], []
+    for _ in range(copies):
+        receive, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, window, barrier, send),
+                            daemon=True)
+        child.start()
+        send.close()
+        pipes.append(receive)
+        children.append(child)
+    figures: list[float] = []
+    try:
+        barrier.wait(timeout=BUILD_TIMEOUT_S)
+        for receive in pipes:
+            with contextlib.suppress(EOFError):
+                cpu, items = receive.recv()
+                if items:
+                    figures.append(cpu / items)
+    except Exception:  # a copy failed to build or died: no figure
+        return None
+    finally:
+        for receive in pipes:
+            receive.close()
+        for child in children:
+            child.join(timeout=window * 10)
+            if child.is_alive():
+                child.kill()
+    return statistics.median(figures) if len(figures) == copies else None
+
+
+def _copy(unit: Unit, inputs: list[Any], batch_size: int, window: float, barrier: Any,
+          send: Any) -> None:
+    """In a forked child: build the unit as a replica is built, call it once, wait for the
+    others, then call it for ``window`` seconds and send (CPU seconds, items)."""
+    hold_pools(replica_threads(unit.resources.cpu))
+    kernel = Kernel(unit)
+    call = kernel.call_batch if unit.batch_size else kernel.results
+    n = len(inputs)
+    batches = [[inputs[(i + j) % n] for j in range(batch_size)] for i in range(0, n, batch_size)]
+    with contextlib.suppress(Exception):
+        call(batches[0])
+    hold_pools(replica_threads(unit.resources.cpu))
+    try:
+        barrier.wait(timeout=BUILD_TIMEOUT_S)
+    except Exception:
+        return
+    items, start, cpu0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < window:
+        for batch in batches:
+            with contextlib.suppress(Exception):
+                call(batch)
+            items += len(batch)
+            if time.perf_counter() - start >= window:
+                break
+    send.send((time.process_time() - cpu0, items))
+    send.close()

@@ -1,0 +1,73 @@
+"""A unit that works the CPU is timed again with a copy of it on every core, and plans use
+the CPU per item it spends then; a unit that waits, or costs little, is not."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import fitwork
+from fitwork import Pipeline, unit
+from fitwork.fit.plan import fit
+from fitwork.hardware.discover import usable_cores
+from fitwork.profiling import profile_pipeline
+
+
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+@unit
+def crunch(n: int) -> int:
+    """2 ms of CPU."""
+    _spin(0.002)
+    return n
+
+
+@unit
+def wait(n: int) -> int:
+    """2 ms asleep."""
+    time.sleep(0.002)
+    return n
+
+
+@unit
+def tiny(n: int) -> int:
+    return n + 1
+
+
+def test_a_cpu_unit_is_timed_with_a_copy_on_every_core() -> None:
+    cores = int(usable_cores())
+    if cores < 2:
+        pytest.skip("one core: no copies to run at once")
+    profile = profile_pipeline(Pipeline(crunch, wait, tiny, name="corun"), range(16),
+                               samples=16)
+    crunched, waited, small = profile.units
+    assert crunched.loaded_copies == cores
+    assert crunched.loaded_factor is not None and 1.0 <= crunched.loaded_factor < 3.0
+    assert f"with {cores} copies at once" in crunched.conditions
+    assert waited.loaded_factor is None and small.loaded_factor is None
+    alone = profile_pipeline(Pipeline(crunch, name="alone"), range(8), samples=8,
+                             loaded=False)
+    assert alone.units[0].loaded_factor is None
+
+
+def test_the_fit_plans_from_the_cpu_a_unit_spends_with_copies_beside_it() -> None:
+    profile = profile_pipeline(Pipeline(crunch, name="one"), range(16), samples=16,
+                               loaded=False)
+    fleet = fitwork.discover_local()
+    measured = profile.units[0]
+    slower = profile.model_copy(update={"units": [
+        measured.model_copy(update={"loaded_copies": 2, "loaded_factor": 1.5})]})
+    loaded = slower.units[0].loaded()
+    assert loaded.cpu_s == pytest.approx(1.5 * measured.cpu_s)
+    assert loaded.wall_s == pytest.approx(measured.wall_s + 0.5 * measured.cpu_s)
+    assert [b.cpu_s for b in loaded.batches] == pytest.approx(
+        [1.5 * b.cpu_s for b in measured.batches])
+    # CPU-bound on this host's cores: a third less when each item costs half as much again
+    before, after = fit(profile, fleet), fit(slower, fleet)
+    assert after.fitted.throughput == pytest.approx(before.fitted.throughput / 1.5, rel=0.1)
+    assert slower.under_load().units[0] == loaded and profile.under_load() is profile
