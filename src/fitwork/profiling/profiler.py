@@ -123,8 +123,8 @@ def _under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProf
     chosen = profile.batches[-1] if profile.batches else None
     if chosen is None or not worth_measuring(chosen.cpu_s, chosen.wall_s):
         return profile
-    found = loaded_factor(unit, inputs, chosen.batch_size, int(usable_cores()),
-                          chosen.wall_s)
+    copies = int(usable_cores() // max(1.0, profile.replica_parallelism()))  # a full host
+    found = loaded_factor(unit, inputs, chosen.batch_size, copies, chosen.wall_s)
     if found is None:
         return profile
     return profile.model_copy(update={"loaded_copies": found.copies,
