@@ -71,3 +71,13 @@ def test_the_fit_plans_from_the_cpu_a_unit_spends_with_copies_beside_it() -> Non
     before, after = fit(profile, fleet), fit(slower, fleet)
     assert after.fitted.throughput == pytest.approx(before.fitted.throughput / 1.5, rel=0.1)
     assert slower.under_load().units[0] == loaded and profile.under_load() is profile
+
+
+def test_the_factor_counts_only_where_every_pair_read_slower_together() -> None:
+    from fitwork.profiling.corun import NOISE, Loaded
+
+    assert Loaded(16, (1.16, 1.21, 1.19)).factor == pytest.approx(1.19)
+    # one pair at the host's noise: the others' readings are not evidence enough
+    assert Loaded(2, (1.0, 1.25, 1.52)).factor == 1.0
+    assert Loaded(2, (NOISE, 1.3, 1.3)).factor == 1.0
+    assert Loaded(2, ()).factor == 1.0
