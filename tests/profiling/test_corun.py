@@ -81,3 +81,30 @@ def test_the_factor_counts_only_where_every_pair_read_slower_together() -> None:
     assert Loaded(2, (1.0, 1.25, 1.52)).factor == 1.0
     assert Loaded(2, (NOISE, 1.3, 1.3)).factor == 1.0
     assert Loaded(2, ()).factor == 1.0
+
+
+class _DiesWhenCopied:
+    """Builds in the test's process; a forked copy dies building it (as one killed for its
+    memory would)."""
+
+    def __init__(self) -> None:
+        import os
+
+        if os.getpid() != _TEST_PID:
+            os._exit(9)
+
+    def __call__(self, n: int) -> int:
+        _spin(0.002)
+        return n
+
+
+_TEST_PID = __import__("os").getpid()
+
+
+def test_a_copy_that_dies_building_ends_the_measurement_at_once() -> None:
+    from fitwork.profiling.corun import loaded_factor
+
+    dies = unit(_DiesWhenCopied, name="dies")
+    start = time.perf_counter()
+    assert loaded_factor(dies, list(range(8)), 1, 2, wall_s=0.002) is None
+    assert time.perf_counter() - start < 10  # not the copies' build timeout (120 s)

@@ -5,7 +5,7 @@ to itself.  A run that fills the host shares them among its replicas, so each sp
 CPU per item than the profile measured: on this repository's 2-core development host the
 demo's OCR models spent 0.12-0.16 CPU-s per page in runs against 0.106 profiled, and on a
 16-core host a BLAS stage 21% more than profiled.  `loaded_factor` measures it: the unit
-built in ``copies`` forked processes that start together (a barrier) and each call it on
+built in ``copies`` forked processes that start together and each call it on
 the samples, cycled, for a window; one copy alone, then ``copies`` together, `PAIRS` times
 over.  Each pair's ratio is the median copy's CPU per item together over the one alone; the
 factor is their median where every pair read more than `NOISE`, else 1: on a shared 2-core
@@ -17,6 +17,7 @@ time) is not measured: its copies barely meet.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import statistics
 import time
@@ -43,7 +44,7 @@ MIN_CPU_S = 0.5e-3
 """A unit of less CPU per item is not measured: the engine's own work per item is of its
 size, and a window of such calls tells little."""
 BUILD_TIMEOUT_S = 120.0
-"""The most seconds the copies may take to build the unit and call it once."""
+"""The most seconds a copy may take to build the unit and call it once."""
 
 
 @dataclass(frozen=True)
@@ -86,27 +87,28 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
 
 def _pass(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
           window: float) -> float | None:
-    """The median copy's CPU seconds per item over ``window`` seconds, ``copies`` at once."""
+    """The median copy's CPU seconds per item over ``window`` seconds, ``copies`` at once:
+    each copy says when it is built and warm, and all start together; a copy that dies or
+    fails on the way ends the pass with no figure."""
     ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(copies + 1)
+    go = ctx.Event()
     pipes, children = [], []
     for _ in range(copies):
         receive, send = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, window, barrier, send),
+        child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, window, go, send),
                             daemon=True)
         child.start()
         send.close()
         pipes.append(receive)
         children.append(child)
-    figures: list[float] = []
     try:
-        barrier.wait(timeout=BUILD_TIMEOUT_S)
-        for receive in pipes:
-            with contextlib.suppress(EOFError):
-                cpu, items = receive.recv()
-                if items:
-                    figures.append(cpu / items)
-    except Exception:  # a copy failed to build or died: no figure
+        for receive in pipes:  # EOF at once where a copy died building
+            if not receive.poll(BUILD_TIMEOUT_S) or receive.recv() != "ready":
+                return None
+        go.set()
+        figures = [cpu / items for cpu, items in (receive.recv() for receive in pipes)
+                   if items]
+    except EOFError:
         return None
     finally:
         for receive in pipes:
@@ -118,29 +120,25 @@ def _pass(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
     return statistics.median(figures) if len(figures) == copies else None
 
 
-def _copy(unit: Unit, inputs: list[Any], batch_size: int, window: float, barrier: Any,
+def _copy(unit: Unit, inputs: list[Any], batch_size: int, window: float, go: Any,
           send: Any) -> None:
-    """In a forked child: build the unit as a replica is built, call it once, wait for the
-    others, then call it for ``window`` seconds and send (CPU seconds, items)."""
+    """In a forked child: build the unit as a replica is built, call it once, say so, wait
+    for the others, then call it for ``window`` seconds and send (CPU seconds, items)."""
     hold_pools(replica_threads(unit.resources.cpu))
-    kernel = Kernel(unit)
-    call = kernel.call_batch if unit.batch_size else kernel.results
+    call = Kernel(unit).caller()
     n = len(inputs)
     batches = [[inputs[(i + j) % n] for j in range(batch_size)] for i in range(0, n, batch_size)]
     with contextlib.suppress(Exception):
         call(batches[0])
     hold_pools(replica_threads(unit.resources.cpu))
-    try:
-        barrier.wait(timeout=BUILD_TIMEOUT_S)
-    except Exception:
-        return
+    send.send("ready")
+    go.wait()
     items, start, cpu0 = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - start < window:
-        for batch in batches:
-            with contextlib.suppress(Exception):
-                call(batch)
-            items += len(batch)
-            if time.perf_counter() - start >= window:
-                break
+    for batch in itertools.cycle(batches):
+        if time.perf_counter() - start >= window:
+            break
+        with contextlib.suppress(Exception):
+            call(batch)
+        items += len(batch)
     send.send((time.process_time() - cpu0, items))
     send.close()

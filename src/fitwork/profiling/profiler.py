@@ -123,7 +123,11 @@ def _under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProf
     chosen = profile.batches[-1] if profile.batches else None
     if chosen is None or not worth_measuring(chosen.cpu_s, chosen.wall_s):
         return profile
-    copies = int(usable_cores() // max(1.0, profile.replica_parallelism()))  # a full host
+    import psutil
+
+    # a full host, as replicas fill it, and no more copies than its free memory holds
+    room = psutil.virtual_memory().available // max(profile.peak_rss, 1)
+    copies = int(min(usable_cores() // max(1.0, profile.replica_parallelism()), room))
     found = loaded_factor(unit, inputs, chosen.batch_size, copies, chosen.wall_s)
     if found is None:
         return profile
@@ -215,7 +219,7 @@ def _call_each(unit: Unit, inputs: list[Any], start: int, send: Any) -> None:
     """In a forked child: the unit on ``inputs[start:]`` one at a time, each position sent
     before its call and ``None`` after the last (or when the unit cannot be built)."""
     try:
-        call = _caller(Kernel(unit))
+        call = Kernel(unit).caller()
     except Exception:
         send.send(None)
         return
@@ -236,12 +240,6 @@ def _sizes(unit: Unit, count: int) -> list[int]:
         size *= 4
     return sorted(s for s in sizes if s <= max(count, 1)) or [1]
 
-
-def _caller(kernel: Kernel) -> Callable[[list[Any]], tuple[list[Any], int]]:
-    """Raw results of a batch of inputs, and how many failed, whatever the unit's shape."""
-    if kernel.unit.batch_size:
-        return kernel.call_batch
-    return kernel.results
 
 
 def _declared(value: PerItem, inputs: list[Any]) -> float | None:
@@ -309,7 +307,7 @@ def _onnx_counts(unit: Unit, batch: list[Any]) -> tuple[float | None, float | No
 
     try:
         with count_sessions() as count:
-            fresh = _caller(Kernel(unit))
+            fresh = Kernel(unit).caller()
             count.mark()
             fresh(batch)
             count.read()
@@ -373,7 +371,7 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
     """Wall, CPU, queued and accelerator seconds per item at each batch size (``sizes``, or
     the sweep `_sizes` makes); above size 1, after one untimed call at that size (its
     buffers and caches warm, as in a replica that has run a while), on `_batches`."""
-    call = _caller(kernel)
+    call = kernel.caller()
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
     failures = 0
@@ -541,7 +539,7 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     threads = replica_threads(unit.resources.cpu)
     hold_pools(threads)  # as a replica is held, before the unit builds (torch reads it)
     kernel = Kernel(unit)
-    call = _caller(kernel)
+    call = kernel.caller()
     warm: list[Any] = []
     with contextlib.suppress(Exception):
         warm, _ = call([inputs[0]])  # warm-up: imports, caches, CUDA context

@@ -148,6 +148,11 @@ class Kernel:
                 results.append(Failed(error, 1))
                 failed += 1
 
+    def caller(self) -> Callable[[list[Any]], tuple[list[Any], int]]:
+        """Raw results of a list of inputs and how many failed, as the unit takes them: one
+        call for a batched unit (`call_batch`), one call each otherwise (`results`)."""
+        return self.call_batch if self.unit.batch_size else self.results
+
     def call_batch(self, values: list[Any]) -> tuple[list[Any], int]:
         """Raw results for a batch in one call; if the batch fails, each item alone."""
         try:
