@@ -5,8 +5,8 @@ write them, after the model was settled and without re-tuning it to any (numpy/B
 large arrays between units, a fan-out with a filter, heavy-tailed costs, a scikit-learn
 model, skipped and said so where scikit-learn is not installed; and, held out and reported
 apart, sleep-heavy I/O and a unit faster in batches).  Each pipeline gets two rows: the plan
-as planned, and a run with ``--adapt`` (of the plan's split side where the plan fused: a
-fused run has nothing to re-balance), with the re-fits its record holds.  Three baselines
+as planned, and a run of the same plan with ``--adapt`` (a fused plan re-fits its fused
+unit's replicas), with the re-fits its record holds.  Three baselines
 are screened, and the fastest of each run in the final beside the plan, every contender as
 many times, alternating: the monolith's process sweep, threaded monoliths (the units fused
 with ``io=N``: P processes of N threads) and the hand grid; plan/best is the plan's median
@@ -898,10 +898,9 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
                  *screen(spec, screen_items, hands, args.keep_hand, say)]
     planned = Contender("plan", plan_layout(plan), placement=plan,
                         key=plan_key(plan, spec.pipeline))
-    # --adapt re-fits a split layout (a fused plan runs one unit: nothing to re-balance, so
-    # the run turns it off); where the plan fused, its split side is what adapts.
-    split_plan = fit(profile, fleet, fuse=False) if plan.fused else plan
-    adapted = Contender("adapt", plan_layout(split_plan) + " --adapt", placement=split_plan,
+    # what `fitwork run --plan --adapt` runs: the plan, re-fitted as it goes (a fused plan
+    # as the one unit it runs)
+    adapted = Contender("adapt", plan_layout(plan) + " --adapt", placement=plan,
                         adapt=True, key=("adapt",))
     contenders = [planned, adapted, *finalists]
     if args.what_if:  # each distinct what-if layout runs in the final too (not a headline)
@@ -934,7 +933,7 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     for contender in (planned, adapted):
         typical = contender.typical()
         replayed = at_load(profile, fleet, typical.other_cores, cores)
-        side = replayed.fitted if contender is planned else (replayed.split or replayed.fitted)
+        side = replayed.fitted
         say(f"  {contender.label}: at its median run's load (others {typical.other_cores:.2f} "
             f"cores) the model predicts {side.throughput:.1f} items/s "
             f"[{plan_layout(replayed)}]")

@@ -380,16 +380,24 @@ def test_on_ray_a_start_no_node_can_place_leaves_no_journal_and_cpus_lowers_the_
     assert sorted(r["n"] for r in rows(project / "o.jsonl")) == list(range(COUNT))
 
 
-def test_adapt_with_a_fused_plan_says_it_does_not_adapt(project: Path) -> None:
+def test_adapt_with_a_fused_plan_adapts_the_fused_unit_and_says_what_it_did(
+        project: Path) -> None:
     assert fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "8",
                    "-o", "prof.json", cwd=project).returncode == 0
     assert fitwork("plan", "pipe:pipeline", "--profile", "prof.json", "--time-limit", "5",
                    "-o", "plan.json", cwd=project).returncode == 0
     plan = json.loads((project / "plan.json").read_text())
     done = fitwork("run", "pipe:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
-                   "--plan", "plan.json", "--adapt", cwd=project)
+                   "--plan", "plan.json", "--adapt", "--record", "rec.json", cwd=project)
     assert done.returncode == 0, done.stderr
-    said = "runs the units fused (one unit), so there is nothing to re-balance"
     assert plan["fused"]  # light stages: the plan runs them as one unit
-    assert said in " ".join(done.stderr.split()), done.stderr
+    assert "nothing to re-balance" not in done.stderr  # a fused plan adapts too
+    record = json.loads((project / "rec.json").read_text())
+    said = [line for line in done.stdout.splitlines() if line.startswith("--adapt: ")]
+    assert len(said) == 1, done.stdout
+    if record["refits"]:  # each re-solve of the fused unit is on stdout, with its reason
+        assert f"--adapt: {len(record['refits'])} re-fit" in said[0]
+        assert "monolithic" in done.stdout
+    else:
+        assert said[0].startswith("--adapt: no re-fit"), said
     assert len((project / "o.jsonl").read_text().splitlines()) == COUNT

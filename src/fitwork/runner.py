@@ -120,8 +120,6 @@ def _arrange(pipeline: Pipeline, engine: str, placement: Placement | Plan | None
         readers = workers.pop(READER)
     own = engine_options(engine, chosen.options, options)
     placed, plan = _placement(pipeline, placement, workers)
-    if plan is not None and plan.fused:
-        adapt = False  # the plan chose to run the stages fused: nothing to re-balance
     replanner = None
     if adapt:
         if plan is None:

@@ -216,3 +216,41 @@ def test_a_real_run_of_rows_costlier_than_the_profiled_ones_is_re_fitted_with_it
         assert first.after["score"] > first.before["score"]
         assert first.predicted_after > first.predicted_before
         assert max(record.replicas.counts["score"]) == first.after["score"]
+
+
+@unit
+def fetch_row(row: dict[str, float]) -> dict[str, float]:
+    time.sleep(row["wait"])
+    return row
+
+
+@unit
+def crunch(row: dict[str, float]) -> float:
+    spin(0.002)
+    return row["wait"]
+
+
+def test_a_fused_plan_is_re_fitted_as_the_one_unit_it_runs() -> None:
+    # Profiled on rows that barely wait, the plan runs the two stages fused.  The run's rows
+    # wait 15x longer: each fused replica carries far fewer items/s than planned while the
+    # cores idle, so the adapter re-solves the fused unit at what it measured and runs more
+    # replicas of it, and says why.
+    pipeline = Pipeline(fetch_row, crunch, name="waiting")
+    two = Fleet.parse({"name": "two", "node_types": [
+        {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
+    profiled = fitwork.profile_pipeline(pipeline, [{"wait": 0.002}] * 24, samples=24)
+    plan = fit(profiled, two)
+    assert plan.fused, plan.tie  # light stages: the plan runs them as one unit
+    before = plan.placement().counts()
+    with fitwork.run(pipeline, [{"wait": 0.03}] * 1500, placement=plan,
+                     adapt=True) as adapting:
+        assert len(list(adapting)) == 1500
+    record = adapting.record
+    print(f"planned {before}; re-fits: {[r.model_dump() for r in record.refits]}")
+    assert record.refits, "a fused unit 15x slower per replica should have been re-fitted"
+    first = record.refits[0]
+    assert first.reason.startswith("unit 'monolithic' runs at"), first.reason
+    assert first.before == before
+    assert first.after["monolithic"] > first.before["monolithic"], first.reason
+    assert first.predicted_after > first.predicted_before
+    assert max(record.replicas.counts["monolithic"]) >= first.after["monolithic"]

@@ -148,7 +148,8 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         fail(f"{exc}{saved}{job.note if job else ''}")
     wrote = (f"wrote {record.outputs:,} outputs in parts to {output_path}/" if sharded
              else f"wrote {job.written:,} outputs to {output_path}")
-    summarise(record, planned, monolithic, record_path, max_failures, wrote)
+    summarise(record, planned, monolithic, record_path, max_failures, wrote,
+              adapted=adapt and not monolithic)
 
 
 def _refuse_pairs(ray_tasks: bool, engine: str, settings: UnitSettings, adapt: bool) -> None:
@@ -182,10 +183,6 @@ def _load(pipeline_ref: str, decompose: str | None, input_text: str, csv_strings
         from fitwork.fit.plan import Plan
 
         planned = Plan.load(plan_path)
-        if adapt and planned.fused and not monolithic:
-            errors.print(f"--adapt: plan {plan_path} runs the units fused (one unit), so "
-                         "there is nothing to re-balance and the run is not adapted; "
-                         "plan with --no-fuse to adapt the split layout", soft_wrap=True)
         side = "monolithic" if monolithic else "fitted"
         placement = planned if adapt and not monolithic and node_type is None \
             else planned.placement(node_type, side=side)

@@ -96,9 +96,10 @@ def say_decomposed(errors: Console, pipeline: Any, input_text: str) -> None:
 
 
 def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | None,
-               max_failures: int | None, wrote: str) -> None:
+               max_failures: int | None, wrote: str, adapted: bool = False) -> None:
     """The end of a run on stdout: the summary, the plan's prediction against what the run
-    did, where things went, and the failures (exit 1 unless they were allowed)."""
+    did, what ``--adapt`` re-fitted (``adapted``), where things went, and the failures
+    (exit 1 unless they were allowed)."""
     from fitwork.report.realized import compare
     from fitwork.report.terminal import stdout_console, summary
 
@@ -115,6 +116,9 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
         console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side"
                       f"{priced}; {compare(record, predicted, steady)}", markup=False,
                       soft_wrap=True)
+    if adapted:
+        for line in refit_lines(record.refits):
+            console.print(line, markup=False, soft_wrap=True)
     console.print(wrote + (f", run record to {record_path}" if record_path else ""),
                   markup=False, soft_wrap=True)
     if record.output_digest:
@@ -126,6 +130,26 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
     if record.failures and max_failures is None:
         fail(f"{record.failures} items failed; dead letters in {record.dead_letter}; pass "
              "--max-failures N to accept up to N failed items")
+
+
+def refit_lines(refits: Any) -> list[str]:
+    """What ``--adapt`` did: how many re-solves, how many changed the layout, and each one
+    (its time, the replicas before and after, and why)."""
+    if not refits:
+        return ["--adapt: no re-fit: no unit ran off the plan's range for a whole window"]
+    applied = sum(r.after != r.before for r in refits)
+    lines = [f"--adapt: {len(refits)} re-fit{'s' if len(refits) != 1 else ''}, "
+             f"{applied} changed the layout"]
+    for r in refits:
+        change = (f"{_counts(r.before)} -> {_counts(r.after)} (predicted "
+                  f"{r.predicted_before:,.1f} -> {r.predicted_after:,.1f} items/s)"
+                  if r.after != r.before else _counts(r.before))
+        lines.append(f"  at {r.t_s:.1f} s: {change}: {r.reason}")
+    return lines
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} x{n}" for name, n in counts.items())
 
 
 def journal_dir(given: Path | None, off: bool, resume: bool, output: Path) -> Path | None:

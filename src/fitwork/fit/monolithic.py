@@ -239,7 +239,7 @@ def _options(stages: list[Stage], accel: str | None, hop: float, edge: float, *,
     return found
 
 
-def _limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
+def unit_limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
     """The fused unit's (max_concurrency, rate_limit) from its stages'."""
     most = [u.max_concurrency for u in units if u.max_concurrency is not None]
     per_s = [u.rate_limit / u.multiplicity for u in units if u.rate_limit is not None]
@@ -252,7 +252,7 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
     """The baseline as a one-unit `Problem`; raises `UnitFitsNowhere` if it fits no node."""
     check_inputs(units, node_types)
     fleet = tuple(n for n in node_types if n.count > 0)
-    most, per_s = _limits(units)
+    most, per_s = unit_limits(units)
     candidates: list[Candidate] = []
     group = 0
     for n, node in enumerate(fleet):

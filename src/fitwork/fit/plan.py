@@ -138,7 +138,7 @@ class Plan(Document):
         """
         chosen = self.fitted if side == "fitted" else self.monolithic
         rates = {(r.unit, r.device_class): r.rate for r in self.rates}
-        groups = [_group(p, rates) for p in chosen.result.replicas
+        groups = [planned_group(p, rates) for p in chosen.result.replicas
                   if p.replicas and (node_type is None or p.node_type == node_type)]
         if node_type is not None and not groups:
             used = sorted({p.node_type for p in chosen.result.replicas if p.replicas})
@@ -163,7 +163,8 @@ def group_resources(p: Replicas) -> Resources:
     return Resources(cpu=max(cores, RAY_STEP), gpu=gpu, memory=int(p.memory))
 
 
-def _group(p: Replicas, rates: dict[tuple[str, str], float]) -> Group:
+def planned_group(p: Replicas, rates: dict[tuple[str, str], float]) -> Group:
+    """A solved group of replicas as an engine takes it (its rate, else the profile's)."""
     rate = p.rate or rates.get((p.unit, p.device_class))
     resources = group_resources(p) if p.rate else None  # plans before fluid cores: none
     return Group(p.unit, p.replicas, device_class=p.device_class, node_type=p.node_type,
@@ -194,7 +195,7 @@ def refit(plan: Plan, measured: Mapping[str, float],
     for name, rate in measured.items():
         if not rate > 0:
             raise InputError(f"refit: unit {name!r} measured {rate} items/s; give a rate > 0")
-    ran = _ran_on(plan.fitted.result)
+    ran = largest_groups(plan.fitted.result)
     cpu = cpu or {}
     units = [_rescaled(u, measured[u.name], ran.get(u.name), cpu.get(u.name))
              if u.name in measured else u for u in plan.demands]
@@ -207,11 +208,11 @@ def refit(plan: Plan, measured: Mapping[str, float],
         result = solve(units, plan.nodes, time_limit=plan.time_limit, mip_gap=plan.mip_gap,
                        max_latency=plan.max_latency)
         notes = (f"refit: {unreachable}; planned for the most throughput instead",)
-    groups = tuple(_group(p, {}) for p in result.replicas if p.replicas)
+    groups = tuple(planned_group(p, {}) for p in result.replicas if p.replicas)
     return Placement(groups, "refit", notes)
 
 
-def _ran_on(result: FitResult) -> dict[str, Replicas]:
+def largest_groups(result: FitResult) -> dict[str, Replicas]:
     """Each unit's largest group: the class and batch size a measured rate is for."""
     out: dict[str, Replicas] = {}
     for p in result.replicas:

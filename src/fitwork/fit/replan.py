@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fitwork.fit.plan import Plan, refit
+from fitwork.errors import InputError
+from fitwork.fit.monolithic import FUSED, unit_limits
+from fitwork.fit.plan import Plan, PlanSide, largest_groups, planned_group, refit
+from fitwork.fit.solver import solve
+from fitwork.fit.spec import ClassDemand, UnitDemand
 from fitwork.placement import Placement
 
 
@@ -16,12 +20,18 @@ class PlanReplanner:
     sustains the least of those, and no more than the fleet's core budget (its cores under
     the plan's ceiling) divided by the CPU seconds one source item costs in all.  A unit
     slowed by waiting for a core (a busier host) then shows no gain from more replicas.
+
+    A fused placement (the plan chose to run its units as one) is re-fitted as the one unit
+    it runs: its replicas and their threads re-solved at the fused unit's measured rate and
+    CPU per item (`refit_fused`).
     """
 
     def __init__(self, plan: Plan, placement: Placement) -> None:
         self.plan = plan
         self.placement = placement
-        self.multiplicity = dict(plan.multiplicity)
+        self.fused = bool(placement.fusion)
+        self.units = list(placement.units) if self.fused else list(plan.units)
+        self.multiplicity = {FUSED: 1.0} if self.fused else dict(plan.multiplicity)
 
     def planned_rates(self) -> dict[str, float]:
         """Items/s of one replica of each unit: its groups' rates, weighted by replicas."""
@@ -41,7 +51,7 @@ class PlanReplanner:
         ``cores`` where fewer were to be had)."""
         sustained = [counts.get(name, 0) * rates[name] / max(self.multiplicity.get(name, 1.0),
                                                               1e-12)
-                     for name in self.plan.units if name in rates]
+                     for name in self.units if name in rates]
         best = min(sustained) if sustained else 0.0
         per_item = sum(self.multiplicity.get(name, 1.0) * seconds
                        for name, seconds in (cpu or {}).items())
@@ -56,6 +66,10 @@ class PlanReplanner:
         """CPU seconds per item the plan assumed one replica of each unit spends: its
         demand on the class and batch size its largest group runs at (the engine's work on
         the item and the driver's share of its frames included)."""
+        if self.fused:
+            ran = largest_groups(self._fused_side().result).get(FUSED)
+            return {FUSED: ran.cores * ran.replicas / ran.items_per_s} \
+                if ran is not None and ran.items_per_s > 0 else {}
         largest: dict[str, tuple[int, str, int | None]] = {}
         for g in self.placement.groups:
             if g.replicas and g.replicas > largest.get(g.unit, (0, "", None))[0]:
@@ -79,4 +93,36 @@ class PlanReplanner:
     def refit(self, rates: Mapping[str, float],
               cpu: Mapping[str, float] | None = None) -> Placement:
         """The plan re-solved with these measured rates (same solver, same fleet)."""
+        if self.fused:
+            return refit_fused(self.plan, self._fused_side_name(), rates.get(FUSED),
+                               (cpu or {}).get(FUSED))
         return refit(self.plan, dict(rates), dict(cpu or {}))
+
+    def _fused_side_name(self) -> str:
+        return "fitted" if self.plan.fused else "monolithic"
+
+    def _fused_side(self) -> PlanSide:
+        return self.plan.fitted if self.plan.fused else self.plan.monolithic
+
+
+def refit_fused(plan: Plan, side: str, rate: float | None,
+                cpu: float | None = None) -> Placement:
+    """The fused replicas of ``plan`` (its ``side``: ``fitted`` where the plan fused, else
+    ``monolithic``) re-solved at the fused unit's measured ``rate`` (items/s of one busy
+    replica) and ``cpu`` seconds per item (as planned where not measured): the same fleet,
+    class, threads per replica and memory; the replica count is what changes."""
+    chosen = plan.fitted if side == "fitted" else plan.monolithic
+    ran = largest_groups(chosen.result).get(FUSED)
+    if ran is None or not plan.nodes:
+        raise InputError("this plan has no fused replicas to re-fit; re-plan it with "
+                         "`fitwork plan`")
+    rate = rate if rate is not None and rate > 0 else ran.rate or 0.0
+    planned_cpu = ran.cores * ran.replicas / ran.items_per_s if ran.items_per_s > 0 else 0.0
+    demand = ClassDemand(rate=rate, memory=int(ran.memory),
+                         cpu_seconds=cpu if cpu is not None else planned_cpu)
+    most, per_s = unit_limits(plan.demands)
+    unit = UnitDemand(name=FUSED, classes={ran.device_class: demand},
+                      concurrency=ran.threads or 1, max_concurrency=most, rate_limit=per_s)
+    result = solve([unit], plan.nodes, time_limit=plan.time_limit, mip_gap=plan.mip_gap)
+    groups = tuple(planned_group(p, {}) for p in result.replicas if p.replicas)
+    return Placement(groups, "refit", fusion=(tuple(plan.units),))
