@@ -297,8 +297,10 @@ class _Job:
         with self.context() if self.context else contextlib.nullcontext():
             groups, more = self.picklable(groups, items[0])
         merges = merges + more
+        # the pieces' kinds and times only: no piece is planned from this profile, so none
+        # is timed under a loaded host (the joined units are, below)
         first = profile_pipeline(self.pipeline(self.units(groups, {})), items,
-                                 samples=len(items))
+                                 samples=len(items), loaded=False)
         kinds = {g: choose(self.split.hint(g), p, self.split.waits(g))
                  for g, p in zip(groups, first.units, strict=True)}
         if not fuse:

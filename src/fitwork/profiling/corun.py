@@ -5,9 +5,9 @@ to itself.  A run that fills the host shares them among its replicas, so each sp
 CPU per item than the profile measured: on this repository's 2-core development host the
 demo's OCR models spent 0.12-0.16 CPU-s per page in runs against 0.106 profiled, and on a
 16-core host a BLAS stage 21% more than profiled.  `loaded_factor` measures it: the unit
-built in ``copies`` forked processes that start together and each call it on
-the samples, cycled, for a window; one copy alone, then ``copies`` together, `PAIRS` times
-over.  Each pair's ratio is the median copy's CPU per item together over the one alone; the
+built once in each of ``copies`` forked processes, which call it on the samples, cycled,
+for a window when told: one copy alone, then all ``copies`` together, `PAIRS` times over.
+Each pair's ratio is the median copy's CPU per item together over the one alone; the
 factor is their median where every pair read more than `NOISE`, else 1: on a shared 2-core
 host a single pair read a 3 ms numpy unit at 1.00, 1.25 and 1.52 in three profiles, and the
 runs spent no more than alone.  A unit that mostly waits (CPU under `CPU_SHARE` of its wall
@@ -71,59 +71,58 @@ def worth_measuring(cpu_s: float, wall_s: float) -> bool:
 def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
                   wall_s: float) -> Loaded | None:
     """`Loaded` for ``unit`` on ``inputs`` at ``batch_size`` (``wall_s`` per item there)
-    with ``copies`` copies at once; ``None`` where a copy fails or ``copies`` is under 2."""
+    with ``copies`` copies at once; ``None`` where a copy fails or ``copies`` is under 2.
+
+    The copies are built once, each in its own forked process, and kept for every pass:
+    alone, the first copy calls the unit while the others wait; together, all call it."""
     if copies < 2 or not inputs:
         return None
     window = min(MOST_WINDOW_S, max(WINDOW_S, 4 * wall_s * batch_size))
-    ratios = []
-    for _ in range(PAIRS):
-        alone = _pass(unit, inputs, batch_size, 1, window)
-        together = _pass(unit, inputs, batch_size, copies, window)
-        if not alone or together is None:
-            return None
-        ratios.append(together / alone)
-    return Loaded(copies, tuple(ratios))
-
-
-def _pass(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
-          window: float) -> float | None:
-    """The median copy's CPU seconds per item over ``window`` seconds, ``copies`` at once:
-    each copy says when it is built and warm, and all start together; a copy that dies or
-    fails on the way ends the pass with no figure."""
     ctx = multiprocessing.get_context("fork")
-    go = ctx.Event()
     pipes, children = [], []
     for _ in range(copies):
-        receive, send = ctx.Pipe(duplex=False)
-        child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, window, go, send),
-                            daemon=True)
+        here, there = ctx.Pipe()
+        child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, there), daemon=True)
         child.start()
-        send.close()
-        pipes.append(receive)
+        there.close()
+        pipes.append(here)
         children.append(child)
     try:
-        for receive in pipes:  # EOF at once where a copy died building
-            if not receive.poll(BUILD_TIMEOUT_S) or receive.recv() != "ready":
+        for here in pipes:  # EOF at once where a copy died building
+            if not here.poll(BUILD_TIMEOUT_S) or here.recv() != "ready":
                 return None
-        go.set()
-        figures = [cpu / items for cpu, items in (receive.recv() for receive in pipes)
-                   if items]
-    except EOFError:
+        ratios = []
+        for _ in range(PAIRS):
+            alone = _pass(pipes[:1], window)
+            together = _pass(pipes, window)
+            if not alone or together is None:
+                return None
+            ratios.append(together / alone)
+        return Loaded(copies, tuple(ratios))
+    except (EOFError, OSError):
         return None
     finally:
-        for receive in pipes:
-            receive.close()
+        for here in pipes:
+            here.close()  # a waiting copy reads EOF and ends
         for child in children:
             child.join(timeout=window * 10)
             if child.is_alive():
                 child.kill()
-    return statistics.median(figures) if len(figures) == copies else None
 
 
-def _copy(unit: Unit, inputs: list[Any], batch_size: int, window: float, go: Any,
-          send: Any) -> None:
-    """In a forked child: build the unit as a replica is built, call it once, say so, wait
-    for the others, then call it for ``window`` seconds and send (CPU seconds, items)."""
+def _pass(pipes: list[Any], window: float) -> float | None:
+    """The median copy's CPU seconds per item over ``window`` seconds, the copies behind
+    ``pipes`` calling the unit at once (told within microseconds of each other)."""
+    for here in pipes:
+        here.send(window)
+    figures = [cpu / items for cpu, items in (here.recv() for here in pipes) if items]
+    return statistics.median(figures) if len(figures) == len(pipes) else None
+
+
+def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any) -> None:
+    """In a forked child: build the unit as a replica is built, call it once, say so; then,
+    for each window it is sent, call it for that many seconds and send back (CPU seconds,
+    items), until the pipe closes."""
     hold_pools(replica_threads(unit.resources.cpu))
     call = Kernel(unit).caller()
     n = len(inputs)
@@ -131,14 +130,18 @@ def _copy(unit: Unit, inputs: list[Any], batch_size: int, window: float, go: Any
     with contextlib.suppress(Exception):
         call(batches[0])
     hold_pools(replica_threads(unit.resources.cpu))
-    send.send("ready")
-    go.wait()
-    items, start, cpu0 = 0, time.perf_counter(), time.process_time()
-    for batch in itertools.cycle(batches):
-        if time.perf_counter() - start >= window:
+    pipe.send("ready")
+    cycled = itertools.cycle(batches)
+    while True:
+        try:
+            window = pipe.recv()
+        except EOFError:
             break
-        with contextlib.suppress(Exception):
-            call(batch)
-        items += len(batch)
-    send.send((time.process_time() - cpu0, items))
-    send.close()
+        items, start, cpu0 = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < window:
+            batch = next(cycled)
+            with contextlib.suppress(Exception):
+                call(batch)
+            items += len(batch)
+        pipe.send((time.process_time() - cpu0, items))
+    pipe.close()
