@@ -744,10 +744,16 @@ class Outcome:
     adapted_at_run_load: float = math.nan  # the same for the --adapt run
 
     @property
+    def layout_key(self) -> tuple[Any, ...]:
+        """The plan's layout: the --adapt run starts from it too, so both rows have the
+        same rivals (every other layout)."""
+        return plan_key(self.plan, self.spec.pipeline)
+
+    @property
     def rivals(self) -> list[Contender]:
         """The final's baselines that ran a layout other than the plan's."""
         return [c for c in self.finalists
-                if c.label in BASELINE_KINDS and c.key != self.planned.key]
+                if c.label in BASELINE_KINDS and c.key != self.layout_key]
 
     @property
     def best_rival(self) -> Contender:
@@ -1060,7 +1066,7 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
     def row(name: str, o: Outcome, extra: str = "") -> None:
         cells = "".join(f" {value(o):>9{spec}}" for _, spec, value in COLUMNS)
         twins = [c for c in o.finalists if c.label in BASELINE_KINDS
-                 and c.key == o.planned.key]
+                 and c.key == o.layout_key and o.planned.key == o.layout_key]
         same = "".join(f"; pooled with [{c.config}], the same layout" for c in twins)
         print(f"{name:<14}{cells}  {'met' if near(o.realized_share) else 'MISSED'}, "
               f"{verdict(o.best_share, HAND_AIM)}{same}{extra}")
@@ -1078,8 +1084,7 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
                 assert isinstance(adapted, Plan)
                 row("  --adapt", replace(o, planned=o.adapted, plan=adapted,
                                          at_run_load=o.adapted_at_run_load),
-                    f"; re-fits {len(refits)} ({changed} changed the layout)"
-                    + ("; the split side, the plan fused" if o.plan.fused else ""))
+                    f"; re-fits {len(refits)} ({changed} changed the layout)")
     print("columns: every figure is a contender's median run; monolith = the best of its "
           "process-count sweep; threaded = the best threaded monolith (P processes x N "
           "threads); predicted = the plan's items/s; realized = the median of its runs' "
