@@ -236,7 +236,8 @@ def candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
     cpu, device_time = fluid(demand, name)
     share = packed_share(demand.device_share)
     held = demand.cores if demand.reserve else 0.0
-    fits = per_node(node, name, cores=held, memory=demand.memory,
+    memory = demand.held_memory(unit.concurrency)
+    fits = per_node(node, name, cores=held, memory=memory,
                     share=demand.device_share, load_cores=cpu * demand.rate,
                     load_device=device_time * demand.rate)
     if fits <= 0:
@@ -249,7 +250,7 @@ def candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
         busy = ((name, gpu),) + (((node.cpu_class, used),) if node.cpu_class else ())
     return Candidate(
         unit=u, node=n, device_class=name, rate=demand.rate, cores=held,
-        memory=float(demand.memory), devices=0.0 if is_cpu_class(name) else share,
+        memory=float(memory), devices=0.0 if is_cpu_class(name) else share,
         cpu=cpu, device_time=device_time,
         bytes_out=0.0 if last else demand.bytes_out_per_item, bytes_in=bytes_in,
         per_node=fits, busy=busy, choice=choice, group=group, batch_size=demand.batch_size,

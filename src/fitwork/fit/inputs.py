@@ -281,9 +281,10 @@ def _driver(profile: UnitProfile, estimate: RateEstimate, hop: float,
     return DRIVER_SECONDS / max(1.0, min(float(_frame(profile, estimate)), arriving))
 
 
-def _demand(profile: UnitProfile, estimate: RateEstimate, memory: int,
+def _demand(profile: UnitProfile, estimate: RateEstimate, memory: tuple[int, int],
             hop: float, driver: float = 0.0) -> ClassDemand:
-    """One option of a unit for the solver; ``hop`` seconds of engine work per item (from
+    """One option of a unit for the solver, holding ``memory`` (a replica's bytes with one
+    call running, and each further call's); ``hop`` seconds of engine work per item (from
     `_hop`) are added to its core-seconds and to its replica's time per item (the rate),
     ``driver`` seconds (`_driver`) to its core-seconds only.  Its parallelism is the
     profile's, widened by the driver's share, so the solver bounds what one replica itself
@@ -297,7 +298,8 @@ def _demand(profile: UnitProfile, estimate: RateEstimate, memory: int,
     rate = 1.0 / (1.0 / estimate.rate + hop) if estimate.rate > 0 else 0.0
     latency = None if estimate.batch_latency_s is None else estimate.batch_latency_s + hop * batch
     return ClassDemand(
-        rate=rate, cores=profile.resources.get("cpu", 1.0), memory=memory,
+        rate=rate, cores=profile.resources.get("cpu", 1.0), memory=memory[0],
+        call_memory=memory[1],
         device_share=share, bytes_out_per_item=profile.bytes_out,
         cpu_seconds=cpu + hop + driver,
         device_seconds=device if share and share <= 1 else None, reserve=profile.reserve,
@@ -346,6 +348,8 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
                 f"{e.device_class}: {e.note}" for e in estimates), fleet))
         rates.extend(estimates)
         memory = max(int(u.resources.get("memory", 0)), u.peak_rss)
+        # a declared figure is the whole replica's; a measured one holds one call
+        calls = (u.call_memory or 0) if memory == u.peak_rss else 0
         swept = []
         if u.batch_size and len(u.batches) > 1:
             swept = [e for e in batch_rates(u, classes, measured, precision=precision,
@@ -356,9 +360,10 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
         first = index == 0  # takes its items from the driver
         for e in swept:
             alternatives.setdefault(e.device_class, []).append(
-                _demand(u, e, memory, _hop(u, e, hop, arriving, last, first),
+                _demand(u, e, (memory, calls), _hop(u, e, hop, arriving, last, first),
                         _driver(u, e, hop, arriving)))
-        main = {e.device_class: _demand(u, e, memory, _hop(u, e, hop, arriving, last, first),
+        main = {e.device_class: _demand(u, e, (memory, calls),
+                                        _hop(u, e, hop, arriving, last, first),
                                         _driver(u, e, hop, arriving))
                 for e in estimates}
         if any(e.rate > 0 for e in estimates):  # the smallest frames any option gets

@@ -145,6 +145,7 @@ def _fused(stages: list[Stage], accel: str | None,
         rate=1.0 / seconds,
         cores=max(d.cores for _, d, _ in stages),  # the stages run in turn, not at once
         memory=sum(d.memory for _, d, _ in stages),
+        call_memory=sum(d.call_memory for _, d, _ in stages),
         device_share=share,
         cpu_seconds=cpu,
         device_seconds=device if on_accel and share <= 1.0 else None,

@@ -370,7 +370,8 @@ def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
     tie = None
     if objective == "max_throughput" and split.throughput > 0 and whole.throughput > 0 and \
             abs(split.throughput / whole.throughput - 1) <= uncertainty:
-        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse)
+        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse,
+                       (_memory(split), _memory(whole)))
     return fuse, uncertainty, tie
 
 
@@ -425,14 +426,22 @@ def _spread(side: PlanSide) -> float:
     return max(point - low, high - point) / point if point > 0 else 0.0
 
 
-def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool) -> str:
+def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool,
+             memory: tuple[float, float] | None = None) -> str:
     """One line: the two layouts are within the plan's uncertainty, and which runs, by what
-    rule."""
+    rule; with ``memory`` (bytes the split and the fused layout hold), what each holds."""
     chosen = "fused" if fused_chosen else "split (--no-fuse)"
+    held = (f"; the split layout holds {format_bytes(memory[0])}, the fused one "
+            f"{format_bytes(memory[1])}" if memory else "")
     return (f"split {split:,.1f} and fused {fused:,.1f} items/s are within the plan's "
             f"uncertainty (±{uncertainty:.0%}): runs {chosen}; the rule: the fused layout "
-            "(fewer processes, less memory, no items moved between units) unless the split "
-            f"one predicts more than {1 + uncertainty:.2f}x it")
+            "(no items moved between units, one process per replica) unless the split one "
+            f"predicts more than {1 + uncertainty:.2f}x it{held}")
+
+
+def _memory(side: PlanSide) -> float:
+    """Bytes a side's replicas hold, over all its nodes."""
+    return sum(n.memory_used for n in side.result.nodes)
 
 
 def capacity_line(plan: Plan) -> str:

@@ -33,6 +33,9 @@ class ClassDemand(BaseModel):
     for plain Python; more only where its measured threads really run at once; ``None``:
     not bounded): a replica's rate is at most ``parallelism / core_seconds()`` (see
     `within_parallelism`), and throughput beyond that comes from more replicas.
+    ``call_memory`` is what each call in flight holds beyond the one ``memory`` counts: a
+    replica running N calls at once (its unit's ``concurrency``) holds
+    ``memory + (N - 1) · call_memory`` (`held_memory`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -48,6 +51,11 @@ class ClassDemand(BaseModel):
     batch_size: int | None = Field(default=None, ge=1)
     latency: float | None = Field(default=None, ge=0)
     parallelism: float | None = Field(default=None, gt=0)
+    call_memory: int = Field(default=0, ge=0)
+
+    def held_memory(self, calls: int = 1) -> int:
+        """Bytes one replica holds with ``calls`` calls in flight."""
+        return self.memory + max(0, calls - 1) * self.call_memory
 
     def core_seconds(self) -> float:
         """Core-seconds one processed item consumes (fluid), whether given or implied."""

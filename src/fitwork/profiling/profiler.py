@@ -329,6 +329,35 @@ def _rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` figure of /proc/self/status (``VmRSS``, ``VmHWM``) in bytes; ``None``
+    where there is no such file (not Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _reset_high_water() -> int | None:
+    """Lower this process's peak RSS to its RSS now (Linux's ``clear_refs`` 5) and return
+    it; ``None`` where the kernel does not let it (then no call memory is measured)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+            refs.write("5")
+    except OSError:
+        return None
+    return _status_bytes("VmRSS")
+
+
+def _high_water() -> int | None:
+    """This process's peak RSS since the last `_reset_high_water`."""
+    return _status_bytes("VmHWM")
+
+
 @dataclass
 class _Timed:
     """What the timing loop measured."""
@@ -549,13 +578,18 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     if not accelerated and sum(map(_size, warm)) >= DROPPED_MIN:
         warm = []  # first, while no output is kept: the allocator as a replica has it
         dropped = _time_dropping(call, inputs, _sizes(unit, len(inputs))[-1])
+    built = _rss()  # the peak so far: building, the warm-up call
+    resting = _reset_high_water()  # what a replica holds built and warm, between calls
     timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools)
+    running = _high_water()
+    call_memory = max(0, running - resting) if resting is not None and running else None
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
     before = timed.batches[-1]
     speedup, parallelism = _thread_gain(timed, alone, threads)
     timed.batches[-1] = chosen = _as_dropped(timed.batches[-1], before, dropped)
-    peak_rss = max(0, _rss() - start_rss)  # before counting, which may build a second replica
+    # before counting, which may build a second replica
+    peak_rss = max(0, max(built, _rss(), running or 0) - start_rss)
     counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
     memory, memory_source = _device_memory(unit, timed)
     profile = UnitProfile(
@@ -570,7 +604,8 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         bytes_in=sum(map(_size, inputs)) / len(inputs),
         bytes_out=sum(map(_size, timed.outputs)) / len(inputs),
         output_ratio=len(timed.outputs) / chosen.items,
-        peak_rss=peak_rss, batches=timed.batches, reserve=unit.reserve,
+        peak_rss=peak_rss, call_memory=call_memory, batches=timed.batches,
+        reserve=unit.reserve,
         max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit,
         threads=threads, parallelism=parallelism, thread_speedup=speedup)
     return profile, timed.outputs

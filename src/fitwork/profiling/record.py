@@ -141,6 +141,11 @@ class UnitProfile(BaseModel):
     are ``None`` when unknown.
     ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
     for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
+    ``peak_rss`` is the most memory one replica held, built and with one call running;
+    ``call_memory`` is the part of it one call holds while it runs (the high-water mark over
+    the timed calls above the replica once built and warm; ``None``: not measured), which a
+    replica with several calls in flight (``io`` threads, a threaded fused replica) holds
+    once per call.
 
     The conditions it was measured under: ``threads`` is the limit its BLAS, OpenMP and
     torch pools were held to, the one a replica of it gets (`replica_threads`: its declared
@@ -177,6 +182,7 @@ class UnitProfile(BaseModel):
     device_memory_source: Literal["measured", "declared"] | None = None
     output_ratio: float
     peak_rss: int
+    call_memory: int | None = None
     batches: list[BatchMeasurement] = Field(default_factory=list)
     reserve: bool = False
     max_concurrency: int | None = None

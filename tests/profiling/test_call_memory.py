@@ -1,0 +1,58 @@
+"""What one call holds while it runs is measured, and a replica with several calls in flight
+(``io`` threads, a threaded fused replica) is planned to hold it once per call."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fitwork import Pipeline, unit
+from fitwork.fit.plan import fit
+from fitwork.hardware.fleet import Fleet
+from fitwork.profiling import profile_pipeline
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the call's memory is read from Linux's /proc")
+
+MIB = 2**20
+WORKING = 64 * MIB
+"""What ``holds`` touches during a call and frees after it."""
+
+FLEET = Fleet.parse({"name": "box", "node_types": [
+    {"name": "box", "count": 1, "cores": 2, "memory": "16GiB"}]})
+
+
+@unit(io=8, cpu=0.25)
+def holds(n: int) -> int:
+    """Waits 20 ms holding 64 MiB it has written to, then lets it go."""
+    block = np.ones(WORKING // 8)  # float64: touched, so resident
+    time.sleep(0.02)
+    return n + int(block[0])
+
+
+@unit(cpu=0.25)
+def light(n: int) -> int:
+    time.sleep(0.002)
+    return n
+
+
+def test_what_a_call_holds_is_measured_and_charged_per_call_in_flight() -> None:
+    profile = profile_pipeline(Pipeline(holds, light, name="held"), list(range(16)),
+                               samples=16, loaded=False)
+    held, other = profile.units
+    assert held.call_memory is not None and other.call_memory is not None
+    print(f"call memory: holds {held.call_memory / MIB:.1f} MiB, light "
+          f"{other.call_memory / MIB:.1f} MiB; peak {held.peak_rss / MIB:.1f} MiB")
+    assert 0.8 * WORKING <= held.call_memory <= 1.5 * WORKING
+    assert other.call_memory < 0.25 * WORKING
+    assert held.peak_rss >= held.call_memory  # the peak holds one call's
+    plan = fit(profile, FLEET, fuse=False)
+    (group,) = [p for p in plan.fitted.result.replicas if p.unit == "holds" and p.replicas]
+    # a replica of eight calls at once holds what one call holds seven more times
+    assert group.memory == pytest.approx(held.peak_rss + 7 * held.call_memory)
+    for p in plan.monolithic.result.replicas:
+        if p.replicas and p.threads:  # a threaded fused replica: once per thread
+            assert p.memory >= held.peak_rss + (p.threads - 1) * held.call_memory
