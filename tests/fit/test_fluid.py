@@ -21,7 +21,7 @@ from fitwork.fit.inputs import (
     core_ceiling,
     crossing_seconds,
 )
-from fitwork.fit.plan import MEMORY_TIE, TIE_MARGIN, Plan, fit, refit
+from fitwork.fit.plan import TIE_MARGIN, Plan, fit, refit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import PipelineProfile, profile_pipeline
 from fitwork.profiling.record import BatchMeasurement, UnitProfile
@@ -175,24 +175,6 @@ def test_a_tie_within_the_plans_uncertainty_goes_to_the_fused_layout_by_a_stated
     wide = fit(synthetic_profile(), Fleet.from_yaml(MIXED))
     assert not wide.fused and wide.tie is None
     assert wide.fitted.throughput > (1 + wide.uncertainty) * wide.monolithic.throughput
-
-
-def test_a_tie_goes_to_the_split_layout_where_the_fused_one_holds_far_more_memory() -> None:
-    # The same tie, with what one OCR call holds while it runs measured: a threaded fused
-    # replica holds it once per thread, split replicas once each.
-    profile = demo_profile()
-    heavy = profile.model_copy(update={"units": [
-        u.model_copy(update={"call_memory": 200 << 20}) if u.name == "ocr" else u
-        for u in profile.units]})
-    tied = fit(heavy, TWO_CORES)
-    split, fused = tied.split or tied.fitted, tied.monolithic
-    assert abs(split.throughput / fused.throughput - 1) <= tied.uncertainty
-    held = [sum(n.memory_used for n in side.result.nodes) for side in (split, fused)]
-    assert any(p.threads for p in fused.result.replicas if p.replicas)
-    assert held[1] > MEMORY_TIE * held[0]
-    assert not tied.fused and tied.fitted is split
-    assert tied.tie is not None and "fused layout holds the more memory" in tied.tie
-    assert f"more than {MEMORY_TIE:g}x the split one's memory" in tied.tie
 
 
 def test_the_ceiling_comes_from_the_measured_run_queue_wait() -> None:

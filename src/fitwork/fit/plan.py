@@ -93,8 +93,7 @@ class Plan(Document):
     how much wider one side's range is than the other's: what moves both alike, the host's
     load or the same units' spread, does not tell them apart); where the split and fused
     layouts predict within it of each other, ``tie`` says so and which runs by the rule
-    (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it or the
-    fused layout holds more than `MEMORY_TIE` times the split one's memory.  Live
+    (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it.  Live
     re-fitting takes it as the plan's range for a unit's rate and CPU per item.
     ``layout_error`` is the log half-width both sides' ranges were widened by for the
     model's own miss on whole plans (`fitwork.fit.layout_error`).
@@ -359,8 +358,7 @@ def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
     """Whether the plan runs fused, its uncertainty, and its tie line (None: no tie).
 
     Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
-    layout unless the split one predicts more than the plan's own uncertainty above it, or,
-    within it, the fused one holds more than `MEMORY_TIE` times the split one's memory
+    layout unless the split one predicts more than the plan's own uncertainty above it
     (`tie_rule`); the split one is then kept for the record.  Both sides run the same units
     on the same host: a range the host's load or a unit's spread widens widens both alike,
     and only the difference between them is uncertainty about which is faster (on a host at
@@ -372,9 +370,8 @@ def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
     tie = None
     if objective == "max_throughput" and split.throughput > 0 and whole.throughput > 0 and \
             abs(split.throughput / whole.throughput - 1) <= uncertainty:
-        memory = (_memory(split), _memory(whole))
-        fuse = fuse and memory[1] <= MEMORY_TIE * memory[0]
-        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse, memory)
+        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse,
+                       (_memory(split), _memory(whole)))
     return fuse, uncertainty, tie
 
 
@@ -417,15 +414,6 @@ TIE_MARGIN = 0.10
 realized ÷ predicted throughput spreads by about this much on ``bench/fit_quality.py``'s
 pipelines on a shared 2-core host.  Wider where one side's range is wider than the other's
 (transferred rates on one side only)."""
-MEMORY_TIE = 2.0
-"""Within the plan's uncertainty, the split layout runs where the fused one holds more than
-this many times its memory: a fused replica holds every stage's memory, and once per thread
-what each call holds, where split replicas hold only their own unit's.  On the demo's OCR
-pages at 150 ms store latency on 2 cores, the fused plan (3 processes x 8 threads,
-predicted 19.4 pages/s against the split 19.7) held 2.6 GiB as planned and 1,288 MiB of PSS
-in its runs for 12.6 pages/s, where a split layout held 404 MiB for 13.9; an unthreaded
-fused layout of R replicas holds at most R times the memory of a split one with a replica
-of each unit, so at R = 2 this never moves the bench's fused plans."""
 FUSE_MARGIN = 1 + TIE_MARGIN
 """How much more than the fused layout the split one must predict, at the least, to run
 split (more where the plan's range is wider)."""
@@ -442,19 +430,13 @@ def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool,
              memory: tuple[float, float] | None = None) -> str:
     """One line: the two layouts are within the plan's uncertainty, and which runs, by what
     rule; with ``memory`` (bytes the split and the fused layout hold), what each holds."""
-    if fused_chosen:
-        chosen = "fused"
-    elif memory and memory[1] > MEMORY_TIE * memory[0]:
-        chosen = "split (the fused layout holds the more memory)"
-    else:
-        chosen = "split (--no-fuse)"
+    chosen = "fused" if fused_chosen else "split (--no-fuse)"
     held = (f"; the split layout holds {format_bytes(memory[0])}, the fused one "
             f"{format_bytes(memory[1])}" if memory else "")
     return (f"split {split:,.1f} and fused {fused:,.1f} items/s are within the plan's "
             f"uncertainty (±{uncertainty:.0%}): runs {chosen}; the rule: the fused layout "
-            "(no items moved between units) unless the split one predicts more than "
-            f"{1 + uncertainty:.2f}x it or the fused one holds more than {MEMORY_TIE:g}x "
-            f"the split one's memory{held}")
+            "(no items moved between units, one process per replica) unless the split one "
+            f"predicts more than {1 + uncertainty:.2f}x it{held}")
 
 
 def _memory(side: PlanSide) -> float:
