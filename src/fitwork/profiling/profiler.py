@@ -367,6 +367,7 @@ class _Timed:
     failures: int
     accel_source: str | None
     device_memory: int | None
+    call_memory: int | None = None
 
 
 BATCH_CALLS = 4
@@ -396,11 +397,15 @@ def _batches(inputs: list[Any], size: int,
 
 
 def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
-                  sizes: list[int] | None = None) -> _Timed:
+                  sizes: list[int] | None = None, watch_memory: bool = False) -> _Timed:
     """Wall, CPU, queued and accelerator seconds per item at each batch size (``sizes``, or
     the sweep `_sizes` makes); above size 1, after one untimed call at that size (its
-    buffers and caches warm, as in a replica that has run a while), on `_batches`."""
+    buffers and caches warm, as in a replica that has run a while), on `_batches`.  With
+    ``watch_memory``, what one call of one item holds while it runs: the peak RSS over the
+    size-1 calls above the RSS before them (the sweep starts at size 1)."""
     call = kernel.caller()
+    resting = _reset_high_water() if watch_memory else None
+    call_memory = None
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
     failures = 0
@@ -451,8 +456,10 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
                                         **call_spread(calls)))
         outputs = produced
         chosen_source = source if accel else None
+        if size == 1 and resting is not None:
+            call_memory = max(0, (_high_water() or resting) - resting)
     memory, _ = timers.peak_memory()
-    return _Timed(batches, outputs, failures, chosen_source, memory)
+    return _Timed(batches, outputs, failures, chosen_source, memory, call_memory)
 
 
 DROPPED_MIN = 64 * 1024
@@ -520,7 +527,7 @@ def _timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool
     with _onnx_runs() as onnx_runs:
         timers = Timers(kernel.fn, None if accelerated else [])
         try:
-            timed = _time_batches(unit, kernel, inputs, timers)
+            timed = _time_batches(unit, kernel, inputs, timers, watch_memory=True)
             alone = None
             if threads > 1 and pools and timed.batches:  # do the threads really help?
                 hold_pools(1)
@@ -578,18 +585,15 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     if not accelerated and sum(map(_size, warm)) >= DROPPED_MIN:
         warm = []  # first, while no output is kept: the allocator as a replica has it
         dropped = _time_dropping(call, inputs, _sizes(unit, len(inputs))[-1])
-    built = _rss()  # the peak so far: building, the warm-up call
-    resting = _reset_high_water()  # what a replica holds built and warm, between calls
+    built = _rss()  # the peak so far (building, the warm-up call): the sweep resets it
     timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools)
-    running = _high_water()
-    call_memory = max(0, running - resting) if resting is not None and running else None
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
     before = timed.batches[-1]
     speedup, parallelism = _thread_gain(timed, alone, threads)
     timed.batches[-1] = chosen = _as_dropped(timed.batches[-1], before, dropped)
     # before counting, which may build a second replica
-    peak_rss = max(0, max(built, _rss(), running or 0) - start_rss)
+    peak_rss = max(0, max(built, _rss(), _high_water() or 0) - start_rss)
     counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
     memory, memory_source = _device_memory(unit, timed)
     profile = UnitProfile(
@@ -604,7 +608,7 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         bytes_in=sum(map(_size, inputs)) / len(inputs),
         bytes_out=sum(map(_size, timed.outputs)) / len(inputs),
         output_ratio=len(timed.outputs) / chosen.items,
-        peak_rss=peak_rss, call_memory=call_memory, batches=timed.batches,
+        peak_rss=peak_rss, call_memory=timed.call_memory, batches=timed.batches,
         reserve=unit.reserve,
         max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit,
         threads=threads, parallelism=parallelism, thread_speedup=speedup)

@@ -142,10 +142,11 @@ class UnitProfile(BaseModel):
     ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
     for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
     ``peak_rss`` is the most memory one replica held, built and with one call running;
-    ``call_memory`` is the part of it one call holds while it runs (the high-water mark over
-    the timed calls above the replica once built and warm; ``None``: not measured), which a
-    replica with several calls in flight (``io`` threads, a threaded fused replica) holds
-    once per call.
+    ``call_memory`` is the part of it one call of one item holds while it runs (the
+    high-water mark over the timed calls at batch size 1 above the replica once built and
+    warm; ``None``: not measured), which a replica with several calls in flight (``io``
+    threads, a threaded fused replica, whose stages run an item at a time) holds once per
+    call.
 
     The conditions it was measured under: ``threads`` is the limit its BLAS, OpenMP and
     torch pools were held to, the one a replica of it gets (`replica_threads`: its declared
