@@ -117,7 +117,7 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
                       f"{priced}; {compare(record, predicted, steady)}", markup=False,
                       soft_wrap=True)
     if adapted:
-        for line in refit_lines(record.refits):
+        for line in refit_lines(record.refits, record.wall_s):
             console.print(line, markup=False, soft_wrap=True)
     console.print(wrote + (f", run record to {record_path}" if record_path else ""),
                   markup=False, soft_wrap=True)
@@ -132,9 +132,16 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
              "--max-failures N to accept up to N failed items")
 
 
-def refit_lines(refits: Any) -> list[str]:
+def refit_lines(refits: Any, wall_s: float | None = None) -> list[str]:
     """What ``--adapt`` did: how many re-solves, how many changed the layout, and each one
-    (its time, the replicas before and after, and why)."""
+    (its time, the replicas before and after, and why); a run of ``wall_s`` seconds too short
+    for the adapter to judge is said to be."""
+    from fitwork.engine.adapt import AdaptPolicy
+
+    window = AdaptPolicy().window
+    if not refits and wall_s is not None and wall_s < 2 * window:
+        return [f"--adapt: no re-fit: the run took {wall_s:.1f} s, and a re-fit needs a unit "
+                f"off the plan's range for a whole {window:g} s window after a first one"]
     if not refits:
         return ["--adapt: no re-fit: no unit ran off the plan's range for a whole window"]
     applied = sum(r.after != r.before for r in refits)
