@@ -34,6 +34,7 @@ import itertools
 import pickle
 import resource
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -367,7 +368,6 @@ class _Timed:
     failures: int
     accel_source: str | None
     device_memory: int | None
-    call_memory: int | None = None
 
 
 BATCH_CALLS = 4
@@ -397,15 +397,11 @@ def _batches(inputs: list[Any], size: int,
 
 
 def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
-                  sizes: list[int] | None = None, watch_memory: bool = False) -> _Timed:
+                  sizes: list[int] | None = None) -> _Timed:
     """Wall, CPU, queued and accelerator seconds per item at each batch size (``sizes``, or
     the sweep `_sizes` makes); above size 1, after one untimed call at that size (its
-    buffers and caches warm, as in a replica that has run a while), on `_batches`.  With
-    ``watch_memory``, what one call of one item holds while it runs: the peak RSS over the
-    size-1 calls above the RSS before them (the sweep starts at size 1)."""
+    buffers and caches warm, as in a replica that has run a while), on `_batches`."""
     call = kernel.caller()
-    resting = _reset_high_water() if watch_memory else None
-    call_memory = None
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
     failures = 0
@@ -456,10 +452,51 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
                                         **call_spread(calls)))
         outputs = produced
         chosen_source = source if accel else None
-        if size == 1 and resting is not None:
-            call_memory = max(0, (_high_water() or resting) - resting)
     memory, _ = timers.peak_memory()
-    return _Timed(batches, outputs, failures, chosen_source, memory, call_memory)
+    return _Timed(batches, outputs, failures, chosen_source, memory)
+
+
+MEMORY_THREADS = 4
+"""Calls at once `_call_memory` runs, in threads of one process."""
+MEMORY_ROUNDS = 2
+"""Calls each of those threads makes, one item each."""
+
+
+def _call_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | None:
+    """What each further call in flight holds, as a replica running several at once (``io``
+    threads, a threaded fused replica) meets it: the peak RSS with `MEMORY_THREADS` threads
+    calling the unit at once, over the peak with one thread making the same calls, per
+    further thread.  It counts what a call lets go of after (numpy temporaries) and what a
+    library keeps per concurrent call (an allocator's arena grown for each run at once,
+    as onnxruntime's is); a call that holds the interpreter lock meets few others.
+    ``None`` where the kernel cannot say (not Linux)."""
+    if not inputs:
+        return None
+    items = [inputs[i % len(inputs)] for i in range(MEMORY_THREADS * MEMORY_ROUNDS)]
+
+    def calls(mine: list[Any], start: threading.Barrier | None = None) -> None:
+        if start is not None:
+            start.wait()
+        for item in mine:
+            with contextlib.suppress(Exception):
+                call([item])
+
+    if _reset_high_water() is None:
+        return None
+    calls(items)
+    alone = _high_water()
+    _reset_high_water()
+    start = threading.Barrier(MEMORY_THREADS)
+    threads = [threading.Thread(target=calls, args=(items[k::MEMORY_THREADS], start),
+                                daemon=True) for k in range(MEMORY_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    together = _high_water()
+    if alone is None or together is None:
+        return None
+    return max(0, together - alone) // (MEMORY_THREADS - 1)
 
 
 DROPPED_MIN = 64 * 1024
@@ -527,7 +564,7 @@ def _timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool
     with _onnx_runs() as onnx_runs:
         timers = Timers(kernel.fn, None if accelerated else [])
         try:
-            timed = _time_batches(unit, kernel, inputs, timers, watch_memory=True)
+            timed = _time_batches(unit, kernel, inputs, timers)
             alone = None
             if threads > 1 and pools and timed.batches:  # do the threads really help?
                 hold_pools(1)
@@ -585,15 +622,16 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     if not accelerated and sum(map(_size, warm)) >= DROPPED_MIN:
         warm = []  # first, while no output is kept: the allocator as a replica has it
         dropped = _time_dropping(call, inputs, _sizes(unit, len(inputs))[-1])
-    built = _rss()  # the peak so far (building, the warm-up call): the sweep resets it
     timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools)
+    peaked = _rss()  # one replica's peak: building, one call at a time
+    call_memory = _call_memory(call, inputs)
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
     before = timed.batches[-1]
     speedup, parallelism = _thread_gain(timed, alone, threads)
     timed.batches[-1] = chosen = _as_dropped(timed.batches[-1], before, dropped)
     # before counting, which may build a second replica
-    peak_rss = max(0, max(built, _rss(), _high_water() or 0) - start_rss)
+    peak_rss = max(0, peaked - start_rss)
     counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
     memory, memory_source = _device_memory(unit, timed)
     profile = UnitProfile(
@@ -608,7 +646,7 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         bytes_in=sum(map(_size, inputs)) / len(inputs),
         bytes_out=sum(map(_size, timed.outputs)) / len(inputs),
         output_ratio=len(timed.outputs) / chosen.items,
-        peak_rss=peak_rss, call_memory=timed.call_memory, batches=timed.batches,
+        peak_rss=peak_rss, call_memory=call_memory, batches=timed.batches,
         reserve=unit.reserve,
         max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit,
         threads=threads, parallelism=parallelism, thread_speedup=speedup)

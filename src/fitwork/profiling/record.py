@@ -142,9 +142,9 @@ class UnitProfile(BaseModel):
     ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
     for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
     ``peak_rss`` is the most memory one replica held, built and with one call running;
-    ``call_memory`` is the part of it one call of one item holds while it runs (the
-    high-water mark over the timed calls at batch size 1 above the replica once built and
-    warm; ``None``: not measured), which a replica with several calls in flight (``io``
+    ``call_memory`` is the part of it one call of one item holds while it runs and lets go
+    of after (the most a call's peak RSS rose above what it left, over a few calls after the
+    timing; ``None``: not measured), which a replica with several calls in flight (``io``
     threads, a threaded fused replica, whose stages run an item at a time) holds once per
     call.
 
