@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import pickle
+import select
+import signal
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -40,3 +44,33 @@ def run_forked(call: Callable[..., Any], *args: Any) -> Any:
     if status != "ok":
         raise ChildFailed(payload, died=False)
     return payload
+
+
+def try_forked(timeout: float, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` in a child forked with `os.fork` (so a daemonic process may use it
+    too): its result, or ``None`` where it raised, died or took more than ``timeout``
+    seconds (the child is then killed).  The result must pickle."""
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send the result, then leave at once (no cleanup of the copy)
+        os.close(readable)
+        code = 1
+        try:
+            with os.fdopen(writable, "wb") as out:
+                pickle.dump(call(*args), out)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writable)
+    ready: list[int] = []
+    try:
+        ready, _, _ = select.select([readable], [], [], timeout)
+        with os.fdopen(readable, "rb") as received:
+            data = received.read() if ready else b""
+    finally:
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if not data or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return None
+    return pickle.loads(data)

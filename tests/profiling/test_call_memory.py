@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -27,9 +29,10 @@ FLEET = Fleet.parse({"name": "box", "node_types": [
 
 @unit(io=8, cpu=0.25)
 def holds(n: int) -> int:
-    """Waits 20 ms holding 64 MiB it has written to, then lets it go."""
+    """Waits 150 ms holding 64 MiB it has written to, then lets it go (long enough that
+    four threads' blocks are all held at once, though writing them holds the GIL)."""
     block = np.ones(WORKING // 8)  # float64: touched, so resident
-    time.sleep(0.02)
+    time.sleep(0.15)
     return n + int(block[0])
 
 
@@ -40,8 +43,8 @@ def light(n: int) -> int:
 
 
 def test_what_a_call_holds_is_measured_and_charged_per_call_in_flight() -> None:
-    profile = profile_pipeline(Pipeline(holds, light, name="held"), list(range(16)),
-                               samples=16, loaded=False)
+    profile = profile_pipeline(Pipeline(holds, light, name="held"), list(range(8)),
+                               samples=8, loaded=False)
     held, other = profile.units
     assert held.call_memory is not None and other.call_memory is not None
     print(f"call memory: holds {held.call_memory / MIB:.1f} MiB, light "
@@ -56,3 +59,19 @@ def test_what_a_call_holds_is_measured_and_charged_per_call_in_flight() -> None:
     for p in plan.monolithic.result.replicas:
         if p.replicas and p.threads:  # a threaded fused replica: once per thread
             assert p.memory >= held.peak_rss + (p.threads - 1) * held.call_memory
+
+
+@unit(io=4, cpu=0.25)
+def one_thread_only(n: int) -> int:
+    """Ends its process when called from any thread but the main one."""
+    if threading.current_thread() is not threading.main_thread():
+        os._exit(3)
+    return n
+
+
+def test_a_unit_that_dies_in_threads_costs_only_its_call_memory() -> None:
+    profile = profile_pipeline(Pipeline(one_thread_only, name="fragile"), list(range(8)),
+                               samples=8, loaded=False)
+    (measured,) = profile.units
+    assert measured.call_memory is None  # the pass ran in a copy, which died
+    assert measured.failures == 0 and measured.cpu_s > 0

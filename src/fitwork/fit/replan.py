@@ -22,8 +22,8 @@ class PlanReplanner:
     slowed by waiting for a core (a busier host) then shows no gain from more replicas.
 
     A fused placement (the plan chose to run its units as one) is re-fitted as the one unit
-    it runs: its replicas and their threads re-solved at the fused unit's measured rate and
-    CPU per item (`refit_fused`).
+    it runs: its replica count re-solved at the fused unit's measured rate and CPU per item,
+    its threads per replica kept (`refit_fused`).
     """
 
     def __init__(self, plan: Plan, placement: Placement) -> None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fitwork.errors import FitworkError
-from fitwork.forked import ChildFailed, run_forked
+from fitwork.forked import ChildFailed, run_forked, try_forked
 from fitwork.hardware.discover import usable_cores
 from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.corun import loaded_factor, worth_measuring
@@ -460,6 +460,8 @@ MEMORY_THREADS = 4
 """Calls at once `_call_memory` runs, in threads of one process."""
 MEMORY_ROUNDS = 2
 """Calls each of those threads makes, one item each."""
+MEMORY_TIMEOUT_S = 60.0
+"""The most seconds the call-memory pass may take before it is given up."""
 
 
 def _call_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | None:
@@ -468,10 +470,17 @@ def _call_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | N
     calling the unit at once, over the peak with one thread making the same calls, per
     further thread.  It counts what a call lets go of after (numpy temporaries) and what a
     library keeps per concurrent call (an allocator's arena grown for each run at once,
-    as onnxruntime's is); a call that holds the interpreter lock meets few others.
-    ``None`` where the kernel cannot say (not Linux)."""
-    if not inputs:
+    as onnxruntime's is); a call that holds the interpreter lock meets few others.  It runs
+    in a forked copy of this replica, so a unit that crashes or hangs when called from
+    several threads costs this figure only (``None``, as where the kernel cannot say)."""
+    if not inputs or sys.platform != "linux":
         return None
+    found = try_forked(MEMORY_TIMEOUT_S, _threads_memory, call, inputs)
+    return found if isinstance(found, int) else None
+
+
+def _threads_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | None:
+    """`_call_memory`'s measurement itself, in this process."""
     items = [inputs[i % len(inputs)] for i in range(MEMORY_THREADS * MEMORY_ROUNDS)]
 
     def calls(mine: list[Any], start: threading.Barrier | None = None) -> None:
@@ -623,15 +632,13 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         warm = []  # first, while no output is kept: the allocator as a replica has it
         dropped = _time_dropping(call, inputs, _sizes(unit, len(inputs))[-1])
     timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools)
-    peaked = _rss()  # one replica's peak: building, one call at a time
-    call_memory = _call_memory(call, inputs)
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
+    call_memory = _call_memory(call, inputs)
     before = timed.batches[-1]
     speedup, parallelism = _thread_gain(timed, alone, threads)
     timed.batches[-1] = chosen = _as_dropped(timed.batches[-1], before, dropped)
-    # before counting, which may build a second replica
-    peak_rss = max(0, peaked - start_rss)
+    peak_rss = max(0, _rss() - start_rss)  # before counting, which may build a second replica
     counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
     memory, memory_source = _device_memory(unit, timed)
     profile = UnitProfile(
