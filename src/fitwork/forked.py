@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import select
 import signal
 import traceback
@@ -46,18 +45,20 @@ def run_forked(call: Callable[..., Any], *args: Any) -> Any:
     return payload
 
 
-def try_forked(timeout: float, call: Callable[..., Any], *args: Any) -> Any:
-    """``call(*args)`` in a child forked with `os.fork` (so a daemonic process may use it
-    too): its result, or ``None`` where it raised, died or took more than ``timeout``
-    seconds (the child is then killed).  The result must pickle."""
+def forked_int(timeout: float, call: Callable[..., int | None], *args: Any) -> int | None:
+    """``call(*args)``, an int, in a child forked with `os.fork` (so a daemonic process may
+    use it too): that int, or ``None`` where it gave none, raised, died or took more than
+    ``timeout`` seconds (the child is then killed).  The int comes back as text: nothing is
+    unpickled."""
     readable, writable = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: send the result, then leave at once (no cleanup of the copy)
+    if pid == 0:  # the child: send the figure, then leave at once (no cleanup of the copy)
         os.close(readable)
         code = 1
         try:
-            with os.fdopen(writable, "wb") as out:
-                pickle.dump(call(*args), out)
+            value = call(*args)
+            with os.fdopen(writable, "w", encoding="ascii") as out:
+                out.write("" if value is None else str(int(value)))
             code = 0
         finally:
             os._exit(code)
@@ -65,12 +66,12 @@ def try_forked(timeout: float, call: Callable[..., Any], *args: Any) -> Any:
     ready: list[int] = []
     try:
         ready, _, _ = select.select([readable], [], [], timeout)
-        with os.fdopen(readable, "rb") as received:
-            data = received.read() if ready else b""
+        with os.fdopen(readable, "r", encoding="ascii") as received:
+            text = received.read() if ready else ""
     finally:
         if not ready:
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
-    if not data or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+    if not text.strip().isdigit() or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         return None
-    return pickle.loads(data)
+    return int(text)

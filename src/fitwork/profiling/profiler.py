@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fitwork.errors import FitworkError
-from fitwork.forked import ChildFailed, run_forked, try_forked
+from fitwork.forked import ChildFailed, forked_int, run_forked
 from fitwork.hardware.discover import usable_cores
 from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.corun import loaded_factor, worth_measuring
@@ -475,8 +475,7 @@ def _call_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | N
     several threads costs this figure only (``None``, as where the kernel cannot say)."""
     if not inputs or sys.platform != "linux":
         return None
-    found = try_forked(MEMORY_TIMEOUT_S, _threads_memory, call, inputs)
-    return found if isinstance(found, int) else None
+    return forked_int(MEMORY_TIMEOUT_S, _threads_memory, call, inputs)
 
 
 def _threads_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | None:
