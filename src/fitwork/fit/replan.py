@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from fitwork.errors import InputError
 from fitwork.fit.monolithic import FUSED, unit_limits
 from fitwork.fit.plan import Plan, PlanSide, largest_groups, planned_group, refit
+from fitwork.fit.result import Placement as Replicas
 from fitwork.fit.solver import solve
 from fitwork.fit.spec import ClassDemand, UnitDemand
 from fitwork.placement import Placement
@@ -67,9 +68,8 @@ class PlanReplanner:
         demand on the class and batch size its largest group runs at (the engine's work on
         the item and the driver's share of its frames included)."""
         if self.fused:
-            ran = largest_groups(self._fused_side().result).get(FUSED)
-            return {FUSED: ran.cores * ran.replicas / ran.items_per_s} \
-                if ran is not None and ran.items_per_s > 0 else {}
+            ran = largest_groups(fused_side(self.plan).result).get(FUSED)
+            return {FUSED: _cpu_per_item(ran)} if ran is not None else {}
         largest: dict[str, tuple[int, str, int | None]] = {}
         for g in self.placement.groups:
             if g.replicas and g.replicas > largest.get(g.unit, (0, "", None))[0]:
@@ -94,32 +94,33 @@ class PlanReplanner:
               cpu: Mapping[str, float] | None = None) -> Placement:
         """The plan re-solved with these measured rates (same solver, same fleet)."""
         if self.fused:
-            return refit_fused(self.plan, self._fused_side_name(), rates.get(FUSED),
-                               (cpu or {}).get(FUSED))
+            return refit_fused(self.plan, rates.get(FUSED), (cpu or {}).get(FUSED))
         return refit(self.plan, dict(rates), dict(cpu or {}))
 
-    def _fused_side_name(self) -> str:
-        return "fitted" if self.plan.fused else "monolithic"
 
-    def _fused_side(self) -> PlanSide:
-        return self.plan.fitted if self.plan.fused else self.plan.monolithic
+def fused_side(plan: Plan) -> PlanSide:
+    """The side of ``plan`` a fused run runs: the fitted one where the plan fused, else its
+    monolithic baseline (a ``--monolithic`` run)."""
+    return plan.fitted if plan.fused else plan.monolithic
 
 
-def refit_fused(plan: Plan, side: str, rate: float | None,
-                cpu: float | None = None) -> Placement:
-    """The fused replicas of ``plan`` (its ``side``: ``fitted`` where the plan fused, else
-    ``monolithic``) re-solved at the fused unit's measured ``rate`` (items/s of one busy
-    replica) and ``cpu`` seconds per item (as planned where not measured): the same fleet,
-    class, threads per replica and memory; the replica count is what changes."""
-    chosen = plan.fitted if side == "fitted" else plan.monolithic
-    ran = largest_groups(chosen.result).get(FUSED)
+def _cpu_per_item(ran: Replicas) -> float:
+    """CPU seconds per item a solved group was planned to spend."""
+    return ran.cores * ran.replicas / ran.items_per_s if ran.items_per_s > 0 else 0.0
+
+
+def refit_fused(plan: Plan, rate: float | None, cpu: float | None = None) -> Placement:
+    """The fused replicas of ``plan`` (`fused_side`) re-solved at the fused unit's measured
+    ``rate`` (items/s of one busy replica) and ``cpu`` seconds per item (as planned where
+    not measured): the same fleet, class, threads per replica and memory; the replica count
+    is what changes."""
+    ran = largest_groups(fused_side(plan).result).get(FUSED)
     if ran is None or not plan.nodes:
         raise InputError("this plan has no fused replicas to re-fit; re-plan it with "
                          "`fitwork plan`")
     rate = rate if rate is not None and rate > 0 else ran.rate or 0.0
-    planned_cpu = ran.cores * ran.replicas / ran.items_per_s if ran.items_per_s > 0 else 0.0
     demand = ClassDemand(rate=rate, memory=int(ran.memory),
-                         cpu_seconds=cpu if cpu is not None else planned_cpu)
+                         cpu_seconds=cpu if cpu is not None else _cpu_per_item(ran))
     most, per_s = unit_limits(plan.demands)
     unit = UnitDemand(name=FUSED, classes={ran.device_class: demand},
                       concurrency=ran.threads or 1, max_concurrency=most, rate_limit=per_s)

@@ -331,7 +331,7 @@ def _rss() -> int:
 
 
 def _status_bytes(field: str) -> int | None:
-    """A ``kB`` figure of /proc/self/status (``VmRSS``, ``VmHWM``) in bytes; ``None``
+    """A ``kB`` figure of /proc/self/status (``VmHWM``) in bytes; ``None``
     where there is no such file (not Linux)."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
@@ -343,15 +343,15 @@ def _status_bytes(field: str) -> int | None:
     return None
 
 
-def _reset_high_water() -> int | None:
-    """Lower this process's peak RSS to its RSS now (Linux's ``clear_refs`` 5) and return
-    it; ``None`` where the kernel does not let it (then no call memory is measured)."""
+def _reset_high_water() -> bool:
+    """Lower this process's peak RSS to its RSS now (Linux's ``clear_refs`` 5); whether the
+    kernel let it (where not, no call memory is measured)."""
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
             refs.write("5")
     except OSError:
-        return None
-    return _status_bytes("VmRSS")
+        return False
+    return True
 
 
 def _high_water() -> int | None:
@@ -489,7 +489,7 @@ def _threads_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int 
             with contextlib.suppress(Exception):
                 call([item])
 
-    if _reset_high_water() is None:
+    if not _reset_high_water():
         return None
     calls(items)
     alone = _high_water()
