@@ -39,7 +39,7 @@ def test_the_ceiling_is_at_most_the_cores_others_left() -> None:
 @unit
 def crunch(n: int) -> int:
     total = 0
-    for i in range(20_000):
+    for i in range(120_000):  # about 5 ms: the timed window spans many of the kernel's ticks
         total += i * n
     return total
 
@@ -64,5 +64,7 @@ def test_the_profile_measures_what_others_use_of_its_cores() -> None:
         spinner.join()
     assert batch.others_share is not None
     print(f"others used {batch.others_share:.2f} of {cores} cores")
-    # one spinning process: a core's worth of the host's, or more where others run too
-    assert batch.others_share >= 0.8 / cores
+    # one spinning process: about a core's worth of the host's, or more where others run
+    # too; CPU time is counted in the kernel's 10 ms ticks and a shared host may take some
+    # of the spinner's core, so the bound is well under a core and well over nothing
+    assert batch.others_share >= 0.5 / cores
