@@ -134,7 +134,9 @@ class Layout:
 
     ``placement`` is what `fitwork.run` takes (a plan for the fitted layout, else ``None``
     and ``workers`` gives the counts); ``adapt`` re-fits the plan while it runs.
-    ``predicted`` is the plan's items/s for this layout where the plan states one.
+    ``predicted`` is the plan's steady items/s for this layout where the plan states one,
+    and ``predicted_run`` what it predicts for a run of the trial's pages (its replicas'
+    start-up and the first page's way through included: `fitwork.Plan.run_rate`).
     """
 
     key: str
@@ -146,6 +148,7 @@ class Layout:
     placement: Any = None
     adapt: bool = False
     predicted: float | None = None
+    predicted_run: float | None = None
     note: str = ""
 
     @property

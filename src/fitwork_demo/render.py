@@ -81,10 +81,15 @@ def verdict(sweep: Sweep) -> list[Text]:
         style=_style(aims["memory"] and aims["memory_rss"])))
     plan, share = sweep.plan, fitted.realized_share
     base, adapted = sweep.baseline, sweep.adapted
+    startup, first = plan.run_overhead()
+    pages = max((t.record.items_completed for t in fitted.trials), default=0)
     lines.append(Text(
         f"  plan: {fitted.layout.config}; predicted {plan.fitted.throughput:.2f} items/s "
-        f"fitted, {plan.monolithic.throughput:.2f} monolithic (x{monolith_replicas(plan)}); "
-        f"realized / predicted (medians): fitted {share or 0:.2f}"
+        f"fitted, {plan.monolithic.throughput:.2f} monolithic (x{monolith_replicas(plan)}), "
+        f"steady; for a run of {pages} pages {fitted.layout.predicted_run or 0:.2f} "
+        f"fitted (its replicas building their units {startup:.2f} s, the first page through "
+        f"{first:.2f} s); realized (whole run) / predicted for the run (medians): fitted "
+        f"{share or 0:.2f}"
         + (f", fitted + adapt {adapted.realized_share or 0:.2f}" if adapted else "")
         + (f", monolith x{monolith_replicas(plan)} {base.realized_share or 0:.2f}"
            if base is not None else "")))

@@ -181,10 +181,11 @@ class Contender:
 
     @property
     def realized_share(self) -> float | None:
-        """Pages/s (startup left out) over the plan's prediction, where it made one."""
-        if not self.layout.predicted:
+        """Whole-run pages/s over what the plan predicts for a run of the trial's pages
+        (start-up included on both sides), where it made a prediction."""
+        if not self.layout.predicted_run:
             return None
-        return self.rate / self.layout.predicted
+        return self.items_per_s / self.layout.predicted_run
 
     @property
     def last(self) -> Trial:
@@ -424,11 +425,13 @@ def layouts(plan: Plan, config: DemoConfig, cores: float, flops: Flops,
             gpu: bool) -> list[Layout]:
     """Every layout swept at one latency: monoliths, threaded monoliths, hand, fitted."""
     planned = monolith_replicas(plan)
+    pages = config.images
     mono = monolithic(flops, gpu)
     found = [Layout(key=f"monolith-p{p}", family="monolith", title=f"monolith x{p}",
                     config=f"{MONOLITHIC}, {p} process{'es' if p > 1 else ''}",
                     pipeline=mono, workers={MONOLITHIC: p},
                     predicted=plan.monolithic.throughput if p == planned else None,
+                    predicted_run=plan.run_rate(pages, "monolithic") if p == planned else None,
                     note="the plan's monolithic baseline" if p == planned else "")
              for p in process_counts(plan, config, cores)]
     per_core = max(1, round(cores))
@@ -450,10 +453,12 @@ def layouts(plan: Plan, config: DemoConfig, cores: float, flops: Flops,
     found.append(Layout(key="fitted", family="fitted", title="fitted (plan only)",
                         config=plan_config(plan), pipeline=pipeline, placement=plan,
                         predicted=plan.fitted.throughput,
+                        predicted_run=plan.run_rate(pages),
                         note="planned by fit(profile, discover_local()), run as planned"))
     found.append(Layout(key="fitted-adapt", family="adapted", title="fitted + adapt",
                         config=plan_config(plan), pipeline=pipeline, placement=plan,
                         adapt=True, predicted=plan.fitted.throughput,
+                        predicted_run=plan.run_rate(pages),
                         note="the same plan, re-fitted while it runs (adapt=True)"))
     return found
 

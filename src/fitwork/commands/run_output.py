@@ -113,6 +113,13 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
 
             predicted, priced = for_record(predicted, record)
             steady = steady_rate(side.throughput, len(record.units))
+        elif record.items_completed > 0:  # its replicas' builds, the first item's way
+            which = "monolithic" if monolithic else "fitted"
+            predicted = planned.run_rate(record.items_completed, which)
+            startup, first = planned.run_overhead(which)
+            priced = (f" over a run of {record.items_completed:,} items ({steady:,.1f} "
+                      f"steady, less its replicas building their units, {startup:.2f} s, "
+                      f"and the first item's way through, {first:.2f} s)")
         console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side"
                       f"{priced}; {compare(record, predicted, steady)}", markup=False,
                       soft_wrap=True)

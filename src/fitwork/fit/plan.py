@@ -96,7 +96,9 @@ class Plan(Document):
     (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it.  Live
     re-fitting takes it as the plan's range for a unit's rate and CPU per item.
     ``layout_error`` is the log half-width both sides' ranges were widened by for the
-    model's own miss on whole plans (`fitwork.fit.layout_error`).
+    model's own miss on whole plans (`fitwork.fit.layout_error`).  ``build_cpu_s`` and
+    ``build_wall_s`` are, per unit, what a replica spends building it, as profiled: what a
+    short run pays beyond the steady rate (`fitwork.fit.startup`).
     """
 
     document_kind: ClassVar[str] = "plan"
@@ -126,6 +128,22 @@ class Plan(Document):
     uncertainty: float = 0.0
     tie: str | None = None
     layout_error: float = 0.0
+    build_cpu_s: dict[str, float] = Field(default_factory=dict)
+    build_wall_s: dict[str, float] = Field(default_factory=dict)
+
+    def run_rate(self, items: int, side: str = "fitted") -> float:
+        """Items/s ``side`` is predicted to realize over a run of ``items`` source items,
+        its replicas' start-up and the first item's way through included
+        (`fitwork.fit.startup`); the steady rate as ``items`` grows."""
+        from fitwork.fit.startup import run_rate
+
+        return run_rate(self, items, side)
+
+    def run_overhead(self, side: str = "fitted") -> tuple[float, float]:
+        """(start-up, first item) seconds a run of ``side`` pays before its steady rate."""
+        from fitwork.fit.startup import first_item_seconds, startup_seconds
+
+        return startup_seconds(self, side), first_item_seconds(self, side)
 
     def placement(self, node_type: str | None = None, side: str = "fitted") -> Placement:
         """The plan as engines take it: replica groups per unit, device class and node type.
@@ -350,6 +368,8 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         batch_rates=swept, demands=units, nodes=nodes, core_ceiling=ceiling,
         hop_seconds=hop_seconds, max_latency=max_latency, time_limit=time_limit,
         mip_gap=mip_gap, uncertainty=uncertainty, tie=tie, layout_error=error,
+        build_cpu_s={u.name: u.build_cpu_s for u in profile.units if u.build_cpu_s},
+        build_wall_s={u.name: u.build_wall_s for u in profile.units if u.build_wall_s},
     )
 
 

@@ -619,11 +619,13 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     start_rss = psutil.Process().memory_info().rss
     threads = replica_threads(unit.resources.cpu)
     hold_pools(threads)  # as a replica is held, before the unit builds (torch reads it)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     kernel = Kernel(unit)
     call = kernel.caller()
     warm: list[Any] = []
     with contextlib.suppress(Exception):
         warm, _ = call([inputs[0]])  # warm-up: imports, caches, CUDA context
+    build = (time.process_time() - cpu0, time.perf_counter() - wall0)
     pools = hold_pools(threads)  # again, for the pools the unit or its warm-up loaded
     accelerated = on.on_accelerator(unit)
     dropped = None
@@ -655,5 +657,8 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         peak_rss=peak_rss, call_memory=call_memory, batches=timed.batches,
         reserve=unit.reserve,
         max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit,
-        threads=threads, parallelism=parallelism, thread_speedup=speedup)
+        threads=threads, parallelism=parallelism, thread_speedup=speedup,
+        # building it and its first call, beyond that call's share of the work
+        build_cpu_s=round(max(0.0, build[0] - timed.batches[0].cpu_s), 6),
+        build_wall_s=round(max(0.0, build[1] - timed.batches[0].wall_s), 6))
     return profile, timed.outputs

@@ -159,6 +159,9 @@ class UnitProfile(BaseModel):
     CPU per item with ``loaded_copies`` copies of it running at once, one per core, over its
     CPU per item alone (`fitwork.profiling.corun`; ``None``: not measured), and `loaded`
     is the unit as a run that fills the host meets it, which is what the fit plans from.
+    ``build_cpu_s`` and ``build_wall_s`` are what a replica spends before it works at the
+    profiled pace: building the unit (loading a model) and its first call's extra (imports,
+    caches), beyond one item's work (``None``: a profile from before they were measured).
     """
 
     name: str
@@ -193,6 +196,8 @@ class UnitProfile(BaseModel):
     thread_speedup: float | None = None
     loaded_copies: int | None = None
     loaded_factor: float | None = None
+    build_cpu_s: float | None = None
+    build_wall_s: float | None = None
 
     def replica_parallelism(self) -> float:
         """The most cores one replica of this unit keeps busy: as measured, or for a profile

@@ -38,9 +38,10 @@ def compared(labels: Sequence[str]) -> list[int]:
 
 
 def cpu_seconds(record: RunRecord) -> float:
-    """Process CPU seconds (user + system) every worker of the run used."""
-    by_units = sum(u.cpu_s for u in record.units)
-    return by_units or sum(w.cpu_s for w in record.workers)
+    """Process CPU seconds (user + system) every worker of the run used, building its unit
+    included."""
+    by_units = sum(u.cpu_s + u.build_cpu_s for u in record.units)
+    return by_units or sum(w.cpu_s + w.build_cpu_s for w in record.workers)
 
 
 def host_cores(host: Mapping[str, Any] | None) -> float | None:

@@ -21,7 +21,11 @@ from fitwork.telemetry.figures import (
 
 
 class WorkerRecord(BaseModel):
-    """One worker process: what it did and when it was busy (seconds from the run's start)."""
+    """One worker process: what it did and when it was busy (seconds from the run's start).
+
+    ``cpu_s`` is the CPU it spent from its first call on; ``build_cpu_s`` what it spent
+    before (starting, building its unit: loading a model), which a short run pays at every
+    replica and a profile's CPU per item leaves out."""
 
     worker_id: int
     unit: str
@@ -37,6 +41,7 @@ class WorkerRecord(BaseModel):
     busy_s: float = 0.0
     blocked_s: float = 0.0
     cpu_s: float = 0.0
+    build_cpu_s: float = 0.0
     exit_cause: str | None = None
     busy_intervals: list[tuple[float, float]] = Field(default_factory=list)
 
@@ -58,6 +63,7 @@ class UnitRecord(BaseModel):
     busy_fraction: float = 0.0
     blocked_s: float = 0.0
     cpu_s: float = 0.0
+    build_cpu_s: float = 0.0
     failures: int = 0
 
 
@@ -251,6 +257,7 @@ def summarize_units(
             "bytes_out": sum(w.bytes_out for w in mine),
             "busy_s": busy,
             "cpu_s": sum(w.cpu_s for w in mine),
+            "build_cpu_s": sum(w.build_cpu_s for w in mine),
             "busy_fraction": busy_fraction(busy, 1, base.replica_s) if base.replica_s
             else busy_fraction(busy, base.replicas, wall_s),
         }))
@@ -260,9 +267,9 @@ def summarize_units(
 def resource_utilization(units: Sequence[UnitRecord], wall_s: float) -> list[ResourceRecord]:
     """Per resource: allocated = replicas x demand x wall; used = measured busy seconds.
 
-    CPU use is the workers' measured process CPU time (user + system), so a unit waiting
-    on I/O counts as idle cores.  GPU use, without device samples, is the busy time of the
-    units that hold a GPU share, times that share.
+    CPU use is the workers' measured process CPU time (user + system), building their
+    units included, so a unit waiting on I/O counts as idle cores.  GPU use, without
+    device samples, is the busy time of the units that hold a GPU share, times that share.
     """
     records = []
     for resource, basis in (("cpu", "process CPU seconds / (cores allocated x wall seconds)"),
@@ -273,7 +280,7 @@ def resource_utilization(units: Sequence[UnitRecord], wall_s: float) -> list[Res
         if not allocated_s:
             continue
         if resource == "cpu":
-            used = sum(u.cpu_s for u in units)
+            used = sum(u.cpu_s + u.build_cpu_s for u in units)
         else:
             used = sum(u.busy_s * u.resources.get("gpu", 0.0) for u in units)
         records.append(ResourceRecord(

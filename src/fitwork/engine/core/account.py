@@ -52,7 +52,7 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
             items_in=w.counters.items_in, items_out=w.counters.items_out,
             bytes_in=w.counters.bytes_in, bytes_out=w.counters.bytes_out,
             busy_s=w.counters.busy_s, blocked_s=w.counters.blocked_s, cpu_s=w.counters.cpu_s,
-            busy_intervals=w.intervals)
+            build_cpu_s=w.build_cpu_s, busy_intervals=w.intervals)
         for w in core.workers.values()
     ]
     held = replica_seconds(core, wall)

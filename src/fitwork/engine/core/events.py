@@ -37,12 +37,14 @@ class Fed(NamedTuple):
 
 
 class Ready(NamedTuple):
-    """A worker is up: its process id and the node it runs on."""
+    """A worker is up: its process id, the node it runs on, and the CPU seconds it spent
+    before its first call (starting, building its unit), which its counters leave out."""
 
     worker: int
     pid: int
     now: float
     node: str | None = None
+    build_cpu_s: float = 0.0
 
 
 class Taken(NamedTuple):

@@ -90,8 +90,9 @@ LIVE_FIGURES = ("items_in", "items_out", "busy_s", "cpu_s")
 class WorkerBooks:
     """What the core knows of one worker."""
 
-    __slots__ = ("cause", "clean", "code", "counters", "ended", "group", "held", "id",
-                 "intervals", "node", "pid", "ready", "retiring", "stage", "started")
+    __slots__ = ("build_cpu_s", "cause", "clean", "code", "counters", "ended", "group",
+                 "held", "id", "intervals", "node", "pid", "ready", "retiring", "stage",
+                 "started")
 
     def __init__(self, worker_id: int, stage: int, group: Group | None, now: float) -> None:
         self.id, self.stage, self.group, self.started = worker_id, stage, group, now
@@ -105,6 +106,7 @@ class WorkerBooks:
         self.cause = ""
         self.held: dict[int, Sequence[tuple[int, Sequence[int]]]] = {}
         self.counters = Counters()
+        self.build_cpu_s = 0.0
         self.intervals: list[tuple[float, float]] = []
 
 
@@ -265,6 +267,7 @@ class RunCore(Retries):
         worker = self.workers.get(event.worker)
         if worker is not None:
             worker.ready, worker.pid, worker.node = True, event.pid, event.node
+            worker.build_cpu_s = event.build_cpu_s
 
     def _taken(self, event: Taken) -> None:
         self.last_activity = event.now

@@ -163,6 +163,7 @@ class Worker:
         self.busy = Busy()
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
         self.blocked_s = 0.0
+        self.built_cpu = 0.0  # CPU seconds before the first call, set when it serves
         self.part: PartWriter | None = None
         self.written: list[Segment] = []  # outputs in the part the driver has not heard of
 
@@ -177,7 +178,8 @@ class Worker:
         """Cumulative counters: items and bytes in and out; busy, blocked, CPU seconds, and
         seconds spent waiting for a core."""
         return Counters(self.items_in, self.items_out, self.bytes_in, self.bytes_out,
-                        self.busy.seconds, self.blocked_s, time.process_time(), run_queue_seconds())
+                        self.busy.seconds, self.blocked_s, time.process_time() - self.built_cpu,
+                        run_queue_seconds())
 
     def report(self, finished: list[int]) -> None:
         """Tell the driver these frames are done, with what they returned and cost (and
@@ -328,7 +330,8 @@ class Worker:
 
     def serve(self, kernel: Kernel) -> None:
         """Say hello, run the loop that fits the unit, and report final counters on stop."""
-        self.send(Ready(self.id, os.getpid(), time.monotonic()))
+        self.built_cpu = time.process_time()  # starting and building: not the unit's work
+        self.send(Ready(self.id, os.getpid(), time.monotonic(), build_cpu_s=self.built_cpu))
         unit = kernel.unit
         runner = Runner(kernel, self.spec.gate, self.busy, unit.io if unit.is_io else 0)
         if runner.concurrent:

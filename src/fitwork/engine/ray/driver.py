@@ -399,7 +399,7 @@ class RayRun(Placing, Shell):
         """A replica said hello with its unit built: note where it runs, tell the core."""
         actor = self.actors[worker]
         actor.pid, actor.node, actor.ready = info.pid, info.node, True
-        self.handle(Ready(worker, info.pid, self.clock(), info.node))
+        self.handle(Ready(worker, info.pid, self.clock(), info.node, info.build_cpu_s))
 
     def _settle(self, ref: Any) -> None:
         worker, call, own_outputs = self.calls.pop(ref)

@@ -44,13 +44,15 @@ class ReplicaSpec(NamedTuple):
 
 class Hello(NamedTuple):
     """A replica is up: its process and node, or why its unit could not start (``load``:
-    the unit's code could not even be loaded there)."""
+    the unit's code could not even be loaded there); ``build_cpu_s``: the CPU seconds it
+    spent starting and building its unit, which its counters leave out."""
 
     pid: int
     node: str | None
     actor: str | None = None
     error: str | None = None
     load: bool = False
+    build_cpu_s: float = 0.0
 
 
 class Reading(NamedTuple):

@@ -92,13 +92,15 @@ class Replica:
         self.last_call = time.monotonic()
         self.waiting = 0
         self.seq = 0  # numbers each reading of the counters, so the driver keeps the newest
+        self.built_cpu = time.process_time()  # starting and building: not the unit's work
 
     # -- identity and telemetry ------------------------------------------------------------
 
     def hello(self) -> Hello:
         """Where this replica runs, and why its unit could not start if it could not."""
         return Hello(os.getpid(), ray.get_runtime_context().get_node_id(), self.id,
-                     self.load_error or self.error, self.load_error is not None)
+                     self.load_error or self.error, self.load_error is not None,
+                     self.built_cpu)
 
     def set_members(self, version: int, members: list[Any]) -> None:
         """The next unit's live replicas, as the driver holds them at ``version``."""
@@ -122,7 +124,8 @@ class Replica:
         self.seq += 1
         return Reading(self.seq, Counters(
             self.items_in - self.waiting, self.items_out, self.bytes_in, self.bytes_out,
-            self.busy.seconds, self.blocked_s, time.process_time(), run_queue_seconds()))
+            self.busy.seconds, self.blocked_s, time.process_time() - self.built_cpu,
+            run_queue_seconds()))
 
     def drain(self, idle: float = 0.5, patience: float = 300.0) -> Stats:
         """Return once no call has run for ``idle`` seconds (a retiring replica's last word)."""
