@@ -6,7 +6,8 @@
       │                                                                                  │
       ├─ FLOPs counted from the ONNX graphs (forked child)                              │
       └─ at each store latency:                                                         │
-           profile the split units (fitwork.profile_pipeline) ─▶ fit(profile, fleet)    │
+           profile the split units (fitwork.profile_pipeline; the model units once, ─▶   │
+           fetch and store again at each latency)          fit(profile, fleet)           │
            layouts: monolith x 1..k processes, threaded monolith (fused, io=N),          │
                     hand layouts of the split units, the fitted plan as planned and ─────┤
                     the fitted plan re-fitted live (adapt=True), as separate contenders  │
@@ -44,6 +45,7 @@ from typing import Protocol
 from fitwork import (
     FitworkError,
     Fleet,
+    Pipeline,
     PipelineProfile,
     Plan,
     Progress,
@@ -463,21 +465,47 @@ def layouts(plan: Plan, config: DemoConfig, cores: float, flops: Flops,
     return found
 
 
-def sweep_latency(latency_ms: float, documents: list[Document], config: DemoConfig,
-                  fleet: Fleet, flops: Flops, gpu_class: str | None,
-                  listener: Listener) -> Sweep:
-    """Profile and fit at one store latency, then run every layout ``repeats`` times."""
+def profile_split(latency_ms: float, documents: list[Document], samples: list[dict[str, str]],
+                  pipeline: Pipeline, listener: Listener,
+                  models: PipelineProfile | None = None) -> PipelineProfile:
+    """The split units' profile at one store latency (the store serving).  The model units
+    never touch the store, so where ``models`` (a profile at another latency) has them,
+    only ``fetch`` and ``store`` are measured again, ``store`` on each sample's known lines
+    (what recognition reads off it)."""
     from fitwork import profile_pipeline
 
+    def progress(unit: str) -> None:
+        listener.phase(f"{latency_ms:g} ms: profiling {unit}")
+
+    if models is None:
+        return profile_pipeline(pipeline, samples, samples=len(samples), progress=progress)
+    lines = {d.id: list(d.lines) for d in documents}
+    inputs = {"fetch": samples, "store": [{"id": s["id"], "lines": lines[s["id"]]}
+                                          for s in samples]}
+    units = []
+    for measured in models.units:
+        if measured.name in inputs:
+            (unit,) = [u for u in pipeline.units if u.name == measured.name]
+            measured = profile_pipeline(Pipeline(unit, name=measured.name),
+                                        inputs[measured.name], samples=len(samples),
+                                        progress=progress).units[0]
+        units.append(measured)
+    return models.model_copy(update={"units": units})
+
+
+def sweep_latency(latency_ms: float, documents: list[Document], config: DemoConfig,
+                  fleet: Fleet, flops: Flops, gpu_class: str | None,
+                  listener: Listener, models: PipelineProfile | None = None) -> Sweep:
+    """Profile (the model units only where ``models`` has them not, see `profile_split`)
+    and fit at one store latency, then run every layout ``repeats`` times."""
     cores = max(n.cores for n in fleet.node_types)
     gpu = gpu_class is not None
     items = [{"id": d.id} for d in documents]
     count = min(config.samples, len(items))
     samples = [items[i * len(items) // count] for i in range(count)]
     with serve({d.id: d.png for d in documents}, latency_ms) as store:
-        profile = profile_pipeline(
-            split(flops, gpu), samples, samples=len(samples),
-            progress=lambda unit: listener.phase(f"{latency_ms:g} ms: profiling {unit}"))
+        profile = profile_split(latency_ms, documents, samples, split(flops, gpu), listener,
+                                models)
         listener.phase(f"{latency_ms:g} ms: fitting the split units to this host")
         plan = plan_for(profile, fleet, precision=PRECISION)
         contenders = [Contender(layout) for layout in layouts(plan, config, cores, flops, gpu)]
@@ -533,8 +561,10 @@ def run_demo(config: DemoConfig | None = None, listener: Listener | None = None)
     except RuntimeError as exc:
         flops, flops_note = Flops(), f"not counted ({exc}): no MFU"
     with _environment(GPU_ENV, "1" if gpu_class else None):
-        sweeps = [sweep_latency(latency, documents, config, fleet, flops, gpu_class, listener)
-                  for latency in config.latencies_ms]
+        sweeps: list[Sweep] = []
+        for latency in config.latencies_ms:
+            sweeps.append(sweep_latency(latency, documents, config, fleet, flops, gpu_class,
+                                        listener, sweeps[0].profile if sweeps else None))
     listener.phase("checking and writing")
     result = DemoResult(
         config=config, pages=len(documents), host_cores=host_cores, gpu_class=gpu_class,

@@ -247,6 +247,11 @@ def test_demo_reads_the_same_text_in_every_trial(result: DemoResult) -> None:
 @pytest.mark.slow
 def test_the_sweep_ran_every_layout_twice_in_alternating_order(result: DemoResult) -> None:
     assert [s.latency_ms for s in result.sweeps] == list(LATENCIES)
+    # the model units are profiled once; fetch and store again at each store latency
+    first, second = ({u.name: u for u in s.profile.units} for s in result.sweeps)
+    assert first["detect"] == second["detect"] and first["recognise"] == second["recognise"]
+    assert second["fetch"].wall_s > first["fetch"].wall_s + 0.01
+    assert second["store"].wall_s > first["store"].wall_s + 0.01
     for sweep in result.sweeps:
         keys = [c.layout.key for c in sweep.contenders]
         assert {"monolith-p1", "monolith-p2", "threaded-2x2", "hand-d1-r1", "fitted",
