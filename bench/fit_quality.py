@@ -773,9 +773,15 @@ class Outcome:
         return statistics.median(r.record.throughput for r in self.planned.runs)
 
     @property
+    def predicted_run(self) -> float:
+        """What the plan predicts for a run of as many items as its runs had: the steady
+        rate with its replicas' builds and the first item's way through (`Plan.run_rate`)."""
+        return self.plan.run_rate(self.planned.runs[0].items)
+
+    @property
     def realized_share(self) -> float:
-        """The plan's realized throughput over its prediction."""
-        return self.realized / self.plan.fitted.throughput
+        """The plan's realized throughput over its prediction for a run of that length."""
+        return self.realized / self.predicted_run
 
     @property
     def hand_share(self) -> float:
@@ -1015,7 +1021,7 @@ def explain(outcome: Outcome, say: Callable[[str], None]) -> None:
             f"{(p.rate if p else math.nan):8.1f}, measured when busy {busy_rate:8.1f} "
             f"(busy {u.busy_fraction:5.1%}, blocked {u.blocked_s:5.2f} s); CPU per item in: "
             f"profiled {profiled * 1e3:6.3f} ms, run {cpu * 1e3:6.3f} ms "
-            f"(+{(cpu - profiled) * 1e6:5.0f} us, start-up included)")
+            f"(+{(cpu - profiled) * 1e6:5.0f} us, building the unit left out)")
 
 
 def _predicted(contender: Contender) -> float:
@@ -1038,6 +1044,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
     ("monolith", ".1f", lambda o: o.monolith.rate),
     ("threaded", ".1f", lambda o: o.threaded.rate if o.threaded else math.nan),
     ("predicted", ".1f", lambda o: o.plan.fitted.throughput),
+    ("pred run", ".1f", lambda o: o.predicted_run),
     ("realized", ".1f", lambda o: o.realized),
     ("steady", ".1f", lambda o: o.planned.typical().steady),
     ("real/pred", ".2f", lambda o: o.realized_share),
@@ -1086,16 +1093,18 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
                                          at_run_load=o.adapted_at_run_load),
                     f"; re-fits {len(refits)} ({changed} changed the layout)")
     print("columns: every figure is a contender's median run; monolith = the best of its "
-          "process-count sweep; threaded = the best threaded monolith (P processes x N "
-          "threads); predicted = the plan's items/s; realized = the median of its runs' "
-          "records (completed / run wall); steady = its median run between 10% and 90% of "
-          "items done; plan e2e, best hand = items/s end to end; plan/best = the plan over "
-          "the best baseline of another layout (a baseline that ran the plan's own layout is "
-          "pooled with the plan's runs); luckiest = the plan's fastest run over any other "
-          "layout's fastest (the old best-of figure, which favours the side with more runs); "
-          "others = median cores used by other processes on the host during the final runs; "
-          "p@load = the model's prediction from the same profile at the load others put on "
-          "the host during the plan's median run, real/p@l = realized over it (the model's "
+          "process-count sweep; threaded = the best threaded monolith (P processes x N threads); "
+          "predicted = the plan's steady items/s; pred run = what it predicts for a run of that "
+          "many items (its replicas' builds and the first item's way through added: "
+          "Plan.run_rate); realized = the median of its runs' records (completed / run wall), "
+          "real/pred = realized over pred run; steady = its median run between 10% and 90% of "
+          "items done; plan e2e, best hand = items/s end to end; plan/best = the plan over the "
+          "best baseline of another layout (a baseline that ran the plan's own layout is pooled "
+          "with the plan's runs); luckiest = the plan's fastest run over any other layout's "
+          "fastest (the old best-of figure, which favours the side with more runs); others = "
+          "median cores used by other processes on the host during the final runs; p@load = the "
+          "model's prediction from the same profile at the load others put on the host during the "
+          "plan's median run, real/p@l = realized over it (the model's "
           f"error apart from the host's load moving); busy = final runs during which others "
           f"used {QUIET_CORES} cores or more")
     print("configurations (each contender's median items/s, end to end):")
