@@ -45,11 +45,12 @@ def run_forked(call: Callable[..., Any], *args: Any) -> Any:
     return payload
 
 
-def forked_int(timeout: float, call: Callable[..., int | None], *args: Any) -> int | None:
-    """``call(*args)``, an int, in a child forked with `os.fork` (so a daemonic process may
-    use it too): that int, or ``None`` where it gave none, raised, died or took more than
-    ``timeout`` seconds (the child is then killed).  The int comes back as text: nothing is
-    unpickled."""
+def forked_ints(timeout: float, call: Callable[..., tuple[int, ...] | None],
+                *args: Any) -> tuple[int, ...] | None:
+    """``call(*args)``, a tuple of ints, in a child forked with `os.fork` (so a daemonic
+    process may use it too): those ints, or ``None`` where it gave none, raised, died or took
+    more than ``timeout`` seconds (the child is then killed).  The ints come back as text:
+    nothing is unpickled."""
     readable, writable = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: send the figure, then leave at once (no cleanup of the copy)
@@ -58,7 +59,7 @@ def forked_int(timeout: float, call: Callable[..., int | None], *args: Any) -> i
         try:
             value = call(*args)
             with os.fdopen(writable, "w", encoding="ascii") as out:
-                out.write("" if value is None else str(int(value)))
+                out.write("" if value is None else " ".join(str(int(v)) for v in value))
             code = 0
         finally:
             os._exit(code)
@@ -72,6 +73,10 @@ def forked_int(timeout: float, call: Callable[..., int | None], *args: Any) -> i
         if not ready:
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
-    if not text.strip().isdigit() or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         return None
-    return int(text)
+    try:
+        return tuple(int(v) for v in text.split()) or None
+    except ValueError:
+        return None
+

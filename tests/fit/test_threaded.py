@@ -151,3 +151,17 @@ def test_threads_overlap_io_waits_not_a_loaded_hosts_run_queue() -> None:
     assert not any(p.threads for p in queued)  # a busy host's queue is no I/O to overlap
     waits = fit(profile_of(0.0, 0.020), fleet).monolithic.result.replicas
     assert all(p.threads for p in waits)
+
+
+
+
+def test_no_threaded_replica_is_planned_to_carry_more_than_its_node_s_cores() -> None:
+    # a 150 ms read, then 0.1 s of CPU that lets go of the lock: threads overlap the read,
+    # and one process is bounded by the node's cores, not only by the lock
+    units = [stage("fetch", 0.150, 0.002), stage("ocr", 0.1, 0.1, parallelism=4.0)]
+    threaded = [c for c in fused_problem(units, TWO_CORES).candidates if c.concurrency > 1]
+    assert threaded
+    for c in threaded:
+        assert c.rate <= 2 / c.cpu + EPS
+    result = monolithic(units, TWO_CORES)
+    assert result.throughput == pytest.approx(2 / 0.102, rel=0.05)  # the cores cap it

@@ -75,3 +75,35 @@ def test_a_unit_that_dies_in_threads_costs_only_its_call_memory() -> None:
     (measured,) = profile.units
     assert measured.call_memory is None  # the pass ran in a copy, which died
     assert measured.failures == 0 and measured.cpu_s > 0
+
+
+@unit
+def python_spin(n: int) -> int:
+    """About 10 ms of pure Python: it holds the interpreter lock throughout."""
+    total = 0
+    for i in range(200_000):
+        total += i ^ n
+    return total
+
+
+@unit
+def digest(n: int) -> int:
+    """About 10 ms of hashing a large buffer: hashlib lets go of the lock while it runs."""
+    import hashlib
+
+    return hashlib.sha256(bytes([n % 256]) * 16_000_000).digest()[0]
+
+
+def test_the_share_of_a_call_that_holds_the_interpreter_lock_is_measured() -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("calls at once can only be told apart from one at a time on 2+ cores")
+    held = profile_pipeline(Pipeline(python_spin), range(16), samples=16).units[0]
+    free = profile_pipeline(Pipeline(digest), range(16), samples=16).units[0]
+    print(f"lock share: pure Python {held.lock_share}, hashlib {free.lock_share}; CPU "
+          f"with calls at once over alone: {held.concurrent_cpu}, {free.concurrent_cpu}")
+    assert held.lock_share is not None and free.lock_share is not None
+    # four threads of pure Python keep one core busy; of hashing, every core the copy has
+    # (a busy shared host takes some of them, hence the margins)
+    assert held.lock_share > 0.7
+    assert free.lock_share < 0.5
+    assert held.concurrent_cpu is not None and held.concurrent_cpu > 0.8

@@ -38,6 +38,7 @@ plan is never worse than the threaded monolith the fit could itself have chosen.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -162,50 +163,68 @@ def _fused(stages: list[Stage], accel: str | None,
     return demand, tuple(busy)
 
 
-def threaded_rate(threads: int, hold: float, wait: float) -> float:
+def threaded_rate(threads: int, hold: float, wait: float, most: float = math.inf) -> float:
     """Items/s of one process running ``threads`` items at once, each waiting ``wait``
     seconds (overlapped) and holding the interpreter lock ``hold`` seconds (one at a time):
     the exact mean-value analysis of that closed queue (one server, a delay station), and
-    with more than one thread at most `GIL_SHARE` of what the lock serves."""
+    with more than one thread at most `GIL_SHARE` of what the lock serves, and ``most``
+    (what the node's cores carry of its CPU per item)."""
     if hold <= 0:
-        return threads / wait if wait > 0 else 0.0
+        return min(threads / wait if wait > 0 else 0.0, most)
     queued = rate = 0.0
     for n in range(1, threads + 1):
         response = hold * (1.0 + queued)
         rate = n / (wait + response)
         queued = rate * response
-    return rate if threads == 1 else min(rate, GIL_SHARE / hold)
+    return min(rate if threads == 1 else min(rate, GIL_SHARE / hold), most)
 
 
-def threaded_option(hold: float, wait: float) -> tuple[int, float] | None:
+def threaded_option(hold: float, wait: float, most: float = math.inf
+                    ) -> tuple[int, float] | None:
     """(threads, items/s) of a threaded replica: the fewest threads, a power of two up to
     `MOST_THREADS`, that carry `THREAD_FILL` of the most the lock lets them
-    (``GIL_SHARE / hold``); ``None`` where threads carry under `THREAD_GAIN` more than one
-    item at a time."""
-    alone = threaded_rate(1, hold, wait)
+    (``GIL_SHARE / hold``) or the node's cores do (``most``); ``None`` where threads carry
+    under `THREAD_GAIN` more than one item at a time."""
+    alone = threaded_rate(1, hold, wait, most)
+    ceiling = min(GIL_SHARE / max(hold, 1e-12), most)
     threads = 2
     while threads < MOST_THREADS and \
-            threaded_rate(threads, hold, wait) < THREAD_FILL * GIL_SHARE / max(hold, 1e-12):
+            threaded_rate(threads, hold, wait, most) < THREAD_FILL * ceiling:
         threads *= 2
-    rate = threaded_rate(threads, hold, wait)
+    rate = threaded_rate(threads, hold, wait, most)
     if rate < alone * (1 + THREAD_GAIN):
         return None
     return threads, rate
 
 
+def _held(d: ClassDemand) -> float:
+    """Seconds of one item a stage holds the interpreter lock: its CPU at its own
+    parallelism, at most its wall time.
+
+    The profile's ``lock_share`` and ``concurrent_cpu`` are not planned with yet.  Tried on
+    the OCR demo at 150 ms (2-core host): its models hold the lock for 4-7% of their CPU,
+    and one process of 8 threads planned from that at 18 pages/s did 11.7, 1.2 cores busy
+    (its threads queue for the cores too, and hand the lock on in fetch and store); charging
+    threads their 1.13x CPU with calls at once, and not processes theirs (1.06x at 8 on 2
+    cores), planned 9 processes, which did 0.88x the threaded monolith's pages/s."""
+    return min(1.0 / d.rate, d.core_seconds() / (d.parallelism or 1.0))
+
+
 def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
-              edge: float = 0.0, waiting: float | None = None
+              edge: float = 0.0, waiting: float | None = None, cores: float = math.inf
               ) -> tuple[ClassDemand, int] | None:
     """The threaded monolith beside the fused replica ``demand`` (stages all on CPU), and its
     threads; ``None`` where its stages do not wait enough for threads to help.  Each stage
-    holds the lock its CPU time at its own parallelism (at most its wall time); the engine's
-    work on an item (at the frames a replica of that many threads gets) holds it too.  The
-    items wait ``waiting`` seconds each (at most the wall time beyond the lock's)."""
+    holds the lock its CPU time at its own parallelism (`_held`); the engine's work on an
+    item (at the frames a replica of that many threads gets) holds it too.  The items
+    wait ``waiting`` seconds each (at most the wall time beyond the lock's).  One replica
+    carries at most what ``cores`` (the node's) do of its CPU per item."""
     work = sum(m / d.rate for _, d, m in stages)
-    held = sum(m * min(1.0 / d.rate, d.core_seconds() / (d.parallelism or 1.0))
-               for _, d, m in stages)
+    held = sum(m * _held(d) for _, d, m in stages)
     wait = work - held if waiting is None else min(max(waiting, 0.0), work - held)
-    trial = threaded_option(held + edge, wait)
+    spent = sum(m * d.core_seconds() for _, d, m in stages)
+    most = cores / spent if spent > 0 else math.inf
+    trial = threaded_option(held + edge, wait, most)
     if trial is None:
         return None
     threads = trial[0]
@@ -213,10 +232,10 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
     moved = (hop * (1.0 / frame + ITEM_SHARE) if hop else 0.0) + edge
     driver = DRIVER_SECONDS / frame if hop else 0.0
     hold = held + moved
-    rate = threaded_rate(threads, hold, wait)
+    cpu = spent + moved + driver
+    rate = threaded_rate(threads, hold, wait, cores / cpu if cpu > 0 else math.inf)
     if rate < (1 + THREAD_GAIN) * demand.rate:
         return None
-    cpu = sum(m * d.core_seconds() for _, d, m in stages) + moved + driver
     # Busy, it keeps the lock's share of cores busy: rate <= parallelism / cpu.
     return demand.model_copy(update={
         "rate": rate, "cpu_seconds": cpu,
@@ -224,14 +243,14 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
 
 
 def _options(stages: list[Stage], accel: str | None, hop: float, edge: float, *,
-             threaded: bool, waiting: float | None = None
+             threaded: bool, waiting: float | None = None, cores: float = math.inf
              ) -> list[tuple[ClassDemand, tuple[tuple[str, float], ...], int]]:
     """The fused replica's options (demand, busy seconds per item per class, threads): one
     item at a time, and where ``threaded`` (every stage on CPU) and its stages wait, the
-    threaded monolith."""
+    threaded monolith (on a node of ``cores``)."""
     demand, busy = _fused(stages, accel, hop, edge)
     found = [(demand, busy, 1)]
-    more = _threaded(stages, demand, hop, edge, waiting) if threaded else None
+    more = _threaded(stages, demand, hop, edge, waiting, cores) if threaded else None
     if more is not None:
         threads_demand, threads = more
         found.append((threads_demand, tuple((c, threads_demand.core_seconds() if
@@ -268,7 +287,8 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
             cls = accel if uses_accel and accel is not None else node.cpu_class
             assert cls is not None
             found = _options(stages, accel, hop_seconds, edge_seconds,
-                             threaded=not uses_accel, waiting=waiting)
+                             threaded=not uses_accel, waiting=waiting,
+                             cores=node.cores * node.core_ceiling)
             for option, (demand, busy, threads) in enumerate(found):
                 cand = candidate(0, n, node, cls, demand, UnitDemand(name=FUSED, classes={},
                                                                      concurrency=threads),

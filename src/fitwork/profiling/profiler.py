@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import pickle
 import resource
 import sys
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fitwork.errors import FitworkError
-from fitwork.forked import ChildFailed, forked_int, run_forked
+from fitwork.forked import ChildFailed, forked_ints, run_forked
 from fitwork.hardware.discover import usable_cores
 from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.corun import loaded_factor, worth_measuring
@@ -457,29 +458,59 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
 
 
 MEMORY_THREADS = 4
-"""Calls at once `_call_memory` runs, in threads of one process."""
+"""Calls at once `_concurrent` runs, in threads of one process."""
 MEMORY_ROUNDS = 2
 """Calls each of those threads makes, one item each."""
 MEMORY_TIMEOUT_S = 60.0
 """The most seconds the call-memory pass may take before it is given up."""
 
 
-def _call_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | None:
-    """What each further call in flight holds, as a replica running several at once (``io``
-    threads, a threaded fused replica) meets it: the peak RSS with `MEMORY_THREADS` threads
-    calling the unit at once, over the peak with one thread making the same calls, per
-    further thread.  It counts what a call lets go of after (numpy temporaries) and what a
-    library keeps per concurrent call (an allocator's arena grown for each run at once,
-    as onnxruntime's is); a call that holds the interpreter lock meets few others.  It runs
-    in a forked copy of this replica, so a unit that crashes or hangs when called from
-    several threads costs this figure only (``None``, as where the kernel cannot say)."""
+@dataclass(frozen=True)
+class _Concurrent:
+    """What calls at once cost a replica (see `_concurrent`); ``None``: not measured."""
+
+    call_memory: int | None = None
+    lock_share: float | None = None
+    cpu_factor: float | None = None
+
+
+LOCK_BUSY = 0.8
+"""One thread's calls must keep this much of a core busy for the lock share to be read: a
+unit that mostly waits meets few others on the cores whatever it holds."""
+
+
+def _concurrent(call: Callable[[list[Any]], Any], inputs: list[Any]) -> _Concurrent:
+    """What a replica running several calls at once (``io`` threads, a threaded fused
+    replica) meets, from `MEMORY_THREADS` threads calling the unit at once against one
+    thread making the same calls, in a forked copy of this replica (so a unit that crashes
+    or hangs when called from several threads costs these figures only):
+
+    - ``call_memory``: the peak RSS over the one thread's, per further thread.  It counts
+      what a call lets go of after (numpy temporaries) and what a library keeps per
+      concurrent call (an allocator's arena grown for each run at once, as onnxruntime's).
+    - ``lock_share``: the share of a call's CPU that holds the interpreter lock, from the
+      cores the threads kept busy: ``k`` of them where no call holds it (a native library
+      that lets go of it, as onnxruntime and BLAS do), one where every call does, ``k``
+      the cores the copy may use, at most `MEMORY_THREADS`; read only where one thread's
+      calls kept `LOCK_BUSY` of a core busy and the copy has two cores or more.
+    - ``cpu_factor``: CPU seconds of the threads' calls over the one thread's (calls that
+      share caches and cores, and hand the lock on, spend more each).
+    """
     if not inputs or sys.platform != "linux":
-        return None
-    return forked_int(MEMORY_TIMEOUT_S, _threads_memory, call, inputs)
+        return _Concurrent()
+    found = forked_ints(MEMORY_TIMEOUT_S, _threads_measured, call, inputs)
+    if found is None or len(found) != 3:
+        return _Concurrent()
+    memory, lock, factor = found
+    return _Concurrent(memory if memory >= 0 else None,
+                       lock / 1000 if lock >= 0 else None,
+                       factor / 1000 if factor > 0 else None)
 
 
-def _threads_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int | None:
-    """`_call_memory`'s measurement itself, in this process."""
+def _threads_measured(call: Callable[[list[Any]], Any],
+                      inputs: list[Any]) -> tuple[int, int, int] | None:
+    """`_concurrent`'s measurement itself, in this process: (call memory in bytes, lock
+    share and CPU factor in thousandths), -1 for a figure it could not read."""
     items = [inputs[i % len(inputs)] for i in range(MEMORY_THREADS * MEMORY_ROUNDS)]
 
     def calls(mine: list[Any], start: threading.Barrier | None = None) -> None:
@@ -489,22 +520,31 @@ def _threads_memory(call: Callable[[list[Any]], Any], inputs: list[Any]) -> int 
             with contextlib.suppress(Exception):
                 call([item])
 
-    if not _reset_high_water():
-        return None
+    reset = _reset_high_water()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     calls(items)
-    alone = _high_water()
+    cpu1, wall1 = time.process_time() - cpu0, time.perf_counter() - wall0
+    alone = _high_water() if reset else None
     _reset_high_water()
     start = threading.Barrier(MEMORY_THREADS)
     threads = [threading.Thread(target=calls, args=(items[k::MEMORY_THREADS], start),
                                 daemon=True) for k in range(MEMORY_THREADS)]
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    together = _high_water()
-    if alone is None or together is None:
-        return None
-    return max(0, together - alone) // (MEMORY_THREADS - 1)
+    cpu4, wall4 = time.process_time() - cpu0, time.perf_counter() - wall0
+    together = _high_water() if reset else None
+    memory = -1 if alone is None or together is None else \
+        max(0, together - alone) // (MEMORY_THREADS - 1)
+    cores = min(MEMORY_THREADS, len(os.sched_getaffinity(0)))
+    lock = -1
+    if cores >= 2 and wall1 > 0 and wall4 > 0 and cpu1 >= LOCK_BUSY * wall1:
+        busy = cpu4 / wall4  # cores the threads kept busy at once
+        lock = round(1000 * min(1.0, max(0.0, (cores - busy) / (cores - 1))))
+    factor = round(1000 * cpu4 / cpu1) if cpu1 > 0 and cpu4 > 0 else -1
+    return memory, lock, factor
 
 
 DROPPED_MIN = 64 * 1024
@@ -635,7 +675,7 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools)
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
-    call_memory = _call_memory(call, inputs)
+    concurrent = _concurrent(call, inputs)
     before = timed.batches[-1]
     speedup, parallelism = _thread_gain(timed, alone, threads)
     timed.batches[-1] = chosen = _as_dropped(timed.batches[-1], before, dropped)
@@ -654,7 +694,8 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         bytes_in=sum(map(_size, inputs)) / len(inputs),
         bytes_out=sum(map(_size, timed.outputs)) / len(inputs),
         output_ratio=len(timed.outputs) / chosen.items,
-        peak_rss=peak_rss, call_memory=call_memory, batches=timed.batches,
+        peak_rss=peak_rss, call_memory=concurrent.call_memory, batches=timed.batches,
+        lock_share=concurrent.lock_share, concurrent_cpu=concurrent.cpu_factor,
         reserve=unit.reserve,
         max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit,
         threads=threads, parallelism=parallelism, thread_speedup=speedup,

@@ -162,6 +162,10 @@ class UnitProfile(BaseModel):
     ``build_cpu_s`` and ``build_wall_s`` are what a replica spends before it works at the
     profiled pace: building the unit (loading a model) and its first call's extra (imports,
     caches), beyond one item's work (``None``: a profile from before they were measured).
+    ``lock_share`` is the share of a call's CPU that holds the interpreter lock, read from
+    the cores four threads calling it at once kept busy (0: a native library that lets go
+    of it; 1: plain Python), and ``concurrent_cpu`` those threads' CPU per call over one
+    thread's (``None``: not measured; see `fitwork.profiling.profiler._concurrent`).
     """
 
     name: str
@@ -198,6 +202,8 @@ class UnitProfile(BaseModel):
     loaded_factor: float | None = None
     build_cpu_s: float | None = None
     build_wall_s: float | None = None
+    lock_share: float | None = None
+    concurrent_cpu: float | None = None
 
     def replica_parallelism(self) -> float:
         """The most cores one replica of this unit keeps busy: as measured, or for a profile
@@ -218,6 +224,9 @@ class UnitProfile(BaseModel):
         if self.loaded_factor is not None:
             said += (f"; {self.loaded_factor:.2f}x the CPU per item with {self.loaded_copies} "
                      "copies at once, one per core (planned with)")
+        if self.lock_share is not None:
+            said += (f"; with calls at once {self.lock_share:.0%} of its CPU holds the "
+                     "interpreter lock")
         return said
 
     def loaded(self) -> UnitProfile:
