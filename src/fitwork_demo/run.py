@@ -428,13 +428,16 @@ def layouts(plan: Plan, config: DemoConfig, cores: float, flops: Flops,
     """Every layout swept at one latency: monoliths, threaded monoliths, hand, fitted."""
     planned = monolith_replicas(plan)
     pages = config.images
+    # the plan's baseline is this layout only where it runs one page at a time a process
+    alike = not any(p.threads for p in plan.monolithic.result.replicas)
     mono = monolithic(flops, gpu)
     found = [Layout(key=f"monolith-p{p}", family="monolith", title=f"monolith x{p}",
                     config=f"{MONOLITHIC}, {p} process{'es' if p > 1 else ''}",
                     pipeline=mono, workers={MONOLITHIC: p},
-                    predicted=plan.monolithic.throughput if p == planned else None,
-                    predicted_run=plan.run_rate(pages, "monolithic") if p == planned else None,
-                    note="the plan's monolithic baseline" if p == planned else "")
+                    predicted=plan.monolithic.throughput if p == planned and alike else None,
+                    predicted_run=(plan.run_rate(pages, "monolithic") if p == planned and alike
+                                   else None),
+                    note="the plan's monolithic baseline" if p == planned and alike else "")
              for p in process_counts(plan, config, cores)]
     per_core = max(1, round(cores))
     found += [Layout(key=f"threaded-{per_core}x{n}", family="monolith",
