@@ -19,10 +19,13 @@ run makes both terms small; a short one is judged against ``rate(N)``, not ``R``
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from fitwork.fit.cost import RateEstimate
 from fitwork.fit.monolithic import FUSED
-from fitwork.fit.plan import Plan
+
+if TYPE_CHECKING:  # the plan calls this module: `Plan.run_rate`, `Plan.run_overhead`
+    from fitwork.fit.plan import Plan
 
 
 def _build(plan: Plan, unit: str) -> tuple[float, float]:
