@@ -97,13 +97,15 @@ def digest(n: int) -> int:
 def test_the_share_of_a_call_that_holds_the_interpreter_lock_is_measured() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("calls at once can only be told apart from one at a time on 2+ cores")
-    held = profile_pipeline(Pipeline(python_spin), range(16), samples=16).units[0]
-    free = profile_pipeline(Pipeline(digest), range(16), samples=16).units[0]
+    held = profile_pipeline(Pipeline(python_spin), range(16), samples=16,
+                            loaded=False).units[0]
+    free = profile_pipeline(Pipeline(digest), range(16), samples=16, loaded=False).units[0]
     print(f"lock share: pure Python {held.lock_share}, hashlib {free.lock_share}; CPU "
           f"with calls at once over alone: {held.concurrent_cpu}, {free.concurrent_cpu}")
     assert held.lock_share is not None and free.lock_share is not None
     # four threads of pure Python keep one core busy; of hashing, every core the copy has
-    # (a busy shared host takes some of them, hence the margins)
-    assert held.lock_share > 0.7
-    assert free.lock_share < 0.5
+    # (here 0.996 and 0.32 on 2 cores; a busy shared host takes some of the hashing
+    # threads' cores, which reads as more of the lock held, hence the margins)
+    assert held.lock_share > 0.8
+    assert free.lock_share < 0.75 and held.lock_share - free.lock_share > 0.2
     assert held.concurrent_cpu is not None and held.concurrent_cpu > 0.8
