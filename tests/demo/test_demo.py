@@ -250,8 +250,8 @@ def test_the_sweep_ran_every_layout_twice_in_alternating_order(result: DemoResul
     # the model units are profiled once; fetch and store again at each store latency
     first, second = ({u.name: u for u in s.profile.units} for s in result.sweeps)
     assert first["detect"] == second["detect"] and first["recognise"] == second["recognise"]
-    assert second["fetch"].wall_s > first["fetch"].wall_s + 0.01
-    assert second["store"].wall_s > first["store"].wall_s + 0.01
+    assert second["fetch"].wall_s > first["fetch"].wall_s  # 20 ms a request against 5
+    assert second["store"].wall_s > first["store"].wall_s
     for sweep in result.sweeps:
         keys = [c.layout.key for c in sweep.contenders]
         assert {"monolith-p1", "monolith-p2", "threaded-2x2", "hand-d1-r1", "fitted",
