@@ -79,4 +79,3 @@ def forked_ints(timeout: float, call: Callable[..., tuple[int, ...] | None],
         return tuple(int(v) for v in text.split()) or None
     except ValueError:
         return None
-

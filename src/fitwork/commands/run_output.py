@@ -106,6 +106,7 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
     console = stdout_console()
     console.print(summary(record))
     if planned is not None:
+        which = "monolithic" if monolithic else "fitted"
         side = planned.monolithic if monolithic else planned.fitted
         predicted, steady, priced = side.throughput, side.throughput, ""
         if record.engine == "ray":  # Ray's start-up and calls (fitwork.engine.ray.costs)
@@ -114,7 +115,6 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
             predicted, priced = for_record(predicted, record)
             steady = steady_rate(side.throughput, len(record.units))
         elif record.items_completed > 0:  # its replicas' builds, the first item's way
-            which = "monolithic" if monolithic else "fitted"
             predicted = planned.run_rate(record.items_completed, which)
             startup, first = planned.run_overhead(which)
             priced = (f" over a run of {record.items_completed:,} items ({steady:,.1f} "

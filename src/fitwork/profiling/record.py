@@ -142,11 +142,11 @@ class UnitProfile(BaseModel):
     ``reserve``, ``max_concurrency`` and ``rate_limit`` are the unit's declarations, carried
     for the fit: a hard reservation of its cores, and bounds on the calls of all replicas.
     ``peak_rss`` is the most memory one replica held, built and with one call running;
-    ``call_memory`` is the part of it one call of one item holds while it runs and lets go
-    of after (the most a call's peak RSS rose above what it left, over a few calls after the
-    timing; ``None``: not measured), which a replica with several calls in flight (``io``
+    ``call_memory`` is what each further call in flight adds to it: the peak RSS with four
+    threads calling the unit at once over one thread's making the same calls, per further
+    thread (``None``: not measured), which a replica with several calls in flight (``io``
     threads, a threaded fused replica, whose stages run an item at a time) holds once per
-    call.
+    further call.
 
     The conditions it was measured under: ``threads`` is the limit its BLAS, OpenMP and
     torch pools were held to, the one a replica of it gets (`replica_threads`: its declared

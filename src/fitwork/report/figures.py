@@ -40,8 +40,8 @@ def compared(labels: Sequence[str]) -> list[int]:
 def cpu_seconds(record: RunRecord) -> float:
     """Process CPU seconds (user + system) every worker of the run used, building its unit
     included."""
-    by_units = sum(u.cpu_s + u.build_cpu_s for u in record.units)
-    return by_units or sum(w.cpu_s + w.build_cpu_s for w in record.workers)
+    by_units = sum(u.used_cpu_s for u in record.units)
+    return by_units or sum(w.used_cpu_s for w in record.workers)
 
 
 def host_cores(host: Mapping[str, Any] | None) -> float | None:

@@ -45,6 +45,11 @@ class WorkerRecord(BaseModel):
     exit_cause: str | None = None
     busy_intervals: list[tuple[float, float]] = Field(default_factory=list)
 
+    @property
+    def used_cpu_s(self) -> float:
+        """All the CPU it used: its work and building its unit."""
+        return self.cpu_s + self.build_cpu_s
+
 
 class UnitRecord(BaseModel):
     """One unit, summed over its replicas."""
@@ -65,6 +70,11 @@ class UnitRecord(BaseModel):
     cpu_s: float = 0.0
     build_cpu_s: float = 0.0
     failures: int = 0
+
+    @property
+    def used_cpu_s(self) -> float:
+        """All the CPU its replicas used: their work and building the unit."""
+        return self.cpu_s + self.build_cpu_s
 
 
 class ResourceRecord(BaseModel):
@@ -280,7 +290,7 @@ def resource_utilization(units: Sequence[UnitRecord], wall_s: float) -> list[Res
         if not allocated_s:
             continue
         if resource == "cpu":
-            used = sum(u.cpu_s + u.build_cpu_s for u in units)
+            used = sum(u.used_cpu_s for u in units)
         else:
             used = sum(u.busy_s * u.resources.get("gpu", 0.0) for u in units)
         records.append(ResourceRecord(

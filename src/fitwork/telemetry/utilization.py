@@ -206,7 +206,7 @@ def _allocations(record: RunRecord, classes: Mapping[str, str] | None, cpu_class
         if cores > 0:
             entry = totals.setdefault(host, [0.0, 0.0])
             entry[0] += u.replicas * cores
-            entry[1] += u.cpu_s + u.build_cpu_s
+            entry[1] += u.used_cpu_s
             bases[host] = CPU_BASIS
     cores, gpus = host_limits(record.host)
     found: dict[str, tuple[float, float, str, float | None]] = {}
