@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from fitwork.fit.plan import Plan
 from fitwork.telemetry.record import RunRecord
@@ -85,3 +86,18 @@ def test_a_slow_build_is_profiled_kept_apart_in_the_record_and_priced_into_a_sho
     realized = record.throughput
     assert abs(math.log(realized / run_rate)) < abs(math.log(realized / steady)), \
         (realized, run_rate, steady)
+
+
+def test_on_ray_a_replica_s_build_is_kept_apart_from_its_work(tmp_path: Path,
+                                                              ray_cluster: Any) -> None:
+    (tmp_path / "slow.py").write_text(PIPELINE)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(40)))
+    done = fitwork("run", "slow.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
+                   "--engine", "ray", "--ray-address", ray_cluster.address, "--record",
+                   "r.json", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr + done.stdout
+    record = RunRecord.load(tmp_path / "r.json")
+    assert record.items_completed == 40
+    for worker in record.workers:  # the actor's build apart; its work about 2 ms a row
+        assert worker.build_cpu_s >= BUILD_S * 0.8, worker
+        assert worker.cpu_s <= 0.002 * worker.items_in * 3 + 0.2, worker
