@@ -15,13 +15,14 @@ import pytest
 from fitwork import InputError, Pipeline, unit
 from fitwork.fit import ClassDemand, FitInputError, NodeType, UnitDemand, solve
 from fitwork.fit.inputs import (
+    BATCH_GAIN,
     DRIVER_SECONDS,
     HOP_SECONDS,
     byte_seconds,
     core_ceiling,
     crossing_seconds,
 )
-from fitwork.fit.plan import TIE_MARGIN, Plan, fit, refit
+from fitwork.fit.plan import MEMORY_MARGIN, TIE_MARGIN, Plan, fit, refit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import PipelineProfile, profile_pipeline
 from fitwork.profiling.record import BatchMeasurement, UnitProfile
@@ -177,6 +178,24 @@ def test_a_tie_within_the_plans_uncertainty_goes_to_the_fused_layout_by_a_stated
     assert wide.fitted.throughput > (1 + wide.uncertainty) * wide.monolithic.throughput
 
 
+def test_a_tie_goes_to_the_split_layout_where_the_fused_one_holds_twice_its_memory(
+        ) -> None:
+    # The same tie, but each OCR call in flight holds 300 MiB: every fused replica holds
+    # one per thread, where the split layout's model replicas call one item at a time.
+    heavy = demo_profile()
+    ocr = next(u for u in heavy.units if u.name == "ocr")
+    ocr.call_memory = 300 << 20
+    plan = fit(heavy, TWO_CORES)
+    split, fused = plan.fitted, plan.monolithic
+    assert plan.tie is not None and "runs split (it holds less memory)" in plan.tie
+    assert not plan.fused and plan.split is None and plan.placement().counts()["ocr"] >= 1
+    assert abs(split.throughput / fused.throughput - 1) <= plan.uncertainty
+    held = [sum(n.memory_used for n in side.result.nodes) for side in (split, fused)]
+    assert held[0] * MEMORY_MARGIN <= held[1]
+    # Light calls leave the two layouts' memory alike: the tie stays with the fused one.
+    assert fit(demo_profile(), TWO_CORES).fused
+
+
 def test_the_ceiling_comes_from_the_measured_run_queue_wait() -> None:
     assert core_ceiling(demo_profile()) == 1.0
     waited = demo_profile(queued=0.004)
@@ -285,6 +304,26 @@ def test_a_plan_picks_batch_sizes_from_the_profiled_sweep() -> None:
     # item's 100 bytes each way
     assert groups["embed"].rate == pytest.approx(
         1 / (0.004 + 2 * crossing_seconds(HOP_SECONDS, 0.004) + 2 * byte_seconds(100)))
+
+
+def test_a_batch_size_is_planned_only_where_it_pays_beyond_the_margin() -> None:
+    # The OCR demo's recognise: measured alone, 3% faster per item at batch 2 and 16 than
+    # at 1; in a run, batching cost it more than that (filling, bigger frames).
+    fleet = Fleet.parse({"name": "one", "node_types": [
+        {"name": "box", "cores": 4, "memory": "16GiB"}]})
+    flat = sweep_profile().model_copy(deep=True)
+    flat.units[1].batches = [BatchMeasurement(batch_size=b, items=32, wall_s=w, cpu_s=w)
+                             for b, w in ((1, 0.0100), (2, 0.0097), (16, 0.0098))]
+    flat.units[1].wall_s = flat.units[1].cpu_s = 0.0098
+    batch = {p.unit: p.batch_size for p in fit(flat, fleet, fuse=False).fitted.result.replicas}
+    assert batch["embed"] == 1
+    # The sweep above (2.5x faster at 16) still batches; so does one just past the margin.
+    past = sweep_profile().model_copy(deep=True)
+    past.units[1].batches = [BatchMeasurement(batch_size=b, items=32, wall_s=w, cpu_s=w)
+                             for b, w in ((1, 0.0100), (16, 0.0100 / (1 + BATCH_GAIN) / 1.02))]
+    for profile in (sweep_profile(), past):
+        planned = fit(profile, fleet, fuse=False).fitted.result.replicas
+        assert {p.unit: p.batch_size for p in planned}["embed"] == 16
 
 
 def test_the_placement_carries_what_engines_ask_for() -> None:

@@ -207,11 +207,17 @@ def test_more_units_than_cores_still_plan_on_a_small_host() -> None:
     plan = fit(cpu_only(), TINY, fuse=False)
     assert plan.fitted.throughput > 0
     assert set(plan.placement().counts()) == {"decode", "post", "again"}
-    # Nothing here waits or batches, so the split layout gains nothing the fused one lacks:
-    # the plan runs whichever sustains more, the fused one on a tie.
+    # Nothing here waits or batches, so the split layout gains nothing the fused one lacks
+    # in items/s: the two tie, and the split one runs because each fused replica holds
+    # every unit's memory (the tie rule's second clause).
     chosen = fit(cpu_only(), TINY)
-    assert chosen.fused == (chosen.monolithic.throughput >= plan.fitted.throughput)
-    assert chosen.fitted.throughput == max(plan.fitted.throughput, chosen.monolithic.throughput)
+    assert chosen.tie is not None and "runs split (it holds less memory)" in chosen.tie
+    assert not chosen.fused and chosen.fitted.throughput == plan.fitted.throughput
+    # Where the units hold nothing, the two layouts tie on memory too: fused.
+    light = cpu_only().model_copy(deep=True)
+    for u in light.units:
+        u.peak_rss = 1 << 20
+    assert fit(light, TINY).fused
 
 
 def test_a_fleet_too_small_for_one_replica_of_each_unit_says_what_to_change() -> None:

@@ -93,7 +93,8 @@ class Plan(Document):
     how much wider one side's range is than the other's: what moves both alike, the host's
     load or the same units' spread, does not tell them apart); where the split and fused
     layouts predict within it of each other, ``tie`` says so and which runs by the rule
-    (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it.  Live
+    (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it or
+    holds at most 1 / `MEMORY_MARGIN` of its memory.  Live
     re-fitting takes it as the plan's range for a unit's rate and CPU per item.
     ``layout_error`` is the log half-width both sides' ranges were widened by for the
     model's own miss on whole plans (`fitwork.fit.layout_error`).  ``build_cpu_s`` and
@@ -379,19 +380,22 @@ def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
 
     Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
     layout unless the split one predicts more than the plan's own uncertainty above it
-    (`tie_rule`); the split one is then kept for the record.  Both sides run the same units
+    (`tie_rule`), or the two predict within it and the split one holds at most
+    1 / `MEMORY_MARGIN` of the fused one's memory; the split one is then kept for the
+    record.  Both sides run the same units
     on the same host: a range the host's load or a unit's spread widens widens both alike,
     and only the difference between them is uncertainty about which is faster (on a host at
     load 12 both ranges reached +700%).
     """
     uncertainty = TIE_MARGIN + abs(_spread(split) - _spread(whole))
-    fuse = fuse and objective == "max_throughput" and \
+    tied = objective == "max_throughput" and split.throughput > 0 and \
+        whole.throughput > 0 and abs(split.throughput / whole.throughput - 1) <= uncertainty
+    memory = (_memory(split), _memory(whole))
+    lighter = tied and memory[0] * MEMORY_MARGIN <= memory[1]
+    fuse = fuse and objective == "max_throughput" and not lighter and \
         split.throughput <= (1 + uncertainty) * whole.throughput
-    tie = None
-    if objective == "max_throughput" and split.throughput > 0 and whole.throughput > 0 and \
-            abs(split.throughput / whole.throughput - 1) <= uncertainty:
-        tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse,
-                       (_memory(split), _memory(whole)))
+    tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse, memory) \
+        if tied else None
     return fuse, uncertainty, tie
 
 
@@ -434,6 +438,18 @@ TIE_MARGIN = 0.10
 realized ÷ predicted throughput spreads by about this much on ``bench/fit_quality.py``'s
 pipelines on a shared 2-core host.  Wider where one side's range is wider than the other's
 (transferred rates on one side only)."""
+MEMORY_MARGIN = 2.0
+"""Where the two layouts tie on throughput, the split one runs if the fused one is predicted
+to hold at least this many times its memory: a tie is no evidence either way on items/s,
+and the memory a plan predicts misses by up to about this much (the OCR demo's fused plan
+of 3 processes x 8 threads predicted 2.07 GiB and held 1.29 GiB of PSS on the 2-core host;
+its split layout predicted 414 MiB and a hand layout like it held 396 MiB).  Where both
+hold about the same, the fused layout runs: no items move between units."""
+PROCESS_MEMORY = 4 << 20
+"""Bytes a replica's process holds of its own beside its unit's (which the profile
+measures): a forked local-engine worker of three trivial units held 3.9 MiB that no other
+process shares (USS) on this repository's 2-core host.  Counted where the tie rule compares
+the two layouts' memory, so a split of light units is not chosen for its few MiB."""
 FUSE_MARGIN = 1 + TIE_MARGIN
 """How much more than the fused layout the split one must predict, at the least, to run
 split (more where the plan's range is wider)."""
@@ -450,18 +466,23 @@ def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool,
              memory: tuple[float, float] | None = None) -> str:
     """One line: the two layouts are within the plan's uncertainty, and which runs, by what
     rule; with ``memory`` (bytes the split and the fused layout hold), what each holds."""
-    chosen = "fused" if fused_chosen else "split (--no-fuse)"
+    lighter = memory is not None and memory[0] * MEMORY_MARGIN <= memory[1]
+    chosen = "fused" if fused_chosen else \
+        "split (it holds less memory)" if lighter else "split (--no-fuse)"
     held = (f"; the split layout holds {format_bytes(memory[0])}, the fused one "
             f"{format_bytes(memory[1])}" if memory else "")
     return (f"split {split:,.1f} and fused {fused:,.1f} items/s are within the plan's "
             f"uncertainty (±{uncertainty:.0%}): runs {chosen}; the rule: the fused layout "
             "(no items moved between units, one process per replica) unless the split one "
-            f"predicts more than {1 + uncertainty:.2f}x it{held}")
+            f"predicts more than {1 + uncertainty:.2f}x it or holds at most "
+            f"1/{MEMORY_MARGIN:g} of its memory{held}")
 
 
 def _memory(side: PlanSide) -> float:
-    """Bytes a side's replicas hold, over all its nodes."""
-    return sum(n.memory_used for n in side.result.nodes)
+    """Bytes a side's replicas hold, over all its nodes, each process's own included
+    (`PROCESS_MEMORY`)."""
+    processes = sum(p.replicas for p in side.result.replicas)
+    return sum(n.memory_used for n in side.result.nodes) + processes * PROCESS_MEMORY
 
 
 def capacity_line(plan: Plan) -> str:
