@@ -165,3 +165,26 @@ def test_no_threaded_replica_is_planned_to_carry_more_than_its_node_s_cores() ->
         assert c.rate <= 2 / c.cpu + EPS
     result = monolithic(units, TWO_CORES)
     assert result.throughput == pytest.approx(2 / 0.102, rel=0.05)  # the cores cap it
+
+
+def test_a_waiting_unit_is_charged_its_cpu_among_threads_where_threads_run_it() -> None:
+    # A unit whose calls sleep, then spend 0.4 ms of CPU alone and 0.15 ms among threads
+    # (caches kept warm): io replicas and threaded fused replicas are charged the latter;
+    # one call at a time, the former.
+    saving = 0.4e-3 - 0.15e-3
+    fetch = UnitDemand(name="fetch", concurrency=16, classes={"cpu-x86": ClassDemand(
+        rate=1 / 0.030, cpu_seconds=0.4e-3, parallelism=1.0, threaded_saving=saving)})
+    work = stage("work", 0.0004, 0.0004)
+    plain = ClassDemand(rate=1 / 0.030, cpu_seconds=0.4e-3, parallelism=1.0)
+    assert fetch.classes["cpu-x86"].threaded().core_seconds() == pytest.approx(0.15e-3)
+    assert plain.threaded() is plain
+    from fitwork.fit import solve
+
+    split = solve([fetch, work], TWO_CORES)
+    (row,) = [p for p in split.replicas if p.unit == "fetch" and p.replicas]
+    assert row.cores * row.replicas / row.items_per_s == pytest.approx(0.15e-3)
+    # The threaded monolith's CPU per item has the saving; the one-at-a-time one has not.
+    problem = fused_problem([fetch.model_copy(update={"concurrency": 1}), work], TWO_CORES)
+    spent = {c.concurrency > 1: c.busy[0][1] for c in problem.candidates}
+    assert spent[False] == pytest.approx(0.8e-3)
+    assert spent[True] == pytest.approx(0.8e-3 - saving)

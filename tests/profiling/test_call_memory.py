@@ -109,3 +109,30 @@ def test_the_share_of_a_call_that_holds_the_interpreter_lock_is_measured() -> No
     assert held.lock_share > 0.8
     assert free.lock_share < 0.75 and held.lock_share - free.lock_share > 0.2
     assert held.concurrent_cpu is not None and held.concurrent_cpu > 0.8
+
+
+@unit(io=16)
+def sleeps_then_draws(n: int) -> int:
+    """Waits 20 ms, then draws 16 KiB: a storage read."""
+    time.sleep(0.02)
+    return len(np.random.default_rng(n).bytes(16 << 10))
+
+
+def test_a_waiting_unit_s_cpu_among_threads_is_measured_and_planned_with() -> None:
+    from fitwork.fit.inputs import demands, fleet_classes
+    from fitwork.hardware.catalog import catalog
+
+    profile = profile_pipeline(Pipeline(sleeps_then_draws, python_spin, name="read"),
+                               list(range(8)), samples=8, loaded=False)
+    waits, spins = profile.units
+    print(f"CPU per call among 16 threads over alone: {waits.threaded_cpu}; "
+          f"conditions: {waits.conditions}")
+    assert waits.threaded_cpu is not None and waits.threaded_cpu > 0
+    assert "16 calls at once in threads" in waits.conditions
+    assert spins.threaded_cpu is None  # it does not wait: threads would not run it
+    units, _, _, _ = demands(profile, fleet_classes(FLEET, catalog()), catalog(),
+                             fleet=FLEET)
+    read = units[0].classes[waits.device_class]
+    assert read.threaded_saving == pytest.approx(
+        waits.cpu_s * max(0.0, 1 - waits.threaded_cpu), rel=1e-6, abs=1e-12)
+    assert units[1].classes[spins.device_class].threaded_saving == 0.0

@@ -231,8 +231,9 @@ def candidate(u: int, n: int, node: NodeType, name: str, demand: ClassDemand,
                unit: UnitDemand, bytes_in: float, *, last: bool, choice: int,
                group: int, option: int = 0) -> Candidate | None:
     """Replicas of ``demand`` on ``node`` (``None``: not one fits), at the rate one replica
-    can carry within its parallelism (`ClassDemand.within_parallelism`)."""
-    demand = demand.within_parallelism()
+    can carry within its parallelism (`ClassDemand.within_parallelism`), its calls in
+    threads where it has more than one in flight (`ClassDemand.threaded`)."""
+    demand = (demand.threaded() if unit.concurrency > 1 else demand).within_parallelism()
     cpu, device_time = fluid(demand, name)
     share = packed_share(demand.device_share)
     held = demand.cores if demand.reserve else 0.0

@@ -302,6 +302,8 @@ def _demand(profile: UnitProfile, estimate: RateEstimate, memory: tuple[int, int
         parallelism *= (cpu + hop + driver) / (cpu + hop)
     share = 0.0 if is_cpu_class(estimate.device_class) else profile.resources.get("gpu", 0.0)
     batch = estimate.batch_size or 1
+    saving = cpu * (1.0 - profile.threaded_cpu) if is_cpu_class(estimate.device_class) \
+        and profile.threaded_cpu is not None and profile.threaded_cpu < 1.0 else 0.0
     rate = 1.0 / (1.0 / estimate.rate + hop) if estimate.rate > 0 else 0.0
     latency = None if estimate.batch_latency_s is None else estimate.batch_latency_s + hop * batch
     return ClassDemand(
@@ -311,7 +313,7 @@ def _demand(profile: UnitProfile, estimate: RateEstimate, memory: tuple[int, int
         cpu_seconds=cpu + hop + driver,
         device_seconds=device if share and share <= 1 else None, reserve=profile.reserve,
         batch_size=estimate.batch_size, latency=latency,
-        parallelism=parallelism)
+        parallelism=parallelism, threaded_saving=saving)
 
 
 def _no_class(u: UnitProfile, needs: str, fleet: Fleet | None) -> str:

@@ -219,6 +219,7 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
     item (at the frames a replica of that many threads gets) holds it too.  The items
     wait ``waiting`` seconds each (at most the wall time beyond the lock's).  One replica
     carries at most what ``cores`` (the node's) do of its CPU per item."""
+    stages = [(cls, d.threaded(), m) for cls, d, m in stages]  # its calls in threads
     work = sum(m / d.rate for _, d, m in stages)
     held = sum(m * _held(d) for _, d, m in stages)
     wait = work - held if waiting is None else min(max(waiting, 0.0), work - held)

@@ -35,7 +35,9 @@ class ClassDemand(BaseModel):
     `within_parallelism`), and throughput beyond that comes from more replicas.
     ``call_memory`` is what each call in flight holds beyond the one ``memory`` counts: a
     replica running N calls at once (its unit's ``concurrency``) holds
-    ``memory + (N - 1) · call_memory`` (`held_memory`).
+    ``memory + (N - 1) · call_memory`` (`held_memory`).  ``threaded_saving`` is the
+    core-seconds per item fewer a replica spends when it runs its calls in threads of one
+    process (a unit that mostly waits: `UnitProfile.threaded_cpu`); `threaded` applies it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,6 +54,16 @@ class ClassDemand(BaseModel):
     latency: float | None = Field(default=None, ge=0)
     parallelism: float | None = Field(default=None, gt=0)
     call_memory: int = Field(default=0, ge=0)
+    threaded_saving: float = Field(default=0.0, ge=0)
+
+    def threaded(self) -> ClassDemand:
+        """This demand as a replica running its calls in threads spends it
+        (``threaded_saving`` fewer core-seconds per item)."""
+        if not self.threaded_saving:
+            return self
+        return self.model_copy(update={
+            "cpu_seconds": max(0.0, self.core_seconds() - self.threaded_saving),
+            "threaded_saving": 0.0})
 
     def held_memory(self, calls: int = 1) -> int:
         """Bytes one replica holds with ``calls`` calls in flight."""

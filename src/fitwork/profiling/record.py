@@ -166,6 +166,9 @@ class UnitProfile(BaseModel):
     the cores four threads calling it at once kept busy (0: a native library that lets go
     of it; 1: plain Python), and ``concurrent_cpu`` those threads' CPU per call over one
     thread's (``None``: not measured; see `fitwork.profiling.profiler._concurrent`).
+    ``threaded_cpu``, for a unit that mostly waits, is its CPU per call with 16 threads of
+    one process calling it at once over its CPU per item alone: what a replica running its
+    calls in threads (``io``, a threaded fused replica) spends, and what the fit charges it.
     """
 
     name: str
@@ -204,6 +207,7 @@ class UnitProfile(BaseModel):
     build_wall_s: float | None = None
     lock_share: float | None = None
     concurrent_cpu: float | None = None
+    threaded_cpu: float | None = None
 
     def replica_parallelism(self) -> float:
         """The most cores one replica of this unit keeps busy: as measured, or for a profile
@@ -227,6 +231,9 @@ class UnitProfile(BaseModel):
         if self.lock_share is not None:
             said += (f"; with calls at once {self.lock_share:.0%} of its CPU holds the "
                      "interpreter lock")
+        if self.threaded_cpu is not None:
+            said += (f"; {self.threaded_cpu:.2f}x the CPU per item with 16 calls at once in "
+                     "threads (planned with where threads run it)")
         return said
 
     def loaded(self) -> UnitProfile:
