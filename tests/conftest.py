@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,12 @@ import pytest
 # Ray starts it here (what `fitwork.hardware.ray_cluster.connect` does for a user's driver).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
 os.environ.setdefault("GRPC_POLL_STRATEGY", "poll")
+
+# A suite started in the background by a shell without job control (`pytest &` in a
+# script) has SIGINT ignored, and so would every process it starts: the tests that press
+# Ctrl-C on a run need it delivered, as it is at a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ENGINES = ["local", "ray", "sim"]
 PROCESS_ENGINES = ["local", "ray"]
