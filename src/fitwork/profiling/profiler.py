@@ -557,12 +557,18 @@ def _threads_measured(call: Callable[[list[Any]], Any],
         busy = cpu4 / wall4  # cores the threads kept busy at once
         lock = round(1000 * min(1.0, max(0.0, (cores - busy) / (cores - 1))))
     factor = round(1000 * cpu4 / cpu1) if cpu1 > 0 and cpu4 > 0 else -1
-    return memory, lock, factor, _waiting_cpu(calls, inputs) if cpu1 < wall1 / 2 else -1
+    return memory, lock, factor, \
+        _waiting_cpu(calls, inputs, max(memory, 0)) if cpu1 < wall1 / 2 else -1
 
 
-def _waiting_cpu(calls: Callable[..., None], inputs: list[Any]) -> int:
+def _waiting_cpu(calls: Callable[..., None], inputs: list[Any], call_memory: int) -> int:
     """Nanoseconds of CPU per call with `WAIT_THREADS` threads calling at once, each
-    `WAIT_ROUNDS` times (see `_concurrent`)."""
+    `WAIT_ROUNDS` times (see `_concurrent`); -1 where that many calls at once would hold
+    more than half the memory free (``call_memory`` bytes each)."""
+    import psutil
+
+    if WAIT_THREADS * call_memory > psutil.virtual_memory().available // 2:
+        return -1
     items = [inputs[i % len(inputs)] for i in range(WAIT_THREADS * WAIT_ROUNDS)]
     start = threading.Barrier(WAIT_THREADS)
     threads = [threading.Thread(target=calls, args=(items[k::WAIT_THREADS], start),
