@@ -391,8 +391,7 @@ def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
     tied = objective == "max_throughput" and split.throughput > 0 and \
         whole.throughput > 0 and abs(split.throughput / whole.throughput - 1) <= uncertainty
     memory = (_memory(split), _memory(whole))
-    lighter = tied and memory[0] * MEMORY_MARGIN <= memory[1]
-    fuse = fuse and objective == "max_throughput" and not lighter and \
+    fuse = fuse and objective == "max_throughput" and not (tied and _lighter(memory)) and \
         split.throughput <= (1 + uncertainty) * whole.throughput
     tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse, memory) \
         if tied else None
@@ -466,9 +465,8 @@ def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool,
              memory: tuple[float, float] | None = None) -> str:
     """One line: the two layouts are within the plan's uncertainty, and which runs, by what
     rule; with ``memory`` (bytes the split and the fused layout hold), what each holds."""
-    lighter = memory is not None and memory[0] * MEMORY_MARGIN <= memory[1]
-    chosen = "fused" if fused_chosen else \
-        "split (it holds less memory)" if lighter else "split (--no-fuse)"
+    chosen = "fused" if fused_chosen else "split (it holds less memory)" \
+        if memory is not None and _lighter(memory) else "split (--no-fuse)"
     held = (f"; the split layout holds {format_bytes(memory[0])}, the fused one "
             f"{format_bytes(memory[1])}" if memory else "")
     return (f"split {split:,.1f} and fused {fused:,.1f} items/s are within the plan's "
@@ -476,6 +474,12 @@ def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool,
             "(no items moved between units, one process per replica) unless the split one "
             f"predicts more than {1 + uncertainty:.2f}x it or holds at most "
             f"1/{MEMORY_MARGIN:g} of its memory{held}")
+
+
+def _lighter(memory: tuple[float, float]) -> bool:
+    """Whether the split layout holds at most 1 / `MEMORY_MARGIN` of what the fused one
+    does (``memory``: the two, in bytes)."""
+    return memory[0] * MEMORY_MARGIN <= memory[1]
 
 
 def _memory(side: PlanSide) -> float:

@@ -49,6 +49,7 @@ from fitwork.profiling.corun import loaded_factor, worth_measuring
 from fitwork.profiling.onnx import Runs, watch_runs
 from fitwork.profiling.pools import hold_pools
 from fitwork.profiling.record import (
+    WAIT_THREADS,
     BatchMeasurement,
     PipelineProfile,
     UnitProfile,
@@ -463,9 +464,6 @@ MEMORY_ROUNDS = 2
 """Calls each of those threads makes, one item each."""
 MEMORY_TIMEOUT_S = 60.0
 """The most seconds the call-memory pass may take before it is given up."""
-WAIT_THREADS = 16
-"""Calls at once in the pass that times a unit that mostly waits in threads of one process:
-the io of an I/O unit's replica, and a threaded fused replica's threads, are of this order."""
 WAIT_ROUNDS = 4
 """Calls each of those threads makes."""
 
@@ -534,20 +532,10 @@ def _threads_measured(call: Callable[[list[Any]], Any],
                 call([item])
 
     reset = _reset_high_water()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    calls(items)
-    cpu1, wall1 = time.process_time() - cpu0, time.perf_counter() - wall0
+    cpu1, wall1 = _at_once(calls, items, 1)
     alone = _high_water() if reset else None
     _reset_high_water()
-    start = threading.Barrier(MEMORY_THREADS)
-    threads = [threading.Thread(target=calls, args=(items[k::MEMORY_THREADS], start),
-                                daemon=True) for k in range(MEMORY_THREADS)]
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    cpu4, wall4 = time.process_time() - cpu0, time.perf_counter() - wall0
+    cpu4, wall4 = _at_once(calls, items, MEMORY_THREADS)
     together = _high_water() if reset else None
     memory = -1 if alone is None or together is None else \
         max(0, together - alone) // (MEMORY_THREADS - 1)
@@ -570,16 +558,26 @@ def _waiting_cpu(calls: Callable[..., None], inputs: list[Any], call_memory: int
     if WAIT_THREADS * call_memory > psutil.virtual_memory().available // 2:
         return -1
     items = [inputs[i % len(inputs)] for i in range(WAIT_THREADS * WAIT_ROUNDS)]
-    start = threading.Barrier(WAIT_THREADS)
-    threads = [threading.Thread(target=calls, args=(items[k::WAIT_THREADS], start),
-                                daemon=True) for k in range(WAIT_THREADS)]
-    cpu0 = time.process_time()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    used = time.process_time() - cpu0
+    used, _ = _at_once(calls, items, WAIT_THREADS)
     return round(1e9 * used / len(items)) if used > 0 else -1
+
+
+def _at_once(calls: Callable[..., None], items: list[Any], threads: int
+             ) -> tuple[float, float]:
+    """(CPU, wall) seconds of ``items`` called by ``threads`` threads started together
+    (one: in this thread, in turn)."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    if threads == 1:
+        calls(items)
+    else:
+        start = threading.Barrier(threads)
+        running = [threading.Thread(target=calls, args=(items[k::threads], start),
+                                    daemon=True) for k in range(threads)]
+        for thread in running:
+            thread.start()
+        for thread in running:
+            thread.join()
+    return time.process_time() - cpu0, time.perf_counter() - wall0
 
 
 DROPPED_MIN = 64 * 1024

@@ -27,6 +27,12 @@ same host meets a load near the profile's, not none or all of it.  On this proje
 their prediction (an in-sample figure: it is what this cap was set from)."""
 
 
+WAIT_THREADS = 16
+"""Calls at once in the pass that times a unit that mostly waits in threads of one process
+(`UnitProfile.threaded_cpu`): the io of an I/O unit's replica, and a threaded fused
+replica's threads, are of this order."""
+
+
 def replica_threads(cores: float) -> int:
     """Threads a replica holding ``cores`` cores may run: at least one, rounded up (the
     rule `fitwork.engine.threads.allotted_threads` applies to every replica)."""
@@ -166,7 +172,7 @@ class UnitProfile(BaseModel):
     the cores four threads calling it at once kept busy (0: a native library that lets go
     of it; 1: plain Python), and ``concurrent_cpu`` those threads' CPU per call over one
     thread's (``None``: not measured; see `fitwork.profiling.profiler._concurrent`).
-    ``threaded_cpu``, for a unit that mostly waits, is its CPU per call with 16 threads of
+    ``threaded_cpu``, for a unit that mostly waits, is its CPU per call with `WAIT_THREADS` of
     one process calling it at once over its CPU per item alone: what a replica running its
     calls in threads (``io``, a threaded fused replica) spends, and what the fit charges it.
     """
@@ -232,8 +238,8 @@ class UnitProfile(BaseModel):
             said += (f"; with calls at once {self.lock_share:.0%} of its CPU holds the "
                      "interpreter lock")
         if self.threaded_cpu is not None:
-            said += (f"; {self.threaded_cpu:.2f}x the CPU per item with 16 calls at once in "
-                     "threads (planned with where threads run it)")
+            said += (f"; {self.threaded_cpu:.2f}x the CPU per item with {WAIT_THREADS} calls "
+                     "at once in threads (planned with where threads run it)")
         return said
 
     def loaded(self) -> UnitProfile:
