@@ -76,7 +76,8 @@ def test_crossings_between_units_pay_the_file_once_per_frame() -> None:
     for name, u in zip(("slow", "first_value"), profile.units[1:], strict=True):
         extra = charged[name] - inline[name]
         assert extra == pytest.approx(
-            SPILL_FRAME_SECONDS + byte_seconds(u.bytes_in) - byte_seconds(1000.0), rel=1e-6)
+            SPILL_FRAME_SECONDS + byte_seconds(u.bytes_in, profile.wire_scale)
+            - byte_seconds(1000.0, profile.wire_scale), rel=1e-6)
     # The first unit's crossing in (from the driver) is one a fused layout makes too.
     assert charged["block"] == pytest.approx(inline["block"], rel=1e-9)
     assert SPILL_FRAME_SECONDS > HOP_SECONDS

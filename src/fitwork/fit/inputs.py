@@ -98,12 +98,14 @@ demo's `recognise`, 3% faster per item at batch 2 than at 1 when profiled alone,
 of CPU per page at batch 1 in a 2-core run, 85 at batch 2 and 100 at batch 16."""
 
 
-def byte_seconds(nbytes: float) -> float:
+def byte_seconds(nbytes: float, scale: float = 1.0) -> float:
     """The engine's CPU seconds, beyond its work per frame, to move one item of ``nbytes``
-    pickled bytes through one channel."""
+    pickled bytes through one channel, on a host that spends ``scale`` times the CPU per
+    byte these charges were measured at (`PipelineProfile.wire_scale`)."""
     if nbytes >= OUT_OF_BAND_MIN:
-        return nbytes * OUT_OF_BAND_BYTE_SECONDS
-    return max(nbytes, 0.0) * (SPILLED_BYTE_SECONDS if nbytes >= INLINE_MAX else BYTE_SECONDS)
+        return scale * nbytes * OUT_OF_BAND_BYTE_SECONDS
+    per_byte = SPILLED_BYTE_SECONDS if nbytes >= INLINE_MAX else BYTE_SECONDS
+    return scale * max(nbytes, 0.0) * per_byte
 
 
 def edge_seconds(profile: PipelineProfile) -> float:
@@ -115,9 +117,9 @@ def edge_seconds(profile: PipelineProfile) -> float:
     m = 1.0
     for u in profile.units[:-1]:
         m *= u.output_ratio
-    ratio = last.output_ratio
-    out = ratio * byte_seconds(last.bytes_out / ratio) if ratio > 0 else 0.0
-    return byte_seconds(first.bytes_in) + m * out
+    ratio, scale = last.output_ratio, profile.wire_scale
+    out = ratio * byte_seconds(last.bytes_out / ratio, scale) if ratio > 0 else 0.0
+    return byte_seconds(first.bytes_in, scale) + m * out
 
 
 def frame_items(seconds_per_item: float, io: int = 0) -> int:
@@ -259,23 +261,24 @@ def spill_seconds(nbytes: float, size: float) -> float:
 
 
 def _hop(profile: UnitProfile, estimate: RateEstimate, hop: float, arriving: float,
-         last: bool, first: bool = False) -> float:
+         last: bool, first: bool = False, scale: float = 1.0) -> float:
     """The engine's work per item of this option: its crossing in, at frames of its own size
     or of what arrives from upstream if smaller (workers split frames, they do not merge
     them), and for the last unit the crossing out to the driver as well; each crossing
     also moves the item's bytes (`byte_seconds`).  A crossing between two units whose frame
     goes through a file pays `spill_seconds` too (the source's crossing into the first unit
-    and the last unit's out are not charged it: a fused layout makes the same two)."""
+    and the last unit's out are not charged it: a fused layout makes the same two).  The
+    bytes are charged at ``scale`` (`PipelineProfile.wire_scale`)."""
     if not hop:
         return 0.0
     size = max(1.0, min(float(_frame(profile, estimate)), arriving))
-    seconds = hop * (1.0 / size + ITEM_SHARE) + byte_seconds(profile.bytes_in)
+    seconds = hop * (1.0 / size + ITEM_SHARE) + byte_seconds(profile.bytes_in, scale)
     if not first:
         seconds += spill_seconds(profile.bytes_in, size)
     ratio = profile.output_ratio
     if last:
         seconds += hop * (1.0 / max(1.0, size * ratio) + ITEM_SHARE)
-        seconds += ratio * byte_seconds(profile.bytes_out / ratio) if ratio > 0 else 0.0
+        seconds += ratio * byte_seconds(profile.bytes_out / ratio, scale) if ratio > 0 else 0.0
     return seconds
 
 
@@ -344,6 +347,7 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
     units, rates, others, multiplicity = [], [], [], {}
     m = 1.0
     arriving = float(MAX_FRAME)  # items per frame from upstream (the driver's are the unit's)
+    scale = profile.wire_scale
     for index, u in enumerate(profile.units):
         last = index == len(profile.units) - 1  # the last hands items out to the driver
         measured = known.get(u.device_class)
@@ -370,10 +374,10 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
         offered, kept = paying_batches(estimates, swept)
         for e in kept:
             alternatives.setdefault(e.device_class, []).append(
-                _demand(u, e, (memory, calls), _hop(u, e, hop, arriving, last, first),
+                _demand(u, e, (memory, calls), _hop(u, e, hop, arriving, last, first, scale),
                         _driver(u, e, hop, arriving)))
         main = {e.device_class: _demand(u, e, (memory, calls),
-                                        _hop(u, e, hop, arriving, last, first),
+                                        _hop(u, e, hop, arriving, last, first, scale),
                                         _driver(u, e, hop, arriving))
                 for e in offered}
         if any(e.rate > 0 for e in estimates):  # the smallest frames any option gets

@@ -61,6 +61,7 @@ from fitwork.profiling.record import (
 )
 from fitwork.profiling.timers import Timers
 from fitwork.profiling.torch_count import count as torch_count
+from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
 from fitwork.workload.kernel import Failed, Kernel
@@ -116,9 +117,11 @@ def profile_pipeline(
                 raise ProfileError(
                     f"profile: unit {unit.name!r} produced no outputs from {profile.samples} "
                     "samples, so the units after it cannot be measured; give more samples")
+    large = max((max(u.bytes_in, u.bytes_out) for u in profiles), default=0) >= LARGE_ITEM
     return PipelineProfile(fitwork_version=__version__, pipeline=pipeline.name, units=profiles,
                            host_class=on.host_class, accelerator_class=on.accelerator_class,
-                           classes_from=on.found_from, created_at=time.time())
+                           classes_from=on.found_from, created_at=time.time(),
+                           wire_scale=wire_scale() if large else 1.0)
 
 
 def _under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProfile:

@@ -336,6 +336,10 @@ class PipelineProfile(Document):
     created_at: float
     accelerator_class: str | None = None
     classes_from: str = ""
+    wire_scale: float = 1.0
+    """This host's CPU per byte of moving an array between processes as a multiple of the
+    host the fit's byte charges were measured on (`fitwork.profiling.wire_cost`); measured
+    where a unit moves items of 64 KiB or more, else 1.0."""
 
     def under_load(self) -> PipelineProfile:
         """This profile with every unit `UnitProfile.loaded`: what the fit plans from."""
