@@ -440,7 +440,16 @@ def test_the_engine_charge_per_item_follows_the_frames_the_engines_send() -> Non
     assert FRAME_SECONDS == driver.FRAME_TIME == sim.FRAME_TIME
     assert MAX_FRAME == driver.MAX_FRAME == sim.MAX_FRAME
     assert frame_items(0.020) == 1 and frame_items(0.0005) == 10 and frame_items(0) == MAX_FRAME
-    assert frame_items(0.0001, io=16) == 8  # a replica's frames are half its calls in flight
+    # a replica's frames are half its calls in flight, however long a call waits
+    assert frame_items(0.0001, io=16) == 8 and frame_items(0.020, io=16) == 8
+    assert frame_items(0.020, io=1) == 1
+    from fitwork.engine.core.events import Stage
+    from fitwork.engine.core.policy import Policy
+    from fitwork.engine.core.sizing import frame_size
+    for io, busy in ((16, 0.0001), (16, 0.020), (8, 0.020 / 8), (1, 0.020), (0, 0.0005)):
+        # the core's size once 100 items are measured at ``busy`` seconds each
+        assert frame_size(Policy(), Stage("u", io=io), 1, 100, 100 * busy, 0) == frame_items(
+            busy, io), (io, busy)
     # A cheap unit's items share a frame's cost; a slow one pays it whole.
     assert crossing_seconds(HOP_SECONDS, 0.0005) < crossing_seconds(HOP_SECONDS, 0.020) / 5
     # A chain pays each crossing at the smaller of its own frames and what arrives: a cheap

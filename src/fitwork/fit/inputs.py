@@ -124,13 +124,13 @@ def edge_seconds(profile: PipelineProfile) -> float:
 
 def frame_items(seconds_per_item: float, io: int = 0) -> int:
     """Items per frame the engines send a replica that takes ``seconds_per_item`` per item;
-    a unit with ``io`` calls in flight gets frames of at most half that (the engines keep
+    a unit with ``io`` calls in flight gets frames of half that, whatever its time per item
+    (its items run side by side, so a frame takes about one call's time; the engines keep
     frames to a share of a replica's threads so the work spreads over replicas)."""
+    if io:
+        return min(MAX_FRAME, max(1, io // 2))
     size = MAX_FRAME if seconds_per_item <= 0 else FRAME_SECONDS / seconds_per_item
-    size = min(float(MAX_FRAME), max(1.0, size))
-    if io > 1:
-        size = min(size, max(1.0, io // 2))
-    return int(size)
+    return int(min(float(MAX_FRAME), max(1.0, size)))
 
 
 def crossing_seconds(hop: float, seconds_per_item: float, io: int = 0) -> float:

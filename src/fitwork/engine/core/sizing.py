@@ -27,8 +27,8 @@ def frame_size(policy: Policy, stage: Stage, current: int, items: int, busy: flo
         return current
     per_item = max(busy / items, 1e-7)
     size = int(min(policy.max_frame, max(stage.batch_size or 1, policy.frame_time / per_item)))
-    if stage.io:
-        size = min(size, max(1, int(stage.io * policy.io_frame_share)))
+    if stage.io:  # its items run side by side: a frame of them takes about one call's time
+        size = min(policy.max_frame, max(1, int(stage.io * policy.io_frame_share)))
     if deaths:  # rows that kill: frames few of which hold one (a death loses the frame)
         size = min(size, max(1, int(KILLER_SHARE * (items + deaths) / deaths)))
     return size

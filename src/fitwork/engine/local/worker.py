@@ -400,13 +400,16 @@ class Worker:
         inbox = self.spec.inbox.recv_end
         frames = Waiting(self, runner.kernel)
         in_flight, stopping, listening = 0, False, False
+        woken = [False]  # a wake byte is on its way: later calls need not write another
 
         def on_done(frame_id: int, s: int, i: int, future: Future[Any]) -> None:
             error = future.exception()
             finished.put((frame_id, s, i, Failed(error, getattr(error, "__fitwork_attempts__",
                                                                   1))
                           if error is not None else future.result()))
-            os.write(wake_write, b"x")
+            if not woken[0]:
+                woken[0] = True
+                os.write(wake_write, b"x")
 
         while not (stopping and in_flight == 0):
             want = not stopping and in_flight < limit
@@ -430,6 +433,7 @@ class Worker:
                                 functools.partial(on_done, frame_id, s, i))
             if "wake" in ready:
                 os.read(wake_read, 4096)
+                woken[0] = False  # before draining: a call done after the drain writes again
             done_frames = []
             while not finished.empty():
                 frame_id, s, i, result = finished.get()
