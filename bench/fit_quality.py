@@ -461,6 +461,26 @@ def grouped(rows: list[np.ndarray]) -> list[float]:
     return [float(v) for v in product.mean(axis=1)]
 
 
+@unit(io=8)
+def lookup_row(number: int) -> dict[str, Any]:
+    """A declared lookup: 20 ms of waiting (sleep), then a small record."""
+    time.sleep(0.020)
+    return {"id": number, "x": float(number % 97)}
+
+
+class RowModel:
+    """A model held in memory (3000 x 3000 float64, 69 MiB), light per row."""
+
+    def __init__(self) -> None:
+        self.weights = np.random.default_rng(3).standard_normal((3000, 3000))
+
+    def __call__(self, record: dict[str, Any]) -> float:
+        return float(self.weights[int(record["x"]) % 3000, :64].sum() * record["x"])
+
+
+row_model = unit(name="row_model")(RowModel)
+
+
 # ---------------------------------------------------------------------------------------
 # The bench pipelines and how each is searched by hand.
 
@@ -531,6 +551,11 @@ SPECS = (
     Spec(Pipeline(rows_in, grouped, name="batch_faster"),
          "HELD OUT. faster in batches: 0.6 ms set-up per call, batch_size=32", 40000,
          (1, 2, 3, 4), {"rows_in": (1, 2), "grouped": (1, 2)}, held_out=True),
+    # Written after stop 30, from a user's pipeline the plan read at 0.50x its prediction.
+    Spec(Pipeline(lookup_row, row_model, name="lookup_model"),
+         "HELD OUT. declared lookup (io=8, 20 ms sleep), then a 69 MiB model, light per row",
+         12000, (4, 8, 16, 32), {"lookup_row": (4, 8, 16, 24), "row_model": (1, 2)},
+         held_out=True),
 )
 
 
