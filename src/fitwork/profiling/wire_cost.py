@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pickle
@@ -25,8 +26,9 @@ steady figure (its first mappings, the file system's first pages)."""
 
 REFERENCE_SECONDS_PER_BYTE = 0.47e-9
 """What `wire_seconds_per_byte` reads on the host the fit's byte charges were measured on
-(this repository's 2-core host), the median of 21 readings in fresh processes, 0.38 to
-0.67 ns per byte, the same with both cores busy with other processes."""
+(this repository's 2-core host): the median of 21 readings in fresh processes, 0.38 to
+0.67 ns per byte, the same with both cores busy with other processes; 12 later readings
+gave 0.44 to 0.55."""
 SPREAD = 1.5
 """A reading within this factor of the reference either way is within the reference
 host's own spread from one process to the next: no evidence of a different host, so the
@@ -58,19 +60,24 @@ def _move(values: np.ndarray, path: str) -> None:
     """One array sent through a file at ``path`` and received, every page of it read."""
     buffers: list[pickle.PickleBuffer] = []
     pickle.dumps(values, protocol=5, buffer_callback=buffers.append)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
     try:
-        for buffer in buffers:
-            os.write(fd, buffer.raw())
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        try:
+            for buffer in buffers:
+                data = buffer.raw()
+                while data:
+                    data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            view = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_PRIVATE,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        view = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_PRIVATE,
-                         prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        os.unlink(path)
-    finally:
-        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # as the receiver does once it has mapped the file
     # the receiver's array over the mapping (the engine unpickles the small stream around
     # it; nothing here is unpickled, and a few microseconds are left out)
     received = np.frombuffer(view, dtype=np.uint8)
