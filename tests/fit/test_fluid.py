@@ -82,8 +82,11 @@ def test_three_undeclared_units_plan_on_two_cores_and_run_as_fast_as_the_monolit
             assert sorted(run) == [i * i for i in range(3000)]
         return run.record.throughput
 
-    planned = [rate(plan), rate(plan)]
-    fused = [rate(plan.placement(side="monolithic")), rate(plan.placement(side="monolithic"))]
+    # alternating, so a host that slows or quickens part-way moves both sides alike
+    planned, fused = [], []
+    for _ in range(2):
+        planned.append(rate(plan))
+        fused.append(rate(plan.placement(side="monolithic")))
     print(f"realized: plan {max(planned):,.0f} items/s, monolith {max(fused):,.0f}")
     assert max(planned) >= 0.9 * max(fused)
 
