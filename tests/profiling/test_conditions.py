@@ -32,13 +32,18 @@ def wide(seed: int) -> float:
     return project.fn(seed)
 
 
-def cpu_per_item(pipeline: Pipeline, samples: int, items: int) -> tuple[float, float]:
-    """(profiled, run) CPU seconds per item of the pipeline's one unit, one replica."""
-    profiled = profile_pipeline(pipeline, range(samples), samples=samples).units[0]
+def profiled_cpu(pipeline: Pipeline, samples: int) -> float:
+    """CPU seconds per item the profile measures for the pipeline's one unit."""
+    return profile_pipeline(pipeline, range(samples), samples=samples,
+                            loaded=False).units[0].cpu_s
+
+
+def run_cpu(pipeline: Pipeline, items: int) -> float:
+    """CPU seconds per item the unit's one replica spends in a run."""
     with fitwork.run(pipeline, range(items)) as result:
         assert len(list(result)) == items
     record = result.record.units[0]
-    return profiled.cpu_s, record.cpu_s / record.items_in
+    return record.cpu_s / record.items_in
 
 
 def test_a_blas_unit_is_profiled_under_its_replicas_thread_limit() -> None:
@@ -47,18 +52,27 @@ def test_a_blas_unit_is_profiled_under_its_replicas_thread_limit() -> None:
     assert record.threads == 1 and record.parallelism is not None
     assert record.parallelism < 1.2  # one thread: no core beyond its own kept busy
     assert "held to 1" in record.conditions
-    # Its CPU per item is the run's: compared in CPU seconds, which a busy host moves
-    # less than wall time (a run's CPU also holds its start-up and the channel's work;
-    # cache contention on a shared host moves both by several percent, so a second
-    # measurement is taken before calling a miss).
-    ratios = []
-    for _ in range(2):
-        profiled, run = cpu_per_item(pipeline, samples=48, items=400)
-        ratios.append(profiled / run)
-        if abs(ratios[-1] - 1) <= 0.15:
+    # Its CPU per item is the run's, compared in CPU seconds.  On a shared host the same
+    # work reads 8 or 12-15 ms of CPU per item from one second to the next, profile and run
+    # alike (others' processes on the host's cores and caches): so the two are measured in
+    # alternating rounds of about a second each and compared in total, over as many rounds
+    # as it takes to agree, up to eight.  A profile taken with BLAS's pool free reads about
+    # twice the run (its second thread spins) in every round, and no number of rounds
+    # brings that within 15%.
+    profiled: list[float] = []
+    run: list[float] = []
+    for round_ in range(8):
+        pair = [lambda: profiled.append(profiled_cpu(pipeline, samples=48)),
+                lambda: run.append(run_cpu(pipeline, items=120))]
+        for measure in pair[::-1] if round_ % 2 else pair:
+            measure()
+        ratio = sum(profiled) / sum(run)
+        if round_ >= 2 and abs(ratio - 1) <= 0.15:
             break
-    print(f"profiled / run CPU per item: {', '.join(f'{r:.3f}' for r in ratios)}")
-    assert abs(ratios[-1] - 1) <= 0.15
+    print(f"profiled / run CPU per item over {len(run)} rounds: {ratio:.3f} (profiled "
+          f"{', '.join(f'{p * 1e3:.2f}' for p in profiled)} ms; "
+          f"run {', '.join(f'{r * 1e3:.2f}' for r in run)})")
+    assert abs(ratio - 1) <= 0.15
 
 
 def test_a_unit_declaring_two_cores_is_timed_at_two_threads_and_at_one() -> None:
