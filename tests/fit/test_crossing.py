@@ -20,6 +20,7 @@ from fitwork.profiling.wire_cost import (
     REFERENCE_SECONDS_PER_BYTE,
     SCALE_RANGE,
     SPREAD,
+    wire_scale,
     wire_seconds_per_byte,
 )
 
@@ -125,6 +126,8 @@ def test_the_byte_charges_follow_this_host_s_cpu_per_byte() -> None:
     # measured, since the tiles cross out of band, and near what the probe reads now
     low, high = SCALE_RANGE
     assert low <= profile.wire_scale <= high
+    assert profile.wire_ns_per_byte is not None
+    assert profile.wire_scale == wire_scale(profile.wire_ns_per_byte * 1e-9)
     now = wire_seconds_per_byte() / REFERENCE_SECONDS_PER_BYTE
     if profile.wire_scale == 1.0:  # this host reads within the reference host's spread
         assert 1 / (2 * SPREAD) <= now <= 2 * SPREAD, now
@@ -141,4 +144,10 @@ def test_the_byte_charges_follow_this_host_s_cpu_per_byte() -> None:
     # a profile of small items is not probed
     small = fitwork.profile_pipeline(Pipeline(summary, name="small"),
                                      [np.ones((4, 4))], samples=1, loaded=False)
-    assert small.wire_scale == 1.0
+    assert small.wire_ns_per_byte is None and small.wire_scale == 1.0
+    # and the scale follows the reading: 1.0 within the reference host's spread, else the
+    # reading, bounded
+    reference = REFERENCE_SECONDS_PER_BYTE
+    assert wire_scale(reference * SPREAD * 0.99) == wire_scale(reference / SPREAD * 1.01) == 1.0
+    assert wire_scale(reference * 2) == 2.0 and wire_scale(reference * 0.5) == 0.5
+    assert wire_scale(reference * 100) == high and wire_scale(reference / 100) == low

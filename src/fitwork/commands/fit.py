@@ -67,9 +67,11 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
     console.print(f"measured on: {result.classes_from}", markup=False)
     for u in result.units:
         console.print(f"{u.name} measured with {u.conditions}", markup=False, soft_wrap=True)
-    if result.wire_scale != 1.0:
-        console.print(f"moving large items costs {result.wire_scale:.2f}x the CPU per byte the "
-                      "fit's charges were measured at (planned with)", markup=False)
+    if result.wire_ns_per_byte is not None:
+        console.print(f"moving large items between processes: {result.wire_ns_per_byte:.2f} ns "
+                      f"of CPU per byte; the fit charges bytes at {result.wire_scale:.2f}x the "
+                      "host they were measured on (1.00 within that host's own spread)",
+                      markup=False)
     console.print(f"wrote profile to {output_path}", markup=False)
 
 

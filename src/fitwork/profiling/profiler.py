@@ -61,7 +61,7 @@ from fitwork.profiling.record import (
 )
 from fitwork.profiling.timers import Timers
 from fitwork.profiling.torch_count import count as torch_count
-from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale
+from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale, wire_seconds_per_byte
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
 from fitwork.workload.kernel import Failed, Kernel
@@ -118,10 +118,12 @@ def profile_pipeline(
                     f"profile: unit {unit.name!r} produced no outputs from {profile.samples} "
                     "samples, so the units after it cannot be measured; give more samples")
     large = max((max(u.bytes_in, u.bytes_out) for u in profiles), default=0) >= LARGE_ITEM
+    per_byte = wire_seconds_per_byte() if large else None
     return PipelineProfile(fitwork_version=__version__, pipeline=pipeline.name, units=profiles,
                            host_class=on.host_class, accelerator_class=on.accelerator_class,
                            classes_from=on.found_from, created_at=time.time(),
-                           wire_scale=wire_scale() if large else 1.0)
+                           wire_scale=1.0 if per_byte is None else wire_scale(per_byte),
+                           wire_ns_per_byte=None if per_byte is None else round(per_byte * 1e9, 4))
 
 
 def _under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProfile:

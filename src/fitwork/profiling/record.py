@@ -340,6 +340,9 @@ class PipelineProfile(Document):
     """This host's CPU per byte of moving an array between processes as a multiple of the
     host the fit's byte charges were measured on (`fitwork.profiling.wire_cost`); measured
     where a unit moves items of 64 KiB or more, else 1.0."""
+    wire_ns_per_byte: float | None = None
+    """What the probe behind `wire_scale` read, in nanoseconds of CPU per byte moved; None
+    where no unit moves items large enough to probe."""
 
     def under_load(self) -> PipelineProfile:
         """This profile with every unit `UnitProfile.loaded`: what the fit plans from."""

@@ -86,11 +86,11 @@ def _move(values: np.ndarray, path: str) -> None:
     view.close()
 
 
-def wire_scale() -> float:
-    """This host's CPU per byte moved as a multiple of the reference host's: 1.0 within
-    that host's own `SPREAD`, else the reading within `SCALE_RANGE`.  What the fit scales
-    its byte charges by (`fitwork.fit.inputs.byte_seconds`)."""
-    ratio = wire_seconds_per_byte() / REFERENCE_SECONDS_PER_BYTE
+def wire_scale(seconds_per_byte: float) -> float:
+    """A reading of `wire_seconds_per_byte` as a multiple of the reference host's: 1.0
+    within that host's own `SPREAD`, else the reading within `SCALE_RANGE`.  What the fit
+    scales its byte charges by (`fitwork.fit.inputs.byte_seconds`)."""
+    ratio = seconds_per_byte / REFERENCE_SECONDS_PER_BYTE
     if 1 / SPREAD <= ratio <= SPREAD:
         return 1.0
     low, high = SCALE_RANGE
