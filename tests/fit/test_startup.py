@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fitwork.fit.plan import Plan
 from fitwork.telemetry.record import RunRecord
 
@@ -101,3 +103,33 @@ def test_on_ray_a_replica_s_build_is_kept_apart_from_its_work(tmp_path: Path,
     for worker in record.workers:  # the actor's build apart; its work about 2 ms a row
         assert worker.build_cpu_s >= BUILD_S * 0.8, worker
         assert worker.cpu_s <= 0.002 * worker.items_in * 3 + 0.2, worker
+
+
+def test_a_short_run_is_charged_the_engine_s_start_of_each_replica() -> None:
+    from fitwork.fit.plan import fit
+    from fitwork.fit.startup import REPLICA_START_S, RUN_START_S, startup_seconds
+    from tests.fit.test_fluid import TWO_CORES
+    from tests.fit.test_plan import synthetic_profile
+
+    cpu_only = synthetic_profile()
+    cpu_only.units[1].resources.pop("gpu")
+    built = cpu_only.model_copy(update={"units": [
+        u.model_copy(update={"build_cpu_s": 0.3, "build_wall_s": 0.35}) if u.name == "model"
+        else u for u in cpu_only.units]})
+    for profile, builds in ((cpu_only, False), (built, True)):
+        plan = fit(profile, TWO_CORES)
+        for side in ("fitted", "monolithic"):
+            groups = plan.placement(side=side).groups
+            replicas = sum(g.replicas for g in groups)
+            assert replicas >= 1
+            engine = RUN_START_S + REPLICA_START_S * replicas
+            start = startup_seconds(plan, side)
+            if not builds:  # the engine's start alone
+                assert start == engine
+            else:  # the builds after it: the longest, or their CPU over the two cores
+                assert start >= engine + 0.35 - 1e-9
+            # and a run of a handful of items is judged with it, not at the steady rate
+            steady = (plan.fitted if side == "fitted" else plan.monolithic).throughput
+            assert plan.run_overhead(side)[0] == start
+            first = plan.run_overhead(side)[1]
+            assert plan.run_rate(8, side) == pytest.approx(8 / (start + first + 7 / steady))

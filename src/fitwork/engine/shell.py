@@ -255,10 +255,12 @@ class Shell:
             if self.parts is not None:
                 self.parts.prepare()
             self.connect()
+            # before the run's clock starts: a first run in a process reads the host
+            # (~0.1 s), which is not the run's work
+            self.host = self.describe_host()
             self.core = RunCore(self.stages, self.placement,
                                 self.policy, self.run_id, self.clock())
             self.started_at = time.time()
-            self.host = self.describe_host()
             if self.options.sample_devices:
                 self.sampler = self.start_devices()
             self.processes = ProcessBook(self.core.t0, max(0.5, self.options.sample_interval))
