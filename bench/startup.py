@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import fitwork
-from fitwork import Pipeline, unit
+from fitwork import Pipeline, Unit, unit
 from fitwork.fit.startup import REPLICA_START_S, RUN_START_S
 
 REPLICAS = (1, 4, 16)
@@ -35,13 +35,13 @@ def nothing_io(x: int) -> int:
     return x
 
 
-def elapsed(chosen: object, replicas: int, rounds: int) -> float:
+def elapsed(chosen: Unit, replicas: int, rounds: int) -> float:
     """The lowest wall time of ``rounds`` runs of 4 items per replica."""
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
         with fitwork.run(Pipeline(chosen, name="nothing"), range(4 * replicas),
-                         workers={chosen.name: replicas}) as result:  # type: ignore[attr-defined]
+                         workers={chosen.name: replicas}) as result:
             assert sum(1 for _ in result) == 4 * replicas
         best = min(best, time.perf_counter() - start)
     return best

@@ -62,9 +62,9 @@ def test_a_blas_unit_is_profiled_under_its_replicas_thread_limit() -> None:
     # brings that within 15%.
     profiled: list[float] = []
     run: list[float] = []
+    pair = [lambda: profiled.append(profiled_cpu(pipeline, samples=48)),
+            lambda: run.append(run_cpu(pipeline, items=120))]
     for round_ in range(8):
-        pair = [lambda: profiled.append(profiled_cpu(pipeline, samples=48)),
-                lambda: run.append(run_cpu(pipeline, items=120))]
         for measure in pair[::-1] if round_ % 2 else pair:
             measure()
         ratio = sum(profiled) / sum(run)

@@ -35,12 +35,13 @@ if TYPE_CHECKING:  # the plan calls this module: `Plan.run_rate`, `Plan.run_over
 RUN_START_S = 0.005
 """Seconds the local engine takes to set a run up before its first replica (channels, the
 driver's books).  ``bench/startup.py`` measures it and `REPLICA_START_S` with a unit that
-does nothing, as the wall time of runs of 4 items a replica at 1, 4 and 16 replicas: 4.2 to
-5.8 ms here (a 2-core host), the driver small or holding 600 MB."""
+does nothing, as the wall time of runs of 4 items a replica at 1, 4 and 16 replicas: 3.6 to
+6.5 ms here (a 2-core host, over two sessions), the driver small or holding 600 MB."""
 REPLICA_START_S = 0.0045
 """Seconds the local engine takes to start one more replica (fork, set-up, ready), in turn
-in the driver: 3.6 to 5.4 ms apiece measured as `RUN_START_S` is (the more for an ``io``
-unit's thread pool and a larger driver)."""
+in the driver: 3.6 to 5.4 ms apiece measured as `RUN_START_S` is, over two sessions (the
+more for an ``io`` unit's thread pool and a larger driver), and 6.4 to 7.5 ms an hour later
+in the second, with the host slower: a short run's prediction moves with the host as well."""
 
 
 def _build(plan: Plan, unit: str) -> tuple[float, float]:

@@ -118,12 +118,13 @@ def profile_pipeline(
                     f"profile: unit {unit.name!r} produced no outputs from {profile.samples} "
                     "samples, so the units after it cannot be measured; give more samples")
     large = max((max(u.bytes_in, u.bytes_out) for u in profiles), default=0) >= LARGE_ITEM
-    per_byte = wire_seconds_per_byte() if large else None
+    # the scale is derived from the reading as stored, so a profile's two figures agree
+    ns = round(wire_seconds_per_byte() * 1e9, 4) if large else None
     return PipelineProfile(fitwork_version=__version__, pipeline=pipeline.name, units=profiles,
                            host_class=on.host_class, accelerator_class=on.accelerator_class,
                            classes_from=on.found_from, created_at=time.time(),
-                           wire_scale=1.0 if per_byte is None else wire_scale(per_byte),
-                           wire_ns_per_byte=None if per_byte is None else round(per_byte * 1e9, 4))
+                           wire_scale=1.0 if ns is None else wire_scale(ns * 1e-9),
+                           wire_ns_per_byte=ns)
 
 
 def _under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProfile:
