@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
@@ -232,7 +233,7 @@ def crunch(row: dict[str, float]) -> float:
 
 def test_a_fused_plan_is_re_fitted_as_the_one_unit_it_runs() -> None:
     # Profiled on rows that barely wait, the plan runs the two stages fused.  The run's rows
-    # wait 15x longer: each fused replica carries far fewer items/s than planned while the
+    # wait far longer: each fused replica carries far fewer items/s than planned while the
     # cores idle, so the adapter re-solves the fused unit at what it measured and runs more
     # replicas of it, and says why.
     pipeline = Pipeline(fetch_row, crunch, name="waiting")
@@ -242,12 +243,26 @@ def test_a_fused_plan_is_re_fitted_as_the_one_unit_it_runs() -> None:
     plan = fit(profiled, two)
     assert plan.fused, plan.tie  # light stages: the plan runs them as one unit
     before = plan.placement().counts()
-    with fitwork.run(pipeline, [{"wait": 0.03}] * 1500, placement=plan,
-                     adapt=True) as adapting:
-        assert len(list(adapting)) == 1500
+    # The wait is set by the calls the plan runs at once, so the planned layout carries at
+    # most 50 items/s (a fifth of what two cores do at 2 ms each) however many threads a
+    # slower host's profile gives it (one read 1 replica x 2, another 3 x 11 or more).
+    calls = sum(g.replicas * (g.io or 1) for g in plan.placement().groups)
+    wait = max(0.03, calls / 50)
+    fed = 0
+
+    def rows() -> Iterator[dict[str, float]]:
+        nonlocal fed
+        deadline = time.monotonic() + 8.0
+        while time.monotonic() < deadline:  # long enough for a window and a re-fit
+            fed += 1
+            yield {"wait": wait}
+
+    with fitwork.run(pipeline, rows(), placement=plan, adapt=True) as adapting:
+        assert len(list(adapting)) == fed
     record = adapting.record
-    print(f"planned {before}; re-fits: {[r.model_dump() for r in record.refits]}")
-    assert record.refits, "a fused unit 15x slower per replica should have been re-fitted"
+    print(f"planned {before}, {calls} calls at once, rows wait {wait:.3f} s; "
+          f"re-fits: {[r.model_dump() for r in record.refits]}")
+    assert record.refits, "a fused unit far slower per replica should have been re-fitted"
     first = record.refits[0]
     assert first.reason.startswith("unit 'monolithic' runs at"), first.reason
     assert first.before == before
