@@ -24,6 +24,7 @@ from fitwork.engine.core import (
     Exited,
     Fed,
     Finished,
+    Lost,
     Policy,
     Ready,
     Resize,
@@ -248,6 +249,82 @@ def test_max_failures_aborts_with_the_last_failure_named() -> None:
     out = core.handle(Done(worker, [], [back], failures, 0.1))
     (abort,) = of(out, Abort)
     assert "max_failures=0" in str(abort.error) and "seven" in str(abort.error)
+
+
+def test_outputs_lost_with_another_process_never_make_an_item_poison() -> None:
+    """On Ray the last unit's outputs belong to the replica that called it; when that
+    replica dies of another item, the outputs go with it.  The items that made them are
+    sent again however often that happens, and none is poison for it."""
+    core, worker = one_stage(Policy(max_attempts=2))
+    (send,) = of(core.handle(Fed([9], 0.0)), Send)
+    now = 0.0
+    for _ in range(4):  # twice max_attempts
+        now += 0.1
+        core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], now))
+        out = core.handle(Lost(worker, send.frame, now, "outputs lost (OwnerDiedError)",
+                               blame=False))
+        assert of(out, DeadLetter) == []
+        (send,) = of(out, Send)
+        assert send.retry and send.segment[5] == [9]
+    out = core.handle(Arrived([Segment(send.frame, send.segment[1], [0], None, None, [10])],
+                              now + 0.1))
+    assert [e.values for e in of(out, Emit)] == [[10]]
+    assert core.poisoned == 0 and core.completed == 1 and not core.frames
+    # the same losses blamed on the item (its worker died holding it) do make it poison
+    core, worker = one_stage(Policy(max_attempts=2))
+    (send,) = of(core.handle(Fed([9], 0.0)), Send)
+    for k in range(2):
+        core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.1 * k))
+        out = core.handle(Lost(worker, send.frame, 0.1 * k + 0.05, "died"))
+        sends = of(out, Send)
+        send = sends[0] if sends else send
+    assert [d.failure.kind for d in of(out, DeadLetter)] == ["poison"]
+
+
+def test_a_shard_s_rows_lost_with_another_process_go_again_as_they_were() -> None:
+    """A piece of a shard whose outputs were lost is sent again whole, on its attempt: it
+    is neither bisected nor brought nearer to poison; its rows then complete once."""
+    source = fitwork.Source.of([], read_rows)
+    pipeline = Pipeline([source.reader(), unit(tag_inc.fn, name="inc")], name="sharded")
+    placement = Placement.declared(pipeline)
+    core = RunCore(stages_of(pipeline, placement), placement, Policy(max_attempts=2), "r",
+                   0.0)
+    spawns = of(core.start(), Spawn)
+    for spawn in spawns:
+        core.handle(Ready(spawn.worker, 1, 0.0))
+    reader = spawns[0].worker
+    rows = [(i, i) for i in range(3)]
+    (send,) = of(core.handle(Fed([rows], 0.0)), Send)
+    core.handle(Taken(reader, send.frame, [(send.frame, send.segment[2])], 0.0))
+    out = core.handle(Exited(reader, clean=False, now=0.1, cause="signal SIGKILL"))
+    pieces = of(out, Send)
+    assert [(p.segment[5][0].lo, p.segment[5][0].hi) for p in pieces] == [(0, 256),
+                                                                          (256, None)]
+    reader = of(out, Spawn)[0].worker
+    core.handle(Ready(reader, 1, 0.1))
+    head, tail = pieces
+    for k in range(4):
+        now = 0.2 + 0.1 * k
+        core.handle(Taken(reader, head.frame, [(head.frame, head.segment[2])], now))
+        out = core.handle(Lost(reader, head.frame, now, "outputs lost", blame=False))
+        (head,) = of(out, Send)
+        assert (head.segment[5][0].lo, head.segment[5][0].hi) == (0, 256)
+        assert head.segment[1] == pieces[0].segment[1] and of(out, DeadLetter) == []
+    kernels = [Kernel(u) for u in pipeline.units]
+    emitted = []
+    for send in (head, tail):
+        results, failed = kernels[0].results(send.segment[5])
+        read, back, _ = settle(kernels[0], send.segment, results, failed)
+        done: list[Segment] = []
+        if read is not None:
+            results, failed = kernels[1].results(read.values)
+            inced, _, _ = settle(kernels[1], read, results, failed)
+            assert inced is not None
+            done.append(inced)
+        out = core.handle(Arrived(done, 1.0, [back] if back else []))
+        emitted += [v for e in of(out, Emit) for v in e.values]
+    assert sorted(emitted) == [(i, i + 1) for i in range(3)]
+    assert core.poisoned == 0 and core.completed == 1 and not core.frames
 
 
 class AdversarialEngine:

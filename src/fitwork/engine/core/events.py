@@ -101,7 +101,10 @@ class Lost(NamedTuple):
     """A frame a worker held is gone though the worker lives (its outputs were lost).
 
     With ``parts`` (feed frame, offsets), only those items of it are gone: a replica of
-    stage ``stage`` died holding them (on Ray, the replica that was sent them says so)."""
+    stage ``stage`` died holding them (on Ray, the replica that was sent them says so).
+    ``blame`` False: the items ran, but their outputs went with a process that died of
+    something else (on Ray, the owner of the last unit's outputs); they are sent again and
+    the loss does not count toward making any of them poison."""
 
     worker: int
     frame: int
@@ -109,6 +112,7 @@ class Lost(NamedTuple):
     cause: str = "outputs lost"
     parts: Sequence[tuple[int, Sequence[int]]] | None = None
     stage: int | None = None
+    blame: bool = True
 
 
 class Tick(NamedTuple):

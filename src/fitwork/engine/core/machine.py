@@ -348,14 +348,14 @@ class RunCore(Retries):
             stage = event.stage if event.stage is not None else 0
             for frame_id, offsets in event.parts:
                 self._retry_part(frame_id, offsets, self.names[stage], event.cause,
-                                 event.now)
+                                 event.now, event.blame)
             return
         parts = worker.held.pop(event.frame, None) if worker is not None else None
         if worker is None or parts is None:
             return
         for frame_id, offsets in parts:
             self._retry_part(frame_id, offsets, self.names[worker.stage], event.cause,
-                             event.now)
+                             event.now, event.blame)
 
     def _tick(self, event: Tick) -> None:
         now = event.now

@@ -120,7 +120,10 @@ class Retries:
                 f"{failure.unit!r}: {failure.error}); fix the unit or raise max_failures"))
 
     def _retry_part(self, frame_id: int, offsets: Sequence[int], unit: str, why: str,
-                    now: float) -> None:
+                    now: float, blame: bool = True) -> None:
+        """Items ``offsets`` of a frame are gone with a worker: narrow them down and send them
+        again.  Without ``blame`` (they ran, and their outputs went with another process)
+        they go again as they were, and the loss is no death of theirs alone."""
         frame = self.frames.get(frame_id)
         if frame is None:
             return
@@ -132,9 +135,9 @@ class Retries:
             item = owner.itemize()[index]
             if frame.piece is not None:
                 if not item.settled and frame.id in item.pieces:
-                    self._piece_died(owner, index, frame, unit, why, now)
+                    self._piece_died(owner, index, frame, unit, why, now, blame)
             elif not item.settled and item.attempt == frame.attempt:
-                self._retry_or_poison(owner, index, unit, why, now, alone=True)
+                self._retry_or_poison(owner, index, unit, why, now, alone=blame)
             return
         items = frame.itemize()
         held = [o for o in sorted(set(offsets))
@@ -152,12 +155,14 @@ class Retries:
                 self._send_piece(frame, offset, Piece(lo, lo + width, width, 1), 0, now)
                 self._send_piece(frame, offset, Piece(lo + width, None, 2 * width, 1), 0, now)
             else:
-                self._retry_or_poison(frame, offset, unit, why, now, alone=frame.count == 1)
+                self._retry_or_poison(frame, offset, unit, why, now,
+                                      alone=blame and frame.count == 1)
 
     def _piece_died(self, owner: Frame, index: int, frame: Frame, unit: str, why: str,
-                    now: float) -> None:
+                    now: float, blame: bool = True) -> None:
         """A worker died holding rows ``piece`` of an item: split them, or retry the row it
-        holds alone (poison once it has killed ``max_attempts`` workers)."""
+        holds alone (poison once it has killed ``max_attempts`` workers).  Without
+        ``blame`` the rows not yet delivered go again as one piece, on the same attempt."""
         item = owner.itemize()[index]
         piece = frame.piece
         assert piece is not None
@@ -167,6 +172,8 @@ class Retries:
         start = max(lo, delivered_rows(item))  # rows before it delivered: not read again
         if hi is not None and start >= hi:
             pass  # every row of it was delivered before its worker died
+        elif not blame:
+            self._send_piece(owner, index, piece._replace(lo=start), frame.attempt, now)
         elif hi is None:
             self._send_piece(owner, index, Piece(start, start + width, width, deaths), 0, now)
             self._send_piece(owner, index, Piece(start + width, None, 2 * width, deaths), 0,

@@ -413,7 +413,10 @@ class RayRun(Placing, Shell):
         try:
             batches = ray.get(refs, timeout=self.timeout) if refs else []
         except (OwnerDiedError, ObjectLostError) as exc:
-            self.handle(Lost(worker, call, now, f"outputs lost ({type(exc).__name__})"))
+            # the call's items ran; what made their outputs go (a replica on the way that
+            # owned them died of another item, say) is no fault of theirs
+            self.handle(Lost(worker, call, now, f"outputs lost ({type(exc).__name__})",
+                             blame=False))
             return
         except GetTimeoutError:
             raise EngineError(f"Ray did not deliver a frame's outputs within {self.timeout:g} "

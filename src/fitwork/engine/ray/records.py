@@ -85,7 +85,10 @@ class Summary:
     weight returned, failures, replicas seen dead (by key) and what they held, and the
     counters of every replica the frame went through (by key).
 
-    ``busy``: a retry that could not run alone there, sent back.  A task's call also
+    ``busy``: a retry that could not run alone there, sent back.  ``carries``: the call's
+    second object holds outputs (the last unit's, returned by value), so its caller passes
+    that reference up; a call that wrote them to a part, or had none, returns None there,
+    and a reference to it would be lost with its owner for nothing.  A task's call also
     carries its busy intervals and process id, or why its unit could not start.
     """
 
@@ -97,6 +100,7 @@ class Summary:
     lost: list[LostFrame] = field(default_factory=list)
     counters: dict[str, Reading] = field(default_factory=dict)
     busy: bool = False
+    carries: bool = False
     intervals: Sequence[Interval] = ()
     pid: int = 0
     error: str | None = None

@@ -154,18 +154,20 @@ class Replica:
 
     # -- frames ----------------------------------------------------------------------------
 
-    def free(self) -> bool:
-        """Whether a retry sent now would run at once (a probe the sender makes first).  A
-        probe that meets a dead replica tells the sender so before the retry is sent: a
-        call to a replica that an earlier retry had just killed fails exactly as one that
-        killed it, and the retry would be blamed for a death it never saw.  The probe holds
-        nothing (a hold between two calls could wait on calls that wait on it); the retry
-        itself claims the process on arrival, or answers busy."""
-        return self.alone.free()
+    def lease(self) -> int:
+        """Hold this process, empty, for a retry about to be sent (`Alone.lease`): its
+        token, or 0 where it is not free.  A lease that meets a dead replica tells the
+        sender so before the retry is sent; once leased, nothing else enters the process
+        until the retry's call takes the hold over, so a death after that is the retry's."""
+        return self.alone.lease()
+
+    def unlease(self, token: int) -> None:
+        """Let a lease go whose retry could not be sent."""
+        self.alone.drop(token)
 
     @ray.method(num_returns=2)
-    def process(self, segments: list[Segment], hints: list[int], version: int
-                ) -> tuple[Summary, list[Segment] | None]:
+    def process(self, segments: list[Segment], hints: list[int], version: int,
+                lease: int = 0) -> tuple[Summary, list[Segment] | None]:
         """Run the unit on a frame and see its outputs all the way down.
 
         Returns a summary (references to the last unit's outputs, returned weight,
@@ -176,7 +178,7 @@ class Replica:
         """
         alone = any(s.attempt > 0 for s in segments)
         if alone and self.stage > 0:
-            if not self.alone.claim():
+            if not (self.alone.take(lease) or self.alone.claim()):
                 # a retry queued behind other calls would die with them: the sender picks
                 # again
                 return Summary(busy=True), None
@@ -188,6 +190,7 @@ class Replica:
             with self.alone.hold(alone):
                 summary, outputs = self.run(segments, hints, version)
         summary.counters[self.id] = self.counters()
+        summary.carries = outputs is not None
         return summary, outputs
 
     def run(self, segments: list[Segment], hints: list[int], version: int
@@ -342,17 +345,18 @@ def _frames(segments: list[Segment], step: int) -> list[list[Segment]]:
     return frames
 
 
-def _free(router: Router, target: Any, summary: Summary) -> bool:
-    """Probe ``target`` before a retry (see `Replica.free`); False, with ``target``
+def _lease(router: Router, target: Any, summary: Summary) -> int:
+    """Lease ``target`` for a retry (see `Replica.lease`): the token, or 0, with ``target``
     released (and marked dead if it is), when the retry should not go there now."""
     try:
-        if ray.get(target.free.remote()):
-            return True
+        token: int = ray.get(target.lease.remote())
+        if token:
+            return token
     except DEATH:
         router.mark_dead(target)
         summary.dead.append(key(target))
     router.release(target)
-    return False
+    return 0
 
 
 def _unsendable(frame: list[Segment], exc: Exception, unit: str,
@@ -395,7 +399,7 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
                 pending.appendleft(frame)
                 time.sleep(Alone.GRACE / 5)
                 return
-            if last and outputs is not None:
+            if last and outputs is not None and result.carries:
                 result.outputs.append(outputs)
             results.append(result)
         except DEATH as exc:
@@ -413,13 +417,16 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
             target = router.pick(block=not calls, alone=retry)
             if target is not None:
                 frame = pending.popleft()
-                if retry and not _free(router, target, summary):
+                token = _lease(router, target, summary) if retry else 0
+                if retry and not token:
                     pending.appendleft(frame)  # busy or dead: another moment or replica
                     time.sleep(Alone.GRACE / 5)
                     continue
                 try:
-                    ref, outputs = target.process.remote(pack(frame), hints, version)
+                    ref, outputs = target.process.remote(pack(frame), hints, version, token)
                 except Exception as exc:  # the frame could not be serialised
+                    if token:
+                        target.unlease.remote(token)
                     router.release(target)
                     _unsendable(frame, exc, replica.names[replica.stage], pending, summary)
                     continue
