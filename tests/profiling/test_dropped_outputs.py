@@ -7,7 +7,7 @@ import numpy as np
 
 from fitwork import unit
 from fitwork.profiling.classes import measured_on
-from fitwork.profiling.profiler import CYCLES, DROPPED_MIN, measure_unit
+from fitwork.profiling.profiler import DROPPED_MIN, STEADY_CYCLES, measure_unit
 
 CALLS: list[int] = []
 
@@ -31,7 +31,7 @@ def test_a_unit_with_large_outputs_is_timed_dropping_them_first() -> None:
     profile, outputs = measure_unit(big, list(range(6)), on)
     assert profile.bytes_out >= DROPPED_MIN
     # the warm-up, the pass dropping its outputs, the timed pass keeping them (the samples
-    # cycled while it has timed under TIMED_SECONDS; outputs kept from the first visits only)
+    # cycled while it has timed under STEADY_SECONDS; outputs kept from the first visits only)
     assert [0, *range(6), *range(6)] == CALLS[:13]
     assert cycled(CALLS[7:], 6)
     assert [float(o[0]) for o in outputs] == [float(i) for i in range(6)]
@@ -44,6 +44,7 @@ def test_a_unit_with_large_outputs_is_timed_dropping_them_first() -> None:
 
 
 def cycled(calls: list[int], samples: int) -> bool:
-    """The samples in order, once at least and then again, CYCLES times at most."""
-    return (len(calls) >= samples and len(calls) <= CYCLES * samples
+    """The samples in order, once at least and then again, STEADY_CYCLES times at most (the
+    batch size a replica runs)."""
+    return (len(calls) >= samples and len(calls) <= STEADY_CYCLES * samples
             and calls == [i % samples for i in range(len(calls))])

@@ -388,18 +388,28 @@ until it is: a unit of 40 us per item timed on 48 samples alone is 2 ms of measu
 one scheduler tick or cache miss moves by half."""
 CYCLES = 16
 """The most times the samples are cycled at one batch size."""
+STEADY_SECONDS = 0.5
+"""The least wall time the batch size a replica runs (the unit's own, else the sweep's
+largest) is timed for, the samples cycled (`STEADY_CYCLES` times at most) until it is.  This
+host's speed moves from one moment to the next: a numpy unit timed in 50 ms windows for 12 s
+read 0.33-0.88 ms per item (cv 0.25), in 0.5 s windows 0.38-0.70 (cv 0.17), in 1 s windows
+0.49-0.68 (cv 0.10), against 0.58 over the 12 s; a profile of 50 ms read 0.376, and the
+runs planned from it went at 0.68x the prediction."""
+STEADY_CYCLES = 64
+"""The most times the samples are cycled at the batch size a replica runs."""
 
 
-def _batches(inputs: list[Any], size: int,
-             timed: Callable[[], float]) -> Iterable[tuple[list[Any], int]]:
+def _batches(inputs: list[Any], size: int, timed: Callable[[], float],
+             seconds: float = TIMED_SECONDS, cycles: int = CYCLES
+             ) -> Iterable[tuple[list[Any], int]]:
     """(batch, how many of its items are first visits) of ``inputs`` at ``size``: every
     sample once, in full batches above size 1 (the samples cycled, `BATCH_CALLS` at least),
-    then more cycles while ``timed()`` is under `TIMED_SECONDS`."""
+    then more cycles while ``timed()`` is under ``seconds``, ``cycles`` at most."""
     n, size = len(inputs), max(1, size)
     least = n if size == 1 else max(BATCH_CALLS, -(-n // size)) * size
-    most = max(least, -(-CYCLES * n // size) * size)
+    most = max(least, -(-cycles * n // size) * size)
     i = 0
-    while i < least or (i < most and timed() < TIMED_SECONDS):
+    while i < least or (i < most and timed() < seconds):
         yield [inputs[j % n] for j in range(i, i + size)], max(0, min(size, n - i))
         i += size
 
@@ -414,7 +424,11 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
     outputs: list[Any] = []
     failures = 0
     chosen_source: str | None = None
-    for size in sizes or _sizes(unit, len(inputs)):
+    sizes = sizes or _sizes(unit, len(inputs))
+    steady = max(sizes)  # the unit's own batch size where the samples fill it: the longest
+    for size in sizes:
+        seconds, cycles = (STEADY_SECONDS, STEADY_CYCLES) if size == steady else \
+            (TIMED_SECONDS, CYCLES)
         wall = cpu = accel = queued = 0.0
         measured = distinct = 0  # items timed, and of them the samples' first visits
         calls: list[float] = []  # wall seconds per item of each call: the rate's spread
@@ -424,7 +438,8 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
         host0, own0, start = host_busy_seconds(), time.process_time(), time.perf_counter()
         produced: list[Any] = []
         source: str | None = None
-        for batch, fresh in _batches(inputs, size, lambda: wall):  # noqa: B023 (read as it grows)
+        for batch, fresh in _batches(inputs, size, lambda: wall,  # noqa: B023 (read as it grows)
+                                     seconds, cycles):
             # the run-queue reading (a file read, ~16 us of CPU) stays outside the window
             queue0 = run_queue_seconds()
             wall0, cpu0 = time.perf_counter(), time.process_time()
