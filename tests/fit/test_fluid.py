@@ -82,13 +82,19 @@ def test_three_undeclared_units_plan_on_two_cores_and_run_as_fast_as_the_monolit
             assert sorted(run) == [i * i for i in range(3000)]
         return run.record.throughput
 
-    # alternating, so a host that slows or quickens part-way moves both sides alike
+    placement, monolith = plan.placement(), plan.placement(side="monolithic")
+    if plan.fused:  # the monolith's own layout: racing it against itself times the host only
+        assert placement.groups == monolith.groups  # (one such race read 0.88x)
+        print(f"realized: plan (the monolith's layout) {rate(placement):,.0f} items/s")
+        return
+    # alternating, so a host that slows or quickens part-way moves both sides alike, and
+    # pooled, since a single run here moves by 10-20%
     planned, fused = [], []
-    for _ in range(2):
-        planned.append(rate(plan))
-        fused.append(rate(plan.placement(side="monolithic")))
-    print(f"realized: plan {max(planned):,.0f} items/s, monolith {max(fused):,.0f}")
-    assert max(planned) >= 0.9 * max(fused)
+    for _ in range(3):
+        planned.append(rate(placement))
+        fused.append(rate(monolith))
+    print(f"realized: plan {planned} items/s, monolith {fused}")
+    assert sum(planned) >= 0.9 * sum(fused)
 
 
 def demo_profile(queued: float = 0.0) -> PipelineProfile:
