@@ -6,8 +6,10 @@ work per frame (``FRAME_TIME``), and every frame costs the driver its books and 
 ``fanout_filter`` chain fused into 2 processes, with the local engine's frame time at 5 ms
 and at 20 ms in alternating rounds, and prints for each the median items/s, the driver's CPU
 per item (this process's CPU over the run: the replicas are processes of their
-own), and the ratio of the two settings' throughputs.  A measurement for a decision, not a
-setting: the engine's frame time is set for the run by assigning the module's constant.
+own), and the ratio of the two settings' throughputs.  ``--split`` runs the units split
+instead (records x1, featurise x2: a hand layout), where every unit's frames cross.  A
+measurement for a decision, not a setting: the engine's frame time is set for the run by
+assigning the module's constant.
 """
 
 from __future__ import annotations
@@ -49,10 +51,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--items", type=int, default=800)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--split", action="store_true",
+                        help="the units split, records x1 and featurise x2 (a hand layout), "
+                        "not fused")
     args = parser.parse_args()
     pipeline = Pipeline(fq.batch_of, fq.records, fq.valid, fq.featurise, name="fanout_filter")
     placement = Placement((Group(FUSED, args.processes),), "workers",
                           fusion=(tuple(u.name for u in pipeline.units),))
+    if args.split:
+        placement = Placement.declared(pipeline, {"batch_of": 1, "records": 1, "valid": 1,
+                                                  "featurise": 2})
     rates: dict[float, list[float]] = {s: [] for s in SETTINGS}
     driver: dict[float, list[float]] = {s: [] for s in SETTINGS}
     run_once(pipeline, placement, 200, SETTINGS[0])  # warm: imports, the first fork
