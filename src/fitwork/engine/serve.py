@@ -273,11 +273,15 @@ class Alone:
         self.lapses = 0.0  # when that lease lapses (monotonic)
         self.tokens = 0
 
+    def _let_go(self) -> None:
+        """End the lease holding the process (the caller holds the condition)."""
+        self.leased, self.held = 0, False
+        self.cond.notify_all()
+
     def _lapse(self) -> None:
         """Let a lease its call never took go (the caller holds the condition)."""
         if self.leased and self.clock() >= self.lapses:
-            self.leased, self.held = 0, False
-            self.cond.notify_all()
+            self._let_go()
 
     def _open(self) -> bool:
         self._lapse()
@@ -317,8 +321,7 @@ class Alone:
         """A lease whose call will not come (it could not be sent): let the process go."""
         with self.cond:
             if token and token == self.leased:
-                self.leased, self.held = 0, False
-                self.cond.notify_all()
+                self._let_go()
 
     def claim(self) -> bool:
         """Hold the process for a retry now if nothing else is in it and no grace is pending

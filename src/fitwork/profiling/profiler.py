@@ -389,12 +389,12 @@ one scheduler tick or cache miss moves by half."""
 CYCLES = 16
 """The most times the samples are cycled at one batch size."""
 STEADY_SECONDS = 0.5
-"""The least wall time the batch size a replica runs (the unit's own, else the sweep's
-largest) is timed for, the samples cycled (`STEADY_CYCLES` times at most) until it is.  This
-host's speed moves from one moment to the next: a numpy unit timed in 50 ms windows for 12 s
-read 0.33-0.88 ms per item (cv 0.25), in 0.5 s windows 0.38-0.70 (cv 0.17), in 1 s windows
-0.49-0.68 (cv 0.10), against 0.58 over the 12 s; a profile of 50 ms read 0.376, and the
-runs planned from it went at 0.68x the prediction."""
+"""The least wall time the batch size a replica runs (the sweep's largest: the unit's own
+where the samples fill it, else 1) is timed for, the samples cycled (`STEADY_CYCLES` times
+at most) until it is. This host's speed moves from one moment to the next: a numpy unit
+timed in 50 ms windows for 12 s read 0.33-0.88 ms per item (cv 0.25), in 0.5 s windows
+0.38-0.70 (cv 0.17), in 1 s windows 0.49-0.68 (cv 0.10), against 0.58 over the 12 s; a
+profile of 50 ms read 0.376, and the runs planned from it went at 0.68x the prediction."""
 STEADY_CYCLES = 64
 """The most times the samples are cycled at the batch size a replica runs."""
 
