@@ -95,6 +95,23 @@ def test_import_pulls_in_no_optional_dependency() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_command_imports_only_what_it_needs() -> None:
+    """`fitwork run` loads neither the other commands nor scipy's statistics (which the LLM
+    and calibration commands need): a run's start is the user's first wait."""
+    code = ("import sys\n"
+            "from fitwork.cli import main\n"
+            "main(['run', '--help'], standalone_mode=False)\n"
+            "loaded = {'fitwork.llm', 'fitwork.orchestrate.cli', 'fitwork_demo.cli',\n"
+            "          'scipy.stats'} & set(sys.modules)\n"
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    listed = subprocess.run([sys.executable, "-m", "fitwork.cli", "--help"],
+                            capture_output=True, text=True, check=True).stdout
+    for name in ("run", "profile", "plan", "fleet", "decompose", "demo", "deploy", "llm",
+                 "report"):
+        assert f"\n  {name} " in listed, name
+
+
 def test_run_jsonl_to_jsonl_with_record(project: Path) -> None:
     done = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "out.jsonl",
                    "--workers", "parse=2", "--ordered", "--record", "run.json", "-q",
