@@ -82,7 +82,10 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
     pipes, children = [], []
     for _ in range(copies):
         here, there = ctx.Pipe()
-        child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, there), daemon=True)
+        # each copy is forked holding this end and every earlier copy's: it closes them, or
+        # no copy would read EOF when this process lets go (they ended on the join's timeout)
+        child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, there,
+                                                [*pipes, here]), daemon=True)
         child.start()
         there.close()
         pipes.append(here)
@@ -119,10 +122,13 @@ def _pass(pipes: list[Any], window: float) -> float | None:
     return statistics.median(figures) if len(figures) == len(pipes) else None
 
 
-def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any) -> None:
-    """In a forked child: build the unit as a replica is built, call it once, say so; then,
-    for each window it is sent, call it for that many seconds and send back (CPU seconds,
-    items), until the pipe closes."""
+def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any, theirs: list[Any]
+          ) -> None:
+    """In a forked child: close ``theirs`` (the parent's ends it was forked with), build the
+    unit as a replica is built, call it once, say so; then, for each window it is sent, call
+    it for that many seconds and send back (CPU seconds, items), until the pipe closes."""
+    for end in theirs:
+        end.close()
     hold_pools(replica_threads(unit.resources.cpu))
     call = Kernel(unit).caller()
     n = len(inputs)
