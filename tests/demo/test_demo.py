@@ -358,19 +358,15 @@ def test_console_summary_and_html_state_one_verdict(result: DemoResult) -> None:
 
 
 def _demo_command() -> list[str]:
-    from fitwork.cli import main
-
-    if "demo" in getattr(main, "commands", {}):
-        return [sys.executable, "-m", "fitwork.cli", "demo"]
-    return [sys.executable, "-m", "fitwork_demo.cli"]
+    return [sys.executable, "-m", "fitwork.cli", "demo"]
 
 
 @pytest.mark.slow
 def test_cli_runs_the_demo(tmp_path: Path) -> None:
     out = tmp_path / "cli"
     done = subprocess.run(
-        [*_demo_command(), "--images", "4", "--latency-ms", "5", "--repeats", "1",
-         "--max-processes", "1", "--io-threads", "1", "--hand", "1x1", "--samples", "2",
+        [*_demo_command(), "--images", "2", "--latency-ms", "5", "--repeats", "1",
+         "--max-processes", "1", "--io-threads", "1", "--hand", "1x1", "--samples", "1",
          "--out", str(out), "--seed", "3", "--quiet"],
         capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
