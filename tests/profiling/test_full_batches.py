@@ -32,3 +32,18 @@ def test_each_batch_size_is_timed_on_full_batches_of_several_calls() -> None:
     assert at8.items == 12  # the samples, each counted once
     assert SETUP_S / 8 <= at8.wall_s < 1.25 * SETUP_S / 8, at8.wall_s
     assert profile.output_ratio == 1.0
+
+
+def test_the_largest_size_is_timed_once_and_the_others_again_on_the_way_down() -> None:
+    """Up 1, 2, 8 (8, a replica's own batch, for STEADY_SECONDS), then down 2, 1: the sizes
+    below are read once all have run, and 8 is not timed twice at the same moment of the
+    host (the faster of the two had read it fast)."""
+    import itertools
+
+    from fitwork.profiling.profiler import STEADY_CYCLES
+
+    on = measured_on("cpu-x86", discover_accelerator=False)
+    SIZES.clear()
+    measure_unit(grouped, list(range(12)), on)
+    assert [size for size, _ in itertools.groupby(SIZES)] == [1, 2, 8, 2, 1], SIZES
+    assert BATCH_CALLS + 1 <= SIZES.count(8) <= 1 + STEADY_CYCLES * 12 // 8

@@ -415,19 +415,20 @@ def _batches(inputs: list[Any], size: int, timed: Callable[[], float],
 
 
 def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
-                  sizes: list[int] | None = None) -> _Timed:
+                  sizes: list[int] | None = None, steady: bool = True) -> _Timed:
     """Wall, CPU, queued and accelerator seconds per item at each batch size (``sizes``, or
     the sweep `_sizes` makes); above size 1, after one untimed call at that size (its
-    buffers and caches warm, as in a replica that has run a while), on `_batches`."""
+    buffers and caches warm, as in a replica that has run a while), on `_batches`.  With
+    ``steady``, the largest size is timed for `STEADY_SECONDS` (a replica's own batch)."""
     call = kernel.caller()
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
     failures = 0
     chosen_source: str | None = None
     sizes = sizes or _sizes(unit, len(inputs))
-    steady = max(sizes)  # the unit's own batch size where the samples fill it: the longest
+    longest = max(sizes) if steady else None  # the unit's own batch where the samples fill it
     for size in sizes:
-        seconds, cycles = (STEADY_SECONDS, STEADY_CYCLES) if size == steady else \
+        seconds, cycles = (STEADY_SECONDS, STEADY_CYCLES) if size == longest else \
             (TIMED_SECONDS, CYCLES)
         wall = cpu = accel = queued = 0.0
         measured = distinct = 0  # items timed, and of them the samples' first visits
@@ -667,9 +668,12 @@ def _timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool
         timers = Timers(kernel.fn, None if accelerated else [])
         try:
             timed = _time_batches(unit, kernel, inputs, timers)
-            if len(timed.batches) > 1:  # a sweep: again from the largest batch down
+            if len(timed.batches) > 1:  # a sweep: again from the next largest batch down
+                # (the largest was just timed for STEADY_SECONDS: the faster of it and
+                # another timing at the same moment of the host would only read it fast)
                 again = _time_batches(unit, kernel, inputs, timers,
-                                      [b.batch_size for b in reversed(timed.batches)])
+                                      [b.batch_size for b in reversed(timed.batches[:-1])],
+                                      steady=False)
                 timed.batches = _steadier(timed.batches, again.batches)
             alone = None
             if threads > 1 and pools and timed.batches:  # do the threads really help?
@@ -684,18 +688,21 @@ def _timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool
 
 def _steadier(first: list[BatchMeasurement], again: list[BatchMeasurement]
               ) -> list[BatchMeasurement]:
-    """Per batch size, the faster of its two timings: the sweep up and the sweep down.
+    """Per batch size, its timing in the sweep down where it has one, else the sweep up's:
+    each size's calls once warm, and each size timed once.
 
     Batch sizes timed in turn meet the unit and the host as they change: the first calls
     on shapes not seen before, a host slower or quicker from one second to the next.  A
     sweep run once, smallest batch first, credits all of that to the larger batches: the
     OCR demo's ``recognise`` read 176, 129 and 104 ms per page at batches 1, 2 and 8 on one
     profile, and 100, 95 and 105 on another of the same pages, and the first profile planned
-    batch 8, which did 6 pages/s per replica against 10 at batch 1.  Timed down again, each
-    size has been measured both early and late; the faster is the nearer to a warm
-    replica's pace, for every size alike."""
+    batch 8, which did 6 pages/s per replica against 10 at batch 1.  The sweep down starts
+    below the largest size (timed last going up, for `STEADY_SECONDS`), so every size is
+    read after all have run.  The faster of two timings, the rule before, read each size
+    fast by the host's noise (the least of two 50 ms windows on this repository's 2-core
+    host: about 0.56 of their spread of 25%, some 14%)."""
     down = {b.batch_size: b for b in again}
-    return [min((b, down.get(b.batch_size, b)), key=lambda m: m.wall_s) for b in first]
+    return [down.get(b.batch_size, b) for b in first]
 
 
 def _thread_gain(timed: _Timed, alone: list[BatchMeasurement] | None, threads: int
