@@ -50,9 +50,37 @@ def test_a_cpu_unit_is_timed_with_a_copy_on_every_core() -> None:
     assert crunched.loaded_factor is not None and 1.0 <= crunched.loaded_factor < 3.0
     assert f"with {cores} copies at once" in crunched.conditions
     assert waited.loaded_factor is None and small.loaded_factor is None
+    # its CPU per item is its own timing pooled with the copies' three passes alone, later
+    assert crunched.pooled_timings == 4 and crunched.pooled_factor is not None
+    assert "the mean of 4 timings" in crunched.conditions
+    assert 0.002 * 0.9 <= crunched.cpu_s <= 0.002 * 1.5, crunched.cpu_s  # 2 ms of its CPU
+    assert waited.pooled_timings is None and small.pooled_timings is None
     alone = profile_pipeline(Pipeline(crunch, name="alone"), range(8), samples=8,
                              loaded=False)
-    assert alone.units[0].loaded_factor is None
+    assert alone.units[0].loaded_factor is None and alone.units[0].pooled_timings is None
+
+
+def test_a_pooled_timing_scales_every_batch_size_alike() -> None:
+    from fitwork.profiling.profiler import _pooled
+    from fitwork.profiling.record import BatchMeasurement, UnitProfile
+
+    def at(size: int, wall: float, cpu: float) -> BatchMeasurement:
+        return BatchMeasurement(batch_size=size, items=8, wall_s=wall, cpu_s=cpu)
+
+    first = UnitProfile(name="u", kind="map", resources={"cpu": 1.0}, device_class="cpu-x86",
+                        samples=8, wall_s=0.0011, cpu_s=0.001, bytes_in=8, bytes_out=8,
+                        output_ratio=1.0, peak_rss=1, threads=1,
+                        batches=[at(1, 0.0025, 0.002), at(8, 0.0011, 0.001)])
+    # its own 1.0 ms and three later 1.4 ms: a mean of 1.3 ms, 1.3x the first
+    pooled = _pooled(first, (0.0014, 0.0014, 0.0014))
+    assert pooled.pooled_timings == 4 and pooled.pooled_factor == pytest.approx(1.3)
+    assert pooled.cpu_s == pytest.approx(0.0013) and pooled.wall_s == pytest.approx(0.0014)
+    assert [b.cpu_s for b in pooled.batches] == pytest.approx([0.0026, 0.0013])
+    assert [b.wall_s for b in pooled.batches] == pytest.approx([0.0031, 0.0014])
+    # a unit whose pools run several threads keeps its own timing (a copy counts spinning)
+    threaded = first.model_copy(update={"threads": 2})
+    assert _pooled(threaded, (0.0014,)) is threaded
+    assert _pooled(first, ()) is first
 
 
 def test_the_fit_plans_from_the_cpu_a_unit_spends_with_copies_beside_it() -> None:

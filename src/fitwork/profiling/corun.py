@@ -49,10 +49,13 @@ BUILD_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Loaded:
-    """Each pair's CPU per item with ``copies`` copies at once over alone."""
+    """Each pair's CPU per item with ``copies`` copies at once over alone, and each pair's
+    CPU seconds per item alone (``alone``: the unit timed again, later, in a copy built
+    afresh)."""
 
     copies: int
     ratios: tuple[float, ...]
+    alone: tuple[float, ...] = ()
 
     @property
     def factor(self) -> float:
@@ -94,14 +97,15 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
         for here in pipes:  # EOF at once where a copy died building
             if not here.poll(BUILD_TIMEOUT_S) or here.recv() != "ready":
                 return None
-        ratios = []
+        ratios, alones = [], []
         for _ in range(PAIRS):
             alone = _pass(pipes[:1], window)
             together = _pass(pipes, window)
             if not alone or together is None:
                 return None
             ratios.append(together / alone)
-        return Loaded(copies, tuple(ratios))
+            alones.append(alone)
+        return Loaded(copies, tuple(ratios), tuple(alones))
     except (EOFError, OSError):
         return None
     finally:

@@ -165,6 +165,10 @@ class UnitProfile(BaseModel):
     CPU per item with ``loaded_copies`` copies of it running at once, one per core, over its
     CPU per item alone (`fitwork.profiling.corun`; ``None``: not measured), and `loaded`
     is the unit as a run that fills the host meets it, which is what the fit plans from.
+    ``pooled_timings`` is how many timings its CPU per item is the mean of (its own and the
+    co-run copies' passes alone, later: `fitwork.profiling.profiler._pooled`; ``None``: its
+    own alone), and ``pooled_factor`` that mean over its own timing, by which every batch
+    size's CPU and wall time were scaled.
     ``build_cpu_s`` and ``build_wall_s`` are what a replica spends before it works at the
     profiled pace: building the unit (loading a model) and its first call's extra (imports,
     caches), beyond one item's work (``None``: a profile from before they were measured).
@@ -209,6 +213,8 @@ class UnitProfile(BaseModel):
     thread_speedup: float | None = None
     loaded_copies: int | None = None
     loaded_factor: float | None = None
+    pooled_timings: int | None = None
+    pooled_factor: float | None = None
     build_cpu_s: float | None = None
     build_wall_s: float | None = None
     lock_share: float | None = None
@@ -234,6 +240,9 @@ class UnitProfile(BaseModel):
         if self.loaded_factor is not None:
             said += (f"; {self.loaded_factor:.2f}x the CPU per item with {self.loaded_copies} "
                      "copies at once, one per core (planned with)")
+        if self.pooled_timings is not None and self.pooled_factor is not None:
+            said += (f"; CPU per item the mean of {self.pooled_timings} timings at moments "
+                     f"apart ({self.pooled_factor:.2f}x its first)")
         if self.lock_share is not None:
             said += (f"; with calls at once {self.lock_share:.0%} of its CPU holds the "
                      "interpreter lock")
