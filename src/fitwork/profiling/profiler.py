@@ -159,14 +159,8 @@ def _pooled(profile: UnitProfile, later: tuple[float, ...]) -> UnitProfile:
     if not later or chosen is None or chosen.cpu_s <= 0 or (profile.threads or 1) > 1:
         return profile
     scale = statistics.mean([chosen.cpu_s, *later]) / chosen.cpu_s
-
-    def scaled(wall: float, cpu: float) -> dict[str, float]:
-        return {"wall_s": max(0.0, wall + cpu * (scale - 1.0)), "cpu_s": cpu * scale}
-
-    return profile.model_copy(update={
-        **scaled(profile.wall_s, profile.cpu_s), "pooled_timings": len(later) + 1,
-        "pooled_factor": round(scale, 4),
-        "batches": [b.model_copy(update=scaled(b.wall_s, b.cpu_s)) for b in profile.batches]})
+    return profile.cpu_scaled(scale, pooled_timings=len(later) + 1,
+                              pooled_factor=round(scale, 4))
 
 
 def _measure_in_child(unit: Unit, inputs: list[Any], on: MeasuredOn,

@@ -258,13 +258,18 @@ class UnitProfile(BaseModel):
         factor = self.loaded_factor
         if factor is None or factor == 1.0:
             return self
+        return self.cpu_scaled(factor)
 
-        def more(wall: float, cpu: float) -> dict[str, float]:
-            return {"wall_s": wall + cpu * (factor - 1.0), "cpu_s": cpu * factor}
+    def cpu_scaled(self, factor: float, **update: float) -> UnitProfile:
+        """This unit with each CPU figure (its own and every batch size's) times ``factor``
+        and each wall time moved by the CPU it gained or lost, and ``update`` set."""
+
+        def scaled(wall: float, cpu: float) -> dict[str, float]:
+            return {"wall_s": max(0.0, wall + cpu * (factor - 1.0)), "cpu_s": cpu * factor}
 
         return self.model_copy(update={
-            **more(self.wall_s, self.cpu_s),
-            "batches": [b.model_copy(update=more(b.wall_s, b.cpu_s)) for b in self.batches]})
+            **scaled(self.wall_s, self.cpu_s), **update,
+            "batches": [b.model_copy(update=scaled(b.wall_s, b.cpu_s)) for b in self.batches]})
 
     def rate_spread(self, batch_size: int | None = None) -> RateSpread:
         """How far a rate measured here may sit from a run's: factors (low, high) on it.
