@@ -804,6 +804,13 @@ class Outcome:
         return self.plan.run_rate(self.planned.runs[0].items)
 
     @property
+    def in_range(self) -> bool:
+        """Whether the plan's median run's steady items/s fell inside the p10-p90 range
+        the plan printed for its steady rate (a claim: about 8 runs in 10 should)."""
+        low, high = self.plan.fitted.throughput_range
+        return low <= self.planned.typical().steady <= high
+
+    @property
     def realized_share(self) -> float:
         """The plan's realized throughput over its prediction for a run of that length."""
         return self.realized / self.predicted_run
@@ -894,6 +901,8 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     screen_items = max(32, items // 3)
     say(f"\n== {spec.name}: {spec.shape}; {items} items per final run, load average "
         f"{os.getloadavg()[0]:.2f}")
+    if SETTINGS.quiet_wait_s > 0:  # the profile is a moment of the host too
+        settle(SETTINGS.quiet_wait_s)
     start = time.perf_counter()
     profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + args.samples),
                                        samples=args.samples)
@@ -1080,6 +1089,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
     ("plan/mono", ".2f", lambda o: o.planned.rate / o.monolith.rate),
     ("plan/best", ".2f", lambda o: o.best_share),
     ("luckiest", ".2f", lambda o: o.luckiest_share),
+    ("range", "", lambda o: "{:.0f}-{:.0f}{}".format(*o.plan.fitted.throughput_range,
+                                                      "" if o.in_range else "!")),
     ("p@load", ".1f", lambda o: o.at_run_load),
     ("real/p@l", ".2f", lambda o: o.realized / o.at_run_load),
     ("others", ".2f", lambda o: o.others),
@@ -1130,7 +1141,9 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
           "median cores used by other processes on the host during the final runs; p@load = the "
           "model's prediction from the same profile at the load others put on the host during the "
           "plan's median run, real/p@l = realized over it (the model's "
-          f"error apart from the host's load moving); busy = final runs during which others "
+          f"error apart from the host's load moving); range = the plan's predicted p10-p90 "
+          "steady items/s, '!' where the median run's steady rate fell outside it; busy = final "
+          f"runs during which others "
           f"used {QUIET_CORES} cores or more")
     print("configurations (each contender's median items/s, end to end):")
     for o in outcomes:
@@ -1150,9 +1163,11 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
         group = [o for o in outcomes if o.spec.held_out == held_out]
         met = sum(near(o.realized_share) for o in group)
         won = sum(o.best_share >= HAND_AIM for o in group)
+        inside = sum(o.in_range for o in group)
         print(f"aims{' (held out)' if held_out else ''}: realized within ±{REALIZED_AIM:.0%} "
               f"of predicted on {met}/{len(group)}; plan >= {HAND_AIM} x best baseline on "
-              f"{won}/{len(group)}")
+              f"{won}/{len(group)}; steady inside the plan's p10-p90 range on "
+              f"{inside}/{len(group)}")
     print("Noisy: on a shared 2-core host single runs move by 10% or more, more when "
           "others' cores are high")
 

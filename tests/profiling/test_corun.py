@@ -50,9 +50,9 @@ def test_a_cpu_unit_is_timed_with_a_copy_on_every_core() -> None:
     assert crunched.loaded_factor is not None and 1.0 <= crunched.loaded_factor < 3.0
     assert f"with {cores} copies at once" in crunched.conditions
     assert waited.loaded_factor is None and small.loaded_factor is None
-    # its CPU per item is its own timing pooled with the copies' three passes alone, later
-    assert crunched.pooled_timings == 4 and crunched.pooled_factor is not None
-    assert "the mean of 4 timings" in crunched.conditions
+    # its CPU per item is its own timing pooled with the copies' four passes alone, later
+    assert crunched.pooled_timings == 5 and crunched.pooled_factor is not None
+    assert "the mean of 5 timings" in crunched.conditions
     assert 0.002 * 0.9 <= crunched.cpu_s <= 0.002 * 1.5, crunched.cpu_s  # 2 ms of its CPU
     assert waited.pooled_timings is None and small.pooled_timings is None
     alone = profile_pipeline(Pipeline(crunch, name="alone"), range(8), samples=8,
@@ -157,4 +157,22 @@ def test_every_copy_ends_on_its_own_when_the_measurement_lets_go(
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "kill", noting)
     found = loaded_factor(crunch, list(range(8)), 1, 3, wall_s=0.002)
     assert found is not None and found.copies == 3 and len(found.ratios) == 3
+    assert len(found.alone) == 4  # a pass alone either side of each pass together
     assert killed == []
+
+
+def test_a_host_slowing_through_the_measurement_is_not_read_as_sharing() -> None:
+    """Passes alone and together in turn (A T A T A T A): each together reads against the
+    passes alone either side, so a steady drift cancels; against the pass before it only,
+    a host slowing 10% a pass read every ratio at about 1.1, over the 1.05 rule."""
+    from fitwork.profiling.corun import NOISE, Loaded, bracketed
+
+    drift = [1.0 * 1.1 ** k for k in range(7)]  # a pass's CPU per item, slowing 10% a pass
+    alones, togethers = drift[0::2], drift[1::2]
+    ratios = bracketed(alones, togethers)
+    assert len(ratios) == 3 and all(r == pytest.approx(1.0, abs=0.01) for r in ratios)
+    assert Loaded(2, ratios, tuple(alones)).factor == 1.0
+    before_only = [t / a for t, a in zip(togethers, alones[:-1], strict=True)]
+    assert min(before_only) > NOISE  # what the old order read: a factor of 1.1
+    shared = bracketed([1.0, 1.0, 1.0, 1.0], [1.3, 1.25, 1.35])  # sharing's real cost
+    assert Loaded(2, shared, (1.0,) * 4).factor == pytest.approx(1.3)

@@ -6,12 +6,14 @@ CPU per item than the profile measured: on this repository's 2-core development 
 demo's OCR models spent 0.12-0.16 CPU-s per page in runs against 0.106 profiled, and on a
 16-core host a BLAS stage 21% more than profiled.  `loaded_factor` measures it: the unit
 built once in each of ``copies`` forked processes, which call it on the samples, cycled,
-for a window when told: one copy alone, then all ``copies`` together, `PAIRS` times over.
-Each pair's ratio is the median copy's CPU per item together over the one alone; the
-factor is their median where every pair read more than `NOISE`, else 1: on a shared 2-core
-host a single pair read a 3 ms numpy unit at 1.00, 1.25 and 1.52 in three profiles, and the
-runs spent no more than alone.  A unit that mostly waits (CPU under `CPU_SHARE` of its wall
-time) is not measured: its copies barely meet.
+for a window when told: one copy alone, then all ``copies`` together and the one alone
+again, `PAIRS` times over.  Each pass together reads the median copy's CPU per item over the
+mean of the passes alone either side of it (alone first, then together, read a host that
+slowed through the measurement as sharing's cost); the factor is their median where every
+ratio read more than `NOISE`, else 1: on a shared 2-core host a single pair read a 3 ms
+numpy unit at 1.00, 1.25 and 1.52 in three profiles, and the runs spent no more than alone.
+A unit that mostly waits (CPU under `CPU_SHARE` of its wall time) is not measured: its
+copies barely meet.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ WINDOW_S = 0.25
 """Seconds each copy calls the unit for, in each pass (longer where four calls take longer,
 up to `MOST_WINDOW_S`)."""
 PAIRS = 3
-"""Passes alone and together, in turn."""
+"""Passes together, each between two passes alone."""
 NOISE = 1.05
 """Every pair must read more than this for the factor to count."""
 MOST_WINDOW_S = 3.0
@@ -49,9 +51,9 @@ BUILD_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Loaded:
-    """Each pair's CPU per item with ``copies`` copies at once over alone, and each pair's
-    CPU seconds per item alone (``alone``: the unit timed again, later, in a copy built
-    afresh)."""
+    """Each pass's CPU per item with ``copies`` copies at once over the passes alone either
+    side of it, and each pass's CPU seconds per item alone (``alone``: the unit timed again,
+    later, in a copy built afresh; one more than the ratios)."""
 
     copies: int
     ratios: tuple[float, ...]
@@ -97,15 +99,14 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
         for here in pipes:  # EOF at once where a copy died building
             if not here.poll(BUILD_TIMEOUT_S) or here.recv() != "ready":
                 return None
-        ratios, alones = [], []
+        alones = [_pass(pipes[:1], window)]
+        togethers = []
         for _ in range(PAIRS):
-            alone = _pass(pipes[:1], window)
-            together = _pass(pipes, window)
-            if not alone or together is None:
-                return None
-            ratios.append(together / alone)
-            alones.append(alone)
-        return Loaded(copies, tuple(ratios), tuple(alones))
+            togethers.append(_pass(pipes, window))
+            alones.append(_pass(pipes[:1], window))
+        if not all(alones) or None in togethers:
+            return None
+        return Loaded(copies, bracketed(alones, togethers), tuple(alones))
     except (EOFError, OSError):
         return None
     finally:
@@ -115,6 +116,13 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
             child.join(timeout=window * 10)
             if child.is_alive():
                 child.kill()
+
+
+def bracketed(alones: list[Any], togethers: list[Any]) -> tuple[float, ...]:
+    """Each pass together over the mean of the passes alone either side of it
+    (``alones`` one longer than ``togethers``): a host that slows or quickens steadily
+    through the measurement moves a pass together and its two neighbours alike."""
+    return tuple(t / ((a + b) / 2) for t, a, b in zip(togethers, alones, alones[1:], strict=False))
 
 
 def _pass(pipes: list[Any], window: float) -> float | None:

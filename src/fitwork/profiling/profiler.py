@@ -154,7 +154,8 @@ def _pooled(profile: UnitProfile, later: tuple[float, ...]) -> UnitProfile:
 
     One timing is one moment of the host: on this repository's 2-core host four profiles of
     the same BLAS unit read 1.64-3.16 ms per item (cv 0.29), and that timing pooled with its
-    three later ones 2.08-2.93 (cv 0.15); a numpy unit's cv went from 0.16 to 0.06."""
+    three later ones 2.08-2.93 (cv 0.15); a numpy unit's cv went from 0.16 to 0.06 (the
+    co-run measurement now passes alone four times, so five timings are pooled)."""
     chosen = profile.batches[-1] if profile.batches else None
     if not later or chosen is None or chosen.cpu_s <= 0 or (profile.threads or 1) > 1:
         return profile
