@@ -659,6 +659,10 @@ def others_now(window: float = 0.5) -> float:
     return max(0.0, host_busy_s() - host0 - (own_cpu_s() - own0)) / window
 
 
+PROFILE_QUIET_S = 5.0
+"""The longest each pipeline's profile waits for a quiet host (``--quiet-wait`` if longer)."""
+
+
 def settle(limit_s: float) -> float:
     """Wait (at most ``limit_s``) until other processes use under `QUIET_CORES`; the wait."""
     start = time.perf_counter()
@@ -901,8 +905,9 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     screen_items = max(32, items // 3)
     say(f"\n== {spec.name}: {spec.shape}; {items} items per final run, load average "
         f"{os.getloadavg()[0]:.2f}")
-    if SETTINGS.quiet_wait_s > 0:  # the profile is a moment of the host too
-        settle(SETTINGS.quiet_wait_s)
+    # the profile is a moment of the host too: not one while the last pipeline's processes
+    # still wind down
+    settle(max(SETTINGS.quiet_wait_s, PROFILE_QUIET_S))
     start = time.perf_counter()
     profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + args.samples),
                                        samples=args.samples)
@@ -1222,7 +1227,8 @@ def main() -> None:
                         help="threaded monoliths in the final")
     parser.add_argument("--quiet-wait", type=float, default=0.0,
                         help="before each run, wait up to this many seconds for other "
-                             "processes to use under a quarter of a core")
+                             "processes to use under a quarter of a core (each profile "
+                             "waits up to 5 s, or this if longer)")
     parser.add_argument("--what-if", action="store_true",
                         help="also run the plans made without the profile's run-queue wait "
                              "and with a smaller engine charge per crossing (diagnostics)")
