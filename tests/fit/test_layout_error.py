@@ -37,8 +37,8 @@ def test_the_shipped_runs_give_a_spread_that_leaving_a_pipeline_out_changes() ->
     pipelines = {r.group for r in rows}
     assert len(pipelines) >= 10 and all(r.predicted > 0 and r.actual > 0 for r in rows)
     spread = layout_spread()
-    # the shipped ratios reach well past +-10% (0.63 to 1.6 when measured): so must the range
-    assert spread > math.log(1.2)
+    # the shipped ratios reach past +-10% (0.77 to 1.24 when retaken): so must the range
+    assert spread > math.log(1.1)
     ratios = [r.ratio for r in rows]
     assert math.exp(-spread) <= min(ratios) * 1.5 and math.exp(spread) >= max(ratios) / 1.5
     left_out = {g: layout_spread(exclude=g) for g in pipelines}
