@@ -88,6 +88,10 @@ def test_the_profiler_holds_pools_as_the_engines_do() -> None:
     assert HELD_VARIABLES == THREAD_VARIABLES
     for cores in (0.0, 0.1, 0.5, 1.0, 1.01, 1.5, 2.0, 3.7):
         assert replica_threads(cores) == allotted_threads(cores)
+    # a plan's cores carry the engine's share beside the unit's work: a fused replica planned
+    # at 1.015 cores is one thread of BLAS, not two spinning against each other
+    assert [allotted_threads(c) for c in (0.3, 1.0, 1.015, 1.09, 1.3, 2.0, 2.08, 2.5)] == \
+        [1, 1, 1, 1, 2, 2, 2, 3]
 
 
 def test_the_pass_dropping_outputs_gives_wall_cpu_and_queue_wait_from_the_same_calls() -> None:

@@ -34,9 +34,11 @@ replica's threads, are of this order."""
 
 
 def replica_threads(cores: float) -> int:
-    """Threads a replica holding ``cores`` cores may run: at least one, rounded up (the
-    rule `fitwork.engine.threads.allotted_threads` applies to every replica)."""
-    return max(1, math.ceil(cores - 1e-9))
+    """Threads a replica holding ``cores`` cores may run: the rule every engine applies to
+    its replicas (`fitwork.engine.threads.allotted_threads`)."""
+    from fitwork.engine.threads import allotted_threads
+
+    return allotted_threads(cores)
 
 
 class BatchMeasurement(BaseModel):
