@@ -139,6 +139,38 @@ def test_the_adapter_waits_a_window_and_keeps_to_its_interval() -> None:
     assert adapter.refits[0].predicted_after == pytest.approx(75.0)
 
 
+def test_a_window_without_a_reading_does_not_end_the_time_a_unit_is_off() -> None:
+    """A replica credited only as its frames settle (many items each) has windows with no
+    reading at all: that is no evidence it is back on plan, so the window it was off in
+    goes on (a fused replica of 4 calls at once, 6x slower than planned, had gone 8 s
+    without a re-fit in one run of three: each empty window had restarted the count)."""
+    from fitwork.engine.core import Measured, Policy, Resize, RunCore, Spawn
+    from fitwork.engine.core.events import Counters
+    from fitwork.engine.shell import stages_of
+
+    pipeline = Pipeline(read, work)
+    placement = Placement.declared(pipeline, {"read": 1, "work": 1})
+    core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0)
+    workers = {s.stage: s.worker for s in core.start() if isinstance(s, Spawn)}
+    replanner = FixedReplanner({"read": 100.0, "work": 100.0}, {"read": 1, "work": 3})
+    adapter = Adapter(replanner, AdaptPolicy(window=1.0, interval=5.0, min_items=5))
+    made = []
+    for tick in range(1, 40):
+        now = tick * 0.25
+        settled = (int(now) // 2) * 2.0  # work's frames settle every 2 s, 25 items/s
+        for stage, worker in workers.items():
+            items, busy = (int(100 * now), now) if stage == 0 else (int(25 * settled), settled)
+            core.handle(Measured(worker, Counters(items_in=items, busy_s=busy), now))
+        proposal = adapter.observe(core, now)
+        made.append((now, proposal))
+        if proposal:
+            for stage, name in enumerate(["read", "work"]):
+                core.handle(Resize(stage, proposal[name], now))
+    proposals = [(t, p) for t, p in made if p]
+    assert proposals and proposals[0][1] == {"read": 1, "work": 3}, adapter.refits
+    assert "unit 'work' runs at 25.0" in adapter.refits[0].reason
+
+
 def test_a_unit_slowed_by_waiting_for_cores_gets_no_more_replicas() -> None:
     """Its rate per replica halves, but its CPU per item does not: the cores are the limit,
     and more replicas would only queue for them (a busier host, not a slower unit)."""
@@ -269,3 +301,22 @@ def test_a_fused_plan_is_re_fitted_as_the_one_unit_it_runs() -> None:
     assert first.after["monolithic"] > first.before["monolithic"], first.reason
     assert first.predicted_after > first.predicted_before
     assert max(record.replicas.counts["monolithic"]) >= first.after["monolithic"]
+
+
+def test_a_replica_kept_full_is_busy_as_it_goes_not_only_once_it_idles() -> None:
+    """An ``io`` replica whose calls overlap without a gap closes no busy interval while it
+    runs: its busy seconds must still grow, or the adapter reads its items over no time."""
+    from fitwork.engine.serve import Busy
+
+    now = [0.0]
+    busy = Busy(clock=lambda: now[0])
+    busy.begin()
+    now[0] = 1.0
+    busy.begin()  # a second call overlaps the first
+    busy.end()
+    now[0] = 2.5
+    assert busy.seconds == 0.0 and busy.so_far() == pytest.approx(2.5)  # none closed yet
+    busy.end()
+    now[0] = 4.0
+    assert busy.seconds == pytest.approx(2.5) and busy.so_far() == pytest.approx(2.5)
+    assert busy.take() == [(0.0, 2.5)]

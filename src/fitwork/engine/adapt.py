@@ -153,7 +153,10 @@ class Adapter:
         reason = self._reason(measured, cpu, counts, (core.completed - done0) / span,
                               saturated)
         if reason is None:
-            self.off_since = None
+            # a unit with no reading this window (no frame of it settled) is no evidence
+            # that it is back on plan: the window it was off in goes on
+            if all(name in measured for name, count in counts.items() if count):
+                self.off_since = None
             return None
         if self.off_since is None:
             self.off_since = now

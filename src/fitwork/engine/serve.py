@@ -62,6 +62,13 @@ class Busy:
             if not self.active:
                 self._mark(self.since, self.clock())
 
+    def so_far(self) -> float:
+        """Busy seconds up to now, the interval still open included: a replica whose calls
+        overlap without a gap (an ``io`` replica kept full) closes no interval while it runs,
+        and a count of closed ones alone stood still for seconds while its items went on."""
+        with self.lock:
+            return self.seconds + (self.clock() - self.since if self.active else 0.0)
+
     def _mark(self, start: float, end: float) -> None:
         self.seconds += end - start
         if self.intervals and start - self.intervals[-1][1] <= MERGE_GAP:

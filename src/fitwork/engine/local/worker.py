@@ -178,7 +178,7 @@ class Worker:
         """Cumulative counters: items and bytes in and out; busy, blocked, CPU seconds, and
         seconds spent waiting for a core."""
         return Counters(self.items_in, self.items_out, self.bytes_in, self.bytes_out,
-                        self.busy.seconds, self.blocked_s, time.process_time() - self.built_cpu,
+                        self.busy.so_far(), self.blocked_s, time.process_time() - self.built_cpu,
                         run_queue_seconds())
 
     def report(self, finished: list[int]) -> None:

@@ -124,7 +124,7 @@ class Replica:
         self.seq += 1
         return Reading(self.seq, Counters(
             self.items_in - self.waiting, self.items_out, self.bytes_in, self.bytes_out,
-            self.busy.seconds, self.blocked_s, time.process_time() - self.built_cpu,
+            self.busy.so_far(), self.blocked_s, time.process_time() - self.built_cpu,
             run_queue_seconds()))
 
     def drain(self, idle: float = 0.5, patience: float = 300.0) -> Stats:
