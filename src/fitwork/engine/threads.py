@@ -23,29 +23,15 @@ pass ``intra_op_num_threads``.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from fitwork.resources import allotted_threads
+
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-
-
-THREAD_SLACK = 0.1
-"""Cores a replica may hold over a whole number before it gets another thread.  A plan's
-cores per replica carry the engine's work on each item and the driver's share beside the
-unit's, which run in turn with it, not beside it: a fused BLAS replica planned at 1.015
-cores got two BLAS threads, which spent 1.7x the CPU per item of one on a quiet 2-core host
-for 1.2x the items/s, and with one core kept busy did 0.38x its prediction (threads that
-wait for each other while one has no core)."""
-
-
-def allotted_threads(cores: float) -> int:
-    """Threads a replica holding ``cores`` cores may run: at least one, rounded up past
-    `THREAD_SLACK` (1.05 cores: one thread; 1.3: two)."""
-    return max(1, math.ceil(cores - THREAD_SLACK))
 
 
 def variables(cores: float) -> dict[str, str]:

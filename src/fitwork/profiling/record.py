@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from fitwork.document import Document
 from fitwork.errors import InputError
+from fitwork.resources import allotted_threads
 
 IO_BOUND_BELOW = 0.5
 MEASURED_SPREAD = 0.10
@@ -35,9 +36,7 @@ replica's threads, are of this order."""
 
 def replica_threads(cores: float) -> int:
     """Threads a replica holding ``cores`` cores may run: the rule every engine applies to
-    its replicas (`fitwork.engine.threads.allotted_threads`)."""
-    from fitwork.engine.threads import allotted_threads
-
+    its replicas (`fitwork.resources.allotted_threads`)."""
     return allotted_threads(cores)
 
 
