@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -109,7 +109,11 @@ class FixedReplanner:
         return Placement(tuple(Group(n, c) for n, c in self.answer.items()), "refit")
 
 
-def test_the_adapter_waits_a_window_and_keeps_to_its_interval() -> None:
+def _driven(counters: Callable[[int, float], tuple[int, float]]
+            ) -> tuple[Adapter, list[tuple[float, dict[str, int] | None]]]:
+    """An adapter over a two-stage run core (``read`` and ``work``, one replica each, both
+    planned at 100 items/s) fed ``counters(stage, now)`` (items in, busy seconds) every
+    0.25 s for 10 s, its proposals applied as the shell applies them."""
     from fitwork.engine.core import Measured, Policy, Resize, RunCore, Spawn
     from fitwork.engine.core.events import Counters
     from fitwork.engine.shell import stages_of
@@ -123,14 +127,22 @@ def test_the_adapter_waits_a_window_and_keeps_to_its_interval() -> None:
     proposals = []
     for tick in range(1, 40):
         now = tick * 0.25
-        for stage, worker in workers.items():  # work runs at 25/s per replica, not 100
-            rate = 100.0 if stage == 0 else 25.0
-            core.handle(Measured(worker, Counters(items_in=int(rate * now), busy_s=now), now))
+        for stage, worker in workers.items():
+            items, busy = counters(stage, now)
+            core.handle(Measured(worker, Counters(items_in=items, busy_s=busy), now))
         proposal = adapter.observe(core, now)
         proposals.append((now, proposal))
-        for stage, name in enumerate(["read", "work"]):  # as the shell applies it
+        for stage, name in enumerate(["read", "work"]):
             if proposal:
                 core.handle(Resize(stage, proposal[name], now))
+    return adapter, proposals
+
+
+def test_the_adapter_waits_a_window_and_keeps_to_its_interval() -> None:
+    def counters(stage: int, now: float) -> tuple[int, float]:  # work: 25/s, not 100
+        return int((100.0 if stage == 0 else 25.0) * now), now
+
+    adapter, proposals = _driven(counters)
     made = [(t, p) for t, p in proposals if p]
     assert made and made[0][1] == {"read": 1, "work": 3}
     assert made[0][0] >= 1.5  # a window to measure, then a window of being off
@@ -144,28 +156,11 @@ def test_a_window_without_a_reading_does_not_end_the_time_a_unit_is_off() -> Non
     reading at all: that is no evidence it is back on plan, so the window it was off in
     goes on (a fused replica of 4 calls at once, 6x slower than planned, had gone 8 s
     without a re-fit in one run of three: each empty window had restarted the count)."""
-    from fitwork.engine.core import Measured, Policy, Resize, RunCore, Spawn
-    from fitwork.engine.core.events import Counters
-    from fitwork.engine.shell import stages_of
-
-    pipeline = Pipeline(read, work)
-    placement = Placement.declared(pipeline, {"read": 1, "work": 1})
-    core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0)
-    workers = {s.stage: s.worker for s in core.start() if isinstance(s, Spawn)}
-    replanner = FixedReplanner({"read": 100.0, "work": 100.0}, {"read": 1, "work": 3})
-    adapter = Adapter(replanner, AdaptPolicy(window=1.0, interval=5.0, min_items=5))
-    made = []
-    for tick in range(1, 40):
-        now = tick * 0.25
+    def counters(stage: int, now: float) -> tuple[int, float]:
         settled = (int(now) // 2) * 2.0  # work's frames settle every 2 s, 25 items/s
-        for stage, worker in workers.items():
-            items, busy = (int(100 * now), now) if stage == 0 else (int(25 * settled), settled)
-            core.handle(Measured(worker, Counters(items_in=items, busy_s=busy), now))
-        proposal = adapter.observe(core, now)
-        made.append((now, proposal))
-        if proposal:
-            for stage, name in enumerate(["read", "work"]):
-                core.handle(Resize(stage, proposal[name], now))
+        return (int(100 * now), now) if stage == 0 else (int(25 * settled), settled)
+
+    adapter, made = _driven(counters)
     proposals = [(t, p) for t, p in made if p]
     assert proposals and proposals[0][1] == {"read": 1, "work": 3}, adapter.refits
     assert "unit 'work' runs at 25.0" in adapter.refits[0].reason
