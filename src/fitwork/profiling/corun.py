@@ -10,7 +10,7 @@ for a window when told: one copy alone, then all ``copies`` together and the one
 again, `PAIRS` times over.  Each pass together reads the median copy's CPU per item over the
 mean of the passes alone either side of it (alone first, then together, read a host that
 slowed through the measurement as sharing's cost); the factor is their median where every
-ratio read more than `NOISE`, else 1: on a shared 2-core host a single pair read a 3 ms
+ratio read more than `NOISE`, else 1: on a shared 2-core host a single ratio read a 3 ms
 numpy unit at 1.00, 1.25 and 1.52 in three profiles, and the runs spent no more than alone.
 A unit that mostly waits (CPU under `CPU_SHARE` of its wall time) is not measured: its
 copies barely meet.
@@ -23,11 +23,12 @@ import itertools
 import multiprocessing
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fitwork.profiling.pools import hold_pools
-from fitwork.profiling.record import replica_threads
+from fitwork.resources import allotted_threads
 from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
 
@@ -37,7 +38,7 @@ up to `MOST_WINDOW_S`)."""
 PAIRS = 3
 """Passes together, each between two passes alone."""
 NOISE = 1.05
-"""Every pair must read more than this for the factor to count."""
+"""Every ratio must read more than this for the factor to count."""
 MOST_WINDOW_S = 3.0
 """The longest window."""
 CPU_SHARE = 0.5
@@ -61,7 +62,7 @@ class Loaded:
 
     @property
     def factor(self) -> float:
-        """The pairs' median ratio where every pair read more than `NOISE`, else 1
+        """The ratios' median where every one read more than `NOISE`, else 1
         (sharing never makes a unit cheaper; a lower reading is the host's noise)."""
         if not self.ratios or min(self.ratios) <= NOISE:
             return 1.0
@@ -104,9 +105,11 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
         for _ in range(PAIRS):
             togethers.append(_pass(pipes, window))
             alones.append(_pass(pipes[:1], window))
-        if not all(alones) or None in togethers:
+        alone = [a for a in alones if a]
+        together = [t for t in togethers if t is not None]
+        if len(alone) < len(alones) or len(together) < len(togethers):
             return None
-        return Loaded(copies, bracketed(alones, togethers), tuple(alones))
+        return Loaded(copies, bracketed(alone, together), tuple(alone))
     except (EOFError, OSError):
         return None
     finally:
@@ -118,11 +121,12 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
                 child.kill()
 
 
-def bracketed(alones: list[Any], togethers: list[Any]) -> tuple[float, ...]:
+def bracketed(alones: Sequence[float], togethers: Sequence[float]) -> tuple[float, ...]:
     """Each pass together over the mean of the passes alone either side of it
     (``alones`` one longer than ``togethers``): a host that slows or quickens steadily
     through the measurement moves a pass together and its two neighbours alike."""
-    return tuple(t / ((a + b) / 2) for t, a, b in zip(togethers, alones, alones[1:], strict=False))
+    return tuple(t / ((a + b) / 2)
+                 for t, a, b in zip(togethers, alones, alones[1:], strict=False))
 
 
 def _pass(pipes: list[Any], window: float) -> float | None:
@@ -141,13 +145,13 @@ def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any, theirs: lis
     it for that many seconds and send back (CPU seconds, items), until the pipe closes."""
     for end in theirs:
         end.close()
-    hold_pools(replica_threads(unit.resources.cpu))
+    hold_pools(allotted_threads(unit.resources.cpu))
     call = Kernel(unit).caller()
     n = len(inputs)
     batches = [[inputs[(i + j) % n] for j in range(batch_size)] for i in range(0, n, batch_size)]
     with contextlib.suppress(Exception):
         call(batches[0])
-    hold_pools(replica_threads(unit.resources.cpu))
+    hold_pools(allotted_threads(unit.resources.cpu))
     pipe.send("ready")
     cycled = itertools.cycle(batches)
     while True:

@@ -1,9 +1,10 @@
 """Hold the profiled process's thread pools to what a replica of the unit will get.
 
-A replica is held to ``replica_threads(cores)`` threads in every BLAS, OpenMP and torch
-pool (`fitwork.engine.threads` does it for the engines).  A unit profiled with its pools
-free measures another program: NumPy's BLAS runs a thread per core, spinning beside the
-unit, so its CPU per item counts the spin and its wall time a speed-up no replica gets.
+A replica is held to ``allotted_threads(cores)`` (`fitwork.resources`) threads in every
+BLAS, OpenMP and torch pool (`fitwork.engine.threads` does it for the engines).  A unit
+profiled with its pools free measures another program: NumPy's BLAS runs a thread per core,
+spinning beside the unit, so its CPU per item counts the spin and its wall time a speed-up
+no replica gets.
 The profiler therefore holds its child process the same way before it builds the unit,
 and again after the warm-up call (threadpoolctl reaches only libraries already loaded).
 

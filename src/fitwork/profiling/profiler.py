@@ -58,11 +58,11 @@ from fitwork.profiling.record import (
     host_busy_seconds,
     host_load,
     others_share,
-    replica_threads,
 )
 from fitwork.profiling.timers import Timers
 from fitwork.profiling.torch_count import count as torch_count
 from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale, wire_seconds_per_byte
+from fitwork.resources import allotted_threads
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
 from fitwork.workload.kernel import Failed, Kernel
@@ -758,7 +758,7 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     import psutil
 
     start_rss = psutil.Process().memory_info().rss
-    threads = replica_threads(unit.resources.cpu)
+    threads = allotted_threads(unit.resources.cpu)
     hold_pools(threads)  # as a replica is held, before the unit builds (torch reads it)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     kernel = Kernel(unit)

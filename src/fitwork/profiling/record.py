@@ -11,7 +11,6 @@ from pydantic import BaseModel, Field
 
 from fitwork.document import Document
 from fitwork.errors import InputError
-from fitwork.resources import allotted_threads
 
 IO_BOUND_BELOW = 0.5
 MEASURED_SPREAD = 0.10
@@ -32,12 +31,6 @@ WAIT_THREADS = 16
 """Calls at once in the pass that times a unit that mostly waits in threads of one process
 (`UnitProfile.threaded_cpu`): the io of an I/O unit's replica, and a threaded fused
 replica's threads, are of this order."""
-
-
-def replica_threads(cores: float) -> int:
-    """Threads a replica holding ``cores`` cores may run: the rule every engine applies to
-    its replicas (`fitwork.resources.allotted_threads`)."""
-    return allotted_threads(cores)
 
 
 class BatchMeasurement(BaseModel):
@@ -156,10 +149,11 @@ class UnitProfile(BaseModel):
     further call.
 
     The conditions it was measured under: ``threads`` is the limit its BLAS, OpenMP and
-    torch pools were held to, the one a replica of it gets (`replica_threads`: its declared
-    cores, rounded up), so its rates are the rates a run sees and no spinning pool thread
-    counts as its CPU.  ``parallelism`` is the most cores one replica keeps busy at once:
-    1 unless the unit's threads were measured to run at once (`replica_parallelism`).
+    torch pools were held to, the one a replica of it gets
+    (`fitwork.resources.allotted_threads`: its declared cores, rounded up past a slack), so
+    its rates are the rates a run sees and no spinning pool thread counts as its CPU.
+    ``parallelism`` is the most cores one replica keeps busy at once: 1 unless the unit's
+    threads were measured to run at once (`replica_parallelism`).
     ``thread_speedup`` is its wall time at one thread over that at ``threads``, where it
     was measured at both (``None``: ``threads`` is 1, or no pool was loaded).  A profile
     from before fitwork held the pools has ``threads`` ``None``.  ``loaded_factor`` is its
