@@ -75,6 +75,13 @@ def checkpoints(journal: Path) -> int:
     return max(0, len(journal.read_bytes().split(b"\n")) - 2) if journal.exists() else 0
 
 
+def progress(journal: Path, output: Path) -> tuple[int, int]:
+    """How far a run has gone: its journal's checkpoints, and the bytes of its parts (a
+    sharded output's, written as outputs arrive; 0 for a file)."""
+    parts = sum(p.stat().st_size for p in output.glob("part-*")) if output.is_dir() else 0
+    return checkpoints(journal), parts
+
+
 def start(project: Path, *extra: str, output: str = "out.jsonl") -> subprocess.Popen[str]:
     source = "in/" if output.endswith("/") else "in.jsonl"  # a sharded run reads files
     return subprocess.Popen(
@@ -124,13 +131,16 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
     for _ in range(5):  # a busy host may finish the run before two kills land: start over
         landed, ended = 0, False
         for _ in range(kills):
-            before = checkpoints(journal)
+            before = progress(journal, project / output)
             resume = ["--resume"] if journal.exists() else []  # killed before it began: anew
             run = start(project, *extra, *resume, output=output)
-            # kill at a random moment after this try has journaled some progress
+            # kill at a random moment after this try has made progress: journaled some, or
+            # (a sharded output, whose resumed run may end every shard left in one wave and
+            # so journal nothing before its end) written more to its parts
             deadline = time.monotonic() + 120
-            while run.poll() is None and checkpoints(journal) <= before \
-                    and time.monotonic() < deadline:
+            while run.poll() is None and time.monotonic() < deadline and not any(
+                    now > was for now, was in zip(progress(journal, project / output), before,
+                                                  strict=True)):
                 time.sleep(0.05)
             # a resumed run has less left to do: its kill comes sooner, so that it lands
             time.sleep(rng.uniform(*pace) if not landed else rng.uniform(0.0, pace[1] / 3))
