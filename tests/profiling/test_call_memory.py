@@ -57,8 +57,10 @@ def test_what_a_call_holds_is_measured_and_charged_per_call_in_flight() -> None:
     # a replica of eight calls at once holds what one call holds seven more times
     assert group.memory == pytest.approx(held.peak_rss + 7 * held.call_memory)
     for p in plan.monolithic.result.replicas:
-        if p.replicas and p.threads:  # a threaded fused replica: once per thread
-            assert p.memory >= held.peak_rss + (p.threads - 1) * held.call_memory
+        if p.replicas and p.threads:  # a threaded fused replica: once per further thread
+            assert profile.fused_rss is not None
+            assert p.memory == pytest.approx(profile.fused_rss
+                                             + (p.threads - 1) * held.call_memory)
 
 
 @unit(io=4, cpu=0.25)

@@ -213,6 +213,15 @@ def waiting_seconds(profile: PipelineProfile) -> float:
     return total
 
 
+def fused_memory(profile: PipelineProfile) -> int | None:
+    """Bytes one fused replica holds, as the profile measured a process running every unit
+    (`PipelineProfile.fused_rss`); ``None`` (its stages' figures, summed) where it was not
+    measured or a unit declares its memory (a declared figure is the unit's word)."""
+    if any(u.resources.get("memory", 0) for u in profile.units):
+        return None
+    return profile.fused_rss
+
+
 def _view(profile: UnitProfile, batch_size: int | None) -> BatchMeasurement:
     """The profile's per-item figures at ``batch_size`` (its own when not swept)."""
     for b in profile.batches:

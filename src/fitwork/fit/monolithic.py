@@ -9,18 +9,19 @@ device-seconds; so fused replicas may outnumber cores too, as a person runs more
 than cores to hide a stage's waiting.  Each stage runs at the rate one process can carry
 (`ClassDemand.within_parallelism`), and the fused replica keeps busy at most the cores of
 the stage it is in (its parallelism: the stages', weighted by their time).  It holds the
-union of its stages' memory (summed) and the largest device slot of the stages on d; if any
-stage reserves cores, the fused replica
-reserves the most any stage declares (one container, one request).  A stage's
-``max_concurrency`` bounds the fused replicas (each has at most one call of it in flight)
-and its ``rate_limit`` R bounds the fused rate to ``R / m_u``.  For utilization it keeps its
-slot of d busy only while a stage on d runs (``share · sum_{u on d} m_u / rate_u``
-device-seconds per source item) and its cores ``sum_u m_u · cpu_u``.  The engine's work per
-item per channel crossed (``hop_seconds`` per frame, spread over the frame's items by
-`crossing_seconds`) is paid twice per source item (in, out), where a fitted chain of n units
-pays it n + 1 times.  A fused unit whose stages all run on CPU is a
-candidate on the CPU class.  It is then solved by the same MILP as a plan (a one-unit
-pipeline: no traffic between units), so the two sit side by side.
+memory one process running its stages was measured to hold (their own figures summed where
+it was not: they count the libraries the stages share once each) and the largest device slot
+of the stages on d; if any stage reserves cores, the fused replica reserves the most any
+stage declares (one container, one request).  A stage's ``max_concurrency`` bounds the fused
+replicas (each has at most one call of it in flight) and its ``rate_limit`` R bounds the
+fused rate to ``R / m_u``.  For utilization it keeps its slot of d busy only while a stage
+on d runs (``share · sum_{u on d} m_u / rate_u`` device-seconds per source item) and its
+cores ``sum_u m_u · cpu_u``.  The engine's work per item per channel crossed
+(``hop_seconds`` per frame, spread over the frame's items by `crossing_seconds`) is paid
+twice per source item (in, out), where a fitted chain of n units pays it n + 1 times.  A
+fused unit whose stages all run on CPU is a candidate on the CPU class.  It is then solved
+by the same MILP as a plan (a one-unit pipeline: no traffic between units), so the two sit
+side by side.
 
 The threaded monolith (``Pipeline.fused(io=N)``: N items in flight per process) is a second
 option of the same candidate on a CPU class, where its stages wait (`threaded_option`).
@@ -79,7 +80,7 @@ def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
                objective: Objective = "max_throughput", target: float | None = None,
                time_limit: float = 10.0, mip_gap: float = 0.01,
                hop_seconds: float = 0.0, edge_seconds: float = 0.0,
-               waiting: float | None = None) -> FitResult:
+               waiting: float | None = None, memory: int | None = None) -> FitResult:
     """The baseline plan: ``units`` fused into one unit named ``monolithic``, then fitted.
 
     ``hop_seconds`` is the engine's work per item per channel crossed: the fused unit pays it
@@ -89,9 +90,11 @@ def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
     the seconds per source item the stages wait on something other than a core (I/O, a
     sleep: what threads overlap), where the profile measured it apart from the run-queue
     wait a loaded host adds (which threads do not overlap); ``None``: a stage's wall time
-    beyond its CPU time.
+    beyond its CPU time.  ``memory`` is what one fused replica was measured to hold
+    (`fitwork.profiling.record.PipelineProfile.fused_rss`); ``None``: its stages' summed.
     """
-    problem = fused_problem(units, node_types, 2 * hop_seconds, edge_seconds, waiting)
+    problem = fused_problem(units, node_types, 2 * hop_seconds, edge_seconds, waiting,
+                            memory)
     best = solve_problem(problem, objective=objective, target=target, time_limit=time_limit,
                          mip_gap=mip_gap)
     threaded = tuple(c for c in problem.candidates if c.concurrency > 1)
@@ -121,10 +124,12 @@ def _stages(units: Sequence[UnitDemand], accel: str | None,
 
 
 def _fused(stages: list[Stage], accel: str | None,
-           hop: float = 0.0, edge: float = 0.0
+           hop: float = 0.0, edge: float = 0.0, memory: int | None = None
            ) -> tuple[ClassDemand, tuple[tuple[str, float], ...]]:
     """The fused replica's demand and its busy device-seconds per source item, per class;
-    ``hop`` per frame and ``edge`` per item are the engine's work moving items in and out."""
+    ``hop`` per frame and ``edge`` per item are the engine's work moving items in and out.
+    It holds ``memory`` where that was measured, else its stages' summed; each further
+    call in flight, the most one stage's call holds (a thread is in one stage at a time)."""
     work = sum(m / d.rate for _, d, m in stages)
     driver = DRIVER_SECONDS / frame_items(work) if hop else 0.0  # the driver's, per item
     hop = (crossing_seconds(hop, work) if hop else 0.0) + edge
@@ -145,8 +150,8 @@ def _fused(stages: list[Stage], accel: str | None,
     demand = ClassDemand(
         rate=1.0 / seconds,
         cores=max(d.cores for _, d, _ in stages),  # the stages run in turn, not at once
-        memory=sum(d.memory for _, d, _ in stages),
-        call_memory=sum(d.call_memory for _, d, _ in stages),
+        memory=sum(d.memory for _, d, _ in stages) if memory is None else memory,
+        call_memory=max(d.call_memory for _, d, _ in stages),
         device_share=share,
         cpu_seconds=cpu,
         device_seconds=device if on_accel and share <= 1.0 else None,
@@ -244,12 +249,13 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
 
 
 def _options(stages: list[Stage], accel: str | None, hop: float, edge: float, *,
-             threaded: bool, waiting: float | None = None, cores: float = math.inf
+             threaded: bool, waiting: float | None = None, cores: float = math.inf,
+             memory: int | None = None
              ) -> list[tuple[ClassDemand, tuple[tuple[str, float], ...], int]]:
     """The fused replica's options (demand, busy seconds per item per class, threads): one
     item at a time, and where ``threaded`` (every stage on CPU) and its stages wait, the
     threaded monolith (on a node of ``cores``)."""
-    demand, busy = _fused(stages, accel, hop, edge)
+    demand, busy = _fused(stages, accel, hop, edge, memory)
     found = [(demand, busy, 1)]
     more = _threaded(stages, demand, hop, edge, waiting, cores) if threaded else None
     if more is not None:
@@ -269,8 +275,9 @@ def unit_limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
 
 def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
                   hop_seconds: float = 0.0, edge_seconds: float = 0.0,
-                  waiting: float | None = None) -> Problem:
-    """The baseline as a one-unit `Problem`; raises `UnitFitsNowhere` if it fits no node."""
+                  waiting: float | None = None, memory: int | None = None) -> Problem:
+    """The baseline as a one-unit `Problem` (``memory``: one replica's, where measured);
+    raises `UnitFitsNowhere` if it fits no node."""
     check_inputs(units, node_types)
     fleet = tuple(n for n in node_types if n.count > 0)
     most, per_s = unit_limits(units)
@@ -289,7 +296,7 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
             assert cls is not None
             found = _options(stages, accel, hop_seconds, edge_seconds,
                              threaded=not uses_accel, waiting=waiting,
-                             cores=node.cores * node.core_ceiling)
+                             cores=node.cores * node.core_ceiling, memory=memory)
             for option, (demand, busy, threads) in enumerate(found):
                 cand = candidate(0, n, node, cls, demand, UnitDemand(name=FUSED, classes={},
                                                                      concurrency=threads),

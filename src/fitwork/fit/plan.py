@@ -36,6 +36,7 @@ from fitwork.fit.inputs import (
     demands,
     edge_seconds,
     fleet_classes,
+    fused_memory,
     sequential,
     solver_nodes,
     waiting_seconds,
@@ -350,7 +351,7 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     base = monolithic(sequential(stages, [*rates, *swept], profile), nodes, time_limit=time_limit,
                       mip_gap=mip_gap, hop_seconds=hop_seconds,
                       edge_seconds=edge_seconds(profile) if hop_seconds else 0.0,
-                      waiting=waiting_seconds(profile))
+                      waiting=waiting_seconds(profile), memory=fused_memory(profile))
     flops = {u.name: u.flops for u in profile.units}
     most = max(best.bound, best.throughput, base.throughput)
     split, whole = _sides(fitted, base, most, flops, [*rates, *swept], multiplicity,

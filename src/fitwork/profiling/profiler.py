@@ -104,7 +104,7 @@ def profile_pipeline(
         raise ProfileError("profile: the input has no items; give at least one sample")
     on = measured_on(host_class, accelerator_class,
                      discover_accelerator=any(u.resources.gpu > 0 for u in pipeline.units))
-    profiles = []
+    profiles, first = [], inputs
     with pipeline.run_context():
         for unit in pipeline.units:
             if progress:
@@ -118,6 +118,7 @@ def profile_pipeline(
                 raise ProfileError(
                     f"profile: unit {unit.name!r} produced no outputs from {profile.samples} "
                     "samples, so the units after it cannot be measured; give more samples")
+        fused = _fused_memory(pipeline, first) if len(pipeline.units) > 1 else None
     large = max((max(u.bytes_in, u.bytes_out) for u in profiles), default=0) >= LARGE_ITEM
     # the scale is derived from the reading as stored, so a profile's two figures agree
     ns = round(wire_seconds_per_byte() * 1e9, 4) if large else None
@@ -125,7 +126,50 @@ def profile_pipeline(
                            host_class=on.host_class, accelerator_class=on.accelerator_class,
                            classes_from=on.found_from, created_at=time.time(),
                            wire_scale=1.0 if ns is None else wire_scale(ns * 1e-9),
-                           wire_ns_per_byte=ns)
+                           wire_ns_per_byte=ns, fused_rss=fused)
+
+
+FUSED_TIMEOUT_S = 120.0
+"""The most seconds the fused replica's memory pass may take before it is given up."""
+
+
+def _fused_memory(pipeline: Pipeline, inputs: list[Any]) -> int | None:
+    """Bytes one process running every unit in turn holds of its own (its peak RSS over
+    its start), as a fused replica does: every unit built in a forked copy of this process,
+    then each sample taken through them one item at a time, its outputs dropped; ``None``
+    where the copy failed or took more than `FUSED_TIMEOUT_S`.
+
+    The units' own figures do not add up to it: units in one process share its libraries
+    and allocator (the OCR demo's two model units measured 124 and 168 MiB each, and a
+    process running both held 166 MiB)."""
+    found = forked_ints(FUSED_TIMEOUT_S, _fused_peak, pipeline, inputs)
+    return found[0] if found else None
+
+
+def _fused_peak(pipeline: Pipeline, inputs: list[Any]) -> tuple[int] | None:
+    """`_fused_memory`'s measurement, in this (forked) process."""
+    peak = _peak_since_start()
+    hold_pools(allotted_threads(max(u.resources.cpu for u in pipeline.units)))
+    stages = [Kernel(u) for u in pipeline.units]
+    calls = [(kernel, kernel.caller()) for kernel in stages]
+    for item in inputs:
+        values = [item]
+        for kernel, call in calls:
+            made: list[Any] = []
+            for value in values:
+                results, _ = call([value])
+                for result in results:
+                    if type(result) is not Failed:
+                        made.extend(kernel.outputs(value, result))
+            values = made
+    return (peak(),)
+
+
+def _rss_now() -> int:
+    """This process's resident bytes now."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
 
 
 def _under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProfile:
@@ -356,6 +400,21 @@ def _size(value: Any) -> int:
 
 def _rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _peak_since_start() -> Callable[[], int]:
+    """Starts counting this process's peak RSS from now; the returned call gives the bytes
+    it rose to above where it was.  A forked child starts with its parent's high-water
+    mark, so the mark is lowered first (``ru_maxrss`` where the kernel refuses: an
+    overcount by whatever the parent once held beyond what it held at the fork)."""
+    start = _rss_now()
+    reset = _reset_high_water()
+
+    def peak() -> int:
+        high = _high_water() if reset else None
+        return max(0, (high if high is not None else _rss()) - start)
+
+    return peak
 
 
 def _status_bytes(field: str) -> int | None:
@@ -755,9 +814,7 @@ def _device_memory(unit: Unit, timed: _Timed
 def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
                  ) -> tuple[UnitProfile, list[Any]]:
     """Measure ``unit`` on ``inputs`` in this process; returns its profile and its outputs."""
-    import psutil
-
-    start_rss = psutil.Process().memory_info().rss
+    peak = _peak_since_start()
     threads = allotted_threads(unit.resources.cpu)
     hold_pools(threads)  # as a replica is held, before the unit builds (torch reads it)
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -780,7 +837,7 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     before = timed.batches[-1]
     speedup, parallelism = _thread_gain(timed, alone, threads)
     timed.batches[-1] = chosen = _as_dropped(timed.batches[-1], before, dropped)
-    peak_rss = max(0, _rss() - start_rss)  # before counting, which may build a second replica
+    peak_rss = peak()  # before counting, which may build a second replica
     counted = _count(unit, call, inputs, accelerated, onnx_runs.count > 0)
     memory, memory_source = _device_memory(unit, timed)
     profile = UnitProfile(

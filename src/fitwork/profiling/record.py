@@ -352,6 +352,11 @@ class PipelineProfile(Document):
     wire_ns_per_byte: float | None = None
     """What the probe behind `wire_scale` read, in nanoseconds of CPU per byte moved; None
     where no unit moves items large enough to probe."""
+    fused_rss: int | None = Field(default=None, ge=0)
+    """Bytes one process running every unit in turn (a fused replica) held of its own: its
+    peak RSS over its start, measured on the samples; None where not measured (one unit,
+    or the measurement failed).  The units' own ``peak_rss`` count the libraries they share
+    once each."""
 
     def under_load(self) -> PipelineProfile:
         """This profile with every unit `UnitProfile.loaded`: what the fit plans from."""
