@@ -81,7 +81,8 @@ def test_profile_command(tmp_path: Path) -> None:
     (tmp_path / "p.py").write_text(
         "from fitwork import Pipeline, unit\n"
         "@unit\ndef inc(x):\n    return x + 1\n"
-        "pipeline = Pipeline(inc)\n")
+        "@unit\ndef double(x):\n    return 2 * x\n"
+        "pipeline = Pipeline(inc, double)\n")
     (tmp_path / "in.jsonl").write_text("".join(f"{i}\n" for i in range(10)))
     done = subprocess.run([sys.executable, "-m", "fitwork.cli", "profile", "p.py:pipeline",
                            "--input", "in.jsonl", "--samples", "5", "-o", "prof.json"],
@@ -89,3 +90,6 @@ def test_profile_command(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     saved = PipelineProfile.load(tmp_path / "prof.json")
     assert saved.units[0].name == "inc" and saved.units[0].samples == 5
+    # the fused replica's memory is measured, and said
+    assert saved.fused_rss is not None
+    assert "one process running every unit in turn held" in done.stdout

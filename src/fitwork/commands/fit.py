@@ -42,6 +42,7 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
             device_classes: tuple[str, ...], alone: bool, decompose: str | None,
             csv_strings: bool = False) -> None:
     """Measure each unit alone on sample items and save a profile."""
+    from fitwork.fit.candidates import format_bytes
     from fitwork.io import read_items
     from fitwork.profiling import profile_pipeline
     from fitwork.profiling.classes import split_classes
@@ -67,6 +68,12 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
     console.print(f"measured on: {result.classes_from}", markup=False)
     for u in result.units:
         console.print(f"{u.name} measured with {u.conditions}", markup=False, soft_wrap=True)
+    if result.fused_rss is not None:
+        summed = sum(u.peak_rss for u in result.units)
+        console.print(f"one process running every unit in turn held "
+                      f"{format_bytes(result.fused_rss)} of its own (the units alone: "
+                      f"{format_bytes(summed)} summed); a fused replica is planned at that",
+                      markup=False)
     if result.wire_ns_per_byte is not None:
         console.print(f"moving large items between processes: {result.wire_ns_per_byte:.2f} ns "
                       f"of CPU per byte; the fit charges bytes at {result.wire_scale:.2f}x the "
