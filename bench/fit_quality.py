@@ -11,8 +11,11 @@ are screened, and the fastest of each run in the final beside the plan, every co
 many times, alternating: the monolith's process sweep, threaded monoliths (the units fused
 with ``io=N``: P processes of N threads) and the hand grid; plan/best is the plan's median
 run over the best other layout's median (a baseline that ran the plan's own layout is pooled
-with the plan, not counted as a rival).  On a host of more than 2 cores the sweeps, the hand
-grid's replica counts and the items per run scale with its cores.
+with the plan, not counted as a rival).  Where the plan calls a tie between its split and
+fused layouts, the side it set aside runs in the final too (or the baseline that runs that
+layout stands for it), and the tie rule's choice is checked: it should do at least
+1 - the plan's uncertainty times the other side.  On a host of more than 2 cores the
+sweeps, the hand grid's replica counts and the items per run scale with its cores.
 ``--wire`` only measures the engine's CPU per item by item size (what the fit charges per
 byte).
 """
@@ -716,25 +719,36 @@ def layout(counts: dict[str, int]) -> str:
     return " ".join(f"{name}={count}" for name, count in counts.items())
 
 
-def plan_layout(plan: Plan) -> str:
-    """The plan's replicas (and batch sizes), or the fused layout it chose (and its threads)."""
-    if plan.fused:
-        threads = max((p.threads or 0 for p in plan.fitted.result.replicas), default=0)
-        return (f"fused x{sum(p.replicas for p in plan.fitted.result.replicas)}"
+def _side(plan: Plan, other: bool) -> tuple[bool, Any]:
+    """(whether it is fused, its solved result): the side the plan runs, or the other one."""
+    fused = plan.fused != other
+    if not other:
+        return fused, plan.fitted.result
+    return fused, (plan.monolithic if fused else plan.split or plan.fitted).result
+
+
+def plan_layout(plan: Plan, other: bool = False) -> str:
+    """The plan's replicas (and batch sizes), or the fused layout it chose (and its threads);
+    with ``other``, those of the side it set aside."""
+    fused, result = _side(plan, other)
+    if fused:
+        threads = max((p.threads or 0 for p in result.replicas), default=0)
+        return (f"fused x{sum(p.replicas for p in result.replicas)}"
                 + (f" io={threads}" if threads else ""))
     return " ".join(f"{p.unit}={p.replicas}" + (f"/b{p.batch_size}" if p.batch_size else "")
-                    for p in plan.fitted.result.replicas if p.replicas)
+                    for p in result.replicas if p.replicas)
 
 
-def plan_key(plan: Plan, pipeline: Pipeline) -> tuple[Any, ...]:
-    """The layout a plan runs, comparable with `hand_key` and the monoliths' keys."""
-    if plan.fused:
-        replicas = plan.fitted.result.replicas
-        threads = max((p.threads or 0 for p in replicas), default=0)
-        return ("fused", sum(p.replicas for p in replicas), threads or None)
+def plan_key(plan: Plan, pipeline: Pipeline, other: bool = False) -> tuple[Any, ...]:
+    """The layout a plan runs (``other``: the side it set aside), comparable with
+    `hand_key` and the monoliths' keys."""
+    fused, result = _side(plan, other)
+    if fused:
+        threads = max((p.threads or 0 for p in result.replicas), default=0)
+        return ("fused", sum(p.replicas for p in result.replicas), threads or None)
     declared = {u.name: u.batch_size for u in pipeline.units}
     return ("split", tuple((p.unit, p.replicas, p.batch_size or declared.get(p.unit))
-                           for p in plan.fitted.result.replicas if p.replicas))
+                           for p in result.replicas if p.replicas))
 
 
 def hand_key(counts: dict[str, int], pipeline: Pipeline) -> tuple[Any, ...]:
@@ -771,6 +785,21 @@ class Outcome:
     threaded: Contender | None = None
     at_run_load: float = math.nan  # the model's prediction at the plan's best run's load
     adapted_at_run_load: float = math.nan  # the same for the --adapt run
+    set_aside: Contender | None = None  # where the plan called a tie: the other side, as run
+
+    @property
+    def tie_share(self) -> float:
+        """Where the plan called a tie: the side it runs over the side it set aside, median
+        items/s end to end (nan without a tie)."""
+        if self.set_aside is None:
+            return math.nan
+        return self.planned.rate / self.set_aside.rate
+
+    @property
+    def tie_held(self) -> bool:
+        """Whether the tie rule's choice held: the side it runs did at least 1 - the plan's
+        uncertainty times the side it set aside (a tie says they are within it)."""
+        return self.tie_share >= 1 - self.plan.uncertainty
 
     @property
     def layout_key(self) -> tuple[Any, ...]:
@@ -954,6 +983,16 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     adapted = Contender("adapt", plan_layout(plan) + " --adapt", placement=plan,
                         adapt=True, key=("adapt",))
     contenders = [planned, adapted, *finalists]
+    set_aside = None
+    if plan.tie:  # the tie rule is checked: the side it set aside runs too, unless a
+        # baseline already runs that layout
+        key = plan_key(plan, spec.pipeline, other=True)
+        set_aside = next((c for c in finalists if c.key == key), None)
+        if set_aside is None:
+            side = "monolithic" if not plan.fused else "split"
+            set_aside = Contender("set aside", f"{plan_layout(plan, other=True)} (the tie's "
+                                  "other side)", placement=plan.placement(side=side), key=key)
+            contenders.append(set_aside)
     if args.what_if:  # each distinct what-if layout runs in the final too (not a headline)
         seen = {plan_layout(plan)}
         for label, other in alternatives.items():
@@ -979,7 +1018,12 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
         return max((c for c in finalists if c.label == label), key=lambda c: c.rate)
 
     outcome = Outcome(spec, profile, plan, planned, best("monolith"), best("hand"), contenders,
-                      adapted, best("threaded"))
+                      adapted, best("threaded"), set_aside=set_aside)
+    if set_aside is not None:
+        say(f"  tie rule: runs [{planned.config}] {planned.rate:.1f} items/s, set aside "
+            f"[{set_aside.config}] {set_aside.rate:.1f}: {outcome.tie_share:.2f}x "
+            f"({'held' if outcome.tie_held else 'MISSED'}: at least "
+            f"{1 - plan.uncertainty:.2f}x, the plan's uncertainty)")
     cores = sum(n.cores * n.count for n in fleet.node_types)
     for contender in (planned, adapted):
         typical = contender.typical()
@@ -1169,10 +1213,13 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
         met = sum(near(o.realized_share) for o in group)
         won = sum(o.best_share >= HAND_AIM for o in group)
         inside = sum(o.in_range for o in group)
+        ties = [o for o in group if o.set_aside is not None]
         print(f"aims{' (held out)' if held_out else ''}: realized within ±{REALIZED_AIM:.0%} "
               f"of predicted on {met}/{len(group)}; plan >= {HAND_AIM} x best baseline on "
               f"{won}/{len(group)}; steady inside the plan's p10-p90 range on "
-              f"{inside}/{len(group)}")
+              f"{inside}/{len(group)}; the tie rule's choice at least 1 - uncertainty x the "
+              f"side it set aside on {sum(o.tie_held for o in ties)}/{len(ties)} ties ("
+              + ", ".join(f"{o.spec.name} {o.tie_share:.2f}" for o in ties) + ")")
     print("Noisy: on a shared 2-core host single runs move by 10% or more, more when "
           "others' cores are high")
 

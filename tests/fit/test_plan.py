@@ -220,6 +220,23 @@ def test_more_units_than_cores_still_plan_on_a_small_host() -> None:
     assert fit(light, TINY).fused
 
 
+def test_either_side_of_a_tie_can_be_run() -> None:
+    light = cpu_only().model_copy(deep=True)
+    for u in light.units:
+        u.peak_rss = 1 << 20
+    plan = fit(light, TINY)
+    assert plan.fused and plan.tie is not None and plan.split is not None
+    fused, split = plan.placement(), plan.placement(side="split")
+    assert fused.fusion and fused.groups == plan.placement(side="monolithic").groups
+    assert not split.fusion and set(split.counts()) == {"decode", "post", "again"}
+    kept = fit(light, TINY, fuse=False)  # runs split: its split side is what it runs
+    assert kept.placement(side="split") == kept.placement()
+    from fitwork.errors import InputError
+
+    with pytest.raises(InputError, match="a plan's sides are"):
+        plan.placement(side="other")
+
+
 def test_a_fleet_too_small_for_one_replica_of_each_unit_says_what_to_change() -> None:
     from fitwork.fit import FitInputError
 

@@ -154,9 +154,19 @@ class Plan(Document):
         one replica asks an engine for (`group_resources`) and the node index of each replica
         within its node type.  With ``node_type``, only the groups planned on that node type
         (for running one host's share of a plan locally).  ``side="monolithic"`` gives the
-        fused baseline's.
+        fused baseline's, ``side="split"`` the split layout's (the fitted side where the plan
+        runs split; the side it set aside where it runs fused), so either side of a tie can
+        be run.
         """
-        chosen = self.fitted if side == "fitted" else self.monolithic
+        if side not in ("fitted", "monolithic", "split"):
+            raise InputError(f"side={side!r}: a plan's sides are 'fitted', 'monolithic' and "
+                             "'split'")
+        chosen = self.monolithic if side == "monolithic" else self.fitted
+        if side == "split" and self.fused:
+            if self.split is None:
+                raise InputError("this plan runs fused and kept no split side; fit it again "
+                                 "to run the split one")
+            chosen = self.split
         rates = {(r.unit, r.device_class): r.rate for r in self.rates}
         groups = [planned_group(p, rates) for p in chosen.result.replicas
                   if p.replicas and (node_type is None or p.node_type == node_type)]
@@ -164,7 +174,7 @@ class Plan(Document):
             used = sorted({p.node_type for p in chosen.result.replicas if p.replicas})
             raise InputError(f"plan places nothing on node type {node_type!r}; it uses "
                              f"{', '.join(used) or 'none'}")
-        fused = side == "monolithic" or self.fused
+        fused = side == "monolithic" or (side == "fitted" and self.fused)
         return Placement(tuple(groups), "plan",
                          fusion=(tuple(self.units),) if fused else ())
 
