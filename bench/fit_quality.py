@@ -580,6 +580,7 @@ class Run:
     other_cores: float = 0.0
     service_cpu_s: float = 0.0  # the loopback service's CPU seconds per source item
     driver_cpu_s: float = 0.0  # this (the driver's) process's CPU seconds per source item
+    speed: float = math.nan  # `host_speed` just before the run
 
     @property
     def rate(self) -> float:
@@ -662,6 +663,27 @@ def others_now(window: float = 0.5) -> float:
     return max(0.0, host_busy_s() - host0 - (own_cpu_s() - own0)) / window
 
 
+PROBE = np.random.default_rng(0).standard_normal((96, 96))
+PROBE_S = 0.05
+
+
+def host_speed(seconds: float = PROBE_S) -> float:
+    """Passes per CPU second of a fixed piece of work (a Python loop and a small matrix
+    product), timed in this process's CPU time, so a run queue does not move it and a
+    slower core does: this shared host's CPU per item moves by 1.3-1.5x from one minute to
+    another with nothing else of ours running, and one profile is one such moment."""
+    start, passes = time.process_time(), 0
+    while True:
+        total = 0
+        for i in range(2000):
+            total += i * i
+        PROBE @ PROBE
+        passes += 1
+        spent = time.process_time() - start
+        if spent >= seconds:
+            return passes / spent
+
+
 PROFILE_QUIET_S = 5.0
 """The longest each pipeline's profile waits for a quiet host (``--quiet-wait`` if longer)."""
 
@@ -696,6 +718,7 @@ def measure(pipeline: Pipeline, items: int, contender: Contender) -> Run:
     """Run ``contender`` over ``items`` source items, timed end to end."""
     if SETTINGS.quiet_wait_s > 0:
         settle(SETTINGS.quiet_wait_s)
+    speed = host_speed()
     host0, own0, service0 = host_busy_s(), own_cpu_s(), service_cpu_s()
     driver0 = time.process_time()
     start = time.perf_counter()
@@ -709,7 +732,7 @@ def measure(pipeline: Pipeline, items: int, contender: Contender) -> Run:
     others = max(0.0, host_busy_s() - host0 - own)
     run = Run(items, wall, len(outputs), math.fsum(float(o) for o in outputs), result.record,
               own / wall, others / wall, (service_cpu_s() - service0) / items,
-              driver / items)
+              driver / items, speed)
     contender.runs.append(run)
     return run
 
@@ -786,6 +809,14 @@ class Outcome:
     at_run_load: float = math.nan  # the model's prediction at the plan's best run's load
     adapted_at_run_load: float = math.nan  # the same for the --adapt run
     set_aside: Contender | None = None  # where the plan called a tie: the other side, as run
+    profile_speed: float = math.nan  # `host_speed` just before the profile
+
+    @property
+    def speed(self) -> float:
+        """The host's speed during the plan's runs (their median `host_speed`) over its
+        speed when the pipeline was profiled: under 1, the host ran slower than the profile
+        saw it, and a prediction of CPU-bound work reads high by about that much."""
+        return statistics.median(r.speed for r in self.planned.runs) / self.profile_speed
 
     @property
     def tie_share(self) -> float:
@@ -937,6 +968,7 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     # the profile is a moment of the host too: not one while the last pipeline's processes
     # still wind down
     settle(max(SETTINGS.quiet_wait_s, PROFILE_QUIET_S))
+    profile_speed = host_speed()
     start = time.perf_counter()
     profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + args.samples),
                                        samples=args.samples)
@@ -1008,7 +1040,7 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
             say(f"   {contender.label:<9} {contender.config:<38} {run.rate:8.1f} items/s "
                 f"(record {run.record.throughput:8.1f}, steady {run.steady:8.1f}, "
                 f"{run.wall_s:5.2f} s; cores: ours {run.own_cores:4.2f}, "
-                f"others {run.other_cores:4.2f})")
+                f"others {run.other_cores:4.2f}; host speed x{run.speed / profile_speed:.2f})")
     check(spec, contenders)
     for twin in (c for c in finalists if c.key == planned.key):
         planned.pooled.extend(twin.runs)
@@ -1018,7 +1050,8 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
         return max((c for c in finalists if c.label == label), key=lambda c: c.rate)
 
     outcome = Outcome(spec, profile, plan, planned, best("monolith"), best("hand"), contenders,
-                      adapted, best("threaded"), set_aside=set_aside)
+                      adapted, best("threaded"), set_aside=set_aside,
+                      profile_speed=profile_speed)
     if set_aside is not None:
         say(f"  tie rule: runs [{planned.config}] {planned.rate:.1f} items/s, set aside "
             f"[{set_aside.config}] {set_aside.rate:.1f}: {outcome.tie_share:.2f}x "
@@ -1142,6 +1175,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
                                                       "" if o.in_range else "!")),
     ("p@load", ".1f", lambda o: o.at_run_load),
     ("real/p@l", ".2f", lambda o: o.realized / o.at_run_load),
+    ("speed", ".2f", lambda o: o.speed),
     ("others", ".2f", lambda o: o.others),
     ("busy", "", lambda o: o.disturbed),
 )
@@ -1190,7 +1224,9 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
           "median cores used by other processes on the host during the final runs; p@load = the "
           "model's prediction from the same profile at the load others put on the host during the "
           "plan's median run, real/p@l = realized over it (the model's "
-          f"error apart from the host's load moving); range = the plan's predicted p10-p90 "
+          f"error apart from the host's load moving); speed = a fixed CPU probe's speed "
+          "before the plan's runs over its speed before the profile (the host's moment: "
+          "under 1, slower than the profile saw it); range = the plan's predicted p10-p90 "
           "steady items/s, '!' where the median run's steady rate fell outside it; busy = final "
           f"runs during which others "
           f"used {QUIET_CORES} cores or more")

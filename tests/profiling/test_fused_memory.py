@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -69,7 +70,7 @@ def test_a_unit_that_declares_its_memory_keeps_the_stages_sum() -> None:
     assert profile.fused_rss is not None
     plan = fit(profile, FLEET)
     (fused,) = [p for p in plan.monolithic.result.replicas if p.replicas and not p.threads]
-    assert fused.memory >= 512 * MIB + profile.units[1].peak_rss  # the declared word holds
+    assert fused.memory >= 512 * MIB + 0.9 * SHARED  # the declared word, and the other's
 
 
 @unit(cpu=0.25)
@@ -85,3 +86,30 @@ def test_a_profile_counts_none_of_what_its_parent_held_before() -> None:
     profile = profile_pipeline(Pipeline(small, name="small"), list(range(8)), samples=8,
                                loaded=False)
     assert profile.units[0].peak_rss < 32 * MIB
+
+
+PER_ITEM = 4 * MIB
+"""What ``widens`` holds per item of its batch while a call runs."""
+
+
+@unit(batch_size=16, cpu=0.5)
+def widens(rows: list[int]) -> list[int]:
+    """Holds `PER_ITEM` per row while it runs, and takes as long per row at any batch (so
+    batching does not pay, and a plan runs it one row at a time)."""
+    block = np.ones(len(rows) * PER_ITEM // 8)  # written to: resident while the call runs
+    time.sleep(0.002 * len(rows))
+    return [r + int(block[0]) for r in rows]
+
+
+def test_a_replica_planned_at_a_small_batch_is_charged_that_batch_s_memory() -> None:
+    profile = profile_pipeline(Pipeline(widens, name="widens"), list(range(32)), samples=32,
+                               loaded=False)
+    (measured,) = profile.units
+    peaks = {b.batch_size: b.peak_rss for b in measured.batches}
+    print({size: f"{peak / MIB:.1f} MiB" for size, peak in peaks.items() if peak})
+    assert peaks[1] is not None and peaks[16] is not None
+    assert peaks[16] - peaks[1] >= 12 * PER_ITEM  # the sweep's largest batch held far more
+    plan = fit(profile, FLEET, fuse=False)
+    (group,) = [p for p in plan.fitted.result.replicas if p.replicas]
+    assert (group.batch_size or 1) < 16
+    assert group.memory == pytest.approx(peaks[group.batch_size or 1])

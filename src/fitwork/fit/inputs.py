@@ -369,9 +369,6 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
             raise UnitFitsNowhere(u.name, _no_class(u, "; ".join(
                 f"{e.device_class}: {e.note}" for e in estimates), fleet))
         rates.extend(estimates)
-        memory = max(int(u.resources.get("memory", 0)), u.peak_rss)
-        # a declared figure is the whole replica's; a measured one holds one call
-        calls = (u.call_memory or 0) if memory == u.peak_rss else 0
         swept = []
         if u.batch_size and len(u.batches) > 1:
             swept = [e for e in batch_rates(u, classes, measured, precision=precision,
@@ -383,9 +380,10 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
         offered, kept = paying_batches(estimates, swept)
         for e in kept:
             alternatives.setdefault(e.device_class, []).append(
-                _demand(u, e, (memory, calls), _hop(u, e, hop, arriving, last, first, scale),
+                _demand(u, e, replica_memory(u, e.batch_size),
+                        _hop(u, e, hop, arriving, last, first, scale),
                         _driver(u, e, hop, arriving)))
-        main = {e.device_class: _demand(u, e, (memory, calls),
+        main = {e.device_class: _demand(u, e, replica_memory(u, e.batch_size),
                                         _hop(u, e, hop, arriving, last, first, scale),
                                         _driver(u, e, hop, arriving))
                 for e in offered}
@@ -400,6 +398,20 @@ def demands(profile: PipelineProfile, classes: Iterable[DeviceClass], known: Cat
         multiplicity[u.name] = m
         m *= u.output_ratio
     return units, rates, multiplicity, others
+
+
+def replica_memory(u: UnitProfile, batch_size: int | None) -> tuple[int, int]:
+    """(bytes one replica of ``u`` holds at ``batch_size``, bytes each further call in
+    flight adds).  A declared ``memory=`` is the whole replica's and wins where larger;
+    else the peak RSS the profile read going up to that batch size (its overall peak where
+    it read none): the OCR demo's ``recognise`` peaked at its sweep's batch 16, and a plan
+    at batch 1 was charged that in every replica."""
+    size = batch_size or 1
+    at = next((b.peak_rss for b in u.batches
+               if b.batch_size == size and b.peak_rss is not None), None)
+    measured = u.peak_rss if at is None else min(at, u.peak_rss)
+    memory = max(int(u.resources.get("memory", 0)), measured)
+    return memory, (u.call_memory or 0) if memory == measured else 0
 
 
 def paying_batches(own: list[RateEstimate], swept: list[RateEstimate]

@@ -494,11 +494,13 @@ def _batches(inputs: list[Any], size: int, timed: Callable[[], float],
 
 
 def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
-                  sizes: list[int] | None = None, steady: bool = True) -> _Timed:
+                  sizes: list[int] | None = None, steady: bool = True,
+                  peak: Callable[[], int] | None = None) -> _Timed:
     """Wall, CPU, queued and accelerator seconds per item at each batch size (``sizes``, or
     the sweep `_sizes` makes); above size 1, after one untimed call at that size (its
     buffers and caches warm, as in a replica that has run a while), on `_batches`.  With
-    ``steady``, the largest size is timed for `STEADY_SECONDS` (a replica's own batch)."""
+    ``steady``, the largest size is timed for `STEADY_SECONDS` (a replica's own batch).
+    With ``peak`` (the replica's peak RSS so far), each size's as its pass ends."""
     call = kernel.caller()
     batches: list[BatchMeasurement] = []
     outputs: list[Any] = []
@@ -552,6 +554,7 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
                                         accel_s=accel / measured if accel else None,
                                         host_load=host_load(),
                                         others_share=others_share(host0, own0, start),
+                                        peak_rss=peak() if peak is not None else None,
                                         **call_spread(calls)))
         outputs = produced
         chosen_source = source if accel else None
@@ -741,12 +744,14 @@ def _as_dropped(chosen: BatchMeasurement, before: BatchMeasurement,
 
 
 def _timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool,
-                threads: int, pools: bool) -> tuple[_Timed, list[BatchMeasurement] | None, Runs]:
-    """The timed sweep, its largest batch again on one thread, and the onnxruntime runs."""
+                threads: int, pools: bool, peak: Callable[[], int] | None = None
+                ) -> tuple[_Timed, list[BatchMeasurement] | None, Runs]:
+    """The timed sweep (each size's peak RSS read going up, with ``peak``), its largest
+    batch again on one thread, and the onnxruntime runs."""
     with _onnx_runs() as onnx_runs:
         timers = Timers(kernel.fn, None if accelerated else [])
         try:
-            timed = _time_batches(unit, kernel, inputs, timers)
+            timed = _time_batches(unit, kernel, inputs, timers, peak=peak)
             if len(timed.batches) > 1:  # a sweep: again from the next largest batch down
                 # (the largest was just timed for STEADY_SECONDS: the faster of it and
                 # another timing at the same moment of the host would only read it fast)
@@ -781,7 +786,9 @@ def _steadier(first: list[BatchMeasurement], again: list[BatchMeasurement]
     fast by the host's noise (the least of two 50 ms windows on this repository's 2-core
     host: about 0.56 of their spread of 25%, some 14%)."""
     down = {b.batch_size: b for b in again}
-    return [down.get(b.batch_size, b) for b in first]
+    # a size's peak memory is the sweep up's: going down, every size meets the largest's
+    return [down[b.batch_size].model_copy(update={"peak_rss": b.peak_rss})
+            if b.batch_size in down else b for b in first]
 
 
 def _thread_gain(timed: _Timed, alone: list[BatchMeasurement] | None, threads: int
@@ -830,7 +837,8 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     if not accelerated and sum(map(_size, warm)) >= DROPPED_MIN:
         warm = []  # first, while no output is kept: the allocator as a replica has it
         dropped = _time_dropping(call, inputs, _sizes(unit, len(inputs))[-1])
-    timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools)
+    timed, alone, onnx_runs = _timed_runs(unit, kernel, inputs, accelerated, threads, pools,
+                                          peak)
     if not timed.batches:
         raise ProfileError(f"failed on all {len(inputs)} samples; run it serially to see why")
     concurrent = _concurrent(call, inputs)

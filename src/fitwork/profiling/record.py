@@ -48,6 +48,10 @@ class BatchMeasurement(BaseModel):
     calls: int | None = None
     host_load: float | None = None
     others_share: float | None = None
+    peak_rss: int | None = Field(default=None, ge=0)
+    """The unit's replica's peak RSS over its start once built and called up to this batch
+    size (the sweep goes up, so each size's is what a replica at it reached); ``None``: not
+    read.  A replica planned at a small batch holds less than the sweep's largest did."""
 
 
 def _cores() -> set[int]:
