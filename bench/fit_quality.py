@@ -663,21 +663,26 @@ def others_now(window: float = 0.5) -> float:
     return max(0.0, host_busy_s() - host0 - (own_cpu_s() - own0)) / window
 
 
-PROBE = np.random.default_rng(0).standard_normal((96, 96))
+PROBE = np.random.default_rng(0).standard_normal(4096)
 PROBE_S = 0.05
 
 
 def host_speed(seconds: float = PROBE_S) -> float:
-    """Passes per CPU second of a fixed piece of work (a Python loop and a small matrix
-    product), timed in this process's CPU time, so a run queue does not move it and a
-    slower core does: this shared host's CPU per item moves by 1.3-1.5x from one minute to
-    another with nothing else of ours running, and one profile is one such moment."""
-    start, passes = time.process_time(), 0
+    """Passes per CPU second of a fixed piece of work (a Python loop and numpy's sort and
+    arithmetic on 4096 floats: one thread, no BLAS, whose pool threads would count their
+    spinning as this process's CPU), timed in CPU time, so a run queue does not move it and
+    a slower core does: this shared host's CPU per item moves by 1.3-1.5x from one minute
+    to another with nothing else of ours running, and one profile is one such moment.
+    A first, untimed tenth warms what a probe after a pause finds cold."""
+    start, passes, warm = time.process_time(), 0, seconds / 10
+    while time.process_time() - start < warm:
+        float(np.sort(PROBE * 1.5 + 1.0)[2048])
+    start = time.process_time()
     while True:
         total = 0
         for i in range(2000):
             total += i * i
-        PROBE @ PROBE
+        float(np.sort(PROBE * 1.5 + 1.0)[2048])
         passes += 1
         spent = time.process_time() - start
         if spent >= seconds:
