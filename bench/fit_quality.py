@@ -46,6 +46,7 @@ from fitwork.fit.monolithic import FUSED
 from fitwork.fit.plan import Plan, fit
 from fitwork.placement import Group, Placement
 from fitwork.profiling.record import PipelineProfile
+from fitwork.telemetry.host_speed import host_speed
 from fitwork.telemetry.record import RunRecord
 
 REALIZED_AIM = 0.15  # the plan's realized throughput within this share of its prediction
@@ -661,33 +662,6 @@ def others_now(window: float = 0.5) -> float:
     host0, own0 = host_busy_s(), own_cpu_s()
     time.sleep(window)
     return max(0.0, host_busy_s() - host0 - (own_cpu_s() - own0)) / window
-
-
-PROBE = np.random.default_rng(0).standard_normal(4096)
-PROBE_S = 0.05
-
-
-def host_speed(seconds: float = PROBE_S) -> float:
-    """Passes per CPU second of a fixed piece of work (a Python loop and numpy's sort and
-    arithmetic on 4096 floats, no BLAS), timed in this thread's CPU time, so a run queue
-    does not move it and a slower core does: this shared host's CPU per item moves by
-    1.3-1.5x from one minute to another with nothing else of ours running, and one profile
-    is one such moment.  (The process's CPU time read 0.15-0.52 of the profile's before the
-    runs: the solver's and BLAS's pool threads in this process spin a while after use, and
-    counted.)  A first, untimed tenth warms what a probe after a pause finds cold."""
-    start, passes, warm = time.thread_time(), 0, seconds / 10
-    while time.thread_time() - start < warm:
-        float(np.sort(PROBE * 1.5 + 1.0)[2048])
-    start = time.thread_time()
-    while True:
-        total = 0
-        for i in range(2000):
-            total += i * i
-        float(np.sort(PROBE * 1.5 + 1.0)[2048])
-        passes += 1
-        spent = time.thread_time() - start
-        if spent >= seconds:
-            return passes / spent
 
 
 PROFILE_QUIET_S = 5.0

@@ -328,6 +328,10 @@ def test_profile_plan_and_run_with_the_plan_and_monolithic(project: Path) -> Non
     said = " ".join(ran.stdout.split())
     # 50 trivial rows: forking the replicas and the first frame's way take most of the run
     assert "too short to judge the plan by its whole" in said, said
+    # the host's moment now against the profile's, read by the same probe
+    speed = re.search(r"host speed now ([\d.]+)x what it was when the pipeline was profiled",
+                      said)
+    assert speed is not None and 0.2 < float(speed.group(1)) < 5, said
     items = re.search(r"a run of at least ([\d,]+) items compares", said)
     assert items and int(items.group(1).replace(",", "")) > 50, said
     from fitwork.fit.plan import Plan

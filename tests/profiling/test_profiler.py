@@ -90,6 +90,7 @@ def test_profile_command(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     saved = PipelineProfile.load(tmp_path / "prof.json")
     assert saved.units[0].name == "inc" and saved.units[0].samples == 5
-    # the fused replica's memory is measured, and said
+    # the fused replica's memory is measured, and said; the host's speed is read
     assert saved.fused_rss is not None
+    assert saved.host_speed is not None and saved.host_speed > 0
     assert "one process running every unit in turn held" in done.stdout

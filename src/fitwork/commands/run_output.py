@@ -95,6 +95,25 @@ def say_decomposed(errors: Console, pipeline: Any, input_text: str) -> None:
                  f"{units}", markup=False, highlight=False, soft_wrap=True)
 
 
+def speed_line(profiled: float) -> str:
+    """The host's speed now (a fixed CPU probe, read after the run) against when its plan's
+    profile was taken: what part of a miss is the host's moment, not the plan's."""
+    from fitwork.telemetry.host_speed import host_speed
+
+    ratio = host_speed() / profiled
+    said = (f"host speed now {ratio:.2f}x what it was when the pipeline was profiled (a "
+            "fixed CPU probe)")
+    if abs(ratio - 1) <= SPEED_NOISE:
+        return f"{said}: the same, within the probe's own noise (±{SPEED_NOISE:.0%})"
+    return (f"{said}: CPU-bound work runs about that much "
+            + ("faster" if ratio > 1 else "slower") + " than the plan assumed")
+
+
+SPEED_NOISE = 0.10
+"""How far two readings of the probe on a steady host fall apart: 0.90-1.02 over eight
+runs in one process on this repository's 2-core host."""
+
+
 def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | None,
                max_failures: int | None, wrote: str, adapted: bool = False) -> None:
     """The end of a run on stdout: the summary, the plan's prediction against what the run
@@ -123,6 +142,8 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
         console.print(f"plan predicted {predicted:,.1f} items/s for the {side.label} side"
                       f"{priced}; {compare(record, predicted, steady)}", markup=False,
                       soft_wrap=True)
+        if planned.profiled_speed:
+            console.print(speed_line(planned.profiled_speed), markup=False, soft_wrap=True)
     if adapted:
         for line in refit_lines(record.refits, record.wall_s):
             console.print(line, markup=False, soft_wrap=True)

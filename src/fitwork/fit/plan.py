@@ -132,6 +132,8 @@ class Plan(Document):
     layout_error: float = 0.0
     build_cpu_s: dict[str, float] = Field(default_factory=dict)
     build_wall_s: dict[str, float] = Field(default_factory=dict)
+    profiled_speed: float | None = None
+    """The host's speed when the profile was taken (`PipelineProfile.host_speed`)."""
 
     def run_rate(self, items: int, side: str = "fitted") -> float:
         """Items/s ``side`` is predicted to realize over a run of ``items`` source items,
@@ -382,6 +384,7 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         mip_gap=mip_gap, uncertainty=uncertainty, tie=tie, layout_error=error,
         build_cpu_s={u.name: u.build_cpu_s for u in profile.units if u.build_cpu_s},
         build_wall_s={u.name: u.build_wall_s for u in profile.units if u.build_wall_s},
+        profiled_speed=profile.host_speed,
     )
 
 

@@ -63,6 +63,7 @@ from fitwork.profiling.timers import Timers
 from fitwork.profiling.torch_count import count as torch_count
 from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale, wire_seconds_per_byte
 from fitwork.resources import allotted_threads
+from fitwork.telemetry.host_speed import host_speed
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
 from fitwork.workload.kernel import Failed, Kernel
@@ -102,6 +103,7 @@ def profile_pipeline(
     inputs = list(itertools.islice(items, samples))
     if not inputs:
         raise ProfileError("profile: the input has no items; give at least one sample")
+    speed = host_speed()
     on = measured_on(host_class, accelerator_class,
                      discover_accelerator=any(u.resources.gpu > 0 for u in pipeline.units))
     profiles, first = [], inputs
@@ -126,7 +128,8 @@ def profile_pipeline(
                            host_class=on.host_class, accelerator_class=on.accelerator_class,
                            classes_from=on.found_from, created_at=time.time(),
                            wire_scale=1.0 if ns is None else wire_scale(ns * 1e-9),
-                           wire_ns_per_byte=ns, fused_rss=fused)
+                           wire_ns_per_byte=ns, fused_rss=fused,
+                           host_speed=round(speed, 1))
 
 
 FUSED_TIMEOUT_S = 120.0

@@ -356,6 +356,10 @@ class PipelineProfile(Document):
     wire_ns_per_byte: float | None = None
     """What the probe behind `wire_scale` read, in nanoseconds of CPU per byte moved; None
     where no unit moves items large enough to probe."""
+    host_speed: float | None = Field(default=None, gt=0)
+    """A fixed CPU probe's speed as the profile began (`fitwork.telemetry.host_speed`):
+    read again after a run of its plan, their ratio is the host's moment then against
+    now; None in a profile made before it was read."""
     fused_rss: int | None = Field(default=None, ge=0)
     """Bytes one process running every unit in turn (a fused replica) held of its own: its
     peak RSS over its start, measured on the samples; None where not measured (one unit,
