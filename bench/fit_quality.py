@@ -727,7 +727,9 @@ def _side(plan: Plan, other: bool) -> tuple[bool, Any]:
     fused = plan.fused != other
     if not other:
         return fused, plan.fitted.result
-    return fused, (plan.monolithic if fused else plan.split or plan.fitted).result
+    other_side = plan.monolithic if fused else plan.split
+    assert other_side is not None, "a fused plan keeps its split side"
+    return fused, other_side.result
 
 
 def plan_layout(plan: Plan, other: bool = False) -> str:
@@ -789,7 +791,7 @@ class Outcome:
     at_run_load: float = math.nan  # the model's prediction at the plan's best run's load
     adapted_at_run_load: float = math.nan  # the same for the --adapt run
     set_aside: Contender | None = None  # where the plan called a tie: the other side, as run
-    profile_speed: float = math.nan  # `host_speed` just before the profile
+    profile_speed: float = math.nan  # `host_speed` as the profile began
 
     @property
     def speed(self) -> float:
@@ -948,11 +950,11 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     # the profile is a moment of the host too: not one while the last pipeline's processes
     # still wind down
     settle(max(SETTINGS.quiet_wait_s, PROFILE_QUIET_S))
-    profile_speed = host_speed()
     start = time.perf_counter()
     profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + args.samples),
                                        samples=args.samples)
     plan = fit(profile, fleet)
+    profile_speed = profile.host_speed or math.nan  # the probe as the profile began
     say(f"  profile of {args.samples} samples and fit: {time.perf_counter() - start:.1f} s")
     for u in profile.units:
         sweep = " ".join(f"b{b.batch_size} {b.wall_s * 1e3:.3f}/{b.cpu_s * 1e3:.3f}"

@@ -6,9 +6,10 @@ import numpy as np
 
 import fitwork
 from fitwork import Pipeline, unit
-from fitwork.engine.threads import THREAD_VARIABLES, allotted_threads
+from fitwork.engine.threads import THREAD_VARIABLES
 from fitwork.profiling import profile_pipeline
 from fitwork.profiling.pools import THREAD_VARIABLES as HELD_VARIABLES
+from fitwork.resources import allotted_threads
 
 WEIGHTS = np.random.default_rng(0).standard_normal((256, 256))
 

@@ -95,6 +95,11 @@ def say_decomposed(errors: Console, pipeline: Any, input_text: str) -> None:
                  f"{units}", markup=False, highlight=False, soft_wrap=True)
 
 
+SPEED_NOISE = 0.10
+"""How far two readings of the probe on a steady host fall apart: 0.90-1.02 over eight
+runs in one process on this repository's 2-core host."""
+
+
 def speed_line(profiled: float) -> str:
     """The host's speed now (a fixed CPU probe, read after the run) against when its plan's
     profile was taken: what part of a miss is the host's moment, not the plan's."""
@@ -107,11 +112,6 @@ def speed_line(profiled: float) -> str:
         return f"{said}: the same, within the probe's own noise (±{SPEED_NOISE:.0%})"
     return (f"{said}: CPU-bound work runs about that much "
             + ("faster" if ratio > 1 else "slower") + " than the plan assumed")
-
-
-SPEED_NOISE = 0.10
-"""How far two readings of the probe on a steady host fall apart: 0.90-1.02 over eight
-runs in one process on this repository's 2-core host."""
 
 
 def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | None,

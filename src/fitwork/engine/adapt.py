@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from fitwork.engine.core.machine import RunCore
-from fitwork.engine.threads import allotted_threads
 from fitwork.placement import Group, Placement
+from fitwork.resources import allotted_threads
 from fitwork.telemetry.record import Refit
 
 

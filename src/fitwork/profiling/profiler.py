@@ -143,8 +143,8 @@ def _fused_memory(pipeline: Pipeline, inputs: list[Any]) -> int | None:
     where the copy failed or took more than `FUSED_TIMEOUT_S`.
 
     The units' own figures do not add up to it: units in one process share its libraries
-    and allocator (the OCR demo's two model units measured 124 and 168 MiB each, and a
-    process running both held 166 MiB)."""
+    and allocator (the OCR demo's two model units measured 112 and 164 MiB each, and a
+    process running both held 145 MiB)."""
     found = forked_ints(FUSED_TIMEOUT_S, _fused_peak, pipeline, inputs)
     return found[0] if found else None
 
