@@ -581,12 +581,18 @@ class Run:
     other_cores: float = 0.0
     service_cpu_s: float = 0.0  # the loopback service's CPU seconds per source item
     driver_cpu_s: float = 0.0  # this (the driver's) process's CPU seconds per source item
-    speed: float = math.nan  # `host_speed` just before the run
+    speed: float = math.nan  # `host_speed` just before the run and just after, their mean
 
     @property
     def rate(self) -> float:
         """Source items per second, end to end."""
         return self.items / self.wall_s
+
+    @property
+    def unseen_cores(self) -> float:
+        """Cores the plan could not know of: other processes', and the loopback service's
+        (on this host's cores, called by a unit, and not in any unit's profile)."""
+        return self.other_cores + self.service_cpu_s * self.items / self.wall_s
 
     @property
     def steady(self) -> float:
@@ -708,6 +714,7 @@ def measure(pipeline: Pipeline, items: int, contender: Contender) -> Run:
         outputs = list(result)
     wall = time.perf_counter() - start
     driver = time.process_time() - driver0
+    speed = (speed + host_speed()) / 2  # the probe brackets the run
     own = own_cpu_s() - own0
     others = max(0.0, host_busy_s() - host0 - own)
     run = Run(items, wall, len(outputs), math.fsum(float(o) for o in outputs), result.record,
@@ -1042,10 +1049,11 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     cores = sum(n.cores * n.count for n in fleet.node_types)
     for contender in (planned, adapted):
         typical = contender.typical()
-        replayed = at_load(profile, fleet, typical.other_cores, cores)
+        replayed = at_load(profile, fleet, typical.unseen_cores, cores)
         side = replayed.fitted
         say(f"  {contender.label}: at its median run's load (others {typical.other_cores:.2f} "
-            f"cores) the model predicts {side.throughput:.1f} items/s "
+            f"cores, the loopback service {typical.unseen_cores - typical.other_cores:.2f}) "
+            f"the model predicts {side.throughput:.1f} items/s "
             f"[{plan_layout(replayed)}]")
         if contender is planned:
             outcome.at_run_load = side.throughput
@@ -1204,10 +1212,12 @@ def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
           "with the plan's runs); luckiest = the plan's fastest run over any other layout's "
           "fastest (the old best-of figure, which favours the side with more runs); others = "
           "median cores used by other processes on the host during the final runs; p@load = the "
-          "model's prediction from the same profile at the load others put on the host during the "
-          "plan's median run, real/p@l = realized over it (the model's "
+          "model's prediction from the same profile at the load others (and the loopback "
+          "service, which no profile sees) put on the host during the plan's median run, "
+          "real/p@l = realized over it (the model's "
           f"error apart from the host's load moving); speed = a fixed CPU probe's speed "
-          "before the plan's runs over its speed before the profile (the host's moment: "
+          "before and after each of the plan's runs over its speed before the profile (the "
+          "host's moment: "
           "under 1, slower than the profile saw it); range = the plan's predicted p10-p90 "
           "steady items/s, '!' where the median run's steady rate fell outside it; busy = final "
           f"runs during which others "

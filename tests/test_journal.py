@@ -315,3 +315,50 @@ def test_a_resumed_run_checkpoints_before_it_has_read_as_far_as_the_items_done(
     assert state.done.intervals == [(0, 12)] and state.read is not None
     assert state.read[1] > first[1]  # read further: the prefix vouched for grew
     journal.close()
+
+
+LATE = """
+import pathlib
+import time
+from fitwork import Pipeline, unit
+
+@unit
+def late(row):
+    if row["n"] == 2:  # the second wave: the run's one slow item, in a frame of its own
+        pathlib.Path("slow-started").touch()
+        time.sleep(4.0)
+    return row
+
+pipeline = Pipeline(late, name="late")
+"""
+
+
+def test_a_wave_s_last_spans_are_journaled_while_the_next_wave_runs(tmp_path: Path) -> None:
+    """Items 0 and 1 are done at once, item 2 four seconds later, and no output comes in
+    between: the journal records 0 and 1 a checkpoint's interval after they settle, not
+    only when the next output comes (a driver killed meanwhile would redo them)."""
+    (tmp_path / "job.py").write_text(LATE)
+    (tmp_path / "in.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(3)))
+    command = [sys.executable, "-m", "fitwork.cli", "run", "job.py:pipeline", "--input",
+               "in.jsonl", "--output", "out.jsonl", "-q"]
+    run = subprocess.Popen([*command, "--workers", "late=2"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    output, journal = tmp_path / "out.jsonl", tmp_path / "out.jsonl.journal" / JOURNAL_FILE
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "slow-started").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        second_wave = time.monotonic()  # items 0 and 1 went first, one frame a replica
+        while time.monotonic() - second_wave < 2.5 and not checkpoints(journal):
+            time.sleep(0.05)
+        assert run.poll() is None, "the slow item should still be running"
+        assert checkpoints(journal) >= 1, "the first wave was not journaled while the second ran"
+        assert load(journal.parent).done.count == 2
+        assert len(output.read_text().splitlines()) == 2  # and its outputs made durable
+    finally:
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+    resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(json.loads(line)["n"] for line in output.read_text().splitlines()) == [0, 1, 2]

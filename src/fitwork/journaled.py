@@ -252,11 +252,14 @@ class Run(RunResult):
         ended, self._began = False, True
         try:
             with result:
-                for value in result:
-                    into.take(value)
-                    if checkpoints is not None:
+                for batch in result.turns():  # an empty one: a moment to checkpoint
+                    for value in batch:
+                        into.take(value)
+                        if checkpoints is not None:
+                            checkpoints.written(into.made)
+                        yield value
+                    if not batch and checkpoints is not None:
                         checkpoints.written(into.made)
-                    yield value
                 if journal is not None and checkpoints is not None:
                     into.finish(journal, checkpoints)
                     self.journal = None

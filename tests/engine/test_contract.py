@@ -66,6 +66,15 @@ def test_batches_close_at_the_wait_limit(engine: str) -> None:
     assert max(size for _, size in outputs) < 8
 
 
+@pytest.mark.processes
+def test_a_run_s_last_partial_batch_does_not_wait_out_batch_wait(engine: str) -> None:
+    # 5 batches of 8 and 4 left over; the unit would hold those 4 for 60 s for more to come
+    started = time.monotonic()
+    outputs, _ = run_all(Pipeline(u.double, u.patient_batches), list(range(44)), engine)
+    assert sorted(x for x, _ in outputs) == [2 * i for i in range(44)]
+    assert time.monotonic() - started < 30, "the last batch sat out its batch_wait"
+
+
 def test_flat_map_and_filter(engine: str) -> None:
     pipeline = Pipeline(u.multiple_of_three, u.explode)
     items = list(range(300))

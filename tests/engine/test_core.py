@@ -18,8 +18,10 @@ from fitwork.engine import shell as shell_module
 from fitwork.engine.core import (
     Abort,
     Arrived,
+    Counters,
     DeadLetter,
     Done,
+    Drain,
     Emit,
     Exited,
     Fed,
@@ -94,6 +96,28 @@ def test_the_happy_path_keeps_books_per_frame() -> None:
     assert core.handle(Fed([], 0.5, end=True)) == [Finished()]
     assert core.completed == 3 and core.frames == {}
     assert core.latencies == [(pytest.approx(0.3), 3)]
+
+
+@unit(batch_size=8)
+def grouped(batch: list[int]) -> list[int]:
+    return batch
+
+
+def test_a_batched_stage_is_drained_once_everything_before_it_is_through() -> None:
+    pipeline = Pipeline(inc, grouped)
+    placement = Placement.declared(pipeline)
+    core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0)
+    first, second = (s.worker for s in of(core.start(), Spawn))
+    for worker in (first, second):
+        core.handle(Ready(worker, 1, 0.0))
+    (send,) = of(core.handle(Fed([1, 2, 3], 0.1)), Send)
+    assert not of(core.handle(Fed([], 0.2, end=True)), Drain)  # stage 0 still has them
+    offsets = send.segment[2]
+    assert not of(core.handle(Taken(first, send.frame, [(send.frame, offsets)], 0.3)), Drain)
+    # stage 0 is through: its outputs are all in the batched stage's channel
+    out = core.handle(Done(first, [send.frame], (), (), 0.4, Counters(items_in=3, items_out=3)))
+    assert of(out, Drain) == [Drain(1)]
+    assert not of(core.handle(Tick(0.5)), Drain)  # said once
 
 
 def test_a_retried_item_delivers_once_though_both_attempts_arrive() -> None:

@@ -46,6 +46,11 @@ def batch_sizes(batch: list[int]) -> list[tuple[int, int]]:
     return [(x, len(batch)) for x in batch]
 
 
+@unit(batch_size=8, batch_wait=60.0)
+def patient_batches(batch: list[int]) -> list[tuple[int, int]]:
+    return [(x, len(batch)) for x in batch]
+
+
 @unit(batch_size=8, batch_wait=0.01)
 def quick_batches(batch: list[int]) -> list[tuple[int, int]]:
     return [(x, len(batch)) for x in batch]

@@ -66,6 +66,13 @@ class RunResult:
         """Run ``replicas`` replicas of ``unit`` from now on (added or retired live)."""
         self._run.resize(unit, replicas)
 
+    def turns(self) -> Iterator[list[Any]]:
+        """The outputs as the engine hands them out, a list per turn of its loop; with
+        ``spans=True`` also an empty list every `fitwork.engine.shell.QUIET_TURN_S` while
+        none come, a moment to journal the spans settled meanwhile.  Iterate this or the
+        result itself, not both."""
+        return self._batches
+
     def __iter__(self) -> Iterator[Any]:
         return self._outputs
 

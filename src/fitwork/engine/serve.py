@@ -206,6 +206,10 @@ class Batches(Generic[T]):
             return None
         return max(0.0, self.deadline - self.clock())
 
+    def drain(self) -> None:
+        """Nothing more comes (but retries): a batch is due as soon as an item waits."""
+        self.wait = self.deadline = 0.0
+
     def take(self) -> list[T]:
         """The next batch (at most ``size`` items); the wait starts again for the rest."""
         batch, self.items = self.items[:self.size], self.items[self.size:]
@@ -234,6 +238,13 @@ class Batcher:
                 self.batches.put(pair)
             self.cond.notify()
         return futures
+
+    def drain(self) -> None:
+        """Nothing more comes but retries: run what waits now, and every batch after as soon
+        as it has an item."""
+        with self.cond:
+            self.batches.drain()
+            self.cond.notify()
 
     def run(self, batch: list[tuple[Any, Future[Any]]]) -> None:
         """One batch call; each future gets its item's result."""

@@ -6,6 +6,11 @@ events (`pump`).  The shell owns the rest: pulling the source, carrying out the 
 instructions, dead letters, progress, the record, and the run's context::
 
     loop:  resizes → feed (retries first) → wait → pump (events) → Tick → yield a batch
+
+With ``spans`` the loop also yields an empty batch after `QUIET_TURN_S` without one: a
+journal checkpoints as batches reach it, and spans settle in waves (a sharded run's shards
+finish together), so the last spans of a wave would otherwise wait for the next wave's
+outputs to be journaled, and a crash in between would redo them.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from fitwork.engine.core import (
     Abort,
     Arrived,
     DeadLetter,
+    Drain,
     Emit,
     Event,
     Fed,
@@ -56,6 +62,10 @@ from fitwork.unreadable import feed_alone, holds_unreadable
 from fitwork.workload.pipeline import Pipeline
 
 TAKE_CHUNK = 1
+
+
+QUIET_TURN_S = 0.25
+"""With spans, seconds without a batch after which the caller is handed an empty one."""
 
 
 class DeadLetters:
@@ -163,7 +173,7 @@ class Shell:
             DeadLetter: lambda i: self.dead.write(i.failure),
             Emit: self._emit, FrameSizes: self.frame_sizes,
             RestoreCredits: lambda _: self.restore_credits(), Abort: self._abort,
-            Report: self._report, Finished: lambda _: None,
+            Report: self._report, Drain: self.drain, Finished: lambda _: None,
         }
 
     # -- what an engine supplies -----------------------------------------------------------
@@ -196,6 +206,10 @@ class Shell:
 
     def restore_credits(self) -> None:
         """Top flow-control credits back up (engines whose hand-offs can leak them)."""
+
+    def drain(self, instruction: Drain) -> None:
+        """Have a batched stage's replicas run what they hold without waiting for fuller
+        batches (engines whose replicas wait; others go on as they were)."""
 
     def wait(self) -> None:
         """Block until something arrives, or a short while passes."""
@@ -286,6 +300,7 @@ class Shell:
         ``ordered``), one per turn of the loop that settled any."""
         assert self.core is not None
         core = self.core
+        handed = self.clock()  # when the caller last got a batch
         try:
             while True:
                 if self.resizes:
@@ -302,7 +317,11 @@ class Shell:
                 if self.adapter is not None:
                     self._adapt()
                 if self.out:
+                    handed = now
                     yield self._handed_out()
+                elif self.policy.spans and now - handed >= QUIET_TURN_S:
+                    handed = now
+                    yield []  # a turn for the caller's journal (see the module docstring)
             self.stop_workers()
             self.ended = self.clock()
             self._report_now()

@@ -22,6 +22,7 @@ from fitwork.engine.core.events import (
 from fitwork.engine.core.instructions import (
     Abort,
     DeadLetter,
+    Drain,
     Emit,
     Finished,
     FrameSizes,
@@ -50,7 +51,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Emit", "Event", "Exited", "Fed",
+    "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Drain", "Emit", "Event", "Exited", "Fed",
     "Finished", "FrameSizes", "Instruction", "Lost", "Measured", "Policy", "Ready", "Report",
     "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn", "Stage", "Taken",
     "Tick", "WorkerBooks",

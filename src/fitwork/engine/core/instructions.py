@@ -85,9 +85,17 @@ class Report:
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    """Nothing more will reach ``stage`` (a batched unit) but retries: its replicas run the
+    items they hold at once rather than wait ``batch_wait`` for fuller batches."""
+
+    stage: int
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """Every source item is settled: stop the workers and close the run."""
 
 
 Instruction = (Send | Spawn | Retire | DeadLetter | Emit | FrameSizes | RestoreCredits | Abort
-               | Report | Finished)
+               | Report | Drain | Finished)

@@ -59,6 +59,7 @@ from fitwork.engine.core.events import (
 )
 from fitwork.engine.core.frames import Frame, Item
 from fitwork.engine.core.instructions import (
+    Drain,
     Emit,
     Finished,
     FrameSizes,
@@ -148,6 +149,7 @@ class RunCore(Retries):
         # that batches or runs calls side by side needs many items at once from the start
         self.probe = not (self.stages[0].io or self.stages[0].batch_size)
         self.measured = tuple(bool(s.batch_size) for s in self.stages)
+        self.drained = [not s.batch_size for s in self.stages]  # told nothing more comes
         self.stage_items = [0] * len(self.stages)
         self.stage_busy = [0.0] * len(self.stages)
         self.stage_deaths = [0] * len(self.stages)  # workers of the stage that died unasked
@@ -181,6 +183,8 @@ class RunCore(Retries):
     def handle(self, event: Event) -> list[Instruction]:
         """Take one event; return what the driver must do, in order."""
         self.handlers[type(event)](event)
+        if self.source_done and not all(self.drained):
+            self._drain()
         return self._take()
 
     def room(self) -> int:
@@ -522,6 +526,26 @@ class RunCore(Retries):
             if spans:
                 self.out.append(Emit(frame.ordered_values(), (frame.src, frame.count)))
         self._maybe_finish()
+
+    def _drain(self) -> None:
+        """Tell each batched stage whose upstream is through (the source read, every
+        earlier stage's items taken, and none held) that nothing more comes: at a run's end
+        its last, partial batch then runs at once rather than after ``batch_wait``.  With
+        ``whole_path`` a first unit's call holds its frame until the frame is through the
+        whole pipeline, so holding says nothing there; its replicas count an item in once
+        worked on, and the depths alone tell.  Told early, a stage only runs smaller
+        batches: nothing is lost."""
+        if self.aborted is not None or self.stopping:
+            return
+        depths = self.depths()
+        holding = set() if self.policy.whole_path else {
+            w.stage for w in self.workers.values() if w.ended is None and w.held}
+        for stage in range(len(self.stages)):
+            if not self.drained[stage]:
+                self.drained[stage] = True
+                self.out.append(Drain(stage))
+            if depths[stage] or stage in holding:
+                return
 
     def _maybe_finish(self) -> None:
         if self.source_done and not self.frames and not self.finished and not self.aborted:

@@ -11,6 +11,9 @@ channel: a slow stage slows its producers.  The only thing a kill can leak is a 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import socket
 from collections.abc import Callable
 from multiprocessing.context import BaseContext
@@ -31,6 +34,8 @@ class Channel:
         for end in (self.send_end, self.recv_end):
             end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
             end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
+        self.drain_read, self.drain_write = os.pipe()
+        self.drain_told = False
 
     def put(self, data: bytes, timeout: float | None = None,
             ready: Callable[[bytes], None] | None = None) -> bool:
@@ -53,6 +58,19 @@ class Channel:
     def put_stop(self) -> None:
         """Send a stop marker past the credits (the channel is drained by then)."""
         self.send_end.send(STOP)
+
+    def put_drain(self) -> None:
+        """Say nothing more comes but retries (`fitwork.engine.core.Drain`), to every
+        receiver at once and to any started later: a byte in a pipe nobody reads, so its
+        read end stays readable."""
+        if not self.drain_told:
+            self.drain_told = True
+            os.write(self.drain_write, b"D")
+
+    def drained(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a frame or the drain; True once drained."""
+        ready, _, _ = select.select([self.recv_end, self.drain_read], [], [], timeout)
+        return self.drain_read in ready
 
     def get(self, timeout: float | None) -> bytes | None:
         """The next datagram, giving its credit back; None when ``timeout`` passes first."""
@@ -80,3 +98,6 @@ class Channel:
         """Close both ends in this process."""
         self.send_end.close()
         self.recv_end.close()
+        for end in (self.drain_read, self.drain_write):
+            with contextlib.suppress(OSError):
+                os.close(end)

@@ -29,7 +29,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitwork.engine.contract import RunResult
-from fitwork.engine.core import Arrived, Exited, FrameSizes, Measured, Retire, Send, Spawn
+from fitwork.engine.core import (
+    Arrived,
+    Drain,
+    Exited,
+    FrameSizes,
+    Measured,
+    Retire,
+    Send,
+    Spawn,
+)
 from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.wire import Wire
@@ -162,6 +171,9 @@ class LocalRun(Shell):
 
     def retire(self, instruction: Retire) -> None:
         self.channels[instruction.stage].put_stop()
+
+    def drain(self, instruction: Drain) -> None:
+        self.channels[instruction.stage].put_drain()
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
         for stage, size in enumerate(instruction.sizes):

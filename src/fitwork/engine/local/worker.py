@@ -371,7 +371,15 @@ class Worker:
             if finished:
                 self.report(finished)
 
+        drained = False
         while True:
+            timeout = batches.timeout()
+            # items wait for a fuller batch: the driver's word that nothing more comes
+            # (`Channel.put_drain`) ends the wait, so a run's last batch does not sit out
+            # batch_wait
+            if timeout and not drained and self.spec.inbox.drained(timeout):
+                drained = True
+                batches.drain()
             timeout = batches.timeout()
             message = self.receive(1.0 if timeout is None else timeout)
             if message == STOP:

@@ -41,6 +41,7 @@ from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
     Arrived,
     Done,
+    Drain,
     Exited,
     FrameSizes,
     Lost,
@@ -281,6 +282,11 @@ class RayRun(Placing, Shell):
         actor.retiring = True
         self.publish()
         self.drains[actor.handle.drain.remote()] = actor.worker
+
+    def drain(self, instruction: Drain) -> None:
+        for actor in self.actors.values():
+            if actor.stage == instruction.stage and not actor.ended:
+                actor.handle.flush.remote()
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
         """The core's sizes, passed down with every call (0: not measured, see `cut`)."""

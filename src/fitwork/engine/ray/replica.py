@@ -127,6 +127,12 @@ class Replica:
             self.busy.so_far(), self.blocked_s, time.process_time() - self.built_cpu,
             run_queue_seconds()))
 
+    def flush(self) -> None:
+        """Nothing more comes but retries (`fitwork.engine.core.Drain`): batches wait no
+        longer for items."""
+        if self.batcher is not None:
+            self.batcher.drain()
+
     def drain(self, idle: float = 0.5, patience: float = 300.0) -> Stats:
         """Return once no call has run for ``idle`` seconds (a retiring replica's last word)."""
         deadline = time.monotonic() + patience
