@@ -116,7 +116,7 @@ def plan_table(args: argparse.Namespace) -> None:
         for spec in specs:
             try:
                 profile = fitwork.profile_pipeline(spec.pipeline,
-                                                   range(10_000, 10_000 + args.samples),
+                                                   range(10_000, 10_000 + fq.PROFILE_INPUT),
                                                    samples=args.samples)
             except Exception as failed:  # a pipeline that cannot run here is said, not fatal
                 print(f"  {spec.name:<14} skipped: {str(failed)[:120]}", flush=True)

@@ -54,6 +54,7 @@ HAND_AIM = 0.95  # the plan against the best baseline (monolith sweeps, threaded
 THREADED = tuple(itertools.product((1, 2, 4), (4, 16)))  # (processes, threads) screened
 SERVICE_LATENCY_S = 0.020  # the loopback service's storage-like latency per request
 PAYLOADS = 256  # distinct documents the service holds (item i gets document i % PAYLOADS)
+PROFILE_INPUT = 10_000  # items the profile is given: the first --samples timed, more counted
 
 # ---------------------------------------------------------------------------------------
 # The loopback service the I/O-heavy pipeline calls (a forked process, started by main).
@@ -714,9 +715,9 @@ def measure(pipeline: Pipeline, items: int, contender: Contender) -> Run:
         outputs = list(result)
     wall = time.perf_counter() - start
     driver = time.process_time() - driver0
-    speed = (speed + host_speed()) / 2  # the probe brackets the run
     own = own_cpu_s() - own0
     others = max(0.0, host_busy_s() - host0 - own)
+    speed = (speed + host_speed()) / 2  # the probe brackets the run (not counted as ours)
     run = Run(items, wall, len(outputs), math.fsum(float(o) for o in outputs), result.record,
               own / wall, others / wall, (service_cpu_s() - service0) / items,
               driver / items, speed)
@@ -958,7 +959,8 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     # still wind down
     settle(max(SETTINGS.quiet_wait_s, PROFILE_QUIET_S))
     start = time.perf_counter()
-    profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + args.samples),
+    # as a user's input file: its first samples timed, more of it for the output ratios
+    profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + PROFILE_INPUT),
                                        samples=args.samples)
     plan = fit(profile, fleet)
     profile_speed = profile.host_speed or math.nan  # the probe as the profile began

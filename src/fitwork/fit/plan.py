@@ -366,8 +366,9 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
                       waiting=waiting_seconds(profile), memory=fused_memory(profile))
     flops = {u.name: u.flops for u in profile.units}
     most = max(best.bound, best.throughput, base.throughput)
+    spreads = {u.name: u.ratio_spread() for u in profile.units}
     split, whole = _sides(fitted, base, most, flops, [*rates, *swept], multiplicity,
-                          fleet, (precision, known))
+                          fleet, (precision, known), spreads)
     fuse, uncertainty, tie = _choose(split, whole, objective, fuse)
     # The model's own miss widens both ranges alike, after the tie rule: it does not tell
     # the two layouts apart.
@@ -424,10 +425,12 @@ def _widened(side: PlanSide, spread: float) -> PlanSide:
 
 def _sides(fitted: FitResult, base: FitResult, most: float, flops: dict[str, float | None],
            rates: list[RateEstimate], multiplicity: dict[str, float], fleet: Fleet,
-           peaks: tuple[Precision, Catalog]) -> tuple[PlanSide, PlanSide]:
+           peaks: tuple[Precision, Catalog], spreads: dict[str, float]
+           ) -> tuple[PlanSide, PlanSide]:
     """The split and fused sides of a plan: each solved result with its MFU, its share of
     ``most`` (the fleet's bound for this work) and its predicted range.  ``rates`` holds
-    every estimate, the units' own batch sizes' first."""
+    every estimate, the units' own batch sizes' first; ``spreads`` each unit's output
+    ratio's log standard deviation."""
     precision, known = peaks
     fused_flops = sum(multiplicity[n] * f for n, f in flops.items() if f)
     estimates: dict[tuple[str, str], RateEstimate] = {}
@@ -437,12 +440,13 @@ def _sides(fitted: FitResult, base: FitResult, most: float, flops: dict[str, flo
     split = PlanSide(label="fitted", result=fitted,
                      mfu=_mfu(fitted, {k: v for k, v in flops.items() if v}, precision, known),
                      capacity_utilization=fitted.throughput / most,
-                     **ranges.fitted_range(fitted, batched, multiplicity))
+                     **ranges.fitted_range(fitted, batched, multiplicity, spreads))
     whole = PlanSide(label="monolithic", result=base,
                      mfu=_mfu(base, {FUSED: fused_flops} if fused_flops else {}, precision,
                               known),
                      capacity_utilization=base.throughput / most,
-                     **ranges.monolithic_range(base, estimates, multiplicity, fleet))
+                     **ranges.monolithic_range(base, estimates, multiplicity, fleet,
+                                               spreads))
     return split, whole
 
 

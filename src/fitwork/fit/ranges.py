@@ -12,6 +12,10 @@ what those replicas sustain (`sustained`):
   (and shrink as it speeds up), so a slow unit takes cores from the others;
 - anything else that held the point below both (a target, the network) holds every draw.
 
+A unit's items per source item are drawn too, where a filter or flat-map before it had its
+output ratio counted over few items (`UnitProfile.ratio_spread`): 17 of 48 samples kept
+is 0.35 +- 0.07, and every unit after it gets that much more or less work.
+
 The range is the p10 and p90 of the draws.  Draws are correlated as their errors are: rates
 transferred on one basis (one kind of transfer between the same classes) miss together; a
 measured rate's draw is half shared by all measured rates (the host's load) and half its own
@@ -23,7 +27,7 @@ Each rate is log-normal on either side, its p10 and p90 at its ends.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,6 +82,21 @@ class _Draws:
         if down <= 0 and up <= 0:
             return np.ones(self.samples)
         return np.exp(np.where(z < 0, z * down, z * up) / Z90)
+
+
+def ratio_factors(draws: _Draws, order: Sequence[str],
+                  spreads: Mapping[str, float]) -> dict[str, np.ndarray]:
+    """Draws of each unit's items per source item over its planned multiplicity: every
+    output ratio before it drawn log-normal, by its log standard deviation in
+    ``spreads``."""
+    factors: dict[str, np.ndarray] = {}
+    log = np.zeros(draws.samples)
+    for unit in order:
+        factors[unit] = np.exp(log)
+        spread = spreads.get(unit, 0.0)
+        if spread > 0:
+            log = log + spread * draws.of(f"ratio:{unit}")
+    return factors
 
 
 def _widths(e: RateEstimate) -> tuple[float, float]:
@@ -136,18 +155,20 @@ def _sources(units: dict[str, set[bool]], order: list[str]) -> dict[str, list[st
             "transferred": [u for u in order if True in units.get(u, set())]}
 
 
-def fitted_range(result: FitResult, estimates: Batched,
-                 multiplicity: dict[str, float]) -> dict[str, Any]:
+def fitted_range(result: FitResult, estimates: Batched, multiplicity: dict[str, float],
+                 spreads: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The fitted side's ``throughput_low``/``throughput_high`` and which units' rates were
-    measured and which transferred."""
+    measured and which transferred; ``spreads``: each unit's output ratio's log standard
+    deviation (`ratio_factors`)."""
     draws = _Draws(list(estimates.values()))
+    more = ratio_factors(draws, list(multiplicity), spreads or {})
     kinds: dict[str, set[bool]] = {}
     slowdown: dict[int, np.ndarray] = {}
     for i, p in enumerate(result.replicas):
         e = estimates.get((p.unit, p.device_class, p.batch_size))
         if p.replicas and e is not None:
             kinds.setdefault(p.unit, set()).add(e.transferred)
-            slowdown[i] = 1 / draws.factor(e)
+            slowdown[i] = more.get(p.unit, 1.0) / draws.factor(e)
     low, high = _range(result, slowdown, multiplicity)
     return {"throughput_low": low, "throughput_high": high,
             **_sources(kinds, list(multiplicity))}
@@ -162,17 +183,20 @@ def _stage(unit: str, classes: list[str | None],
 
 
 def monolithic_range(result: FitResult, estimates: Estimates, multiplicity: dict[str, float],
-                     fleet: Fleet) -> dict[str, Any]:
-    """The fused side's range: each stage's rate drawn, stages run in turn in one replica."""
+                     fleet: Fleet, spreads: Mapping[str, float] | None = None
+                     ) -> dict[str, Any]:
+    """The fused side's range: each stage's rate (and items per source item) drawn, stages
+    run in turn in one replica."""
     cpu_of = {n.name: n.cpu_class if n.cores else None for n in fleet.node_types}
     draws = _Draws(list(estimates.values()))
+    more = ratio_factors(draws, list(multiplicity), spreads or {})
     kinds: dict[str, set[bool]] = {}
     slowdown: dict[int, np.ndarray] = {}
     for i, p in enumerate(result.replicas):
         if not p.replicas:
             continue
         seconds = _fused_seconds(p, cpu_of.get(p.node_type), estimates, multiplicity, kinds,
-                                 draws)
+                                 draws, more)
         if seconds is None:
             return {"throughput_low": None, "throughput_high": None}
         slowdown[i] = seconds
@@ -183,8 +207,9 @@ def monolithic_range(result: FitResult, estimates: Estimates, multiplicity: dict
 
 def _fused_seconds(p: Replicas, cpu: str | None, estimates: Estimates,
                    multiplicity: dict[str, float], kinds: dict[str, set[bool]],
-                   draws: _Draws) -> np.ndarray | None:
-    """Draws of a fused replica's seconds per item over its planned seconds."""
+                   draws: _Draws, more: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Draws of a fused replica's seconds per item over its planned seconds (``more``:
+    each stage's items per source item over its planned multiplicity)."""
     accel = None if is_cpu_class(p.device_class) else p.device_class
     point = 0.0
     drawn = np.zeros(draws.samples)
@@ -193,6 +218,6 @@ def _fused_seconds(p: Replicas, cpu: str | None, estimates: Estimates,
         if e is None:
             return None
         point += m * e.seconds_per_item
-        drawn = drawn + m * e.seconds_per_item / draws.factor(e)
+        drawn = drawn + m * e.seconds_per_item * more.get(unit, 1.0) / draws.factor(e)
         kinds.setdefault(unit, set()).add(e.transferred)
     return drawn / point if point > 0 else None

@@ -49,6 +49,7 @@ from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.corun import loaded_factor, worth_measuring
 from fitwork.profiling.onnx import Runs, watch_runs
 from fitwork.profiling.pools import hold_pools
+from fitwork.profiling.ratios import counted_ratios
 from fitwork.profiling.record import (
     WAIT_THREADS,
     BatchMeasurement,
@@ -86,7 +87,9 @@ def profile_pipeline(
     notice: Callable[[str], None] | None = None,
     loaded: bool = True,
 ) -> PipelineProfile:
-    """Profile every unit of ``pipeline`` on the first ``samples`` items.
+    """Profile every unit of ``pipeline`` on the first ``samples`` items.  Where the input
+    has more and the units up to its last filter or flat-map are cheap, their output ratios
+    are counted over up to `fitwork.profiling.ratios.RATIO_ITEMS` items after those too.
 
     ``host_class`` (a CPU class) and ``accelerator_class`` name the classes the figures are
     measured on; each one not given is discovered on this host.
@@ -100,7 +103,8 @@ def profile_pipeline(
     With ``loaded`` (the default), a unit that works the CPU is also timed with a copy of
     it on every core at once (`fitwork.profiling.corun`): its ``loaded_factor``.
     """
-    inputs = list(itertools.islice(items, samples))
+    source = iter(items)
+    inputs = list(itertools.islice(source, samples))
     if not inputs:
         raise ProfileError("profile: the input has no items; give at least one sample")
     speed = host_speed()
@@ -120,6 +124,7 @@ def profile_pipeline(
                 raise ProfileError(
                     f"profile: unit {unit.name!r} produced no outputs from {profile.samples} "
                     "samples, so the units after it cannot be measured; give more samples")
+        profiles = counted_ratios(pipeline.units, profiles, source)
         fused = _fused_memory(pipeline, first) if len(pipeline.units) > 1 else None
     large = max((max(u.bytes_in, u.bytes_out) for u in profiles), default=0) >= LARGE_ITEM
     # the scale is derived from the reading as stored, so a profile's two figures agree

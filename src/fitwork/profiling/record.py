@@ -178,6 +178,9 @@ class UnitProfile(BaseModel):
     ``threaded_cpu``, for a unit that mostly waits, is its CPU per call with `WAIT_THREADS` of
     one process calling it at once over its CPU per item alone: what a replica running its
     calls in threads (``io``, a threaded fused replica) spends, and what the fit charges it.
+    ``ratio_items`` and ``ratio_error``: where further input items were counted through the
+    units up to the last filter or flat-map (`fitwork.profiling.ratios`), how many items
+    ``output_ratio`` is over, and its standard error (``None``: the samples' alone).
     """
 
     name: str
@@ -219,6 +222,23 @@ class UnitProfile(BaseModel):
     lock_share: float | None = None
     concurrent_cpu: float | None = None
     threaded_cpu: float | None = None
+    ratio_items: int | None = None
+    ratio_error: float | None = None
+
+    def ratio_spread(self) -> float:
+        """How far ``output_ratio`` may be from the input's own, as a log standard deviation:
+        the standard error counted (``ratio_error``, over ``ratio_items``), or where none
+        was, a binomial (a ratio under 1: items kept) or Poisson (over 1: children per
+        item) count over the samples."""
+        ratio = self.output_ratio
+        if ratio <= 0:
+            return 0.0
+        if self.ratio_error is not None:
+            return self.ratio_error / ratio
+        n = max(self.samples - self.failures, 1)
+        if ratio < 1:
+            return math.sqrt(ratio * (1 - ratio) / n) / ratio
+        return math.sqrt(ratio / n) / ratio if ratio > 1 else 0.0
 
     def replica_parallelism(self) -> float:
         """The most cores one replica of this unit keeps busy: as measured, or for a profile
@@ -248,6 +268,9 @@ class UnitProfile(BaseModel):
         if self.threaded_cpu is not None:
             said += (f"; {self.threaded_cpu:.2f}x the CPU per item with {WAIT_THREADS} calls "
                      "at once in threads (planned with where threads run it)")
+        if self.ratio_items is not None:
+            said += (f"; {self.output_ratio:.3g} outputs per item counted over "
+                     f"{self.ratio_items:,} items")
         return said
 
     def loaded(self) -> UnitProfile:

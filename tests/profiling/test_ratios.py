@@ -1,0 +1,90 @@
+"""A filter's or flat-map's output ratio is counted over more of the input than the timed
+samples where the units up to it are cheap, and a plan's range carries what is left of its
+error."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fitwork import Pipeline, unit
+from fitwork.fit.plan import fit
+from fitwork.hardware.fleet import Fleet
+from fitwork.profiling import profile_pipeline
+
+FLEET = Fleet.parse({"name": "box", "node_types": [
+    {"name": "box", "count": 1, "cores": 2, "memory": "16GiB"}]})
+
+
+@unit(kind="filter")
+def keep(n: int) -> bool:
+    """Keeps half of the first 48 items and a quarter of the rest: the samples mislead."""
+    return n % 2 == 0 if n < 48 else n % 4 == 0
+
+
+@unit
+def work(n: int) -> int:
+    """The expensive unit after the filter."""
+    deadline = time.thread_time() + 0.002
+    while time.thread_time() < deadline:
+        pass
+    return n
+
+
+@unit
+def slow(n: int) -> int:
+    """Waits 30 ms an item: too slow to take 48 more items through in a second."""
+    time.sleep(0.03)
+    return n
+
+
+@unit(kind="flat_map")
+def triple(n: int) -> list[int]:
+    """Always three children."""
+    return [n, n, n]
+
+
+def test_a_filter_s_ratio_is_counted_over_the_input_past_the_samples() -> None:
+    profile = profile_pipeline(Pipeline(keep, work), range(2000), samples=48, loaded=False)
+    kept = profile.units[0]
+    # the samples alone: 24 of 48; with the rest counted: (24 + 488) / 2000
+    assert kept.output_ratio == pytest.approx(0.256, abs=0.02)
+    assert kept.ratio_items is not None and kept.ratio_items > 1000
+    assert kept.ratio_error is not None and kept.ratio_error < 0.02
+    assert "counted over" in kept.conditions
+
+
+def test_the_samples_alone_where_the_input_has_no_more() -> None:
+    profile = profile_pipeline(Pipeline(keep, work), range(48), samples=48, loaded=False)
+    kept = profile.units[0]
+    assert kept.output_ratio == 0.5 and kept.ratio_items is None
+    assert kept.ratio_spread() == pytest.approx((0.25 / 48) ** 0.5 / 0.5)  # a binomial
+
+
+def test_no_pass_where_the_units_before_the_filter_are_slow() -> None:
+    profile = profile_pipeline(Pipeline(slow, keep, work), range(2000), samples=48,
+                               loaded=False)
+    assert profile.units[1].ratio_items is None
+
+
+def test_a_fixed_fan_out_is_counted_exact() -> None:
+    profile = profile_pipeline(Pipeline(triple, work), range(500), samples=16,
+                               loaded=False)
+    fan = profile.units[0]
+    assert fan.output_ratio == 3.0 and fan.ratio_error == 0.0 and fan.ratio_spread() == 0.0
+
+
+def test_a_plan_s_range_carries_a_ratio_counted_over_few_items() -> None:
+    counted = profile_pipeline(Pipeline(keep, work), range(2000), samples=48, loaded=False)
+    few = counted.model_copy(update={"units": [
+        counted.units[0].model_copy(update={"ratio_items": None, "ratio_error": None}),
+        *counted.units[1:]]})
+    wide, narrow = fit(few, FLEET).fitted, fit(counted, FLEET).fitted
+    assert wide.throughput == pytest.approx(narrow.throughput)
+    assert wide.throughput_low is not None and narrow.throughput_low is not None
+    assert wide.throughput_high is not None and narrow.throughput_high is not None
+    # 0.256 over 48 items is +-0.06 (a binomial), over 2,000 +-0.01: the work after the
+    # filter, and so the throughput, is that much less sure
+    assert wide.throughput_high / wide.throughput_low > \
+        1.1 * narrow.throughput_high / narrow.throughput_low
