@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 from rich.console import Console
 
@@ -37,9 +38,10 @@ def test_the_shipped_runs_give_a_spread_that_leaving_a_pipeline_out_changes() ->
     pipelines = {r.group for r in rows}
     assert len(pipelines) >= 10 and all(r.predicted > 0 and r.actual > 0 for r in rows)
     spread = layout_spread()
-    # the shipped ratios reach past +-10% (0.77 to 1.24 when retaken): so must the range
-    assert spread > math.log(1.1)
     ratios = [r.ratio for r in rows]
+    # a p10-p90 for a pipeline never seen: past the typical run's miss (0.91 to 1.04 when
+    # retaken), not as far as every run's
+    assert spread > statistics.median(abs(math.log(r)) for r in ratios) > 0
     assert math.exp(-spread) <= min(ratios) * 1.5 and math.exp(spread) >= max(ratios) / 1.5
     left_out = {g: layout_spread(exclude=g) for g in pipelines}
     assert len({round(v, 9) for v in left_out.values()}) > 1  # each pipeline's rows count
