@@ -47,6 +47,7 @@ from fitwork.forked import ChildFailed, forked_ints, run_forked
 from fitwork.hardware.discover import usable_cores
 from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.corun import loaded_factor, worth_measuring
+from fitwork.profiling.in_turn import in_turn
 from fitwork.profiling.onnx import Runs, watch_runs
 from fitwork.profiling.pools import hold_pools
 from fitwork.profiling.ratios import counted_ratios
@@ -157,19 +158,8 @@ def _fused_memory(pipeline: Pipeline, inputs: list[Any]) -> int | None:
 def _fused_peak(pipeline: Pipeline, inputs: list[Any]) -> tuple[int] | None:
     """`_fused_memory`'s measurement, in this (forked) process."""
     peak = _peak_since_start()
-    hold_pools(allotted_threads(max(u.resources.cpu for u in pipeline.units)))
-    stages = [Kernel(u) for u in pipeline.units]
-    calls = [(kernel, kernel.caller()) for kernel in stages]
-    for item in inputs:
-        values = [item]
-        for kernel, call in calls:
-            made: list[Any] = []
-            for value in values:
-                results, _ = call([value])
-                for result in results:
-                    if type(result) is not Failed:
-                        made.extend(kernel.outputs(value, result))
-            values = made
+    for _ in in_turn(pipeline.units, inputs):
+        pass
     return (peak(),)
 
 

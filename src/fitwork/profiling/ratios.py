@@ -20,10 +20,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fitwork.forked import forked_ints
-from fitwork.profiling.pools import hold_pools
+from fitwork.profiling.in_turn import in_turn
 from fitwork.profiling.record import UnitProfile
-from fitwork.resources import allotted_threads
-from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
 
 RATIO_SECONDS = 1.0
@@ -31,7 +29,9 @@ RATIO_SECONDS = 1.0
 RATIO_ITEMS = 4096
 """The most further items the pass reads from the input."""
 RATIO_TIMEOUT_S = 120.0
-"""The most seconds the forked pass may take, building its units included."""
+"""The most seconds the forked pass may take, building its units included: twice their
+builds as the profile measured them, and three times `RATIO_SECONDS`, up to this (an item
+that hangs costs the pass, not two minutes)."""
 
 
 def counted_ratios(units: Sequence[Unit], profiles: list[UnitProfile],
@@ -54,7 +54,9 @@ def counted_ratios(units: Sequence[Unit], profiles: list[UnitProfile],
     more = list(itertools.islice(source, wanted))
     if len(more) < profiles[0].samples:
         return profiles
-    found = forked_ints(RATIO_TIMEOUT_S, _count, list(units[:last + 1]), more)
+    builds = sum(p.build_wall_s or 0.0 for p in profiles[:last + 1])
+    limit = min(RATIO_TIMEOUT_S, 2 * builds + 3 * RATIO_SECONDS + 5.0)
+    found = forked_ints(limit, _count, list(units[:last + 1]), more)
     if found is None:
         return profiles
     counted = list(profiles)
@@ -79,25 +81,16 @@ def _pooled(profile: UnitProfile, taken: int, made: int, squares: int) -> UnitPr
 
 def _count(units: list[Unit], items: list[Any]) -> tuple[int, ...]:
     """In the forked copy: each unit's (items in, outputs, sum of outputs squared per
-    item), taking ``items`` through the units one at a time until `RATIO_SECONDS` pass.
+    item), taking ``items`` through the units (`in_turn`) until `RATIO_SECONDS` pass.
     A failed call counts as an item with no output, as in the profile."""
-    hold_pools(allotted_threads(max(u.resources.cpu for u in units)))
-    calls = [(kernel, kernel.caller()) for kernel in map(Kernel, units)]
     counts = [[0, 0, 0] for _ in units]
-    deadline = time.monotonic() + RATIO_SECONDS
-    for item in items:
+    deadline = None  # from the first item through: the units' building aside
+    for gave in in_turn(units, items):
+        deadline = deadline or time.monotonic() + RATIO_SECONDS
+        for count, outputs in zip(counts, gave, strict=True):
+            count[0] += len(outputs)
+            count[1] += sum(outputs)
+            count[2] += sum(n * n for n in outputs)
         if time.monotonic() > deadline:
             break
-        values = [item]
-        for (kernel, call), count in zip(calls, counts, strict=True):
-            made: list[Any] = []
-            for value in values:
-                results, _ = call([value])
-                out = [o for r in results if type(r) is not Failed
-                       for o in kernel.outputs(value, r)]
-                count[0] += 1
-                count[1] += len(out)
-                count[2] += len(out) ** 2
-                made.extend(out)
-            values = made
     return tuple(v for count in counts for v in count)

@@ -51,8 +51,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Drain", "Emit", "Event", "Exited", "Fed",
-    "Finished", "FrameSizes", "Instruction", "Lost", "Measured", "Policy", "Ready", "Report",
-    "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn", "Stage", "Taken",
-    "Tick", "WorkerBooks",
+    "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Drain", "Emit", "Event", "Exited",
+    "Fed", "Finished", "FrameSizes", "Instruction", "Lost", "Measured", "Policy", "Ready",
+    "Report", "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn", "Stage",
+    "Taken", "Tick", "WorkerBooks",
 ]

@@ -35,7 +35,6 @@ class Channel:
             end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _BUFFER)
             end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUFFER)
         self.drain_read, self.drain_write = os.pipe()
-        self.drain_told = False
 
     def put(self, data: bytes, timeout: float | None = None,
             ready: Callable[[bytes], None] | None = None) -> bool:
@@ -62,10 +61,8 @@ class Channel:
     def put_drain(self) -> None:
         """Say nothing more comes but retries (`fitwork.engine.core.Drain`), to every
         receiver at once and to any started later: a byte in a pipe nobody reads, so its
-        read end stays readable."""
-        if not self.drain_told:
-            self.drain_told = True
-            os.write(self.drain_write, b"D")
+        read end stays readable (the run core says it once a stage)."""
+        os.write(self.drain_write, b"D")
 
     def drained(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for a frame or the drain; True once drained."""
