@@ -1,12 +1,14 @@
 """Rows that kill their worker (SIGKILL, as a native decoder's segfault does) cost only
 themselves, on every engine whose replicas are processes, from a JSON Lines file and from a
-sharded directory into parts."""
+sharded directory into parts, whatever way the unit runs: an item at a time, in batches, or
+many calls at once (``io=``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -32,8 +34,8 @@ def always(n: int) -> bool:
     return n % 200 == 57
 
 
-@unit(cpu=0.5)
-def crashy(row: dict[str, Any]) -> int:
+def crash(row: dict[str, Any]) -> int:
+    """The row's number, unless it kills this process (always, or the first time)."""
     n = int(row["n"])
     if always(n):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -45,6 +47,25 @@ def crashy(row: dict[str, Any]) -> int:
         else:
             os.kill(os.getpid(), signal.SIGKILL)
     return n
+
+
+@unit(cpu=0.5, name="crashy")
+def crashy(row: dict[str, Any]) -> int:
+    return crash(row)
+
+
+@unit(cpu=0.5, io=4, name="crashy")
+def crashy_io(row: dict[str, Any]) -> int:
+    time.sleep(0.002)  # calls overlap: a killer's retry meets others in flight
+    return crash(row)
+
+
+@unit(cpu=0.5, batch_size=8, batch_wait=0.01, name="crashy")
+def crashy_batched(rows: list[dict[str, Any]]) -> list[int]:
+    return [crash(row) for row in rows]
+
+
+UNITS = {"plain": crashy, "io": crashy_io, "batched": crashy_batched}
 
 
 @unit(cpu=0.5)
@@ -72,18 +93,24 @@ def engine(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def test_rows_that_kill_cost_only_themselves_from_a_jsonl_file(engine: str,
+@pytest.fixture(params=list(UNITS))
+def way(request: pytest.FixtureRequest) -> str:
+    """How the killing unit runs: an item at a time, in batches, or calls at once (io)."""
+    return str(request.param)
+
+
+def test_rows_that_kill_cost_only_themselves_from_a_jsonl_file(engine: str, way: str,
                                                                tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
     write_rows(tmp_path / "in.jsonl", range(ROWS), marks)
     dead = tmp_path / "dead.jsonl"
     options: dict[str, Any] = {"task_replicas": True} if engine == "ray-tasks" else {}
-    with fitwork.run(Pipeline(crashy), read_items(tmp_path / "in.jsonl"),
+    with fitwork.run(Pipeline(UNITS[way]), read_items(tmp_path / "in.jsonl"),
                      engine=engine.split("-")[0], workers={"crashy": 2}, dead_letter=dead,
                      max_attempts=3, **options) as result:
         outputs = list(result)
-    if engine == "ray-tasks":
+    if engine == "ray-tasks" and way == "plain":
         assert result._run.tasks
     assert Counter(outputs) == survivors()  # exactly once, once-killers included
     letters = letters_of(dead)
@@ -96,7 +123,7 @@ def test_rows_that_kill_cost_only_themselves_from_a_jsonl_file(engine: str,
 
 @pytest.mark.parametrize("reader", ["fused", "own"])
 def test_rows_that_kill_cost_only_themselves_from_sharded_files(
-        engine: str, reader: str, tmp_path: Path) -> None:
+        engine: str, way: str, reader: str, tmp_path: Path) -> None:
     """``fused``: the readers run ``crashy`` and die in it; ``own``: readers of their own
     hand rows to ``crashy``'s replicas, which die holding rows of a shard."""
     if engine == "ray-tasks":
@@ -109,7 +136,7 @@ def test_rows_that_kill_cost_only_themselves_from_sharded_files(
     source = Source.files(str(inputs), split_bytes=4_000)  # ~50 rows a shard
     dead, out = tmp_path / "dead.jsonl", tmp_path / "out"
     workers = {"crashy": 2} if reader == "fused" else {"crashy": 2, "read": 2}
-    with fitwork.run(Pipeline(crashy, tag), source, engine=engine, workers=workers,
+    with fitwork.run(Pipeline(UNITS[way], tag), source, engine=engine, workers=workers,
                      sink=fitwork.Sink.files(out), dead_letter=dead, max_attempts=3) as result:
         list(result)
     assert Counter(int(r["n"]) for r in read_parts(out)) == survivors()
