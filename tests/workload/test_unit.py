@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from fitwork import Kind, Pipeline, Placement, UnitDefinitionError, unit
-from fitwork.workload.unit import parse_memory
 
 
 def test_kinds_are_inferred_and_declared() -> None:
@@ -44,13 +43,18 @@ def test_async_units_get_io_concurrency() -> None:
 
 @pytest.mark.parametrize("value, expected", [
     (None, 0), (512, 512), ("1KiB", 1024), ("1.5GB", 1_500_000_000), ("64MiB", 64 << 20)])
-def test_parse_memory(value, expected) -> None:
-    assert parse_memory(value) == expected
+def test_memory_is_read_by_the_one_byte_parser(value, expected) -> None:
+    declared = unit(lambda x: x, name="m", memory=value, device_memory=value)
+    assert declared.resources.memory == expected
+    assert declared.device_memory == (None if value is None else expected)
 
 
 def test_bad_declarations_say_what_to_fix() -> None:
-    with pytest.raises(UnitDefinitionError, match="not a size"):
-        parse_memory("lots")
+    with pytest.raises(UnitDefinitionError, match="unit 'm': memory='lots': expected a number "
+                       "of bytes or a size such as 64GiB"):
+        unit(lambda x: x, name="m", memory="lots")
+    with pytest.raises(UnitDefinitionError, match="device_memory='2 bananas'"):
+        unit(lambda x: x, name="m", device_memory="2 bananas")
     with pytest.raises(UnitDefinitionError, match="batch_size must be >= 1"):
         unit(lambda x: x, batch_size=0)
     with pytest.raises(UnitDefinitionError, match="kind='reduce' is not one of"):

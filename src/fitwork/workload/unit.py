@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -25,27 +24,16 @@ class Kind(StrEnum):
     FILTER = "filter"
 
 
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
-_SCALE = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+def _bytes_of(label: str, field: str, value: int | str | None) -> int:
+    """A declared size in bytes (`fitwork.hardware.units.parse_bytes`); ``None`` is 0."""
+    from fitwork.hardware.units import parse_bytes  # its package reads the catalog: on use
 
-
-def parse_memory(value: int | str | None) -> int:
-    """Bytes from an int or a string such as ``"512MiB"`` or ``"2GB"``; ``None`` is 0."""
     if value is None:
         return 0
-    if isinstance(value, int):
-        if value < 0:
-            raise UnitDefinitionError(f"memory={value}: must be >= 0 bytes")
-        return value
-    match = _MEMORY.match(value)
-    if not match:
-        raise UnitDefinitionError(
-            f"memory={value!r}: not a size; write bytes as an int or a string like '512MiB'"
-        )
-    number, suffix = match.groups()
-    key = (suffix or "").upper().removesuffix("B")
-    return int(float(number) * _SCALE[key])
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise UnitDefinitionError(f"unit {label!r}: {field}={value!r}: {exc}") from None
 
 
 PerItem = float | Callable[[Any], float] | None
@@ -346,7 +334,8 @@ def unit(
             retry=retry_policy(retry, io > 0 or _is_async(target)), timeout=timeout,
             reserve=reserve, max_concurrency=max_concurrency, rate_limit=rate_limit,
             device_bytes=device_bytes,
-            device_memory=parse_memory(device_memory) if device_memory is not None else None,
+            device_memory=(_bytes_of(label, "device_memory", device_memory)
+                           if device_memory is not None else None),
             batch_format=batch_format, cpu_given=cpu is not None,
         )
 
@@ -368,7 +357,8 @@ def _resources_of(label: str, cpu: float | None, gpu: float, memory: int | str |
                   ) -> Resources:
     """What one replica declares (one core where ``cpu`` is left out); an error naming it."""
     try:
-        return Resources(cpu=1.0 if cpu is None else cpu, gpu=gpu, memory=parse_memory(memory))
+        return Resources(cpu=1.0 if cpu is None else cpu, gpu=gpu,
+                         memory=_bytes_of(label, "memory", memory))
     except ValueError as exc:
         raise UnitDefinitionError(f"unit {label!r}: {exc}") from None
 
