@@ -50,8 +50,6 @@ from fitwork.writers import (
     sync_directory,
 )
 
-_import_pyarrow = import_pyarrow  # the name `fitwork.shards` imports
-
 __all__ = ["BAD_INPUT", "FLUSH_EVERY", "PARQUET_BATCH_ROWS", "PARQUET_EXTRA",
            "PYARROW_SAFE_SINCE", "InputReader", "JsonLinesWriter", "OutputDigest",
            "OutputWriter", "ParquetOutputWriter", "PartedParquetWriter", "Unreadable",
@@ -142,7 +140,7 @@ def _read_file(name: str | Path, place: str, opener: Opener, csv_types: bool,
     if fmt == "csv":
         return read_csv(opener, place, csv_types, reading)
     if fmt == "parquet":
-        pyarrow, parquet = _import_pyarrow(place)
+        pyarrow, parquet = import_pyarrow(place)
         if not pyarrow_reads_safely(pyarrow.__version__):
             raise InputError(
                 f"{place}: pyarrow {pyarrow.__version__} can run code hidden in a Parquet file "

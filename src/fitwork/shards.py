@@ -248,10 +248,10 @@ def _size(path: str) -> int:
 
 def _parquet_shards(path: str, split_bytes: int) -> list[Shard]:
     """Runs of whole row groups of at most ``split_bytes`` (compressed) each."""
+    from fitwork.formats import import_pyarrow
     from fitwork.fs import open_input
-    from fitwork.io import _import_pyarrow
 
-    pyarrow, parquet = _import_pyarrow(f"input {path}")
+    pyarrow, parquet = import_pyarrow(f"input {path}")
     try:
         with open_input(path) as handle:
             meta = parquet.ParquetFile(handle).metadata
@@ -345,10 +345,10 @@ def _jsonl_range(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
 
 def _parquet_groups(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
     """The rows of row groups ``[start, stop)`` of a Parquet file, a batch at a time."""
+    from fitwork.formats import import_pyarrow
     from fitwork.fs import open_input
-    from fitwork.io import _import_pyarrow
 
-    pyarrow, parquet = _import_pyarrow(f"input {shard.path}")
+    pyarrow, parquet = import_pyarrow(f"input {shard.path}")
     row = 0
     if tolerant:
         yield from _parquet_groups_tolerant(shard, pyarrow, parquet)
