@@ -76,7 +76,7 @@ def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
         out = workdir / f"out-{time.monotonic_ns()}"
         with fitwork.run(pipeline, Source.files(str(path), split_bytes=split_bytes),
                          engine="local", workers={"decode": workers},
-                         sink=fitwork.Sink.files(out)) as result:
+                         output=fitwork.Sink.files(out)) as result:
             for _ in result:
                 pass
         wall = time.perf_counter() - start

@@ -132,7 +132,7 @@ def main() -> None:
             if mode == "sharded":
                 out = work / "parts"
                 with fitwork.run(pipeline, fitwork.Source.files(str(data), split_bytes=64_000),
-                                 engine="ray", address=address, sink=fitwork.Sink.files(out),
+                                 engine="ray", address=address, output=fitwork.Sink.files(out),
                                  workers=workers) as result:
                     outputs = sum(result)
                 assert len(read_parts(out)) == args.rows

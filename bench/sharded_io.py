@@ -65,7 +65,7 @@ SPLIT_BYTES = 2 << 20
 def sharded(source: Path, out: Path, engine: str, split_bytes: int = SPLIT_BYTES) -> int:
     """Replicas read the input's byte ranges and write the output's parts."""
     with fitwork.run(PIPELINE, fitwork.Source.files(str(source), split_bytes=split_bytes),
-                     engine=engine, sink=fitwork.Sink.files(out)) as result:
+                     engine=engine, output=fitwork.Sink.files(out)) as result:
         for _ in result:
             pass
         return result.record.outputs

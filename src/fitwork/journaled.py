@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeGuard
 
 from fitwork.engine.contract import RunResult
 from fitwork.engine.parts import MANIFEST, Sink
@@ -31,6 +31,7 @@ from fitwork.fs import is_glob
 from fitwork.io import InputReader, OutputDigest, OutputWriter, open_writer
 from fitwork.journal import JOURNAL_VERSION, Checkpoints, Journal, identity
 from fitwork.shards import Source
+from fitwork.writers import JsonLinesStream, kept_outputs
 
 if TYPE_CHECKING:
     from fitwork.runner import Launch
@@ -47,24 +48,24 @@ def names_directory(output: str | Path) -> bool:
 
 
 class _File:
-    """Outputs written to a file by this process, and digested as they are."""
+    """Outputs written to a file (or a stream) by this process, and digested as they are;
+    a resumed run's digest starts from the outputs it keeps (``kept``), so it is the whole
+    output's."""
 
-    def __init__(self, writer: OutputWriter) -> None:
-        self.writer, self.digest = writer, OutputDigest()
+    def __init__(self, writer: OutputWriter, kept: Iterable[Any] = ()) -> None:
+        self.writer, self.digest, self.made = writer, OutputDigest(), 0
+        for value in kept:
+            self.digest.add(value)
 
     @property
     def count(self) -> int:
         """Outputs the file holds (an earlier run's kept ones included)."""
         return self.writer.count
 
-    @property
-    def made(self) -> int:
-        """Outputs this run wrote."""
-        return self.digest.count
-
     def take(self, value: Any) -> None:
         self.writer.write(value)
         self.digest.add(value)
+        self.made += 1
 
     def durable(self) -> tuple[int, int, Ranges | None]:
         return self.writer.sync(), self.writer.count, None
@@ -108,8 +109,9 @@ class _Parts:
         pass
 
     def digested(self, run_id: str) -> str | None:
-        """The digest of the rows of this run's parts, read back from the manifest the
-        seal wrote (None where it wrote none)."""
+        """The digest of the rows of every part the seal listed (a resume's kept ones too:
+        the whole output's), read back from its manifest; None where this run sealed
+        none."""
         try:
             manifest = json.loads((self.directory / MANIFEST).read_text())
         except (OSError, ValueError):
@@ -118,10 +120,28 @@ class _Parts:
             return None
         digest = OutputDigest()
         for part in manifest.get("parts", []):
-            if part["name"].startswith(f"part-{run_id}-"):  # not those a resume kept
-                for row in _rows(self.directory / part["name"], manifest["format"]):
-                    digest.add(row)
+            for row in _rows(self.directory / part["name"], manifest["format"]):
+                digest.add(row)
         return digest.hexdigest()
+
+
+def sweep_stale_parts(output: Path) -> bool:
+    """Remove ``OUTPUT.parts`` a journaled Parquet run left when it was stopped between
+    removing its journal and its parts (its output already joined them); whether it did.
+    Stale only if the output is at least as new as every part and no journal sits beside
+    it (a journaled run's own start removes them once its journal is taken)."""
+    parts = output.with_name(output.name + ".parts")
+    if not parts.is_dir() or not output.is_file() \
+            or output.with_name(output.name + ".journal").exists():
+        return False
+    try:
+        joined = output.stat().st_mtime
+        if any(entry.stat().st_mtime > joined for entry in parts.iterdir()):
+            return False
+    except OSError:  # gone meanwhile, or unreadable: left as it is
+        return False
+    shutil.rmtree(parts, ignore_errors=True)
+    return True
 
 
 def _rows(path: Path, format: str) -> Iterator[Any]:
@@ -134,76 +154,73 @@ def _rows(path: Path, format: str) -> Iterator[Any]:
             yield from csv.DictReader(text)
 
 
-class Run(RunResult):
-    """A run into an output, journaled when given a journal (`fitwork.run` with
-    ``output=``).  It starts when first used: iterated, entered, or asked for its record,
-    so a caller holds it before anything can fail (`journal`, `note` say what was left).
-    Iterating yields each output once it is written (a directory's: the counts committed).
-    """
+def _is_stream(output: object) -> TypeGuard[IO[bytes]]:
+    """Whether ``output`` is an open binary stream (has ``write``), not a path or a sink."""
+    return hasattr(output, "write") and not isinstance(output, str | Path | Sink)
+
+
+class _Output:
+    """The engine-contract run (`fitwork.engine.contract.Run`) behind a `Run`: it opens the
+    journal and the output, starts the engine, writes each turn's outputs, checkpoints,
+    and settles the record with the output's digest."""
 
     def __init__(self, launch: Launch, pipeline: Pipeline, source: Iterable[Any],
-                 output: str | Path | Sink | None, *, journal: Path | None = None,
-                 resume: bool = False, append: bool = False, limit: int | None = None
-                 ) -> None:
-        if output is None:
-            raise UnitDefinitionError("journal=, resume= and append= are about a run's "
-                                      "output: give output= (a file, or a directory)")
+                 output: str | Path | Sink | IO[bytes], journal: Path | None, resume: bool,
+                 append: bool, limit: int | None) -> None:
         self.launch, self.pipeline, self.source, self.limit = launch, pipeline, source, limit
+        self.stream = output if _is_stream(output) else None
+        self.sink: Sink | None = None
         if isinstance(output, Sink):
-            self.sink: Sink | None = output
-            self.path = output.directory
+            self.sink, self.path = output, output.directory
+        elif self.stream is not None:
+            self.path = Path(getattr(self.stream, "name", None) or "-")
         else:
+            assert isinstance(output, str | Path)
             self.sink = Sink.files(output) if names_directory(output) else None
             self.path = Path(output)
         self.directory, self.resume, self.append = journal, resume, append
-        _check(self)
         self.journal: Journal | None = None
-        """The open journal, while the run has one that is not finished."""
         self.note = ""
-        """After a run that stopped: what it left behind ("; --resume continues the run",
-        or what it removed because it had done no item)."""
         self.recorded: RunRecord | None = None
-        """The record, with the output digest, once the run ended or stopped."""
         self.result: RunResult | None = None
         self.into: _File | _Parts | None = None
+        self.failed: BaseException | None = None
         self.existed = False
-        self._flow: Iterator[Any] | None = None
-        self._began = False
 
-    @property
-    def written(self) -> int:
-        """Outputs the output holds (a file's earlier ones included)."""
-        return self.into.count if self.into is not None else 0
-
-    def start(self) -> Run:
+    def start(self) -> None:
         """Open the journal and the output, and start the engine (once)."""
-        if self._flow is not None:
-            return self
-        self._flow = iter(())
-        self.existed = self.path.exists()
+        if self.into is not None or self.failed is not None:
+            return
+        self.existed = self.stream is None and self.path.exists()
         writer: OutputWriter | None = None
         try:
-            source, sink, keep, resume_at = self._journal()
+            if self.sink is None and self.stream is None and not self.append and (
+                    self.directory is None or not self.directory.exists()):
+                sweep_stale_parts(self.path)  # no journal of this run's can need them
+            source, sink, keep, resume_at, start = self._journal()
             if self.sink is None:
-                writer = open_writer(self.path, resume_at, journaled=self.journal is not None)
-                self.into = _File(writer)
+                writer = (JsonLinesStream(self.stream) if self.stream is not None else
+                          open_writer(self.path, resume_at, journaled=self.journal is not None))
+                kept = kept_outputs(self.path, resume_at, start) if self.resume and resume_at \
+                    else ()
+                self.into = _File(writer, kept)
             self.result = self.launch(source, sink, self.journal is not None, keep)
             if self.sink is not None:
                 self.into = _Parts(self.path, self.result)
-        except BaseException:
+        except BaseException as exc:
+            self.failed = exc
             if writer is not None:
                 writer.close()
             if self.journal is not None:
                 self.journal.close()
             self.note = self._left_behind()
             raise
-        self._flow = self._flowing()
-        return self
 
     def _journal(self) -> tuple[Iterable[Any], Sink | None, int | None,
-                                tuple[int, int] | None]:
-        """Open the journal (if any): the items to run, the sink, the dead letters to keep
-        and where in the output to write on from (a resumed or appended run)."""
+                                tuple[int, int] | None, int]:
+        """Open the journal (if any): the items to run, the sink, the dead letters to keep,
+        where in the output to write on from (a resumed or appended run), and where this
+        run's outputs begin in it."""
         source, sink = self.source, self.sink
         if self.limit is not None:
             source = itertools.islice(source, self.limit)
@@ -211,13 +228,13 @@ class Run(RunResult):
         keep = self._dead_letters() if appended is not None else None
         resume_at = (appended, 0) if appended is not None else None
         if self.directory is None:
-            return source, sink, keep, resume_at
+            return source, sink, keep, resume_at, 0
         reader = self.source if isinstance(self.source, InputReader) else None
         header = _header(self, appended)
         self.journal = (Journal.resume(self.directory, header, reader) if self.resume
                         else Journal.start(self.directory, header, reader))
         if not self.resume:
-            return source, sink, keep, resume_at
+            return source, sink, keep, resume_at, 0
         state = self.journal.state
         if isinstance(self.source, Source):
             shards = list(state.done.remaining(self.source.shards))
@@ -227,8 +244,9 @@ class Run(RunResult):
                                                 for name, ranges in state.parts.items()))
         else:
             source = state.done.remaining(source)
-        at = state.output_at if state.checkpoints else int(state.header.get("appended_at", 0))
-        return source, sink, self._dead_letters(), (at, state.outputs)
+        began = int(state.header.get("appended_at", 0))
+        at = state.output_at if state.checkpoints else began
+        return source, sink, self._dead_letters(), (at, state.outputs), began
 
     def _appended_at(self) -> int | None:
         """With ``append`` (not resuming): the bytes the output holds, written after."""
@@ -243,13 +261,14 @@ class Run(RunResult):
             return None
         return path.stat().st_size if path.exists() else 0
 
-    def _flowing(self) -> Iterator[Any]:
-        """Write each output (or count the parts' ones), checkpoint, and yield it; at the
-        end, the last checkpoint and the journal gone."""
+    def batches(self) -> Generator[list[Any], None, None]:
+        """Start; write each turn's outputs (or count the parts' ones), checkpoint, and
+        yield them; at the end, the last checkpoint and the journal gone."""
+        self.start()
         assert self.result is not None and self.into is not None
         result, into, journal = self.result, self.into, self.journal
         checkpoints = Checkpoints(journal, result, into.durable) if journal else None
-        ended, self._began = False, True
+        ended = False
         try:
             with result:
                 for batch in result.turns():  # an empty one: a moment to checkpoint
@@ -257,9 +276,9 @@ class Run(RunResult):
                         into.take(value)
                         if checkpoints is not None:
                             checkpoints.written(into.made)
-                        yield value
                     if not batch and checkpoints is not None:
                         checkpoints.written(into.made)
+                    yield batch
                 if journal is not None and checkpoints is not None:
                     into.finish(journal, checkpoints)
                     self.journal = None
@@ -285,7 +304,8 @@ class Run(RunResult):
     def _left_behind(self) -> str:
         """After the run stopped: when it did no item, remove its journal (and the output
         it created and wrote nothing to), so that it can run again; say what was left."""
-        journal, written = self.journal, self.written
+        journal = self.journal
+        written = self.into.count if self.into is not None else 0
         if journal is not None and (journal.state.done.count or journal.state.outputs
                                     or written):
             return "; --resume continues the run"
@@ -296,7 +316,8 @@ class Run(RunResult):
             journal.finish()
             self.journal = None
             removed.append(f"its journal {journal.directory}")
-        if not self.existed and self.sink is None and self.path.is_file():
+        if not self.existed and self.sink is None and self.stream is None \
+                and self.path.is_file():
             self.path.unlink(missing_ok=True)
             shutil.rmtree(self.path.with_name(self.path.name + ".parts"), ignore_errors=True)
             removed.append(f"the empty {self.path}")
@@ -306,65 +327,91 @@ class Run(RunResult):
                 f"{'were' if len(removed) > 1 else 'was'} removed: the same command can run "
                 "again")
 
-    def wait(self) -> RunRecord:
-        """Run to the end (writing every output); the record."""
-        return self.record
-
-    @property
     def record(self) -> RunRecord:
-        """The record, with the output digest; runs the run to its end first."""
-        if self.recorded is None:
-            for _ in self.start():
-                pass
+        """The record with the output digest (the start's own error where it failed)."""
+        if self.recorded is None and self.failed is not None:
+            raise self.failed
         if self.recorded is None:
             raise UnitDefinitionError(f"the run into {self.path} did not start{self.note}")
         return self.recorded
 
-    def __iter__(self) -> Iterator[Any]:
-        self.start()
-        assert self._flow is not None
-        return self._flow
-
-    def __enter__(self) -> Run:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def outputs(self) -> list[Any]:
-        """Every remaining output, as a list (drains the run)."""
-        return list(self)
-
     def close(self) -> None:
-        """Stop the run if it is still going (the journal stays, for a resume)."""
-        if self.result is None or self.recorded is not None:
-            return
-        if self._began:
-            assert isinstance(self._flow, Generator)
-            self._flow.close()  # its own cleanup: the record, the journal, the output
-        else:  # started, never iterated
+        """A run started and never iterated: stop it (the journal stays, for a resume)."""
+        if self.result is not None and self.recorded is None:
             self.result.close()
             self._settle(False)
 
     def worker_pids(self, unit: str | None = None) -> list[int]:
         return self.result.worker_pids(unit) if self.result is not None else []
 
-    def settled_spans(self, consumed: int) -> list[tuple[int, int]] | None:
-        raise TypeError("a run into an output takes its own checkpoints")
-
-    def sync_parts(self) -> Ranges:
-        raise TypeError("a run into an output takes its own checkpoints")
-
     def resize(self, unit: str, replicas: int) -> None:
         if self.result is None:
             raise TypeError("the run has not started: iterate it or enter it first")
         self.result.resize(unit, replicas)
 
+    def settled_spans(self, consumed: int) -> list[tuple[int, int]] | None:
+        raise TypeError("a run into an output takes its own checkpoints")
 
-def _check(run: Run) -> None:
+
+class Run(RunResult):
+    """A run into an output, journaled when given a journal (`fitwork.run` with
+    ``output=``).  It starts when first used: iterated, entered, or asked for its record,
+    so a caller holds it before anything can fail (`note` says what was left).  Iterating
+    yields each output once it is written (a directory's: the counts committed); the
+    record carries the digest of the whole output (a resumed run's kept outputs too).
+    """
+
+    def __init__(self, launch: Launch, pipeline: Pipeline, source: Iterable[Any],
+                 output: str | Path | Sink | IO[bytes] | None, *, journal: Path | None = None,
+                 resume: bool = False, append: bool = False, limit: int | None = None
+                 ) -> None:
+        if output is None:
+            raise UnitDefinitionError("journal=, resume= and append= are about a run's "
+                                      "output: give output= (a file, or a directory)")
+        self.output = _Output(launch, pipeline, source, output, journal, resume, append, limit)
+        _check(self.output)
+        super().__init__(self.output)
+
+    @property
+    def note(self) -> str:
+        """After a run that stopped: what it left behind ("; --resume continues the run",
+        or what it removed because it had done no item)."""
+        return self.output.note
+
+    @property
+    def recorded(self) -> RunRecord | None:
+        """The record, with the output digest, once the run ended or stopped."""
+        return self.output.recorded
+
+    @property
+    def written(self) -> int:
+        """Outputs the output holds (a file's earlier ones included)."""
+        return self.output.into.count if self.output.into is not None else 0
+
+    def start(self) -> Run:
+        """Open the journal and the output, and start the engine (once)."""
+        self.output.start()
+        return self
+
+    def __enter__(self) -> Run:
+        return self.start()
+
+    def wait(self) -> RunRecord:
+        """Run to the end, writing every output (an error stops it and is raised); the
+        record."""
+        for _ in self._batches:
+            pass
+        return self.record
+
+
+def _check(run: _Output) -> None:
     """Refuse what a run into this output cannot do, in one line naming the fix."""
     if run.resume and run.directory is None:
         raise UnitDefinitionError("resume=True continues a journaled run: give its journal=")
+    if run.stream is not None and (run.directory is not None or run.append):
+        raise UnitDefinitionError("output= a stream (stdout) has no place a journal can "
+                                  "resume from, nor earlier lines to append after: drop "
+                                  "journal=/resume=/append=, or write to a file")
     if run.sink is not None:
         if run.append:
             raise UnitDefinitionError(f"append=True adds lines to a JSON Lines file; "
@@ -381,7 +428,7 @@ def _check(run: Run) -> None:
             "fitwork.io.read_items returns, or a fitwork.Source")
 
 
-def _header(run: Run, appended: int | None) -> dict[str, Any]:
+def _header(run: _Output, appended: int | None) -> dict[str, Any]:
     """The journal's header: the pipeline, the input (what identifies it), the output."""
     units = [u.name for u in run.pipeline.units]
     extra: dict[str, Any] = {"appended_at": appended} if appended else {}

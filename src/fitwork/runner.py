@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from fitwork.engine.contract import RunResult
 from fitwork.engine.options import RunOptions, engine_options
@@ -27,8 +27,8 @@ def run(pipeline: Pipeline, source: Iterable[Any] | str | Path, *, engine: str =
         max_failures: int | None = None, max_attempts: int = 3, progress: Any = None,
         progress_interval: float = 0.1, sample_interval: float = 0.1,
         sample_devices: bool = True, adapt: bool = False, spans: bool = False,
-        dead_letter_keep: int | None = None, sink: Sink | None = None,
-        output: str | Path | Sink | None = None, journal: str | Path | None = None,
+        dead_letter_keep: int | None = None,
+        output: str | Path | Sink | IO[bytes] | None = None, journal: str | Path | None = None,
         resume: bool = False, append: bool = False, limit: int | None = None,
         **options: Any) -> RunResult:
     """Run ``pipeline`` over ``source`` and return at once; iterate the result for outputs.
@@ -42,16 +42,21 @@ def run(pipeline: Pipeline, source: Iterable[Any] | str | Path, *, engine: str =
     (`RunResult.settled_spans`); ``dead_letter_keep=N`` keeps the dead-letter file's first
     N bytes and appends to it; ``limit=N`` runs the first N items.  A path as ``source`` is
     read with `fitwork.io.read_items`; a `fitwork.Source` has reader replicas read its
-    shards; ``sink`` (a `fitwork.Sink`) has the last unit's replicas write part files, and
-    the result yields how many outputs each step committed.
+    shards.
 
-    ``output`` (a JSON Lines or Parquet file, or a directory or `Sink` for parts) has the
-    run write its outputs itself, its record carrying their digest; ``journal`` (a
-    directory) journals it, so that ``resume=True`` continues it after a crash, running
-    only the items not done and keeping each output once; ``append=True`` writes after
-    what a JSON Lines output holds.  Such a run starts when first used (iterated, entered,
-    or asked for its record), and yields each output once written (`fitwork.journaled`).
+    ``output`` is the one way a run writes its outputs itself, its record carrying their
+    digest: a JSON Lines or Parquet file, an open binary stream (JSON Lines, e.g.
+    ``sys.stdout.buffer``), or a directory (``"out/"``) or `fitwork.Sink` whose parts the
+    last unit's replicas write (the result then yields how many outputs each step
+    committed).  ``journal`` (a directory) journals it, so that ``resume=True`` continues
+    it after a crash, running only the items not done and keeping each output once (the
+    digest is then the whole output's); ``append=True`` writes after what a JSON Lines
+    output holds.  Such a run starts when first used (iterated, entered, or asked for its
+    record), and yields each output once written (`fitwork.journaled`).
     """
+    if "sink" in options:
+        raise UnitDefinitionError("sink= is output= now: pass output=fitwork.Sink.files(DIR) "
+                                  "(or output='DIR/'), the one way a run writes outputs")
     if isinstance(source, str | Path):
         from fitwork.io import read_items
 
@@ -63,13 +68,11 @@ def run(pipeline: Pipeline, source: Iterable[Any] | str | Path, *, engine: str =
                           progress=progress, progress_interval=progress_interval,
                           sample_interval=sample_interval, sample_devices=sample_devices))
     if output is None and journal is None and not (resume or append):
-        return launch(source if limit is None else itertools.islice(source, limit), sink,
+        return launch(source if limit is None else itertools.islice(source, limit), None,
                       spans, dead_letter_keep)
-    if sink is not None and output is not None:
-        raise UnitDefinitionError("give the run's output as output= or sink=, not both")
     from fitwork.journaled import Run
 
-    return Run(launch, pipeline, source, output if output is not None else sink,
+    return Run(launch, pipeline, source, output,
                journal=Path(journal) if journal is not None else None, resume=resume,
                append=append, limit=limit)
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import IO, Any
@@ -158,6 +159,28 @@ class JsonLinesWriter(OutputWriter):
             self._handle.flush()
         finally:
             self._handle.close()
+
+
+class JsonLinesStream(JsonLinesWriter):
+    """JSON Lines onto a binary stream the caller opened (``fitwork run --output -``:
+    stdout), flushed every `FLUSH_EVERY` lines and at the end; never closed here, and
+    with no position a journal could resume from."""
+
+    def __init__(self, stream: IO[bytes], name: str = "stdout") -> None:
+        self.path, self.count, self.closed = Path(name), 0, False
+        self._place = f"output {name}"
+        self._handle, self._unflushed = stream, 0
+
+    def sync(self) -> int:
+        """Push the lines written so far on; a stream has no position to record."""
+        self.flush()
+        return 0
+
+    def close(self) -> None:
+        """Flush; the stream stays open for whoever gave it."""
+        if not self.closed:
+            self.closed = True
+            self.flush()
 
 
 class ParquetOutputWriter(OutputWriter):
@@ -456,6 +479,27 @@ class OutputDigest:
     def hexdigest(self) -> str:
         """``<count>:<16 hex digits>``."""
         return f"{self.count}:{self.total:016x}"
+
+
+def kept_outputs(path: Path, resume_at: tuple[int, int], start: int = 0) -> Iterator[Any]:
+    """The outputs an interrupted run wrote that its resume keeps (`open_writer`'s
+    ``resume_at``): a JSON Lines output's values from byte ``start`` (where an appended
+    run began) to the position; a Parquet output's committed parts' rows."""
+    position, _ = resume_at
+    if file_format(path) == "parquet":
+        _, parquet = import_pyarrow(f"output {path}")
+        parts = path.with_name(path.name + ".parts")
+        for index in range(position):
+            yield from parquet.read_table(parts / f"part-{index:06d}.parquet").to_pylist()
+        return
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        while handle.tell() < position:
+            line = handle.readline()
+            if not line:
+                return
+            if line.strip():
+                yield json.loads(line)
 
 
 def _digested(value: Any) -> Any:

@@ -137,7 +137,7 @@ def test_rows_that_kill_cost_only_themselves_from_sharded_files(
     dead, out = tmp_path / "dead.jsonl", tmp_path / "out"
     workers = {"crashy": 2} if reader == "fused" else {"crashy": 2, "read": 2}
     with fitwork.run(Pipeline(UNITS[way], tag), source, engine=engine, workers=workers,
-                     sink=fitwork.Sink.files(out), dead_letter=dead, max_attempts=3) as result:
+                     output=fitwork.Sink.files(out), dead_letter=dead, max_attempts=3) as result:
         list(result)
     assert Counter(int(r["n"]) for r in read_parts(out)) == survivors()
     letters = letters_of(dead)

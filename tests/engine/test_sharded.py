@@ -86,7 +86,7 @@ def test_rows_reach_the_parts_once_through_kills_of_readers_and_writers(
     out = tmp_path / "out"
     rng = random.Random(3)
     killed: list[int] = []
-    with fitwork.run(s.pipeline, source, engine=engine, sink=fitwork.Sink.files(out),
+    with fitwork.run(s.pipeline, source, engine=engine, output=fitwork.Sink.files(out),
                      workers={"read" if reader == "own" else "value": 2,
                               "spread": 2}) as result:
         def kill() -> None:  # a reader and a writer, each mid-shard
@@ -129,7 +129,7 @@ def test_a_row_the_first_unit_fails_in_a_reader_fails_alone(
     dead = tmp_path / "dead.jsonl"
     source = Source.files(str(tmp_path / "in"), split_bytes=4_000)
     with fitwork.run(s.picky_pipeline, source, engine=engine, dead_letter=dead,
-                     sink=fitwork.Sink.files(tmp_path / "out")) as result:
+                     output=fitwork.Sink.files(tmp_path / "out")) as result:
         list(result)
     assert [u.name for u in result.record.units] == ["read", "keep", "spread"]
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
@@ -152,9 +152,9 @@ def test_the_driver_reads_no_item_bytes(tmp_path: Path) -> None:
         (where / "in.jsonl").write_text("".join(
             json.dumps({"n": i, "pad": "x" * width}) + "\n" for i in range(6000)))
         source = Source.files(str(where / "in.jsonl"), split_bytes=200_000)
-        with fitwork.run(s.pipeline, source, sink=fitwork.Sink.files(where / "out")) as result:
+        with fitwork.run(s.pipeline, source, output=fitwork.Sink.files(where / "out")) as result:
             assert sum(result) == len(s.expected(range(6000)))
-            run = result._run  # the driver's own byte counts
+            run = result.output.result._run  # the driver's own byte counts
         assert pairs(where / "out") == Counter(s.expected(range(6000)))
         assert run.bytes_from_sink == 0  # no output came through the driver
         seen.append((run.bytes_sent, run.bytes_control, (where / "in.jsonl").stat().st_size))
@@ -176,7 +176,7 @@ def test_a_corrupt_shard_is_dead_lettered_with_its_place_and_the_run_goes_on(
     (source_dir / "a.jsonl").write_text("\n".join(lines) + "\n")
     source = Source.files(str(source_dir / "*.jsonl"), split_bytes=5_000)
     dead = tmp_path / "dead.jsonl"
-    with fitwork.run(s.pipeline, source, engine=engine, sink=fitwork.Sink.files(tmp_path / "o"),
+    with fitwork.run(s.pipeline, source, engine=engine, output=fitwork.Sink.files(tmp_path / "o"),
                      dead_letter=dead) as result:
         list(result)
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
@@ -196,7 +196,7 @@ def test_a_corrupt_shard_is_dead_lettered_with_its_place_and_the_run_goes_on(
 def test_a_csv_sink_writes_a_header_per_part(tmp_path: Path) -> None:
     count = write_inputs(tmp_path / "in", parquet=False)
     with fitwork.run(s.pipeline, Source.files(str(tmp_path / "in" / "*.jsonl")),
-                     sink=fitwork.Sink.files(tmp_path / "out", format="csv"),
+                     output=fitwork.Sink.files(tmp_path / "out", format="csv"),
                      workers={"spread": 2}) as result:
         list(result)
     rows = read_parts(tmp_path / "out")

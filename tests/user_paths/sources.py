@@ -95,7 +95,7 @@ RUNNER = textwrap.dedent('''
         else:
             source = fitwork.io.read_items(case["input"], csv_types=True)
         engine = "ray" if case["engine"].startswith("ray") else "local"
-        with fitwork.run(pipeline, source, engine=engine, placement=placement, sink=sink,
+        with fitwork.run(pipeline, source, engine=engine, placement=placement, output=sink,
                          dead_letter=case["dead_letter"], **options) as result:
             outputs = list(result)
         if sink is None:
