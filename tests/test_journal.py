@@ -176,9 +176,59 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
     got = rows(project / output)
     assert got == expected(count)  # every output exactly once
     assert not journal.parent.exists()  # a finished run leaves none
-    # a run killed in its last step (journal gone, parts not yet) may leave a Parquet
-    # output's parts; any other finished run leaves none
-    assert ended or not (project / f"{output}.parts").exists()
+    if ended:  # killed in its last step (journal gone, a Parquet output's parts not yet):
+        again = start(project, *extra, "--resume", output=output)  # the next run cleans
+        _, err = again.communicate(timeout=60)  # them, even one refused (nothing to resume)
+        assert again.returncode != 0 and "no journal to resume" in err
+        assert rows(project / output) == expected(count)
+    assert not (project / f"{output}.parts").exists()
+
+
+def test_the_next_run_removes_the_parts_a_run_stopped_in_its_last_step_left(
+        project: Path) -> None:
+    write_input(project, 300)
+    finished = start(project, output="out.parquet")
+    _, err = finished.communicate(timeout=120)
+    assert finished.returncode == 0, err
+    parts, output = project / "out.parquet.parts", project / "out.parquet"
+
+    def stale() -> None:  # what a kill between the journal's removal and the parts' leaves
+        parts.mkdir(exist_ok=True)
+        (parts / "part-000000.parquet").write_bytes(output.read_bytes())
+        os.utime(parts / "part-000000.parquet", (1e9, 1e9))
+
+    # the output joined them, so they are stale: the next run removes them, whether it
+    # resumes (and finds nothing to resume), or runs anew without a journal or with one
+    stale()
+    refused = start(project, "--resume", output="out.parquet")
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode != 0 and "no journal to resume" in err and not parts.exists()
+    for journal in ("--no-journal", "--journal=j"):
+        stale()
+        again = start(project, journal, "--mode", "overwrite", output="out.parquet")
+        _, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        assert not parts.exists() and rows(output) == expected(300)
+    stale()
+    import fitwork
+    from fitwork.workload.loader import load_pipeline
+
+    pipeline = load_pipeline(f"{project / 'job.py'}:pipeline")
+    with fitwork.run(pipeline, ({"n": i} for i in range(300)), output=output) as run:
+        assert sum(1 for _ in run) == len(list(expected(300).elements()))
+    assert not parts.exists() and rows(output) == expected(300)
+    # parts newer than the output, or beside a journal, may be an interrupted run's: kept
+    for newer, journaled in ((True, False), (False, True)):
+        stale()
+        if newer:
+            os.utime(output, (1e9 - 1, 1e9 - 1))
+        if journaled:
+            (project / "out.parquet.journal").mkdir()
+        fresh = start(project, "--no-journal", "--mode", "overwrite", output="out.parquet")
+        _, err = fresh.communicate(timeout=120)
+        assert fresh.returncode == 0, err
+        assert (parts / "part-000000.parquet").is_file()
+        shutil.rmtree(project / "out.parquet.journal", ignore_errors=True)
 
 
 def test_a_journal_from_another_input_or_a_fresh_run_over_it_is_refused(project: Path) -> None:
