@@ -7,15 +7,21 @@ Two checks, each with its n:
    built without them (splitwise leave-one-model/TP-out, Gavel leave-one-job-out, MLPerf
    leave-one-vendor-out).  Aim: 70-90%.  Then current serving stacks (TensorRT-LLM, vLLM)
    from MLPerf's Llama-2-70B Server results, leave-one-submitter-out (`fitwork.llm.mlperf`).
-2. Plans, on this host: ``bench/fit_quality.py``'s pipelines (all, or ``--only``), each
+2. Plans, on this host: ``bench/fit_quality.py``'s pipelines (all, or ``--only``: names, or
+   the sets ``trained`` and ``heldout``), in two tables: the trained shapes (fit_quality's
+   own, which the model was tuned on or changed for) and the held-out shapes
+   (bench/heldout/, frozen at commit eb8f9d57bd3d109c078487787b0a04679663c8c4, never used
+   to change the model).  Each
    profiled and fitted, its plan run ``--runs`` times (each run at least ``--seconds`` at
    the predicted rate, so start-up is a small part of it); the share of runs whose realized
    throughput (the run record's, as fit_quality reads it) falls inside the plan's range,
    scaled to a run of that many items (`Plan.run_rate`: start-up included, as in the
    realized figure).
    Each plan's range is widened by the model's miss on whole plans measured on the OTHER
-   pipelines (`fitwork.fit.layout_error`, this pipeline's rows left out), so the check is
-   on a pipeline the widening never saw.  ``--load`` adds a background process spinning on
+   pipelines (`fitwork.fit.layout_error`, this pipeline's rows left out), so a trained
+   shape's check is on rows the widening left out; the spreads and load reach that set the
+   ranges were still taken on the trained shapes, so only the held-out table is a check on
+   pipelines the ranges never saw.  ``--load`` adds a background process spinning on
    one core for the whole bench; ``--write-residuals FILE`` writes every run's realized /
    predicted as ``fitwork/fit/data/plan_residuals.csv`` holds them.
 
@@ -39,7 +45,9 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -91,67 +99,95 @@ def _spin(stop: multiprocessing.synchronize.Event) -> None:
             x += 1
 
 
-def plan_table(args: argparse.Namespace) -> None:
-    """Each pipeline's plan run ``args.runs`` times; realized inside its range or not."""
+@dataclass
+class Tally:
+    """Runs inside their plan's range, of how many, over how many pipelines."""
+
+    inside: int = 0
+    total: int = 0
+    pipelines: int = 0
+
+
+def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
+               written: list[dict[str, object]]) -> tuple[int, int] | None:
+    """Profile, fit and run one pipeline's plan ``args.runs`` times; print its line and
+    return (runs inside the range, runs), or None where it could not run here."""
     import fit_quality as fq
 
     import fitwork
-    from fitwork.fit.layout_error import COLUMNS, layout_spread
+    from fitwork.fit.layout_error import layout_spread
     from fitwork.fit.plan import fit
 
+    try:
+        profile = fitwork.profile_pipeline(spec.pipeline,
+                                           range(10_000, 10_000 + fq.PROFILE_INPUT),
+                                           samples=args.samples)
+    except Exception as failed:  # a pipeline that cannot run here is said, not fatal
+        print(f"  {spec.name:<14} skipped: {str(failed)[:120]}", flush=True)
+        return None
+    spread = layout_spread(exclude=spec.name)  # this pipeline's own rows left out
+    plan = fit(profile, fleet, layout_error=spread)
+    # long enough at the predicted rate that start-up is a small part of the run; judged
+    # against what the plan predicts for a run of that many items (its replicas' builds
+    # and the first item's way through included: ten replicas loading a 69 MiB model each
+    # took 0.5 s of lookup_model's 3.8)
+    items = max(64, int(spec.items * args.scale), int(plan.fitted.throughput * args.seconds))
+    predicted = plan.run_rate(items)
+    share = predicted / plan.fitted.throughput
+    low, high = (share * end for end in plan.fitted.throughput_range)
+    host = f"{platform.machine()} {os.cpu_count()} cores"
+    runs = []
+    for _ in range(args.runs):
+        contender = fq.Contender("plan", fq.plan_layout(plan), placement=plan)
+        runs.append(fq.measure(spec.pipeline, items, contender).record.throughput)
+        if not spec.held_out:  # held-out rows never reach the residuals the model reads
+            written.append({"pipeline": spec.name, "predicted": f"{predicted:.6g}",
+                            "realized": f"{runs[-1]:.6g}",
+                            "load": f"{os.getloadavg()[0]:.2f}", "cores": os.cpu_count(),
+                            "host": host})
+    hits = sum(low <= r <= high for r in runs)
+    shown = ", ".join(f"{r:.1f}" for r in runs)
+    print(f"  {spec.name:<14} predicted {predicted:8.1f} [{low:8.1f} - {high:8.1f}] "
+          f"(model's miss +-{math.expm1(spread):.0%})  realized {shown}  "
+          f"inside {hits}/{len(runs)}", flush=True)
+    return hits, len(runs)
+
+
+def plan_table(args: argparse.Namespace) -> None:
+    """Each pipeline's plan run ``args.runs`` times, trained and held-out shapes in
+    separate tables; realized inside its range or not."""
+    import fit_quality as fq
+
+    import fitwork
+    from fitwork.fit.layout_error import COLUMNS
+
     fleet = fitwork.discover_local()
-    wanted = {n for n in args.only.split(",") if n}
-    specs = [s for s in fq.SPECS if not wanted or s.name in wanted]
+    specs = fq.selected(args.only)
     stop = multiprocessing.Event()
     spinner = None
     if args.load:
         spinner = multiprocessing.Process(target=_spin, args=(stop,), daemon=True)
         spinner.start()
-    service = fq.start_service()
-    inside = total = ran = 0
+    services = fq.start_services()
+    tallies = {False: Tally(), True: Tally()}
     written: list[dict[str, object]] = []
-    host = f"{platform.machine()} {os.cpu_count()} cores"
-    print(f"\nplans on this host ({'one core kept busy' if args.load else 'no added load'}; "
-          f"load average {os.getloadavg()[0]:.2f}): realized record throughput vs the plan's "
-          "p10-p90")
+    condition = "one core kept busy" if args.load else "no added load"
     try:
-        for spec in specs:
-            try:
-                profile = fitwork.profile_pipeline(spec.pipeline,
-                                                   range(10_000, 10_000 + fq.PROFILE_INPUT),
-                                                   samples=args.samples)
-            except Exception as failed:  # a pipeline that cannot run here is said, not fatal
-                print(f"  {spec.name:<14} skipped: {str(failed)[:120]}", flush=True)
+        for held_out in (False, True):
+            group = [s for s in specs if s.held_out == held_out]
+            if not group:
                 continue
-            spread = layout_spread(exclude=spec.name)  # this pipeline's own rows left out
-            plan = fit(profile, fleet, layout_error=spread)
-            # long enough at the predicted rate that start-up is a small part of the run;
-            # judged against what the plan predicts for a run of that many items (its
-            # replicas' builds and the first item's way through included: ten replicas
-            # loading a 69 MiB model each took 0.5 s of lookup_model's 3.8)
-            items = max(64, int(spec.items * args.scale),
-                        int(plan.fitted.throughput * args.seconds))
-            predicted = plan.run_rate(items)
-            share = predicted / plan.fitted.throughput
-            low, high = (share * end for end in plan.fitted.throughput_range)
-            runs = []
-            for _ in range(args.runs):
-                contender = fq.Contender("plan", fq.plan_layout(plan), placement=plan)
-                runs.append(fq.measure(spec.pipeline, items, contender).record.throughput)
-                written.append({"pipeline": spec.name, "predicted": f"{predicted:.6g}",
-                                "realized": f"{runs[-1]:.6g}",
-                                "load": f"{os.getloadavg()[0]:.2f}", "cores": os.cpu_count(),
-                                "host": host})
-            hits = sum(low <= r <= high for r in runs)
-            ran += 1
-            inside, total = inside + hits, total + len(runs)
-            shown = ", ".join(f"{r:.1f}" for r in runs)
-            print(f"  {spec.name:<14} predicted {predicted:8.1f} "
-                  f"[{low:8.1f} - {high:8.1f}] (model's miss +-{math.expm1(spread):.0%})  "
-                  f"realized {shown}  inside {hits}/{len(runs)}", flush=True)
+            print(f"\nplans on this host, {fq.TITLES[held_out]} ({condition}; load average "
+                  f"{os.getloadavg()[0]:.2f}): realized record throughput vs the plan's "
+                  "p10-p90")
+            for spec in group:
+                result = check_plan(spec, args, fleet, written)
+                if result is not None:
+                    tally = tallies[held_out]
+                    tally.inside, tally.total = tally.inside + result[0], tally.total + result[1]
+                    tally.pipelines += 1
     finally:
-        service.terminate()
-        service.join(5)
+        fq.stop_services(services)
         if spinner is not None:
             stop.set()
             spinner.join(5)
@@ -160,11 +196,14 @@ def plan_table(args: argparse.Namespace) -> None:
             writer = csv.DictWriter(out, fieldnames=COLUMNS)
             writer.writeheader()
             writer.writerows(written)
-        print(f"wrote {len(written)} rows to {args.write_residuals}")
-    if total:
-        print(f"realized inside the plan's range: {inside}/{total} = {inside / total:.0%} "
-              f"({ran} pipelines x {args.runs} runs of {args.scale:g}x fit_quality's "
-              f"items, or {args.seconds:g} s at the predicted rate if more)")
+        print(f"wrote {len(written)} rows to {args.write_residuals} (trained shapes only)")
+    for held_out, tally in tallies.items():
+        if tally.total:
+            print(f"realized inside the plan's range, {'HELD-OUT' if held_out else 'trained'} "
+                  f"shapes ({condition}): {tally.inside}/{tally.total} = "
+                  f"{tally.inside / tally.total:.0%} ({tally.pipelines} pipelines x "
+                  f"{args.runs} runs of {args.scale:g}x fit_quality's items, or "
+                  f"{args.seconds:g} s at the predicted rate if more; aim 70-90%)")
 
 
 def main() -> None:
@@ -172,7 +211,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-only", action="store_true", help="only the data check")
-    parser.add_argument("--only", default="", help="comma-separated fit_quality pipelines")
+    parser.add_argument("--only", default="",
+                        help="comma-separated fit_quality pipelines, or 'trained' / 'heldout'")
     parser.add_argument("--runs", type=int, default=3, help="runs of each plan")
     parser.add_argument("--scale", type=float, default=0.25,
                         help="items per run, times fit_quality's")
@@ -182,8 +222,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0,
                         help="each run takes at least this long at the plan's predicted rate")
     parser.add_argument("--write-residuals", default="",
-                        help="write each run's realized / predicted to this CSV")
+                        help="write each run's realized / predicted to this CSV (trained "
+                             "shapes only: held-out rows never reach the model)")
     args = parser.parse_args()
+    if not args.data_only:
+        import fit_quality as fq
+
+        try:
+            fq.selected(args.only)
+        except ValueError as unknown:
+            parser.error(str(unknown))
     started = time.perf_counter()
     data_table(coverage_table())
     stack_table()
