@@ -173,7 +173,8 @@ class _Output:
         if isinstance(output, Sink):
             self.sink, self.path = output, output.directory
         elif self.stream is not None:
-            self.path = Path(getattr(self.stream, "name", None) or "-")
+            name = getattr(self.stream, "name", None)
+            self.path = Path(name if isinstance(name, str) else "-")
         else:
             assert isinstance(output, str | Path)
             self.sink = Sink.files(output) if names_directory(output) else None

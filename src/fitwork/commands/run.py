@@ -14,10 +14,13 @@ from fitwork.cli_options import UnitSettings, csv_strings_option, output_mode_op
 from fitwork.commands.common import Null, Terminated, fail, on_sigterm, parse_workers
 from fitwork.commands.fit import batch_changes
 from fitwork.commands.run_output import (
+    STDOUT,
+    claim_stdout,
     journal_dir,
     prepare_output,
     refuse_overwriting_inputs,
     say_decomposed,
+    stdout_closed,
     summarise,
 )
 from fitwork.decomposition.cli import (
@@ -40,7 +43,9 @@ from fitwork.report.metrics import combine_progress, exporter_for, metrics_optio
                    "the replicas.")
 @click.option("--output", "output_text", required=True, type=click.Path(),
               help="Where outputs go: JSON Lines, or Parquet by the .parquet suffix; a "
-                   "directory (DIR/) has the last unit's replicas write parts into it.")
+                   "directory (DIR/) has the last unit's replicas write parts into it; - "
+                   "writes JSON Lines to stdout (no journal; everything else goes to "
+                   "stderr, and failed items to ./dead-letters.jsonl).")
 @click.option("--workers", "-w", multiple=True, metavar="UNIT=N",
               help="Replicas of a unit; repeat for several units.")
 @click.option("--ordered", is_flag=True, help="Write outputs in input order.")
@@ -105,6 +110,7 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
 
     errors = Console(stderr=True)
     output_path = Path(output_text)
+    to_stdout = output_text == STDOUT
     replicas = parse_workers(workers)
     settings = UnitSettings.parse(cpus, batch, io)
     _refuse_pairs(ray_tasks, engine, settings, adapt)
@@ -115,11 +121,19 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
              "directory output each on its own, so no input order is kept; drop --ordered, "
              "or give a file --output (out.jsonl) to have the outputs in input order", code=2)
     dead_letter = dead_letter or (output_path / "_dead-letters.jsonl" if sharded else
+                                  Path("dead-letters.jsonl") if to_stdout else
                                   output_path.with_name(output_path.name + ".dead-letters.jsonl"))
-    where = journal_dir(journal_path, no_journal, resume, output_path)
+    where = None if to_stdout and _stdout_alone(journal_path, resume, mode) else \
+        journal_dir(journal_path, no_journal, resume, output_path)
     refuse_overwriting_inputs(pipeline_ref, Path(input_text), plan_path, decompose, output_path,
                               record_path, dead_letter, where)
-    prepare_output(output_path, sharded, mode, resume, where, errors)
+    try:  # the input's problem is said before anything about the output
+        source = _source(input_text, output_path, sharded, limit, csv_strings, bad_input)
+    except FitworkError as exc:
+        fail(exc)
+    if not to_stdout:
+        prepare_output(output_path, sharded, mode, resume, where, errors)
+    stream = claim_stdout() if to_stdout else None
     options: dict[str, Any] = {}
     if engine == "ray":
         options = ({"address": ray_address} if ray_address else {}) | (
@@ -133,23 +147,35 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         pipeline, placement, planned = _load(
             pipeline_ref, decompose, input_text, csv_strings, sharded, plan_path, adapt,
             monolithic, node_type, settings, errors)
-        source = _source(input_text, output_path, sharded, limit, csv_strings, bad_input)
         total = None if quiet else _total(source, input_text, limit, resume, where)
         relay = _Relay()
-        job = _job(pipeline, source, output_path, sharded, placement,
+        job = _job(pipeline, source, stream or output_path, sharded, placement,
                    adapt and not monolithic, relay, asked)
         record = _go(job, relay, None if quiet else (total, pipeline.name),
                      (metrics_port, metrics_host), record_path, errors)
     except KeyboardInterrupt as stop:
         _stopped(stop, job, output_path, record_path)
+    except BrokenPipeError:
+        stdout_closed(stream, job)
     except FitworkError as exc:
         saved = f" (run record in {record_path})" if record_path and job and job.recorded \
             else ""
         fail(f"{exc}{saved}{job.note if job else ''}")
     wrote = (f"wrote {record.outputs:,} outputs in parts to {output_path}/" if sharded
-             else f"wrote {job.written:,} outputs to {output_path}")
+             else f"wrote {job.written:,} outputs to {'stdout' if to_stdout else output_path}")
     summarise(record, planned, monolithic, record_path, max_failures, wrote,
               adapted=adapt and not monolithic)
+
+
+def _stdout_alone(journal: Path | None, resume: bool, mode: str | None) -> bool:
+    """``--output -`` with what a stream cannot do refused in one line; True otherwise."""
+    for given, flag in ((journal is not None, "--journal"), (resume, "--resume"),
+                        (mode is not None, f"--mode {mode}")):
+        if given:
+            raise click.UsageError(f"{flag} with --output -: stdout keeps nothing a journal "
+                                   "could resume or append to; write to a file "
+                                   "(--output out.jsonl), or drop " + flag.split()[0])
+    return True
 
 
 def _refuse_pairs(ray_tasks: bool, engine: str, settings: UnitSettings, adapt: bool) -> None:
@@ -247,7 +273,7 @@ class _Relay:
             self.to(snapshot)
 
 
-def _job(pipeline: Any, source: Any, output: Path, sharded: bool, placement: Any,
+def _job(pipeline: Any, source: Any, output: Any, sharded: bool, placement: Any,
          adapt: bool, progress: _Relay, asked: dict[str, Any]) -> Any:
     """The run into the output, not started: `fitwork.run` with ``output=``."""
     from fitwork.engine.parts import Sink

@@ -3,9 +3,12 @@ existing output and an unfinished journal mean for this run, and the summary at 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -13,6 +16,29 @@ from rich.console import Console
 from fitwork.cli_options import conflicting_paths, holds_outputs
 from fitwork.commands.common import fail
 from fitwork.decomposition.cli import AUTO
+
+STDOUT = "-"
+"""``--output -``: JSON Lines to stdout."""
+
+
+def claim_stdout() -> IO[bytes]:
+    """Stdout for the outputs alone: a private copy of it is returned, and file descriptor
+    1 then points at stderr, so that anything else written to stdout (a summary, a unit's
+    print in this process or a worker started after) lands on stderr."""
+    sys.stdout.flush()
+    outputs = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    return outputs
+
+
+def stdout_closed(stream: IO[bytes] | None, job: Any) -> NoReturn:
+    """The reader of ``--output -`` closed it (``| head``): the run stopped; one line."""
+    if stream is not None:  # nothing more can reach it; let exit's flush not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    fail(f"stdout was closed by its reader: the run stopped after "
+         f"{job.written if job else 0:,} outputs", code=141)
 
 
 def refuse_overwriting_inputs(reference: str, input_path: Path, plan_path: Path | None,
@@ -152,12 +178,47 @@ def summarise(record: Any, planned: Any, monolithic: bool, record_path: Path | N
     if record.output_digest:
         console.print(f"output digest {record.output_digest} (the same outputs, in any "
                       "order, give the same digest)", markup=False, soft_wrap=True)
-    if record.failures:
-        console.print(f"{record.failures} failed items in {record.dead_letter} (this run: "
-                      f"{record.run_id})", markup=False, soft_wrap=True)
-    if record.failures and max_failures is None:
-        fail(f"{record.failures} items failed; dead letters in {record.dead_letter}; pass "
-             "--max-failures N to accept up to N failed items")
+    if not record.failures:
+        return
+    common = common_errors(record)
+    console.print(f"{record.failures} items failed: {common}", markup=False, soft_wrap=True)
+    console.print(f"{record.failures} failed items in {record.dead_letter} (this run: "
+                  f"{record.run_id})", markup=False, soft_wrap=True)
+    if max_failures is None:
+        fail(f"{record.failures} items failed; dead letters in {record.dead_letter}; the "
+             f"most common: {common.split('; ')[0]}; pass --max-failures N to accept up to "
+             "N failed items")
+
+
+MOST_COMMON = 3
+"""How many kinds of error a failed run names (each with its count)."""
+
+
+def common_errors(record: Any, most: int = MOST_COMMON) -> str:
+    """The run's most common errors, each ``N x Type: message (unit U)``, from its dead
+    letters (this run's lines), else from the failures its record keeps."""
+    from collections import Counter
+
+    counts: Counter[tuple[str, str]] = Counter()
+    try:
+        with open(record.dead_letter, "rb") as letters:
+            for line in letters:
+                letter = json.loads(line)
+                if letter.get("run_id") == record.run_id:
+                    counts[_first_line(letter.get("error", "")), letter.get("unit", "?")] += 1
+    except (OSError, TypeError, ValueError):
+        counts = Counter((_first_line(f.error), f.unit) for f in record.failed_items)
+    said = [f"{n:,} x {error} (unit {unit})" for (error, unit), n in counts.most_common(most)]
+    others = len(counts) - len(said)
+    if others > 0:
+        said.append(f"and {others} other kind{'s' if others > 1 else ''} of error")
+    return "; ".join(said) or "no error recorded"
+
+
+def _first_line(error: str, width: int = 160) -> str:
+    """An error's first line, cut to ``width`` characters."""
+    line = error.strip().splitlines()[0] if error.strip() else "unknown error"
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 def refit_lines(refits: Any, wall_s: float | None = None) -> list[str]:
