@@ -25,14 +25,15 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from fitwork.errors import EngineError
 from fitwork.failure import Failure
 from fitwork.shards import Children, Slice
 from fitwork.workload.kernel import ChildFailed, Failed, Kernel
 from fitwork.workload.unit import Kind
 
 
-class Segment(NamedTuple):
-    """Items of one feed frame that travel together (see above)."""
+class _SegmentFields(NamedTuple):
+    """The fields of a `Segment`, in the order they cross a pipe."""
 
     frame: int
     attempt: int
@@ -41,34 +42,83 @@ class Segment(NamedTuple):
     exps: list[int] | None
     values: list[Any]
 
+
+class Segment(_SegmentFields):
+    """Items of one feed frame that travel together (see above); checked as it is built:
+    one offset, and one path and exponent where given, per value.  (`typed` and ``_make``
+    rebuild segments that were checked where they were made, without checking again.)"""
+
+    __slots__ = ()
+
+    def __new__(cls, frame: int, attempt: int, offsets: Sequence[int],
+                paths: list[tuple[int, ...]] | None, exps: list[int] | None,
+                values: list[Any]) -> Segment:
+        count = len(values)
+        if (len(offsets) != count or (paths is not None and len(paths) != count)
+                or (exps is not None and len(exps) != count) or frame < 0 or attempt < 0):
+            raise EngineError(_malformed("segment", frame, attempt, count, offsets, paths,
+                                         exps))
+        return super().__new__(cls, frame, attempt, offsets, paths, exps, values)
+
     def with_values(self, values: list[Any]) -> Segment:
         """The same items' books with other values (as many)."""
         return Segment(self.frame, self.attempt, self.offsets, self.paths, self.exps, values)
 
     def head(self, size: int) -> tuple[Segment, Segment]:
         """The first ``size`` items, and the rest (empty values when none)."""
-        frame, attempt, offsets, paths, exps, values = self
-        if len(values) <= size:
-            return self, Segment(frame, attempt, range(0), None, None, [])
-        return (Segment(frame, attempt, offsets[:size], paths[:size] if paths else None,
-                        exps[:size] if exps else None, values[:size]),
-                Segment(frame, attempt, offsets[size:], paths[size:] if paths else None,
-                        exps[size:] if exps else None, values[size:]))
+        if len(self.values) <= size:
+            return self, Segment(self.frame, self.attempt, range(0), None, None, [])
+        return self.cut(0, size), self.cut(size, len(self.values))
+
+    def cut(self, start: int, stop: int) -> Segment:
+        """Items ``start`` to ``stop`` (a slice of every field)."""
+        paths, exps = self.paths, self.exps
+        return Segment(self.frame, self.attempt, self.offsets[start:stop],
+                       paths[start:stop] if paths else None, exps[start:stop] if exps else None,
+                       self.values[start:stop])
 
     def keep(self, kept: list[int]) -> Segment:
         """Only the items at these indexes."""
-        frame, attempt, offsets, paths, exps, values = self
-        return Segment(frame, attempt, [offsets[j] for j in kept],
+        offsets, paths, exps, values = self.offsets, self.paths, self.exps, self.values
+        return Segment(self.frame, self.attempt, [offsets[j] for j in kept],
                        [paths[j] for j in kept] if paths else None,
                        [exps[j] for j in kept] if exps else None, [values[j] for j in kept])
 
 
-class Return(NamedTuple):
-    """Weight handed back: items of feed frame ``frame`` at these offsets, of these weights."""
+class _ReturnFields(NamedTuple):
+    """The fields of a `Return`."""
 
     frame: int
     offsets: Sequence[int]
     exps: list[int] | None
+
+
+class Return(_ReturnFields):
+    """Weight handed back: items of feed frame ``frame`` at these offsets, of these weights
+    (one exponent per offset, where given); checked as it is built."""
+
+    __slots__ = ()
+
+    def __new__(cls, frame: int, offsets: Sequence[int], exps: list[int] | None) -> Return:
+        if (exps is not None and len(exps) != len(offsets)) or frame < 0:
+            raise EngineError(_malformed("return", frame, 0, len(offsets), offsets, None,
+                                         exps))
+        return super().__new__(cls, frame, offsets, exps)
+
+
+def _malformed(what: str, frame: int, attempt: int, count: int, offsets: Sequence[int],
+               paths: Sequence[Any] | None, exps: Sequence[int] | None) -> str:
+    """The one line saying how a segment's (or a return's) books disagree."""
+    sizes = [f"{len(offsets)} offsets"]
+    if paths is not None:
+        sizes.append(f"{len(paths)} paths")
+    if exps is not None:
+        sizes.append(f"{len(exps)} exponents")
+    return (f"malformed {what} of frame {frame} (attempt {attempt}): {', '.join(sizes)} for "
+            f"{count} items; an engine built it wrong: give one of each per item (None for "
+            "paths or exponents that are all () or 0), and a frame and attempt >= 0")
+
+
 Weight = int | Fraction
 
 
@@ -104,21 +154,20 @@ def weight_of(exps: list[int] | None, count: int) -> Weight:
 
 def split(segment: Segment, limit: int) -> list[Segment]:
     """``segment`` cut into pieces of at most ``limit`` items."""
-    frame, attempt, offsets, paths, exps, values = segment
-    if len(values) <= limit:
+    count = len(segment.values)
+    if count <= limit:
         return [segment]
-    return [Segment(frame, attempt, offsets[i:i + limit], paths[i:i + limit] if paths else None,
-                    exps[i:i + limit] if exps else None, values[i:i + limit])
-            for i in range(0, len(values), limit)]
+    return [segment.cut(i, i + limit) for i in range(0, count, limit)]
 
 
 def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
            ) -> tuple[Segment | None, Return | None, list[Failure]]:
     """The outputs, returned weight and failures of ``segment`` given its raw results."""
-    frame, attempt, offsets, paths, exps, values = segment
     kind = kernel.kind
     if kind is Kind.MAP and not failed:
-        return Segment(frame, attempt, offsets, paths, exps, results), None, []
+        return segment.with_values(results), None, []
+    frame, offsets, paths, exps, values = (segment.frame, segment.offsets, segment.paths,
+                                           segment.exps, segment.values)
     out_offsets: list[int] = []
     out_paths: list[tuple[int, ...]] = []
     out_exps: list[int] = []
@@ -167,7 +216,7 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
         back_exps.append(exp)
     out = None
     if out_values:
-        out = Segment(frame, attempt, out_offsets, out_paths if any(out_paths) else None,
+        out = Segment(frame, segment.attempt, out_offsets, out_paths if any(out_paths) else None,
                       out_exps if any(out_exps) else None, out_values)
     back = Return(frame, back_offsets, back_exps if any(back_exps) else None) \
         if back_offsets else None

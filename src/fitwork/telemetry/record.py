@@ -165,6 +165,24 @@ class Refit(BaseModel):
     predicted_after: float
 
 
+class LoggedStep(BaseModel):
+    """One step of the run core: a stimulus (an event, or its start) and the instructions
+    it gave, each ``{"type": NAME, ...}`` as `fitwork.engine.core.codec` writes them."""
+
+    stimulus: dict[str, Any]
+    out: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class CoreLog(BaseModel):
+    """The run core's last steps before a run failed (`fitwork.engine.core.log`): what it
+    was built from (``config``: stages, placement, policy, run id, start), and each step;
+    ``dropped`` steps fell off the front of its ring (0: the log replays from the start)."""
+
+    config: dict[str, Any]
+    steps: list[LoggedStep]
+    dropped: int = 0
+
+
 RunStatus = Literal["completed", "aborted", "interrupted"]
 
 
@@ -206,6 +224,8 @@ class RunRecord(Document):
     host: dict[str, Any] | None = None
     output_digest: str | None = None
     refits: list[Refit] = Field(default_factory=list)
+    core_log: CoreLog | None = None
+    """Kept only when the run did not complete (a record of a good run stays small)."""
 
     @model_validator(mode="after")
     def _bounded(self) -> RunRecord:
@@ -233,6 +253,18 @@ class RunRecord(Document):
 
 
 
+@dataclass(frozen=True, slots=True)
+class UnitProgress:
+    """One unit in a progress snapshot: replicas running, and its replicas' counters summed
+    (items in and out, busy and CPU seconds)."""
+
+    replicas: int = 0
+    items_in: int = 0
+    items_out: int = 0
+    busy_s: float = 0.0
+    cpu_s: float = 0.0
+
+
 @dataclass(frozen=True)
 class Progress:
     """A snapshot of a run in progress, handed to progress callbacks."""
@@ -243,7 +275,7 @@ class Progress:
     outputs: int
     failures: int
     depths: dict[str, int] = field(default_factory=dict)
-    units: dict[str, dict[str, float]] = field(default_factory=dict)
+    units: dict[str, UnitProgress] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:

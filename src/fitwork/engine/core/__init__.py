@@ -14,6 +14,7 @@ from fitwork.engine.core.events import (
     Lost,
     Measured,
     Ready,
+    Regroup,
     Resize,
     Stage,
     Taken,
@@ -34,15 +35,16 @@ from fitwork.engine.core.instructions import (
     Spawn,
 )
 from fitwork.engine.core.policy import Policy
+from fitwork.engine.core.workers import WorkerBooks
 
 if TYPE_CHECKING:
-    from fitwork.engine.core.machine import RunCore, WorkerBooks
+    from fitwork.engine.core.machine import RunCore
 
 
 def __getattr__(name: str) -> Any:
-    """`RunCore` and `WorkerBooks`, loaded on first use: a replica process reads the
-    events, the sizing rule and the policy, never the machine (nor the record it imports)."""
-    if name in ("RunCore", "WorkerBooks"):
+    """`RunCore`, loaded on first use: a replica process reads the events, the sizing rule
+    and the policy, never the machine (nor the record it imports)."""
+    if name == "RunCore":
         from fitwork.engine.core import machine
 
         value = getattr(machine, name)
@@ -53,6 +55,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Drain", "Emit", "Event", "Exited",
     "Fed", "Finished", "FrameSizes", "Instruction", "Lost", "Measured", "Policy", "Ready",
-    "Report", "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn", "Stage",
-    "Taken", "Tick", "WorkerBooks",
+    "Regroup", "Report", "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn",
+    "Stage", "Taken", "Tick", "WorkerBooks",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 from fitwork.engine.core.machine import RunCore
 from fitwork.telemetry.record import (
     CompletionSeries,
+    CoreLog,
     DeviceSample,
     ProcessSample,
     QueueSeries,
@@ -41,7 +42,8 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
              device_samples: Sequence[DeviceSample] = (),
              process_samples: Sequence[ProcessSample] = (),
              host: dict[str, Any] | None = None, refits: Sequence[Refit] = ()) -> RunRecord:
-    """The record of a run whose books ``core`` kept, ended (or interrupted) at ``now``."""
+    """The record of a run whose books ``core`` kept, ended (or interrupted) at ``now``;
+    unless it completed, with the core's log (`fitwork.engine.core.log`) to replay it."""
     wall = max(now - core.t0, 1e-9)
     workers = [
         WorkerRecord(
@@ -82,4 +84,5 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
         status=status, error=error, completions=completions, replicas=replicas,
         placement=core.placement.to_json(), device_samples=list(device_samples),
         process_samples=list(process_samples), host=host,
-        refits=list(refits))
+        refits=list(refits),
+        core_log=CoreLog.model_validate(core.log.to_json()) if status != "completed" else None)

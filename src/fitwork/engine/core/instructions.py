@@ -99,3 +99,5 @@ class Finished:
 
 Instruction = (Send | Spawn | Retire | DeadLetter | Emit | FrameSizes | RestoreCredits | Abort
                | Report | Drain | Finished)
+INSTRUCTIONS = (Send, Spawn, Retire, DeadLetter, Emit, FrameSizes, RestoreCredits, Abort, Report,
+                Drain, Finished)

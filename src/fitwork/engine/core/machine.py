@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fitwork.engine.core.codec import CoreConfig, Started
 from fitwork.engine.core.events import (
     Arrived,
     Counters,
@@ -52,6 +53,7 @@ from fitwork.engine.core.events import (
     Lost,
     Measured,
     Ready,
+    Regroup,
     Resize,
     Stage,
     Taken,
@@ -70,14 +72,16 @@ from fitwork.engine.core.instructions import (
     Send,
     Spawn,
 )
+from fitwork.engine.core.log import LOG_STEPS, CoreLog
 from fitwork.engine.core.policy import Policy
 from fitwork.engine.core.retries import Retries
 from fitwork.engine.core.sizing import frame_size
+from fitwork.engine.core.workers import WorkerBooks
 from fitwork.engine.segment import Return, Segment, fresh, weight_of
 from fitwork.errors import EngineError
 from fitwork.failure import Failure
 from fitwork.placement import Group, Placement
-from fitwork.telemetry.record import Progress
+from fitwork.telemetry.record import Progress, UnitProgress
 from fitwork.unreadable import Unreadable
 
 POISON_STREAK = 16
@@ -85,40 +89,17 @@ POISON_STREAK = 16
 SLICE_WIDTH = 256
 """Rows of the first piece of a shard whose worker died, before the run has seen a shard's
 rows (then half the rows a shard had)."""
-LIVE_FIGURES = ("items_in", "items_out", "busy_s", "cpu_s")
-
-
-class WorkerBooks:
-    """What the core knows of one worker."""
-
-    __slots__ = ("build_cpu_s", "cause", "clean", "code", "counters", "ended", "group",
-                 "held", "id", "intervals", "node", "pid", "ready", "retiring", "stage",
-                 "started")
-
-    def __init__(self, worker_id: int, stage: int, group: Group | None, now: float) -> None:
-        self.id, self.stage, self.group, self.started = worker_id, stage, group, now
-        self.ended: float | None = None
-        self.pid = 0
-        self.node: str | None = None
-        self.ready = False
-        self.retiring = False
-        self.clean = False
-        self.code: int | None = None
-        self.cause = ""
-        self.held: dict[int, Sequence[tuple[int, Sequence[int]]]] = {}
-        self.counters = Counters()
-        self.build_cpu_s = 0.0
-        self.intervals: list[tuple[float, float]] = []
 
 
 class RunCore(Retries):
     """The run's books and rules; see the module docstring."""
 
     def __init__(self, stages: Sequence[Stage], placement: Placement, policy: Policy,
-                 run_id: str, now: float) -> None:
+                 run_id: str, now: float, log_steps: int = LOG_STEPS) -> None:
         self.stages = list(stages)
         self.names = [s.name for s in self.stages]
-        self.placement = placement
+        self._placement = placement
+        self.log = CoreLog(CoreConfig(tuple(stages), placement, policy, run_id, now), log_steps)
         self.policy = policy
         self.run_id = run_id
         self.t0 = now
@@ -165,8 +146,7 @@ class RunCore(Retries):
         self.handlers: dict[type, Callable[[Any], None]] = {
             Fed: self._fed, Ready: self._ready, Taken: self._taken, Done: self._done,
             Measured: self._measured, Arrived: self._arrived, Exited: self._exited,
-            Lost: self._lost,
-            Tick: self._tick, Resize: self._resize,
+            Lost: self._lost, Tick: self._tick, Resize: self._resize, Regroup: self._regroup,
         }
 
     # -- the interface ---------------------------------------------------------------------
@@ -178,14 +158,24 @@ class RunCore(Retries):
                 for _ in range(group.replicas):
                     self._spawn(stage, group, self.t0)
         self._note_replicas(self.t0)
-        return self._take()
+        return self._take(Started())
 
     def handle(self, event: Event) -> list[Instruction]:
         """Take one event; return what the driver must do, in order."""
         self.handlers[type(event)](event)
         if self.source_done and not all(self.drained):
             self._drain()
-        return self._take()
+        return self._take(event)
+
+    @property
+    def placement(self) -> Placement:
+        """The groups replicas are started in."""
+        return self._placement
+
+    @placement.setter
+    def placement(self, placement: Placement) -> None:
+        """A re-fit's new allotment, set by the adapter: logged as a `Regroup` event."""
+        self.handle(Regroup(placement))
 
     def room(self) -> int:
         """How many new source items the driver may feed now (0: wait)."""
@@ -212,18 +202,19 @@ class RunCore(Retries):
 
     def progress(self, now: float) -> Progress:
         """A snapshot for progress callbacks and metrics."""
-        figures = {name: {"replicas": float(self.live(i)), **dict.fromkeys(LIVE_FIGURES, 0.0)}
-                   for i, name in enumerate(self.names)}
-        for worker in self.workers.values():
-            unit = figures[self.names[worker.stage]]
-            counters = worker.counters
-            unit["items_in"] += counters.items_in
-            unit["items_out"] += counters.items_out
-            unit["busy_s"] += counters.busy_s
-            unit["cpu_s"] += counters.cpu_s
+        units = {name: self._unit_progress(i) for i, name in enumerate(self.names)}
         return Progress(elapsed_s=now - self.t0, fed=self.fed, completed=self.completed,
                         outputs=self.outputs, failures=self.failures,
-                        depths=dict(zip(self.names, self.depths(), strict=True)), units=figures)
+                        depths=dict(zip(self.names, self.depths(), strict=True)), units=units)
+
+    def _unit_progress(self, stage: int) -> UnitProgress:
+        """Stage ``stage``'s live replicas and its workers' counters, summed."""
+        counters = [w.counters for w in self.workers.values() if w.stage == stage]
+        return UnitProgress(replicas=self.live(stage),
+                            items_in=sum(c.items_in for c in counters),
+                            items_out=sum(c.items_out for c in counters),
+                            busy_s=sum(c.busy_s for c in counters),
+                            cpu_s=sum(c.cpu_s for c in counters))
 
     def depths(self) -> list[int]:
         """Items sent into each stage and not yet taken by one of its replicas."""
@@ -380,6 +371,9 @@ class RunCore(Retries):
                     self._retry_part(frame.id, range(frame.count), self.names[0],
                                      "frame lost with a killed worker", now)
 
+    def _regroup(self, event: Regroup) -> None:
+        self._placement = event.placement
+
     def _resize(self, event: Resize) -> None:
         stage, wanted = event.stage, max(1, event.replicas)
         self.targets[stage] = wanted
@@ -412,7 +406,8 @@ class RunCore(Retries):
             if frame.items is not None or frame.origin is not None:
                 self._arrive_itemized(frame, segment, now)
                 continue
-            _, _, offsets, paths, exps, values = segment
+            offsets, paths, exps, values = (segment.offsets, segment.paths, segment.exps,
+                                            segment.values)
             if self.slices and exps:  # a shard's children weigh 2**-k: it had <= 2**k rows
                 self.shard_rows = 1 << min(exps[0], 24)
             frame.log.append((offsets, paths, exps, True))
@@ -424,15 +419,15 @@ class RunCore(Retries):
             frame.weight += weight_of(exps, len(values))
             if frame.weight == frame.count:
                 self._complete(frame, now)
-        for frame_id, offsets, exps in returns:
-            frame = frames.get(frame_id)
+        for back in returns:
+            frame = frames.get(back.frame)
             if frame is None:
                 continue
             if frame.items is not None or frame.origin is not None:
-                self._return_itemized(frame, offsets, exps, now)
+                self._return_itemized(frame, back.offsets, back.exps, now)
                 continue
-            frame.log.append((offsets, None, exps, False))
-            frame.weight += weight_of(exps, len(offsets))
+            frame.log.append((back.offsets, None, back.exps, False))
+            frame.weight += weight_of(back.exps, len(back.offsets))
             if frame.weight == frame.count:
                 self._complete(frame, now)
 
@@ -444,7 +439,8 @@ class RunCore(Retries):
         return frame, frame.itemize()[offset], 0
 
     def _arrive_itemized(self, frame: Frame, segment: Segment, now: float) -> None:
-        _, _, offsets, paths, exps, values = segment
+        offsets, paths, exps, values = (segment.offsets, segment.paths, segment.exps,
+                                        segment.values)
         for j, offset in enumerate(offsets):
             owner, item, attempt = self._owner(frame, offset)
             if item.settled:
@@ -609,6 +605,9 @@ class RunCore(Retries):
         if not self.replica_series or self.replica_series[-1][1] != counts:
             self.replica_series.append((now - self.t0, counts))
 
-    def _take(self) -> list[Instruction]:
+    def _take(self, stimulus: Event | Started) -> list[Instruction]:
+        """The instructions ``stimulus`` gave, kept in the log as they are handed out."""
         out, self.out = self.out, []
+        self.log.add(stimulus, out)
         return out
+
