@@ -84,12 +84,17 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
 
 @click.command()
 @click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
-@click.option("--profile", "profile_path", required=True, type=click.Path(path_type=Path),
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path),
               help="A profile from `fitwork profile` of this pipeline.")
+@click.option("--jobs", "jobs_path", type=click.Path(path_type=Path),
+              help="Plan every pipeline of a jobs file together on the fleet (one MILP over "
+                   "all their units; objectives fair, max_throughput, min_cost).")
 @click.option("--fleet", "fleet_ref", default="local", show_default=True,
               help="A fleet YAML file, or 'local' for this host as discovered.")
-@click.option("--objective", type=click.Choice(OBJECTIVES),
-              default="max_throughput", show_default=True)
+@click.option("--objective", type=click.Choice((*OBJECTIVES, "fair")),
+              help="max_throughput (the default) or min_cost; with --jobs fair (the "
+                   "default: weighted max-min of each job's share of its rate alone), "
+                   "max_throughput or min_cost (every job's min_rate at least cost).")
 @click.option("--target", type=float, help="Items/s to reach at least cost (min_cost).")
 @click.option("--time-limit", type=float, default=10.0, show_default=True,
               help="Seconds the solver may take.")
@@ -101,10 +106,21 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
 @click.option("--output", "-o", "output_path", type=click.Path(path_type=Path),
               default=Path("plan.json"), show_default=True)
 @decompose_option
-def plan(pipeline_ref: str | None, profile_path: Path, fleet_ref: str, objective: str,
-         target: float | None, time_limit: float, max_latency: float | None, no_fuse: bool,
-         output_path: Path, decompose: str | None) -> None:
+def plan(pipeline_ref: str | None, profile_path: Path | None, fleet_ref: str,
+         objective: str | None, target: float | None, time_limit: float,
+         max_latency: float | None, no_fuse: bool, output_path: Path, decompose: str | None,
+         jobs_path: Path | None = None) -> None:
     """Fit the pipeline's units to a fleet; print it beside the monolithic baseline."""
+    if jobs_path is not None:
+        from fitwork.jobs.cli import plan_jobs_command
+
+        return plan_jobs_command(jobs_path, fleet_ref, objective, time_limit, output_path)
+    if profile_path is None:
+        raise click.UsageError("Missing option '--profile' (or give --jobs JOBS.yaml)")
+    if objective == "fair":
+        raise click.UsageError("--objective fair shares a fleet between pipelines: give "
+                               "--jobs JOBS.yaml, or use max_throughput or min_cost")
+    objective = objective or "max_throughput"
     from fitwork.fit.plan import fit
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet

@@ -37,11 +37,11 @@ from fitwork.report.metrics import combine_progress, exporter_for, metrics_optio
 
 @click.command()
 @click.argument("pipeline_ref", metavar="MODULE_OR_FILE:PIPELINE", required=False)
-@click.option("--input", "input_text", required=True, type=click.Path(),
+@click.option("--input", "input_text", type=click.Path(),
               help="JSON Lines, CSV, Parquet, or a directory (one item per file); with a "
                    "directory --output, files, globs or a directory of data files, read by "
                    "the replicas.")
-@click.option("--output", "output_text", required=True, type=click.Path(),
+@click.option("--output", "output_text", type=click.Path(),
               help="Where outputs go: JSON Lines, or Parquet by the .parquet suffix; a "
                    "directory (DIR/) has the last unit's replicas write parts into it; - "
                    "writes JSON Lines to stdout (no journal; everything else goes to "
@@ -90,12 +90,20 @@ from fitwork.report.metrics import combine_progress, exporter_for, metrics_optio
               help="A line or row the reader cannot read (bad JSON, a bad CSV row, a Parquet "
                    "row group that fails): stop with the error, or send it to the dead "
                    "letters with its file and position, count it as a failed item, and go on.")
+@click.option("--jobs", "jobs_path", type=click.Path(path_type=Path),
+              help="Run every pipeline of a jobs file at once, each with its own output, "
+                   "journal, dead letters and record (with --plan: a `fitwork plan --jobs` "
+                   "fleet plan, re-fitted as pipelines arrive and finish).")
+@click.option("--fleet-record", type=click.Path(path_type=Path),
+              help="With --jobs: write the fleet record (shares, decisions) here.")
+@click.option("--control", type=click.Path(path_type=Path), hidden=True,
+              help="A control file a fleet run resizes this run's units through.")
 @csv_strings_option
 @metrics_options
 @decompose_option
 @output_mode_option
 @unit_options
-def run(pipeline_ref: str | None, input_text: str, output_text: str,
+def run(pipeline_ref: str | None, input_text: str | None, output_text: str | None,
         workers: tuple[str, ...], ordered: bool, dead_letter: Path | None,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
         node_type: str | None, adapt: bool, monolithic: bool, engine: str,
@@ -104,9 +112,19 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         resume: bool, metrics_port: int | None, metrics_host: str,
         decompose: str | None, csv_strings: bool = False, mode: str | None = None,
         cpus: tuple[str, ...] = (), batch: tuple[str, ...] = (),
-        io: tuple[str, ...] = (), bad_input: str = "error") -> None:
+        io: tuple[str, ...] = (), bad_input: str = "error", jobs_path: Path | None = None,
+        fleet_record: Path | None = None, control: Path | None = None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
     from fitwork.journaled import names_directory
+
+    if jobs_path is not None:
+        from fitwork.jobs.cli import run_jobs_command
+
+        return run_jobs_command(jobs_path, plan_path, engine, resume, ray_address,
+                                fleet_record)
+    if input_text is None or output_text is None:
+        raise click.UsageError(f"Missing option '--{'input' if input_text is None else 'output'}'"
+                               " (or give --jobs JOBS.yaml)")
 
     errors = Console(stderr=True)
     output_path = Path(output_text)
@@ -151,6 +169,10 @@ def run(pipeline_ref: str | None, input_text: str, output_text: str,
         relay = _Relay()
         job = _job(pipeline, source, stream or output_path, sharded, placement,
                    adapt and not monolithic, relay, asked)
+        if control is not None:
+            from fitwork.jobs.control import Control
+
+            relay.control = Control(control, job)
         record = _go(job, relay, None if quiet else (total, pipeline.name),
                      (metrics_port, metrics_host), record_path, errors)
     except KeyboardInterrupt as stop:
@@ -267,10 +289,13 @@ class _Relay:
 
     def __init__(self) -> None:
         self.to: Any = None
+        self.control: Any = None  # a fleet run's control file, read at each report
 
     def __call__(self, snapshot: Any) -> None:
         if self.to is not None:
             self.to(snapshot)
+        if self.control is not None:
+            self.control.poll()
 
 
 def _job(pipeline: Any, source: Any, output: Any, sharded: bool, placement: Any,

@@ -1,0 +1,160 @@
+"""The fleet record: what every pipeline of a `fitwork run --jobs` got, against the plan.
+
+Beside each pipeline's own run record, the fleet record keeps how each ended, every re-fit
+decision with its reason, and the coordinator's readings of each pipeline's CPU seconds.
+Between two decisions the plan is fixed (an EPOCH); per epoch it states each pipeline's
+realized share of the cores used against its planned share, and the fleet's cores busy over
+cores owned, realized against predicted.  A realized figure over what was allocated is said
+as such (the plan under-allocated), never clamped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import BaseModel, Field
+
+from fitwork.document import Document
+from fitwork.version import __version__
+
+if TYPE_CHECKING:
+    from fitwork.jobs.plan import FleetPlan
+    from fitwork.jobs.spec import JobsFile
+
+__all__ = ["Decision", "Epoch", "FleetRecord", "JobOutcome", "Sample"]
+
+
+class JobOutcome(BaseModel):
+    """How one pipeline's run ended."""
+
+    name: str
+    team: str
+    status: Literal["succeeded", "failed", "rejected"]
+    exit_code: int | None
+    started_s: float | None = None
+    ended_s: float | None = None
+    cpu_s: float = 0.0
+    reason: str | None = None
+    record: str | None = None
+
+
+class Decision(BaseModel):
+    """A re-fit: when, why, and what each running pipeline got."""
+
+    at_s: float
+    reason: str
+    running: list[str]
+    replicas: dict[str, dict[str, int]] = Field(default_factory=dict)
+    rates: dict[str, float] = Field(default_factory=dict)
+    cores: dict[str, float] = Field(default_factory=dict)
+    solve_s: float = 0.0
+
+
+class Sample(BaseModel):
+    """CPU seconds each running pipeline's processes had used at ``at_s``."""
+
+    at_s: float
+    cpu_s: dict[str, float]
+    planned_cores: dict[str, float] = Field(default_factory=dict)
+
+
+class Epoch(BaseModel):
+    """One stretch between decisions: planned against realized shares and utilization."""
+
+    start_s: float
+    end_s: float
+    running: list[str]
+    planned_share: dict[str, float]
+    realized_share: dict[str, float]
+    cores_used: dict[str, float]
+    predicted_utilization: float | None
+    realized_utilization: float
+
+    def share_ratio(self, name: str) -> float:
+        """Realized over planned share of ``name`` (nan where none was planned)."""
+        planned = self.planned_share.get(name, math.nan)
+        return self.realized_share.get(name, math.nan) / planned if planned else math.nan
+
+
+class FleetRecord(Document):
+    """Every pipeline's outcome, the decisions, the samples and the epochs they make."""
+
+    document_kind: ClassVar[str] = "fleet record"
+    document_maker: ClassVar[str] = "`fitwork run --jobs ... --record FILE`"
+
+    fitwork_version: str
+    planned: bool
+    host_cores: int
+    teams: dict[str, str]
+    jobs: list[JobOutcome]
+    decisions: list[Decision]
+    samples: list[Sample]
+    epochs: list[Epoch]
+    cost_per_team: dict[str, float] = Field(default_factory=dict)
+
+    @classmethod
+    def build(cls, jobs: JobsFile, plan: FleetPlan | None, outcomes: list[JobOutcome],
+              decisions: list[Decision], samples: list[Sample], cores: int) -> FleetRecord:
+        """The record of a fleet run from the coordinator's books."""
+        order = {j.name: i for i, j in enumerate(jobs.jobs)}
+        wall = max((o.ended_s or 0.0 for o in outcomes), default=0.0)
+        return cls(fitwork_version=__version__, planned=plan is not None, host_cores=cores,
+                   teams={j.name: j.team for j in jobs.jobs},
+                   jobs=sorted(outcomes, key=lambda o: order.get(o.name, 0)),
+                   decisions=decisions, samples=samples,
+                   epochs=epochs(decisions, samples, cores),
+                   cost_per_team=plan.cost_over(wall) if plan is not None else {})
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every admitted pipeline succeeded, else 1."""
+        return 0 if all(o.status != "failed" for o in self.jobs) else 1
+
+    def lines(self) -> list[str]:
+        """The console's summary: each pipeline's end, then each epoch's shares."""
+        out = []
+        for o in self.jobs:
+            took = (f" in {o.ended_s - o.started_s:.1f} s" if o.ended_s is not None
+                    and o.started_s is not None else "")
+            why = f" ({o.reason})" if o.reason and o.status != "succeeded" else ""
+            out.append(f"{o.name} [{o.team}]: {o.status}{took}, {o.cpu_s:.1f} CPU-s{why}")
+        for e in self.epochs:
+            if e.end_s - e.start_s < 1.0:
+                continue
+            shares = ", ".join(
+                f"{n} {e.realized_share.get(n, 0):.0%}"
+                + (f" (planned {e.planned_share[n]:.0%})" if n in e.planned_share else "")
+                for n in e.running)
+            util = f"cores busy {e.realized_utilization:.0%} of the host's"
+            if e.predicted_utilization is not None:
+                util += f" (predicted {e.predicted_utilization:.0%})"
+            if e.realized_utilization > 1.0:
+                util += ": more than the host has, a measurement error"
+            out.append(f"{e.start_s:6.1f}-{e.end_s:6.1f} s: {shares}; {util}")
+        return out
+
+
+def epochs(decisions: list[Decision], samples: list[Sample], cores: int) -> list[Epoch]:
+    """Per stretch between decisions, planned and realized shares from the samples in it."""
+    bounds = [d.at_s for d in decisions] + [math.inf]
+    found = []
+    for i, d in enumerate(decisions):
+        inside = [s for s in samples if bounds[i] <= s.at_s < bounds[i + 1]]
+        if len(inside) < 2:
+            continue
+        first, last = inside[0], inside[-1]
+        span = last.at_s - first.at_s
+        used = {n: max(0.0, last.cpu_s.get(n, 0.0) - first.cpu_s.get(n, 0.0)) / span
+                for n in last.cpu_s if n in first.cpu_s} if span > 0 else {}
+        total = sum(used.values())
+        planned = {n: c for n, c in d.cores.items() if n in used and c > 0}
+        ptotal = sum(planned.values())
+        found.append(Epoch(
+            start_s=first.at_s, end_s=last.at_s, running=sorted(used),
+            planned_share={n: c / ptotal for n, c in planned.items()} if ptotal else {},
+            realized_share={n: u / total for n, u in used.items()} if total else {},
+            cores_used=used,
+            predicted_utilization=min(ptotal, cores) / cores if planned else None,
+            realized_utilization=total / cores))
+    return found

@@ -1,0 +1,286 @@
+"""`fitwork run --jobs`: every pipeline of a jobs file at once, on one host or one Ray cluster.
+
+Each pipeline runs as its own `fitwork run` process, so its output, journal, dead letters,
+record and exit status are its own, and a crash, a poison row or a bad input in one touches
+no other.  This coordinator starts each at its ``start_after``, watches them, and on every
+arrival and departure re-fits the fleet plan over the pipelines then running
+(`fitwork.jobs.plan.refit`) and moves replicas to them live through their control files
+(`fitwork.jobs.control`), recording each decision with its reason.  The host's scheduler is
+told the plan's shares too: each pipeline's processes get the nice level that weighs one of
+them as the cores the plan gives one of its replicas (CFS weighs a process 1.25x per level),
+so where the pipelines contend for the cores each gets its planned share, and a share one
+leaves unused goes to the others.  Unplanned (no fleet plan), each pipeline runs its units'
+declared replicas and the levels follow the pipelines' weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from fitwork.jobs.control import write_control
+from fitwork.jobs.plan import FleetPlan, refit
+from fitwork.jobs.record import Decision, FleetRecord, JobOutcome, Sample
+from fitwork.jobs.spec import Job, JobsFile
+
+__all__ = ["run_many"]
+
+SAMPLE_S = 0.5
+"""How often the coordinator reads each pipeline's processes' CPU time (the shares)."""
+NICE_STEP = 1.25
+"""CFS weighs a process 1.25x per nice level: one level per 1.25x of weight."""
+
+
+@dataclass
+class _Running:
+    """One pipeline's process and what the coordinator knows of it."""
+
+    job: Job
+    process: subprocess.Popen[bytes]
+    control: Path
+    started: float
+    log: Any
+    cpu: float = 0.0
+    seq: int = 0
+    ended: float | None = None
+    tree: dict[int, psutil.Process] = field(default_factory=dict)
+    nice: int = 0
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds its process and every live descendant have used (and the exited
+        ones it waited for)."""
+        try:
+            root = self.tree.setdefault(self.process.pid, psutil.Process(self.process.pid))
+            total = _cpu(root, children=True)
+            for child in root.children(recursive=True):
+                process = self.tree.setdefault(child.pid, child)
+                total += _cpu(process)
+                _renice(process, self.nice)
+            _renice(root, self.nice)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return self.cpu
+        self.cpu = max(self.cpu, total)
+        return self.cpu
+
+
+def _renice(process: psutil.Process, level: int) -> None:
+    """Set ``process``'s nice level where it differs (lowering it needs privileges: where
+    refused, it stays)."""
+    with contextlib.suppress(psutil.Error, OSError):
+        if process.nice() != level:
+            process.nice(level)
+
+
+def _cpu(process: psutil.Process, children: bool = False) -> float:
+    try:
+        t = process.cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
+    return t.user + t.system + ((t.children_user + t.children_system) if children else 0.0)
+
+
+def run_many(jobs: JobsFile, plan: FleetPlan | None = None, *, engine: str = "local",
+             resume: bool = False, ray_address: str | None = None,
+             say: Callable[[str], None] | None = None,
+             workdir: Path | None = None) -> FleetRecord:
+    """Run every job of ``jobs`` at once and return the fleet record when the last ends.
+
+    With ``plan`` (a `FleetPlan` for the same jobs), each admitted job runs with its share
+    of the plan and re-fits move replicas between them as they arrive and finish; queued
+    jobs start once a re-fit admits them; rejected jobs do not run.  ``resume`` continues
+    each job from its journal.
+    """
+    say = say or (lambda line: print(line, file=sys.stderr))
+    own = workdir or Path(tempfile.mkdtemp(prefix="fitwork-jobs-"))
+    fleet = _Fleet(jobs, plan, engine, resume, ray_address, say, own)
+    return fleet.go()
+
+
+class _Fleet:
+    """The coordinator's state: what runs, what waits, the samples and the decisions."""
+
+    def __init__(self, jobs: JobsFile, plan: FleetPlan | None, engine: str, resume: bool,
+                 ray_address: str | None, say: Callable[[str], None], workdir: Path) -> None:
+        self.jobs, self.plan, self.engine, self.resume = jobs, plan, engine, resume
+        self.ray_address, self.say, self.workdir = ray_address, say, workdir
+        self.running: dict[str, _Running] = {}
+        self.done: dict[str, JobOutcome] = {}
+        self.decisions: list[Decision] = []
+        self.samples: list[Sample] = []
+        self.clock = time.monotonic
+        self.t0 = self.clock()
+        self.planned: dict[str, dict[str, int]] = {}
+        self.rates: dict[str, float] = {}
+        self.cores: dict[str, float] = {}
+        self.levels: dict[str, int] = {} if plan is not None else _levels(
+            {j.name: j.weight for j in jobs.jobs})
+        self.waiting = [j for j in jobs.jobs if self._status(j) != "rejected"]
+        for j in jobs.jobs:
+            if self._status(j) == "rejected":
+                assert plan is not None
+                reason = plan.job(j.name).reason or "rejected by the plan"
+                self.say(f"{j.name}: rejected, not run: {reason}")
+                self.done[j.name] = JobOutcome(name=j.name, team=j.team, status="rejected",
+                                               exit_code=None, reason=reason)
+
+    def _status(self, job: Job) -> str:
+        return "admitted" if self.plan is None else self.plan.job(job.name).status
+
+    def go(self) -> FleetRecord:
+        """Start, watch and re-fit until every job has ended; the fleet record."""
+        last_sample = self.clock()
+        try:
+            while self.waiting or self.running:
+                now = self.clock() - self.t0
+                arrived = [j for j in self.waiting if j.start_after <= now]
+                ended = [r for r in self.running.values() if r.process.poll() is not None]
+                for r in ended:
+                    self._ended(r)
+                if arrived or ended:
+                    self._decide(arrived, [r.job.name for r in ended])
+                if self.clock() - last_sample >= SAMPLE_S:
+                    self._sample()
+                    last_sample = self.clock()
+                time.sleep(0.05)
+        finally:
+            for r in self.running.values():  # interrupted: stop what still runs
+                with contextlib.suppress(ProcessLookupError):
+                    r.process.terminate()
+        self._sample()
+        return FleetRecord.build(self.jobs, self.plan, list(self.done.values()),
+                                 self.decisions, self.samples, psutil.cpu_count() or 1)
+
+    def _decide(self, arrived: list[Job], ended: list[str]) -> None:
+        """Re-fit over the running and arriving jobs (with a plan) and start the arrivals
+        the plan admits; record the decision and its reason."""
+        reason = "; ".join([*(f"{j.name} arrived" for j in arrived),
+                            *(f"{n} finished" for n in ended)])
+        candidates = [*self.running, *(j.name for j in arrived),
+                      *(j.name for j in self.waiting if j not in arrived and
+                        j.start_after <= self.clock() - self.t0)]
+        admitted, started = candidates, 0.0
+        if self.plan is not None:
+            began = time.perf_counter()
+            fitted = refit(self.plan, candidates)
+            started = time.perf_counter() - began
+            admitted = [n for n in candidates if fitted.admitted(n)]
+            self.planned = {n: fitted.replicas(n) for n in admitted}
+            self.rates = {n: fitted.rate(n) for n in admitted}
+            self.cores = {n: fitted.cores(n) for n in admitted}
+            self.levels = _levels({n: self.cores[n] / max(1, sum(self.planned[n].values()))
+                                   for n in admitted})
+        for name, r in self.running.items():
+            r.nice = self.levels.get(name, r.nice)
+            if name in self.planned:
+                r.seq += 1
+                write_control(r.control, r.seq, self.planned[name])
+        for j in list(self.waiting):
+            if j.name in admitted and j.start_after <= self.clock() - self.t0:
+                self.waiting.remove(j)
+                self._start(j)
+        self.decisions.append(Decision(
+            at_s=self.clock() - self.t0, reason=reason, running=sorted(self.running),
+            replicas={n: dict(v) for n, v in self.planned.items() if n in self.running},
+            rates={n: v for n, v in self.rates.items() if n in self.running},
+            cores={n: v for n, v in self.cores.items() if n in self.running},
+            solve_s=started))
+        if self.plan is not None and self.decisions[-1].replicas:
+            moved = ", ".join(f"{n} {_counts(v)}" for n, v in
+                              sorted(self.decisions[-1].replicas.items()))
+            self.say(f"re-fit ({reason}): {moved}")
+
+    def _start(self, job: Job) -> None:
+        """Start ``job``'s own `fitwork run` process."""
+        control = self.workdir / f"{job.name}.control.json"
+        command = [sys.executable, "-m", "fitwork", "run", job.pipeline,
+                   "--input", str(job.input), "--output", str(job.output),
+                   "--dead-letter", str(job.dead_letters), "--record", str(job.record_path),
+                   "--engine", self.engine, "--quiet", "--control", str(control)]
+        if self.resume:
+            command.append("--resume")
+        if self.engine == "ray" and self.ray_address:
+            command += ["--ray-address", self.ray_address]
+        nice = self.levels.get(job.name, 0)
+        if self.plan is not None:
+            job_plan = self.workdir / f"{job.name}.plan.json"
+            self.plan.job_plan(job.name, self.planned.get(job.name)).save(job_plan)
+            command += ["--plan", str(job_plan)]
+            write_control(control, 0, self.planned.get(job.name, {}))
+        job.output.parent.mkdir(parents=True, exist_ok=True)
+        log = job.output.with_name(job.output.name + ".log").open("wb")
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=str(self.jobs.path.resolve().parent if self.jobs.path else Path.cwd()),
+            env=_env(self.jobs), preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        self.running[job.name] = _Running(job, process, control, self.clock() - self.t0, log,
+                                          nice=nice)
+        self.say(f"{job.name}: started (pid {process.pid}"
+                 f"{f', nice {nice}' if nice else ''}); log in {log.name}")
+
+    def _ended(self, r: _Running) -> None:
+        r.cpu_seconds()
+        r.ended = self.clock() - self.t0
+        r.log.close()
+        del self.running[r.job.name]
+        code = r.process.returncode
+        status = "succeeded" if code == 0 else "failed"
+        tail = "" if code == 0 else f": {_last_line(Path(r.log.name))}"
+        self.say(f"{r.job.name}: {status} (exit {code}) after {r.ended - r.started:.1f} s"
+                 f"{tail}")
+        self.done[r.job.name] = JobOutcome(
+            name=r.job.name, team=r.job.team, status=status, exit_code=code,
+            started_s=r.started, ended_s=r.ended, cpu_s=r.cpu,
+            reason=None if code == 0 else tail.lstrip(": "),
+            record=str(r.job.record_path))
+
+    def _sample(self) -> None:
+        """One reading of every running pipeline's CPU seconds so far."""
+        if not self.running:
+            return
+        self.samples.append(Sample(
+            at_s=self.clock() - self.t0,
+            cpu_s={n: r.cpu_seconds() for n, r in self.running.items()},
+            planned_cores={n: self.cores.get(n, math.nan) for n in self.running}))
+
+
+def _counts(replicas: dict[str, int]) -> str:
+    return "(" + ", ".join(f"{u}={n}" for u, n in replicas.items()) + ")"
+
+
+def _levels(weights: dict[str, float]) -> dict[str, int]:
+    """The nice level per pipeline that weighs its processes as ``weights`` (the heaviest
+    at 0, a lighter one a level per 1.25x lighter)."""
+    heaviest = max(weights.values(), default=0.0)
+    if heaviest <= 0:
+        return {n: 0 for n in weights}
+    return {n: min(19, max(0, round(math.log(heaviest / max(w, heaviest * 1e-6))
+                                    / math.log(NICE_STEP)))) for n, w in weights.items()}
+
+
+def _env(jobs: JobsFile) -> dict[str, str]:
+    """The children's environment: this one, with the jobs file's folder importable (a job
+    may name a module that sits beside it)."""
+    env = dict(os.environ)
+    base = str(jobs.path.resolve().parent) if jobs.path else os.getcwd()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (base, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line a pipeline's process wrote (its error, if it failed)."""
+    with contextlib.suppress(OSError):
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1].strip()[:300]
+    return "no output"
