@@ -178,3 +178,18 @@ def test_every_row_holds(case: tuple[list[JobSpec], list[Offer], list[Pool]],
                  integral=integral, time_limit=5.0)
     feasible(plan, jobs, offers, pools)
     assert all(math.isfinite(j.share) and j.share <= 1 + 1e-6 for j in plan.jobs)
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_identical_copies_as_one_spec_match_them_apart(whole: bool) -> None:
+    apart = [JobSpec(f"a{i}", (1, 1), whole=whole) for i in range(3)] + [
+        JobSpec("b", (1, 1), weight=2, whole=whole)]
+    together = [JobSpec("a", (1, 1), count=3, whole=whole),
+                JobSpec("b", (1, 1), weight=2, whole=whole)]
+    kw = {"integral": False, "fractional": True}
+    one = cofit(apart, offers_for(4), POOLS, **kw)  # type: ignore[arg-type]
+    two = cofit(together, offers_for(2), POOLS, **kw)  # type: ignore[arg-type]
+    assert sum(j.rate for j in one.jobs[:3]) == pytest.approx(3 * two.jobs[0].rate)
+    assert one.jobs[3].rate == pytest.approx(two.jobs[1].rate)
+    with pytest.raises(CoFitInputError, match="count > 1 needs integral=False"):
+        cofit(together, offers_for(2), POOLS)

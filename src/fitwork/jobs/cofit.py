@@ -75,7 +75,7 @@ Z_TOLERANCE = 1e-7
 def _goals(objective: Objective, jobs: Sequence[JobSpec],
            active: Sequence[int]) -> list[tuple[str, cm.Goal]]:
     """The stages the objective solves, first stage's goal first."""
-    weights = {p: jobs[p].weight for p in active}
+    weights = {p: jobs[p].weight * jobs[p].count for p in active}
     if objective == "fair":
         return [("fair z", cm.Goal(fair=True)), ("fair fill", cm.Goal(s_weight=weights))]
     if objective == "max_throughput":
@@ -149,6 +149,9 @@ def cofit(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
     """
     _check_options(objective, time_limit, mip_gap, alone, len(jobs))
     check(jobs, offers, pools)
+    if integral and any(job.count > 1 for job in jobs):
+        raise CoFitInputError("a job with count > 1 needs integral=False (copies share whole "
+                              "replicas only in the relaxation); give each copy its own JobSpec")
     if warm is not None and len(warm) != len(offers):
         raise CoFitInputError(f"warm has {len(warm)} entries for {len(offers)} offers")
     if alone is None:

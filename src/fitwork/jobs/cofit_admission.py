@@ -75,8 +75,7 @@ def alone_rates(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequenc
     """T*_p: each job alone on the whole fleet (within its quota unless ``quotas=False``),
     one solve each; cache them and pass them to `cofit` as ``alone``."""
     check(jobs, offers, pools)
-    if not quotas:
-        jobs = [replace(job, quota=None) for job in jobs]
+    jobs = [replace(job, count=1, quota=job.quota if quotas else None) for job in jobs]
     return [_alone(jobs, offers, pools, p, integral, time_limit, mip_gap)[0]
             for p in range(len(jobs))]
 
@@ -135,7 +134,8 @@ def _check(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Poo
     for k, o in enumerate(lay.offers):
         b[o] = max(0.0, v[lay.b(k)])
         x[o] = max(0.0, v[lay.x(k)])
-    rate, use_alone, more = _alone(jobs, offers, pools, p, integral, time_limit, mip_gap)
+    ones = [replace(job, count=1) for job in jobs]
+    rate, use_alone, more = _alone(ones, offers, pools, p, integral, time_limit, mip_gap)
     need = {k: u * want / rate for k, u in use_alone.items()} if rate > 0 else {}
     free = {k: sum(pool.capacity.get(k, 0.0) * pool.count for pool in pools) for k in need}
     for q, used in job_use(offers, x, b).items():

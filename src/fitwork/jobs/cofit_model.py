@@ -229,7 +229,7 @@ def _unit_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Sequen
             for u, m in enumerate(job.multiplicity):
                 if m <= 0:
                     continue
-                norm = m * scale[p]
+                norm = m * scale[p] * job.count
                 entries = [(lay.b(k), offers[lay.offers[k]].rate / norm)
                            for k in groups.get((p, u, n), [])]
                 rows.add([*entries, (t_col, -1.0)], 0.0, np.inf)
@@ -255,17 +255,20 @@ def _link_rows(rows: _Rows, lay: Layout, offers: Sequence[Offer], pools: Sequenc
             rows.add([(lay.x(k), 1.0), (pick, -most)], -np.inf, 0.0)
 
 
-def _time_share_rows(rows: _Rows, lay: Layout, offers: Sequence[Offer],
-                     pools: Sequence[Pool], fixed: np.ndarray | None) -> None:
-    """A job placed whole uses of each pool at most its time share there of the pool."""
+def _time_share_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec],
+                     offers: Sequence[Offer], pools: Sequence[Pool],
+                     fixed: np.ndarray | None) -> None:
+    """A job placed whole uses of each pool at most its time share there of the pool (its
+    copies, ``count`` of them, each their share)."""
     mine = _group(lay, offers, "job_pool")
     for (p, n), col in lay.choose.items():
+        copies = float(jobs[p].count)
         pool = pools[n]
         for key, cap in pool.capacity.items():
             entries, constant = _terms(lay, offers, mine.get((p, n), []), key,
                                        cap * pool.count, fixed)
             if entries:
-                rows.add([*entries, (col, -1.0)], -np.inf, -constant)
+                rows.add([*entries, (col, -copies)], -np.inf, -constant)
 
 
 def _quota_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Sequence[Offer],
@@ -273,7 +276,8 @@ def _quota_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Seque
     """Per job and quota key: what its replicas hold plus what its load consumes, at most."""
     mine = _group(lay, offers, "job")
     for p in lay.jobs:
-        for key, most in (jobs[p].quota or {}).items():
+        for key, each in (jobs[p].quota or {}).items():
+            most = each * jobs[p].count
             norm = most if most > 0 else 1.0
             entries, constant = _terms(lay, offers, mine.get(p, []), key, norm, fixed)
             if entries:
@@ -292,7 +296,7 @@ def build(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
     _unit_rows(rows, lay, jobs, offers, scale)
     _link_rows(rows, lay, offers, pools, jobs, goal.min_cost)
     _quota_rows(rows, lay, jobs, offers, fixed)
-    _time_share_rows(rows, lay, offers, pools, fixed)
+    _time_share_rows(rows, lay, jobs, offers, pools, fixed)
     lb = np.zeros(lay.size)
     ub = np.full(lay.size, np.inf)
     integrality = np.zeros(lay.size, dtype=np.int8)

@@ -46,10 +46,11 @@ def _rates(jobs: Sequence[JobSpec], active: Sequence[int],
 
 def job_rates(jobs: Sequence[JobSpec], offers: Sequence[Offer], active: Sequence[int],
               b: np.ndarray) -> dict[int, float]:
-    """T_p each active job's flows carry: its slowest unit (per pool, summed, when whole)."""
+    """T_p each active job's flows carry: its slowest unit (per pool, summed, when whole),
+    per copy of a job that stands for ``count``."""
     out = {p: 0.0 for p in active}
     for (p, _), t in _rates(jobs, active, _carried(jobs, offers, b)).items():
-        out[p] += t
+        out[p] += t / jobs[p].count
     return out
 
 
@@ -104,7 +105,8 @@ def round_replicas(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequ
     for n, pool in enumerate(pools):
         rows += [(by_pool.get(n, []), key, cap * nodes[n]) for key, cap in pool.capacity.items()]
     for p in active:
-        rows += [(by_job.get(p, []), key, most) for key, most in (jobs[p].quota or {}).items()]
+        rows += [(by_job.get(p, []), key, most * jobs[p].count)
+                 for key, most in (jobs[p].quota or {}).items()]
     _overfull(rows, offers, x, b)
     np.minimum(b, x, out=b)
     trim(jobs, offers, active, b)

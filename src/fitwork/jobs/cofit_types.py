@@ -66,6 +66,10 @@ class JobSpec:
     """Place the job whole: every unit on one pool (job-level placement, as Gavel's). In an
     integral model one binary per (job, pool) picks the pool; relaxed, the job's rate is a sum
     over pools each carrying every unit (time-sharing across types, as Gavel's allocation)."""
+    count: int = 1
+    """Identical copies this spec stands for (relaxed models only): the model carries them as
+    one, each getting 1/count of the load (exact in the LP: by symmetry an optimum exists that
+    treats identical jobs alike). ``JobResult.rate`` is per copy, ``use`` for all of them."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,8 @@ def check(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
         if not job.multiplicity or job.weight <= 0 or min(job.multiplicity) < 0:
             raise CoFitInputError(f"job {p} ({job.name}): needs at least one unit, weight > 0 "
                                   "and multiplicities >= 0; fix the job")
+        if job.count < 1:
+            raise CoFitInputError(f"job {p} ({job.name}): count must be >= 1")
         if job.min_rate is not None and job.min_rate < 0:
             raise CoFitInputError(f"job {p} ({job.name}): min_rate must be >= 0")
     for k, o in enumerate(offers):
