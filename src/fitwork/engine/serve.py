@@ -1,7 +1,7 @@
-"""The replica runtime: how one replica runs its unit's items, written once for every engine.
+"""The replica runtime's parts: a replica's calls, busy time, batches, and retries alone.
 
-The local worker, the Ray actor replica and the Ray task differ in how frames reach them
-and how outputs leave (pipes, Ray calls); what happens in between is here:
+The one loop that runs a replica's frames on every engine is `fitwork.engine.serving`;
+these are what it (and the Ray replica, for what crosses processes) is made of:
 
 - `Runner`: the unit's calls by its way of running (plain, a batch, concurrent I/O calls
   on threads, or ``async def`` calls on an event loop), each call through the unit's shared
@@ -9,12 +9,10 @@ and how outputs leave (pipes, Ray calls); what happens in between is here:
 - `Busy`: busy time and busy intervals, counted while at least one call runs, an interval
   joined to the previous one when they nearly touch (``MERGE_GAP``);
 - `Batches`: the batching rule (a batch of ``size`` items, or what came within ``wait``
-  seconds of the first one waiting), driven by the local worker's loop, and by a thread in
-  `Batcher` where calls arrive side by side;
-- `Alone`: calls side by side in one process, except a retry, which runs alone.  "A
-  retried item runs alone" holds everywhere: a batch unit runs a retried item in a batch
-  of its own (`Batcher.submit`, the local batched loop), and a process that takes calls
-  side by side lets a retry in only when nothing else runs there.
+  seconds of the first one waiting);
+- `Alone`: a process that takes calls side by side (a Ray actor) lets a retry in only
+  when nothing else runs there, and holds new calls back while it runs; within a replica,
+  the loop (`fitwork.engine.serving.Serving`) keeps the same rule.
 """
 
 from __future__ import annotations
@@ -217,51 +215,6 @@ class Batches(Generic[T]):
         return batch
 
 
-class Batcher:
-    """Batches from calls that arrive side by side (Ray's), run by a thread of their own."""
-
-    def __init__(self, runner: Runner, size: int, wait: float) -> None:
-        self.runner = runner
-        self.batches: Batches[tuple[Any, Future[Any]]] = Batches(size, wait)
-        self.cond = threading.Condition()
-        threading.Thread(target=self.loop, daemon=True, name="fitwork-batcher").start()
-
-    def submit(self, values: list[Any], alone: bool) -> list[Future[Any]]:
-        """Queue values; a retried one (``alone``) runs at once, in a batch of its own."""
-        futures: list[Future[Any]] = [Future() for _ in values]
-        if alone:  # a retried item runs by itself, so a poison item hurts no other
-            for value, future in zip(values, futures, strict=True):
-                self.run([(value, future)])
-            return futures
-        with self.cond:
-            for pair in zip(values, futures, strict=True):
-                self.batches.put(pair)
-            self.cond.notify()
-        return futures
-
-    def drain(self) -> None:
-        """Nothing more comes but retries: run what waits now, and every batch after as soon
-        as it has an item."""
-        with self.cond:
-            self.batches.drain()
-            self.cond.notify()
-
-    def run(self, batch: list[tuple[Any, Future[Any]]]) -> None:
-        """One batch call; each future gets its item's result."""
-        results = self.runner.batch([value for value, _ in batch])
-        for (_, future), result in zip(batch, results, strict=True):
-            future.set_result(result)
-
-    def loop(self) -> None:
-        """Run each batch as it becomes due."""
-        while True:
-            with self.cond:
-                while not self.batches.due():
-                    self.cond.wait(timeout=self.batches.timeout())
-                batch = self.batches.take()
-            self.run(batch)
-
-
 class Alone:
     """Calls side by side, except a retry (a segment with attempt > 0), which runs alone in
     the process: it waits for the calls in it to end and holds new ones back, so a death
@@ -391,5 +344,4 @@ class Alone:
                     self.cond.notify_all()
 
 
-__all__ = ["MERGE_GAP", "Alone", "Batcher", "Batches", "Busy", "Runner", "event_loop",
-           "failed_count"]
+__all__ = ["MERGE_GAP", "Alone", "Batches", "Busy", "Runner", "event_loop", "failed_count"]

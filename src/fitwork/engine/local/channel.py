@@ -69,6 +69,13 @@ class Channel:
         ready, _, _ = select.select([self.recv_end, self.drain_read], [], [], timeout)
         return self.drain_read in ready
 
+    def head(self) -> bytes:
+        """The first byte of the next datagram, left in the channel (b"": none now)."""
+        try:
+            return self.recv_end.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return b""
+
     def get(self, timeout: float | None) -> bytes | None:
         """The next datagram, giving its credit back; None when ``timeout`` passes first."""
         self.recv_end.settimeout(timeout)

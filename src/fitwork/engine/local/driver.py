@@ -39,6 +39,7 @@ from fitwork.engine.core import (
     Send,
     Spawn,
 )
+from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.wire import Wire
@@ -53,7 +54,6 @@ from fitwork.telemetry.processes import Worker
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.005
-MAX_FRAME = 4096
 QUIET = 1.0
 REAP_SCAN = 0.5
 """Seconds between checks of every worker for an exit its sentinel did not show."""
@@ -106,7 +106,10 @@ class LocalRun(Shell):
                                                                  socket.SOCK_DGRAM)
         self.control_recv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.control_recv.setblocking(False)
-        self.hints: Any = self.ctx.Array("i", [1] * stages + [MAX_FRAME], lock=False)
+        # each stage's frame size: its batch (else 0: cut per replica) until the core's
+        self.hints: Any = self.ctx.Array(
+            "i", [*first_sizes([s.batch_size for s in self.stages]), MAX_FRAME],
+            lock=False)
         self.gates = [shared_gate(self.ctx, u.max_concurrency, u.rate_limit)
                       for u in pipeline.units]
         self.handles: dict[int, _Handle] = {}
@@ -132,7 +135,8 @@ class LocalRun(Shell):
         self.channels[0].credits.release()
 
     def transmit(self, token: Any, send: Send) -> None:
-        data, size = self.wire.dumps((send.frame, [tuple(send.segment)]))
+        data, size = self.wire.dumps((send.frame, [tuple(send.segment)]),
+                                     retry=send.segment.attempt > 0)
         self.bytes_sent += size
         self.channels[0].send_end.send(data)
 
@@ -144,8 +148,9 @@ class LocalRun(Shell):
         cores = asks.cpu
         spec = WorkerSpec(
             worker_id=instruction.worker, stage=stage, unit=unit,
-            batch_size=(group.batch_size if group is not None and group.batch_size
-                        else unit.batch_size),
+            batch_size=self.batch_size(unit, group),
+            next_replicas=(max(1, self.placement.replicas(self.names[stage + 1]))
+                           if stage + 1 < len(self.units) else 1),
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
             parent_pid=os.getpid(), env=self.worker_env(stage, asks.gpu), cores=cores,
@@ -159,6 +164,11 @@ class LocalRun(Shell):
         self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
                                                    pid=process.pid or 0)
         self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
+
+    @staticmethod
+    def batch_size(unit: Any, group: Any) -> int | None:
+        """A replica's batch size: its group's, else the unit's."""
+        return group.batch_size if group is not None and group.batch_size else unit.batch_size
 
     def worker_env(self, stage: int, gpu: float) -> dict[str, str]:
         """Environment for a new replica: replicas that ask for a GPU take visible GPUs in
@@ -176,7 +186,9 @@ class LocalRun(Shell):
         self.channels[instruction.stage].put_drain()
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
-        for stage, size in enumerate(instruction.sizes):
+        told = sizes_told(instruction.sizes, instruction.measured,
+                          first_sizes([s.batch_size for s in self.stages]))
+        for stage, size in enumerate(told):
             self.hints[stage] = size
 
     def restore_credits(self) -> None:

@@ -41,6 +41,7 @@ INLINE_LIMIT = 64 * 1024
 OUT_OF_BAND_MIN = 1 << 20
 _ALIGN = 64
 _INLINE, _SPILLED = b"I", b"S"
+_RETRY = {b"i": _INLINE, b"s": _SPILLED}  # the same, for a frame holding a retry
 _HEADER = struct.Struct("<QQ")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _WRITING = ".w"
@@ -68,9 +69,14 @@ class Wire:
         self.directory = shm_dir()
         self._counter = itertools.count()
 
-    def dumps(self, obj: Any, held: bool = False) -> tuple[bytes, int]:
+    def dumps(self, obj: Any, held: bool = False, retry: bool = False) -> tuple[bytes, int]:
         """The datagram for ``obj`` and the number of bytes it moves in all.  ``held``: a
-        spilled file keeps its ``.w`` name until `ready` (call it just before sending)."""
+        spilled file keeps its ``.w`` name until `ready` (call it just before sending).
+        ``retry``: its first byte says so (`is_retry`), for a receiver that peeks."""
+        data, size = self._dumps(obj, held)
+        return (data[:1].lower() + data[1:] if retry else data), size
+
+    def _dumps(self, obj: Any, held: bool) -> tuple[bytes, int]:
         buffers: list[pickle.PickleBuffer] = []
 
         def keep_inline(buffer: pickle.PickleBuffer) -> bool:
@@ -86,7 +92,7 @@ class Wire:
 
     def ready(self, data: bytes) -> None:
         """Give a held spilled file the name its datagram carries (inline: nothing to do)."""
-        if data[:1] == _SPILLED:
+        if _RETRY.get(data[:1], data[:1]) == _SPILLED:
             name = data[1:].decode()
             os.rename(self.directory / f"{name}{_WRITING}", self.directory / name)
 
@@ -114,7 +120,7 @@ class Wire:
 
         A spilled file is mapped and unlinked here; arrays in it are views of the mapping.
         """
-        if data[:1] == _INLINE:
+        if _RETRY.get(data[:1], data[:1]) == _INLINE:
             return pickle.loads(memoryview(data)[1:]), len(data)
         path = self._spilled_path(data)
         try:
@@ -141,6 +147,11 @@ class Wire:
             buffers.append(memory[offset:offset + size_i])
             offset = _aligned(offset + size_i)
         return pickle.loads(stream, buffers=buffers), size
+
+    @staticmethod
+    def is_retry(head: bytes) -> bool:
+        """Whether a datagram (its first byte is enough) carries a frame holding a retry."""
+        return head[:1] in _RETRY
 
     def _spilled_path(self, data: bytes) -> Path:
         """The file a spilled datagram names, which must be one of this run's."""

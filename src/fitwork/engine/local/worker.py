@@ -1,54 +1,54 @@
-"""A worker process: pulls frames from its unit's channel, runs the unit, pushes results on.
+"""A worker process: the local engine's transport for one replica's loop.
 
 A frame is ``(frame id, [segment, ...])`` (see `fitwork.engine.segment`; on the pipe each
-segment is a plain tuple).  The unit's semantics come from the `Kernel`, its calls (gate,
-batches, concurrency, busy time) from the replica runtime (`fitwork.engine.serve`), which
-the Ray replica shares; this module moves frames and runs the loops that feed it::
+segment is a plain tuple).  How the replica runs its unit's items (plain, batched,
+concurrent, a retry alone) is the one replica loop's (`fitwork.engine.serving.Serving`),
+which the Ray replica runs too; this module is its `Transport` over the local pipes::
 
-    inbox ──frame──▶ Taken ─▶ kernel (plain | batched | concurrent) ─▶ segments ─▶ outbox
-                                                                   └─▶ Done (returns,
-                                                                       failures, counters)
+    inbox ──frame──▶ take (Taken) ─▶ Serving ─▶ finish: settle ─▶ segments ─▶ outbox
+                                                        └─▶ Done (returns, failures,
+                                                            counters)
 
 Control messages to the driver are the run core's own events (`Ready`, `Taken`, `Done`)
 plus `Final` (last counters at a clean stop) and `Fatal` (the unit could not start).
 ``Done`` is sent only after the frame's outputs are in the next channel, so a worker
 killed at any point leaves its frames held, and the driver retries them.  Time spent
-waiting for room downstream is counted as *blocked*, not busy.
+waiting for room downstream is counted as *blocked*, not busy.  A frame holding a retry
+says so in its datagram's first byte, so a worker with calls in flight leaves it in the
+channel for one with none (`retry_next`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import itertools
 import os
 import pickle
-import selectors
+import select
 import signal
 import socket
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from queue import SimpleQueue
 from typing import Any, NamedTuple
 
 from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
+from fitwork.engine.framing import outputs_per_frame
 from fitwork.engine.local.channel import STOP, Channel
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.parts import PartWriter, Sink, Written
 from fitwork.engine.segment import Return, Segment, rows, settle, typed
-from fitwork.engine.serve import Batches, Busy, Runner
+from fitwork.engine.serve import Busy, Runner
+from fitwork.engine.serving import DRAIN, Finished, Frame, Serving, is_retry
+from fitwork.engine.serving import STOP as SERVING_STOP
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
 from fitwork.telemetry.schedstat import run_queue_seconds
-from fitwork.workload.kernel import Failed, Kernel
+from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
-
-FRAME_BYTES = 4 << 20
 
 
 class Final(NamedTuple):
@@ -84,6 +84,7 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
     cores: float = 1.0
     gate: Any = None
+    next_replicas: int = 1  # replicas of the next unit (frames are cut for them)
     sink: tuple[Sink, str] | None = None  # the last unit's: where it writes outputs, run id
 
 
@@ -115,40 +116,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-class Waiting:
-    """Frames whose items finish one at a time (in batches, or as concurrent calls).
-
-    A frame is settled, every segment at once, when its last item's result comes in.
-    """
-
-    def __init__(self, worker: Worker, kernel: Kernel) -> None:
-        self.worker, self.kernel = worker, kernel
-        self.frames: dict[int, tuple[list[Segment], list[list[Any]], list[int]]] = {}
-
-    def add(self, frame_id: int, segments: list[Segment]) -> int:
-        """Start waiting for a frame's items; returns how many there are."""
-        count = sum(len(s.values) for s in segments)
-        self.frames[frame_id] = (segments, [[None] * len(s.values) for s in segments], [count])
-        return count
-
-    def value(self, frame_id: int, segment: int, item: int) -> Any:
-        """The input value of one item."""
-        return self.frames[frame_id][0][segment][5][item]
-
-    def put(self, frame_id: int, segment: int, item: int, result: Any) -> bool:
-        """One item's result; True (and the frame settled) when it was the frame's last."""
-        segments, slots, left = self.frames[frame_id]
-        slots[segment][item] = result
-        left[0] -= 1
-        if left[0]:
-            return False
-        for index, settled in enumerate(segments):
-            failed = sum(1 for r in slots[index] if type(r) is Failed)
-            self.worker.settle(self.kernel, settled, slots[index], failed)
-        del self.frames[frame_id]
-        return True
-
-
 class Worker:
     """The per-process loop; which loop runs depends on the unit (plain, batched, I/O)."""
 
@@ -166,6 +133,9 @@ class Worker:
         self.built_cpu = 0.0  # CPU seconds before the first call, set when it serves
         self.part: PartWriter | None = None
         self.written: list[Segment] = []  # outputs in the part the driver has not heard of
+        self.kernel: Any = None  # set when it serves
+        self.drained = False  # the driver's word that nothing more comes was taken
+        self.wake_read, self.wake_write = os.pipe()
 
     # -- talking to the driver -------------------------------------------------------------
 
@@ -195,15 +165,8 @@ class Worker:
 
     # -- frames in and out -----------------------------------------------------------------
 
-    def receive(self, timeout: float | None) -> tuple[int, list[Segment]] | bytes | None:
-        """A frame, the stop marker, or None on timeout (exits if the driver is gone)."""
-        data = self.spec.inbox.get(timeout)
-        if data is None:
-            if os.getppid() != self.spec.parent_pid:
-                os._exit(4)
-            return None
-        if data == STOP:
-            return STOP
+    def receive(self, data: bytes) -> tuple[int, list[Segment]]:
+        """A frame from its datagram, its `Taken` sent to the driver."""
         (frame_id, crossed), size = self.wire.loads(data)
         segments = typed(crossed)
         self.send(Taken(self.id, frame_id, [(s.frame, s.offsets) for s in segments],
@@ -212,12 +175,11 @@ class Worker:
         self.bytes_in += size
         return frame_id, segments
 
-    def frame_limit(self) -> int:
-        """Outputs per frame: the downstream's hint, kept near FRAME_BYTES per frame."""
-        limit = self.spec.hints[self.spec.stage + 1]
-        if self.items_out:
-            limit = min(limit, int(FRAME_BYTES * self.items_out / max(1, self.bytes_out)))
-        return max(1, limit)
+    def frame_limit(self, total: int) -> int:
+        """Outputs per frame of ``total`` to send: the one rule (`outputs_per_frame`)."""
+        stage = self.spec.stage + 1
+        return outputs_per_frame(total, self.spec.hints[stage], self.spec.next_replicas,
+                                 self.items_out, self.bytes_out)
 
     def settle(self, kernel: Kernel, segment: Segment, results: list[Any],
                failed: int) -> None:
@@ -238,7 +200,8 @@ class Worker:
         if self.spec.sink is not None:
             self.write_part()
             return
-        limit = self.frame_limit()
+        left = sum(len(s.values) for s in self.out)
+        limit = self.frame_limit(left)
         frame: list[Segment] = []
         count = 0
         for segment in self.out:
@@ -248,22 +211,26 @@ class Worker:
                 count += len(piece.values)
                 if count >= limit:
                     self.put(frame)
+                    left -= count
                     frame, count = [], 0
                     # a long flush (a reader's shard) follows the frame size as it adapts
-                    limit = self.frame_limit()
+                    limit = self.frame_limit(left)
         if frame:
             self.put(frame)
         self.out = []
 
     def put(self, segments: list[Segment]) -> None:
         """Send one frame, waiting for a credit (that wait is blocked time)."""
+        retry = is_retry(segments)  # its first byte says so: a busy io worker leaves it
         try:
-            data, size = self.wire.dumps((next(self.frame_ids), rows(segments)), held=True)
+            data, size = self.wire.dumps((next(self.frame_ids), rows(segments)), held=True,
+                                         retry=retry)
         except Exception:
             segments = self.drop_unpicklable(segments)
             if not segments:
                 return
-            data, size = self.wire.dumps((next(self.frame_ids), rows(segments)), held=True)
+            data, size = self.wire.dumps((next(self.frame_ids), rows(segments)), held=True,
+                                         retry=retry)
         start = time.monotonic()
         while not self.spec.outbox.put(data, timeout=1.0, ready=self.wire.ready):
             if os.getppid() != self.spec.parent_pid:
@@ -326,131 +293,60 @@ class Worker:
             keep.append(j)
         return segment.keep(keep)
 
-    # -- the loops (the calls themselves: `fitwork.engine.serve`) -------------------------
+    # -- the transport the replica's loop runs over (`fitwork.engine.serving`) -------------
 
     def serve(self, kernel: Kernel) -> None:
-        """Say hello, run the loop that fits the unit, and report final counters on stop."""
+        """Say hello, serve frames until told to stop, and report final counters."""
         self.built_cpu = time.process_time()  # starting and building: not the unit's work
+        self.kernel = kernel
         self.send(Ready(self.id, os.getpid(), time.monotonic(), build_cpu_s=self.built_cpu))
         unit = kernel.unit
         runner = Runner(kernel, self.spec.gate, self.busy, unit.io if unit.is_io else 0)
-        if runner.concurrent:
-            self.serve_concurrent(runner)
-        elif self.spec.batch_size:
-            self.serve_batched(runner, self.spec.batch_size)
-        else:
-            self.serve_plain(runner)
+        Serving(runner, self.spec.batch_size, unit.batch_wait).serve(self)
         self.send(Final(self.id, self.counters(), self.busy.take()))
 
-    def serve_plain(self, runner: Runner) -> None:
-        """One frame at a time: every segment's items, then send."""
-        kernel = runner.kernel
-        while True:
-            message = self.receive(timeout=1.0)
-            if message is None:
-                continue
-            if not isinstance(message, tuple):  # the stop marker
-                return
-            frame_id, segments = message
-            for segment in segments:
-                results, failed = runner.results(segment.values)
+    def take(self, timeout: float | None) -> Frame | str | None:
+        """The next frame (its `Taken` sent), `STOP`, `DRAIN` once, or None after
+        ``timeout`` or a `wake` (exits if the driver is gone)."""
+        inbox = self.spec.inbox
+        data = inbox.get(0)
+        if data is None:
+            watch: list[Any] = [inbox.recv_end, self.wake_read]
+            if not self.drained:
+                watch.append(inbox.drain_read)
+            ready, _, _ = select.select(watch, [], [], timeout)
+            if self.wake_read in ready:
+                os.read(self.wake_read, 4096)
+                return None
+            if inbox.drain_read in ready and not self.drained:
+                self.drained = True
+                return DRAIN
+            data = inbox.get(0) if ready else None
+            if data is None:
+                if not ready and os.getppid() != self.spec.parent_pid:
+                    os._exit(4)
+                return None
+        if data == STOP:
+            return SERVING_STOP
+        return Frame(*self.receive(data))
+
+    def wake(self) -> None:
+        """Make a waiting `take` return (a call ended on another thread)."""
+        os.write(self.wake_write, b"x")
+
+    def retry_next(self) -> bool:
+        """Whether the frame at the head of the inbox holds a retry (left there)."""
+        return self.wire.is_retry(self.spec.inbox.head())
+
+    def finish(self, frames: list[Finished]) -> None:
+        """Settle the frames' segments, send their outputs on, and report them done."""
+        kernel = self.kernel
+        for frame in frames:
+            for segment, results, failed in zip(frame.segments, frame.results, frame.failed,
+                                                strict=True):
                 self.settle(kernel, segment, results, failed)
-            self.flush()
-            self.report([frame_id])
-
-    def serve_batched(self, runner: Runner, size: int) -> None:
-        """Fill batches to ``size`` or until ``batch_wait`` passes, then call once."""
-        batches: Batches[tuple[int, int, int]] = Batches(size, runner.kernel.unit.batch_wait)
-        frames = Waiting(self, runner.kernel)
-
-        def run(batch: list[tuple[int, int, int]]) -> None:
-            results = runner.batch([frames.value(*place) for place in batch])
-            finished = [place[0] for place, result in zip(batch, results, strict=True)
-                        if frames.put(*place, result)]
-            self.flush()
-            if finished:
-                self.report(finished)
-
-        drained = False
-        while True:
-            timeout = batches.timeout()
-            # items wait for a fuller batch: the driver's word that nothing more comes
-            # (`Channel.put_drain`) ends the wait, so a run's last batch does not sit out
-            # batch_wait
-            if timeout and not drained and self.spec.inbox.drained(timeout):
-                drained = True
-                batches.drain()
-            timeout = batches.timeout()
-            message = self.receive(1.0 if timeout is None else timeout)
-            if message == STOP:
-                while len(batches):
-                    run(batches.take())
-                return
-            if isinstance(message, tuple):
-                frame_id, segments = message
-                frames.add(frame_id, segments)
-                for s, segment in enumerate(segments):
-                    for i in range(len(segment.values)):
-                        if segment.attempt:  # a retried item runs alone: poison hurts no other
-                            run([(frame_id, s, i)])
-                        else:
-                            batches.put((frame_id, s, i))
-            while batches.due():
-                run(batches.take())
-
-    def serve_concurrent(self, runner: Runner) -> None:
-        """Keep up to ``io`` calls in flight (threads, or an event loop for async units)."""
-        limit = runner.kernel.unit.io
-        finished: SimpleQueue[tuple[int, int, int, Any]] = SimpleQueue()
-        wake_read, wake_write = os.pipe()
-        selector = selectors.DefaultSelector()
-        selector.register(wake_read, selectors.EVENT_READ, "wake")
-        inbox = self.spec.inbox.recv_end
-        frames = Waiting(self, runner.kernel)
-        in_flight, stopping, listening = 0, False, False
-        woken = [False]  # a wake byte is on its way: later calls need not write another
-
-        def on_done(frame_id: int, s: int, i: int, future: Future[Any]) -> None:
-            error = future.exception()
-            finished.put((frame_id, s, i, Failed(error, getattr(error, "__fitwork_attempts__",
-                                                                  1))
-                          if error is not None else future.result()))
-            if not woken[0]:
-                woken[0] = True
-                os.write(wake_write, b"x")
-
-        while not (stopping and in_flight == 0):
-            want = not stopping and in_flight < limit
-            if want != listening:
-                (selector.register if want else selector.unregister)(
-                    inbox, *((selectors.EVENT_READ, "inbox") if want else ()))
-                listening = want
-            ready = {key.data for key, _ in selector.select(timeout=1.0)}
-            if not ready and os.getppid() != self.spec.parent_pid:
-                os._exit(4)
-            if "inbox" in ready:
-                message = self.receive(timeout=0)
-                if message == STOP:
-                    stopping = True
-                elif isinstance(message, tuple):
-                    frame_id, segments = message
-                    in_flight += frames.add(frame_id, segments)
-                    for s, segment in enumerate(segments):
-                        for i, value in enumerate(segment.values):
-                            runner.submit(value).add_done_callback(
-                                functools.partial(on_done, frame_id, s, i))
-            if "wake" in ready:
-                os.read(wake_read, 4096)
-                woken[0] = False  # before draining: a call done after the drain writes again
-            done_frames = []
-            while not finished.empty():
-                frame_id, s, i, result = finished.get()
-                in_flight -= 1
-                if frames.put(frame_id, s, i, result):
-                    done_frames.append(frame_id)
-            if done_frames:
-                self.flush()
-                self.report(done_frames)
+        self.flush()
+        self.report([frame.key for frame in frames])
 
 
 __all__ = ["Fatal", "Final", "Measured", "Worker", "WorkerSpec", "worker_main"]

@@ -52,6 +52,7 @@ from fitwork.engine.core import (
     Spawn,
     Taken,
 )
+from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.placing import Bundle, Placing
 from fitwork.engine.ray.records import Hello, Reading, ReplicaSpec, Stats, Summary
@@ -70,7 +71,6 @@ from fitwork.placement import Placement
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
-MAX_FRAME = 2048
 _REMOTE: dict[type, Any] = {}
 
 
@@ -147,7 +147,7 @@ class RayRun(Placing, Shell):
         self.last_stats = 0.0
         self.seen: dict[int, Reading] = {}  # newest counters read per worker
         # items per frame into each unit; 0: not measured (a batched unit's: a batch)
-        self.hints = [min(MAX_FRAME, s.batch_size or 0) for s in self.stages]
+        self.hints = first_sizes([s.batch_size for s in self.stages])
         self.has_gpus = False
         self.nodes: list[dict[str, Any]] = []
         self.started = False
@@ -289,10 +289,9 @@ class RayRun(Placing, Shell):
                 actor.handle.flush.remote()
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
-        """The core's sizes, passed down with every call (0: not measured, see `cut`)."""
-        self.hints = [size if known else 0
-                      for size, known in zip(instruction.sizes, instruction.measured,
-                                             strict=True)]
+        """The core's sizes, passed down with every call (`fitwork.engine.framing`)."""
+        self.hints = sizes_told(instruction.sizes, instruction.measured,
+                                first_sizes([s.batch_size for s in self.stages]))
 
     def reserve(self, alone: bool) -> Any:
         if not self.started:

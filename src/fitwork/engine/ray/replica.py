@@ -1,13 +1,15 @@
 """A replica actor: runs one unit on frames and hands its outputs straight to the next unit.
 
 A call to ``process`` returns once the frame's items have gone all the way down the
-pipeline: the replica runs its unit's items by the replica runtime (`fitwork.engine.serve`,
-as the local worker does), cuts the output segments into frames as the run core's rule
-says (`fitwork.engine.core.sizing.cut`), sends each to a downstream replica chosen by its
-`Router`, and waits for those calls.  A downstream replica that dies is dropped from the
-router and named in the summary, with what the frame it was sent held (`LostFrame`): the
-driver reports that to the run core, which alone decides what to retry and what is poison
-(a replica keeps no attempts of its own).
+pipeline: the replica runs its unit's items by the one replica loop
+(`fitwork.engine.serving.Serving`, as the local worker does: the call hands its frame to
+the loop's thread through the `Calls` transport and waits for it), cuts the output
+segments into frames by the one rule (`fitwork.engine.framing.outputs_per_frame`), sends
+each to a downstream replica chosen by its `Router`, and waits for those calls.  A
+downstream replica that dies is dropped from the router and named in the summary, with
+what the frame it was sent held (`LostFrame`): the driver reports that to the run core,
+which alone decides what to retry and what is poison (a replica keeps no attempts of its
+own).
 The last unit returns its outputs as a second object that travels back up by reference:
 data moves once, from the last replica to the driver.
 
@@ -29,14 +31,15 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from fitwork.engine.core.events import Counters
-from fitwork.engine.core.sizing import cut
+from fitwork.engine.framing import outputs_per_frame
 from fitwork.engine.limits import local_gate
 from fitwork.engine.parts import PartWriter, Written
 from fitwork.engine.ray.records import Hello, LostFrame, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
 from fitwork.engine.segment import Return, Segment, settle, split
-from fitwork.engine.serve import Alone, Batcher, Busy, Runner, failed_count
+from fitwork.engine.serve import Alone, Busy, Runner
+from fitwork.engine.serving import Calls, Serving
 from fitwork.engine.threads import hold_threads
 from fitwork.failure import Failure, describe
 from fitwork.telemetry.schedstat import run_queue_seconds
@@ -75,17 +78,13 @@ class Replica:
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
         self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
         self.lock = threading.Lock()
-        self.compute = threading.Semaphore(1)  # a plain unit runs one segment at a time
         self.alone = Alone()
         self.busy = Busy()
-        self.runner: Runner | None = None
-        self.batcher: Batcher | None = None
+        self.serving = Calls()  # frames to the replica's loop, which runs on a thread
         if self.kernel is not None:
             gate = local_gate(unit.max_concurrency, unit.rate_limit, replicas)
-            self.runner = Runner(self.kernel, gate, self.busy,
-                                 slots if unit.is_io else 0)
-            if batch_size:
-                self.batcher = Batcher(self.runner, batch_size, unit.batch_wait)
+            runner = Runner(self.kernel, gate, self.busy, slots if unit.is_io else 0)
+            self.serving.start(Serving(runner, batch_size, unit.batch_wait))
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
         self.blocked_s = 0.0
         self.calls = 0
@@ -130,8 +129,7 @@ class Replica:
     def flush(self) -> None:
         """Nothing more comes but retries (`fitwork.engine.core.Drain`): batches wait no
         longer for items."""
-        if self.batcher is not None:
-            self.batcher.drain()
+        self.serving.drain()
 
     def drain(self, idle: float = 0.5, patience: float = 300.0) -> Stats:
         """Return once no call has run for ``idle`` seconds (a retiring replica's last word)."""
@@ -143,20 +141,6 @@ class Replica:
                 break
             time.sleep(idle / 5)
         return self.stats()
-
-    # -- the unit --------------------------------------------------------------------------
-
-    def _results(self, segment: Segment) -> list[Any]:
-        """Raw results (or `Failed`) for a segment's values, by the unit's way of running."""
-        runner = self.runner
-        assert runner is not None
-        values = segment.values
-        if self.batcher is not None:
-            return [f.result() for f in self.batcher.submit(values, alone=segment.attempt > 0)]
-        if runner.concurrent:
-            return [f.result() for f in [runner.submit(v) for v in values]]
-        with self.compute:
-            return runner.results(values)[0]
 
     # -- frames ----------------------------------------------------------------------------
 
@@ -213,10 +197,10 @@ class Replica:
         try:
             outputs: list[Segment] = []
             summary = Summary()
-            for segment in segments:
-                results = self._results(segment)
-                out, back, failures = settle(self.kernel, segment, results,
-                                             failed_count(results))
+            done = self.serving.call(segments).result()  # by the replica's loop
+            for segment, results, failed in zip(segments, done.results, done.failed,
+                                                strict=True):
+                out, back, failures = settle(self.kernel, segment, results, failed)
                 if out is not None:
                     outputs.append(out)
                 if back is not None:
@@ -238,8 +222,11 @@ class Replica:
             self._count_out(outputs)
             assert self.router is not None
             self.router.follow(version)
-            total = sum(len(s.values) for s in outputs)  # cut as the core's rule says
-            step = cut(total, hints[self.stage + 1], len(self.router.members))
+            total = sum(len(s.values) for s in outputs)  # cut by the one rule
+            with self.lock:
+                sent, sent_bytes = self.items_out, self.bytes_out
+            step = outputs_per_frame(total, hints[self.stage + 1], len(self.router.members),
+                                     sent, sent_bytes)
             frames = _frames(outputs, step)
             for child in forward(self, frames, hints, version, summary):
                 summary.merge(child)

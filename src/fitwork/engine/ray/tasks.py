@@ -46,7 +46,9 @@ def run_frame(box: list[Any], run: str, slot: str, cores: float,
     replica = _built.get(run)
     if replica is None:
         blob: bytes = ray.get(box[0])  # the unit pickled (loaded by the replica: see hello)
-        _built.clear()  # one run's replica per process: an earlier run's goes
+        for old in _built.values():  # one run's replica per process: an earlier run's goes
+            old.serving.close()
+        _built.clear()
         replica = _built[run] = Replica(ReplicaSpec(blob, 0, [box[1]], [1], cores=cores))
     if replica.error is not None or replica.load_error is not None:
         return Summary(error=replica.load_error or replica.error,
