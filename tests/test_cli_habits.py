@@ -364,6 +364,132 @@ def test_an_appended_run_killed_midway_resumes_keeping_what_was_there(project: P
     got = [json.loads(line)["n"] for line in text[len(earlier):].splitlines()]
     assert sorted(got) == list(range(count))  # each of this run's outputs once
     assert not journal.parent.exists()
+    # the digest printed is this run's whole output (what it wrote before the kill too),
+    # not the earlier lines it appended after
+    assert _digest(resumed.stdout) == _digest_of({"n": n, "run": 2} for n in range(count))
+
+
+def _digest(stdout: str) -> str:
+    said = [line.split()[2] for line in stdout.splitlines() if line.startswith("output digest")]
+    assert len(said) == 1, stdout
+    return said[0]
+
+
+def _digest_of(values: object) -> str:
+    from fitwork import OutputDigest
+
+    digest = OutputDigest()
+    for value in values:  # type: ignore[attr-defined]
+        digest.add(value)
+    return digest.hexdigest()
+
+
+def _killed_after_a_checkpoint(command: list[str], project: Path, journal: Path) -> None:
+    """Start ``command``, wait for its first checkpoint, and SIGKILL it."""
+    import signal
+    import time
+
+    run = subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while run.poll() is None and time.monotonic() < deadline and (
+            not journal.exists() or len(journal.read_bytes().splitlines()) < 2):
+        time.sleep(0.05)
+    assert run.poll() is None, "the run should outlast its first checkpoint"
+    os.kill(run.pid, signal.SIGKILL)
+    run.communicate(timeout=60)
+
+
+@pytest.mark.parametrize("output", ["o.jsonl", "o.parquet", "o/"])
+def test_the_digest_after_resume_is_an_uninterrupted_runs(project: Path, output: str) -> None:
+    if output.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    (project / "slow.py").write_text(SLOW)
+    count = 20_000
+    (project / "many.jsonl").write_text("".join(json.dumps({"n": i}) + "\n"
+                                                for i in range(count)))
+    journal = project / (output.rstrip("/") + ".journal") / "journal.jsonl"
+    command = ["run", "slow:pipeline", "--input", "many.jsonl", "--output", output, "-q"]
+    if output.endswith("/"):  # a directory output's replicas read shards: twenty files
+        (project / "shards").mkdir()
+        for k in range(20):
+            (project / "shards" / f"{k:02d}.jsonl").write_text("".join(
+                json.dumps({"n": i}) + "\n" for i in range(k * 1000, (k + 1) * 1000)))
+        command[3] = "shards/*.jsonl"
+    clean = fitwork(*command[:5], "clean" + output, "-q", cwd=project)
+    assert clean.returncode == 0, clean.stderr
+    _killed_after_a_checkpoint([FITWORK, *command], project, journal)
+    resumed = fitwork(*command, "--resume", cwd=project)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "wrote" in resumed.stdout and not journal.parent.exists()
+    assert _digest(resumed.stdout) == _digest(clean.stdout) == \
+        _digest_of({"n": n, "run": 2} for n in range(count))
+
+
+NOISY = textwrap.dedent("""
+    from fitwork import Pipeline, unit
+
+    @unit
+    def noisy(row):
+        print("a unit's own print")
+        return {"n": row["n"], "twice": 2 * row["n"]}
+
+    pipeline = Pipeline(noisy, name="noisy")
+
+    @unit
+    def careless(row):
+        if row["n"] % 2 == 0:
+            return None.x
+        if row["n"] % 4 == 1:
+            raise ValueError("an odd row\\nand a second line")
+        if row["n"] == 3:
+            raise KeyError("k")
+        return row
+
+    failing = Pipeline(careless, name="careless")
+""")
+
+
+def test_output_dash_writes_json_lines_to_stdout_and_nothing_else(project: Path) -> None:
+    (project / "noisy.py").write_text(NOISY)
+    done = fitwork("run", "noisy:pipeline", "--input", "in.jsonl", "--output", "-",
+                   "--record", "r.json", cwd=project)
+    assert done.returncode == 0, done.stderr
+    got = [json.loads(line) for line in done.stdout.splitlines()]  # every line JSON
+    assert sorted(r["n"] for r in got) == list(range(COUNT))
+    assert "a unit's own print" in done.stderr and "wrote 40 outputs to stdout" in done.stderr
+    assert _digest(done.stderr) == _digest_of({"n": n, "twice": 2 * n} for n in range(COUNT))
+    assert RunRecord.load(project / "r.json").output_digest == _digest(done.stderr)
+    assert not (project / "-").exists() and not (project / "-.journal").exists()
+    for flags in (["--resume"], ["--journal", "j"], ["--mode", "append"]):
+        refused = fitwork("run", "noisy:pipeline", "--input", "in.jsonl", "--output", "-",
+                          *flags, cwd=project)
+        assert refused.returncode == 2 and not refused.stdout, refused
+        flag = " ".join(flags) if flags[0] == "--mode" else flags[0]
+        assert f"{flag} with --output -: stdout keeps nothing" in refused.stderr
+
+
+def test_a_failed_run_names_its_most_common_errors_with_a_count_each(project: Path) -> None:
+    (project / "noisy.py").write_text(NOISY)
+    done = fitwork("run", "noisy:failing", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                   cwd=project)
+    assert done.returncode == 1
+    said = [line for line in done.stdout.splitlines() if " items failed: " in line]
+    assert said == ["31 items failed: 20 x AttributeError: 'NoneType' object has no "
+                    "attribute 'x' (unit careless); 10 x ValueError: an odd row (unit "
+                    "careless); 1 x KeyError: 'k' (unit careless)"]
+    errors_said = errors(done)
+    assert len(errors_said) == 1 and "31 items failed; dead letters in " in errors_said[0]
+    assert "the most common: 20 x AttributeError" in errors_said[0]
+
+
+def test_a_missing_input_is_the_inputs_problem_beside_an_existing_output(
+        project: Path) -> None:
+    (project / "o.jsonl").write_text('{"n": 1}\n')
+    done = fitwork("run", "pipe:pipeline", "--input", "missing.jsonl", "--output", "o.jsonl",
+                   cwd=project)
+    assert done.returncode == 1 and errors(done) == [
+        "error: input missing.jsonl: no such file or directory; check the --input path"]
 
 
 def test_on_ray_a_start_no_node_can_place_leaves_no_journal_and_cpus_lowers_the_ask(
