@@ -32,10 +32,14 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
     from fitwork.hardware.catalog import catalog
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
+    from fitwork.jobs.api import plan_jobs, run_many
+    from fitwork.jobs.plan import FleetPlan
+    from fitwork.jobs.record import FleetRecord
     from fitwork.llm import SLO, LLMPlan, load_trace, plan_llm
     from fitwork.llm import simulate as simulate_llm
     from fitwork.placement import Group, Placement
     from fitwork.profiling import PipelineProfile, profile_pipeline
+    from fitwork.profiling.marked import profiling_now
     from fitwork.profiling.onnx import count_sessions as count_onnx
     from fitwork.report.html import render_report
     from fitwork.report.verdict import Headline
@@ -80,9 +84,14 @@ _LAZY = {
     "DecomposeError": "fitwork.decomposition",
     "profile_pipeline": "fitwork.profiling",
     "PipelineProfile": "fitwork.profiling",
+    "profiling_now": "fitwork.profiling.marked",
     "plan_for": "fitwork.fit.plan:fit",  # `fitwork.fit` is the package
     "Plan": "fitwork.fit.plan",
     "Fleet": "fitwork.hardware.fleet",
+    "plan_jobs": "fitwork.jobs.api",
+    "run_many": "fitwork.jobs.api",
+    "FleetPlan": "fitwork.jobs.plan",
+    "FleetRecord": "fitwork.jobs.record",
     "discover_local": "fitwork.hardware.discover",
     "catalog": "fitwork.hardware.catalog",
     "render_report": "fitwork.report.html",
@@ -120,6 +129,8 @@ __all__ = [
     "Failure",
     "FitworkError",
     "Fleet",
+    "FleetPlan",
+    "FleetRecord",
     "Group",
     "Headline",
     "InputError",
@@ -152,11 +163,14 @@ __all__ = [
     "hint",
     "load_trace",
     "plan_for",
+    "plan_jobs",
     "plan_llm",
     "profile_pipeline",
+    "profiling_now",
     "render_report",
     "run",
     "run_figures",
+    "run_many",
     "simulate_llm",
     "unit",
     "with_context",

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fitwork.commands.common import fail
 from fitwork.errors import FitworkError
 from fitwork.jobs.spec import Job, load_jobs
 
-__all__ = ["plan_jobs_command", "run_jobs_command"]
+if TYPE_CHECKING:
+    from fitwork.profiling.record import PipelineProfile
+
+__all__ = ["plan_jobs_command", "profiler", "run_jobs_command"]
 
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _profile(samples: int) -> object:
+def profiler(samples: int) -> Callable[[Job], PipelineProfile]:
     """Profile a job on the spot, as `fitwork profile` would (its first items as samples)."""
-    def profile_job(job: Job) -> object:
+    def profile_job(job: Job) -> PipelineProfile:
         from fitwork.decomposition.cli import load_pipeline_for
         from fitwork.io import read_items
         from fitwork.profiling import profile_pipeline
@@ -45,7 +50,7 @@ def plan_jobs_command(jobs_path: Path, fleet_ref: str, objective: str | None,
         fleet = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
         sys.path.insert(0, str(jobs_path.resolve().parent))
         plan = plan_jobs(jobs, fleet, objective=chosen,  # type: ignore[arg-type]
-                         profile_job=_profile(samples),  # type: ignore[arg-type]
+                         profile_job=profiler(samples),
                          time_limit=time_limit, say=_say)
     except FitworkError as exc:
         fail(exc)

@@ -81,7 +81,7 @@ class FleetRecord(Document):
     """Every pipeline's outcome, the decisions, the samples and the epochs they make."""
 
     document_kind: ClassVar[str] = "fleet record"
-    document_maker: ClassVar[str] = "`fitwork run --jobs ... --record FILE`"
+    document_maker: ClassVar[str] = "`fitwork run --jobs ... --fleet-record FILE`"
 
     fitwork_version: str
     planned: bool

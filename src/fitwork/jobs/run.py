@@ -251,7 +251,7 @@ class _Fleet:
         self.samples.append(Sample(
             at_s=self.clock() - self.t0,
             cpu_s={n: r.cpu_seconds() for n, r in self.running.items()},
-            planned_cores={n: self.cores.get(n, math.nan) for n in self.running}))
+            planned_cores={n: self.cores[n] for n in self.running if n in self.cores}))
 
 
 def _counts(replicas: dict[str, int]) -> str:

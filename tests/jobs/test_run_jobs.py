@@ -1,0 +1,178 @@
+"""Many pipelines on one host, as a user runs them: a jobs file planned and run by the CLI, and
+a `__main__` script running its own pipelines through the API, with a row that kills its
+worker in one pipeline; every other pipeline's output exact, the bad one's dead letter
+written, each pipeline's share of the cores near the plan's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from fitwork.jobs.plan import FleetPlan
+from fitwork.jobs.record import FleetRecord
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+ENV = {"SCORING_ROUNDS": "3000", "TOKENS_WORK": "6000", "LOOKUP_WAIT_S": "0.01"}
+SHARE_REACH = 0.10
+"""How far (in share of the cores used) a pipeline's realized share may sit from its planned
+share in the stretch where all three run."""
+
+
+def _copy(tmp: Path, count: int) -> Path:
+    """The examples' jobs file, pipelines and inputs (``count`` items) in ``tmp``."""
+    for name in ("scoring.py", "tokens.py", "lookup.py", "make_inputs.py", "jobs.yaml"):
+        shutil.copy(EXAMPLES / name, tmp / name)
+    subprocess.run([sys.executable, str(tmp / "make_inputs.py"), str(count)], check=True,
+                   cwd=tmp)
+    return tmp / "jobs.yaml"
+
+
+def _module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"expected_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _lines(path: Path) -> list[Any]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _expected(tmp: Path, name: str, skip_text: str | None = None,
+              whole: bool = False) -> Counter[str]:
+    """What the serial reference gives for ``name``'s input, the killing sentence
+    (``skip_text``) left out: alone, or with its whole document where the plan ``whole``
+    runs the units fused (the poison item is then the document)."""
+    os.environ.update(ENV)
+    module = _module(tmp / f"{name}.py")
+    items = _lines(tmp / f"{name}.jsonl")
+    if skip_text is not None:  # the killing sentence alone is lost; its document's others stay
+        outputs = []
+        for item in items:
+            parts = list(module.sentences.fn(item))
+            if whole and any(p["text"] == skip_text for p in parts):
+                continue
+            for part in parts:
+                if part["text"] != skip_text:
+                    outputs.append(module.count.fn(part))
+    else:
+        outputs = list(module.pipeline.serial(items))
+    return Counter(json.dumps(o, sort_keys=True) for o in outputs)
+
+
+def _got(path: Path) -> Counter[str]:
+    return Counter(json.dumps(o, sort_keys=True) for o in _lines(path))
+
+
+def _fitwork(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fitwork", *args], cwd=cwd, text=True,
+                          capture_output=True, env={**os.environ, **ENV}, timeout=600)
+
+
+def test_a_jobs_file_planned_and_run_by_the_cli(tmp_path: Path) -> None:
+    jobs = _copy(tmp_path, 400)
+    planned = _fitwork("plan", "--jobs", str(jobs), "-o", "fleet.json", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    plan = FleetPlan.load(tmp_path / "fleet.json")
+    assert [j.status for j in plan.jobs] == ["admitted"] * 3
+    scoring, tokens, lookup = plan.jobs
+    # weights 2:1:1 under the fair objective: scoring's normalised rate is twice the others'
+    assert scoring.normalised == pytest.approx(2 * tokens.normalised, rel=0.05)
+    assert "fleet plan, fair" in planned.stdout and "cost per hour by team" in planned.stdout
+
+    ran = _fitwork("run", "--jobs", str(jobs), "--plan", "fleet.json", "--fleet-record",
+                   "fleet-record.json", cwd=tmp_path)
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # tokens lost its killing row
+    out = tmp_path / "out"
+    assert _got(out / "scoring.jsonl") == _expected(tmp_path, "scoring")
+    assert _got(out / "lookup.jsonl") == _expected(tmp_path, "lookup")
+    assert _got(out / "tokens.jsonl") == _expected(tmp_path, "tokens", skip_text="kill",
+                                                   whole=tokens.fused)
+    dead = _lines(out / "tokens.jsonl.dead-letters.jsonl")
+    assert len(dead) == 1 and "SIGKILL" in json.dumps(dead[0])
+
+    record = FleetRecord.load(tmp_path / "fleet-record.json")
+    status = {o.name: o.status for o in record.jobs}
+    assert status == {"scoring": "succeeded", "tokens": "failed", "lookup": "succeeded"}
+    for o in record.jobs:
+        assert Path(o.record or "").exists(), o.name  # each keeps its own run record
+    assert len(record.decisions) >= 3  # the arrival, then each departure but the last
+    assert "finished" in record.decisions[1].reason
+    together = [e for e in record.epochs if len(e.running) == 3]
+    assert together, record.epochs
+    main = max(together, key=lambda e: e.end_s - e.start_s)
+    for name, planned_share in main.planned_share.items():
+        assert abs(main.realized_share[name] - planned_share) <= SHARE_REACH, (name, main)
+    assert all(e.realized_utilization <= 1.0 + 1e-6 for e in record.epochs)
+
+
+SCRIPT = '''
+"""A user's script: its own pipeline defined here, run beside two others through the API."""
+import sys
+import time
+
+import fitwork
+from fitwork import Pipeline, unit
+
+
+@unit
+def shout(item):
+    return {"id": item["id"], "text": str(item["text"]).upper()}
+
+
+@unit
+def measure(item):
+    return {"id": item["id"], "length": len(item["text"])}
+
+
+pipeline = Pipeline(shout, measure, name="mine")
+
+if __name__ == "__main__":
+    record = fitwork.run_many([
+        {"name": "mine", "pipeline": f"{__file__}:pipeline", "input": "scoring.jsonl",
+         "output": "out/mine.jsonl", "weight": 2, "team": "me"},
+        {"name": "scoring", "pipeline": "scoring.py:pipeline", "input": "scoring.jsonl",
+         "output": "out/scoring.jsonl", "team": "search", "start_after": 1.0},
+        {"name": "bad", "pipeline": "scoring.py:pipeline", "input": "missing.jsonl",
+         "output": "out/bad.jsonl", "team": "search"},
+    ], record="fleet-record.json")
+    print("exit", record.exit_code)
+'''
+
+
+def test_a_main_script_runs_its_pipelines_through_the_api_unplanned(tmp_path: Path) -> None:
+    _copy(tmp_path, 200)
+    (tmp_path / "mine.py").write_text(SCRIPT)
+    ran = subprocess.run([sys.executable, "mine.py"], cwd=tmp_path, text=True,
+                         capture_output=True, env={**os.environ, **ENV}, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    assert "exit 1" in ran.stdout  # the job with a missing input failed, alone
+    items = _lines(tmp_path / "scoring.jsonl")
+    mine = Counter(json.dumps({"id": i["id"], "length": len(str(i["text"]).upper())},
+                              sort_keys=True) for i in items)
+    assert _got(tmp_path / "out" / "mine.jsonl") == mine
+    assert _got(tmp_path / "out" / "scoring.jsonl") == _expected(tmp_path, "scoring")
+    record = FleetRecord.load(tmp_path / "fleet-record.json")
+    bad = next(o for o in record.jobs if o.name == "bad")
+    assert bad.status == "failed" and "missing.jsonl" in (bad.reason or "")
+    started = {o.name: o.started_s for o in record.jobs}
+    assert started["scoring"] >= 1.0 > started["mine"]  # start_after held
+
+
+def test_a_bad_jobs_file_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    (tmp_path / "jobs.yaml").write_text("jobs:\n  - name: Bad_Name\n    pipeline: x\n")
+    ran = _fitwork("plan", "--jobs", "jobs.yaml", cwd=tmp_path)
+    assert ran.returncode != 0
+    line = ran.stderr.strip().splitlines()[-1]
+    assert "jobs.yaml" in line and "jobs[0].name" in line and "jobs[0].input" in line
