@@ -86,7 +86,7 @@ def test_a_jobs_file_planned_and_run_by_the_cli(tmp_path: Path) -> None:
     assert planned.returncode == 0, planned.stderr
     plan = FleetPlan.load(tmp_path / "fleet.json")
     assert [j.status for j in plan.jobs] == ["admitted"] * 3
-    scoring, tokens, lookup = plan.jobs
+    scoring, tokens, _ = plan.jobs
     # weights 2:1:1 under the fair objective: scoring's normalised rate is twice the others'
     assert scoring.normalised == pytest.approx(2 * tokens.normalised, rel=0.05)
     assert "fleet plan, fair" in planned.stdout and "cost per hour by team" in planned.stdout
