@@ -529,3 +529,36 @@ def test_adapt_with_a_fused_plan_adapts_the_fused_unit_and_says_what_it_did(
     else:
         assert said[0].startswith("--adapt: no re-fit"), said
     assert len((project / "o.jsonl").read_text().splitlines()) == COUNT
+
+
+STORE = textwrap.dedent("""
+    import fitwork
+    from fitwork import Pipeline, unit
+
+    @unit
+    def store(row):
+        with open("calls.txt", "a") as calls:
+            calls.write("call\\n")
+        if not fitwork.profiling_now():  # the side effect, kept out of every profiling pass
+            with open("stored.txt", "a") as stored:
+                stored.write(f"{row['n']}\\n")
+        return row
+
+    pipeline = Pipeline(store, name="store")
+""")
+
+
+def test_profiling_calls_a_unit_many_times_and_a_unit_can_keep_its_side_effect_out(
+        project: Path) -> None:
+    (project / "store.py").write_text(STORE)
+    profiled = fitwork("profile", "store:pipeline", "--input", "in.jsonl", "--samples", "8",
+                       "-o", "p.json", cwd=project)
+    assert profiled.returncode == 0, profiled.stderr
+    calls = len((project / "calls.txt").read_text().splitlines())
+    assert calls > 8 * 4, calls  # the samples, cycled at each pass, and the passes after
+    assert not (project / "stored.txt").exists()
+    done = fitwork("run", "store:pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
+                   cwd=project)
+    assert done.returncode == 0, done.stderr
+    stored = (project / "stored.txt").read_text().splitlines()
+    assert sorted(map(int, stored)) == list(range(COUNT))  # a run's calls do it, once each

@@ -48,6 +48,7 @@ from fitwork.hardware.discover import usable_cores
 from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.corun import loaded_factor, worth_measuring
 from fitwork.profiling.in_turn import in_turn
+from fitwork.profiling.marked import marked
 from fitwork.profiling.onnx import Runs, watch_runs
 from fitwork.profiling.pools import hold_pools
 from fitwork.profiling.ratios import counted_ratios
@@ -112,7 +113,7 @@ def profile_pipeline(
     on = measured_on(host_class, accelerator_class,
                      discover_accelerator=any(u.resources.gpu > 0 for u in pipeline.units))
     profiles, first = [], inputs
-    with pipeline.run_context():
+    with pipeline.run_context(), marked():  # units may ask `profiling_now`
         for unit in pipeline.units:
             if progress:
                 progress(unit.name)
