@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fitwork.engine.core.codec import Started, decode, decode_config, encode
+from fitwork.engine.core.codec import Regroup, Started, decode, decode_config, encode
 from fitwork.engine.core.log import stripped
 from fitwork.engine.core.machine import RunCore
 from fitwork.telemetry.record import CoreLog, RunRecord
@@ -18,7 +18,13 @@ def replayed(log: CoreLog) -> list[list[dict[str, Any]]]:
     given = []
     for step in log.steps:
         stimulus = decode(step.stimulus)
-        out = core.start() if isinstance(stimulus, Started) else core.handle(stimulus)
+        if isinstance(stimulus, Started):
+            out = core.start()
+        elif isinstance(stimulus, Regroup):  # what the adapter does
+            core.placement = stimulus.placement
+            out = []
+        else:
+            out = core.handle(stimulus)
         given.append([encode(stripped(i)) for i in out])
     return given
 

@@ -32,7 +32,6 @@ from fitwork.engine.core import (
     Measured,
     Policy,
     Ready,
-    Regroup,
     Report,
     Resize,
     RestoreCredits,
@@ -43,7 +42,7 @@ from fitwork.engine.core import (
     Taken,
     Tick,
 )
-from fitwork.engine.core.codec import Started, decode, encode
+from fitwork.engine.core.codec import Regroup, Started, decode, encode
 from fitwork.engine.segment import Return, Segment
 from fitwork.engine.shell import stages_of
 from fitwork.errors import TooManyFailures

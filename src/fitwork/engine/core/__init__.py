@@ -14,7 +14,6 @@ from fitwork.engine.core.events import (
     Lost,
     Measured,
     Ready,
-    Regroup,
     Resize,
     Stage,
     Taken,
@@ -55,6 +54,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Drain", "Emit", "Event", "Exited",
     "Fed", "Finished", "FrameSizes", "Instruction", "Lost", "Measured", "Policy", "Ready",
-    "Regroup", "Report", "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn",
-    "Stage", "Taken", "Tick", "WorkerBooks",
+    "Report", "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn", "Stage",
+    "Taken", "Tick", "WorkerBooks",
 ]

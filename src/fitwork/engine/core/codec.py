@@ -30,9 +30,17 @@ class Started(NamedTuple):
     """The stimulus of `RunCore.start`: the run began, and the core spawned its replicas."""
 
 
-Stimulus = Event | Started
+class Regroup(NamedTuple):
+    """The stimulus of setting `RunCore.placement` (the adapter does, with a live re-fit's
+    new allotment): replicas started from then on take their groups from ``placement``."""
+
+    placement: Placement
+
+
+Stimulus = Event | Started | Regroup
 Entry = Stimulus | Instruction
-KINDS: dict[str, type[Any]] = {kind.__name__: kind for kind in (*EVENTS, *INSTRUCTIONS, Started)}
+KINDS: dict[str, type[Any]] = {kind.__name__: kind
+                               for kind in (*EVENTS, *INSTRUCTIONS, Started, Regroup)}
 """Every type an entry can be, by the name its JSON carries."""
 
 
@@ -228,5 +236,5 @@ FIELDS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
 """Per field name, how its value is written and read (other fields are plain JSON)."""
 
 
-__all__ = ["KINDS", "CoreConfig", "Entry", "Raised", "Started", "Stimulus", "decode",
+__all__ = ["KINDS", "CoreConfig", "Entry", "Raised", "Regroup", "Started", "Stimulus", "decode",
            "decode_config", "encode", "encode_config"]

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from fitwork.engine.segment import Return, Segment
 from fitwork.failure import Failure
-
-if TYPE_CHECKING:  # annotations only: a replica process imports this module, not these
-    from fitwork.placement import Placement
 
 
 class Counters(NamedTuple):
@@ -134,16 +131,8 @@ class Resize(NamedTuple):
     reason: str = ""
 
 
-class Regroup(NamedTuple):
-    """Replicas started from now on take their groups from ``placement`` (a live re-fit's
-    new allotment; the replica counts change by `Resize`)."""
-
-    placement: Placement
-
-
-Event = (Fed | Ready | Taken | Done | Measured | Arrived | Exited | Lost | Tick | Resize
-         | Regroup)
-EVENTS = (Fed, Ready, Taken, Done, Measured, Arrived, Exited, Lost, Tick, Resize, Regroup)
+Event = Fed | Ready | Taken | Done | Measured | Arrived | Exited | Lost | Tick | Resize
+EVENTS = (Fed, Ready, Taken, Done, Measured, Arrived, Exited, Lost, Tick, Resize)
 
 
 @dataclass(frozen=True, slots=True)

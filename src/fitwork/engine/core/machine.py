@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fitwork.engine.core.codec import CoreConfig, Started
+from fitwork.engine.core.codec import CoreConfig, Regroup, Started
 from fitwork.engine.core.events import (
     Arrived,
     Counters,
@@ -53,7 +53,6 @@ from fitwork.engine.core.events import (
     Lost,
     Measured,
     Ready,
-    Regroup,
     Resize,
     Stage,
     Taken,
@@ -146,7 +145,7 @@ class RunCore(Retries):
         self.handlers: dict[type, Callable[[Any], None]] = {
             Fed: self._fed, Ready: self._ready, Taken: self._taken, Done: self._done,
             Measured: self._measured, Arrived: self._arrived, Exited: self._exited,
-            Lost: self._lost, Tick: self._tick, Resize: self._resize, Regroup: self._regroup,
+            Lost: self._lost, Tick: self._tick, Resize: self._resize,
         }
 
     # -- the interface ---------------------------------------------------------------------
@@ -174,8 +173,9 @@ class RunCore(Retries):
 
     @placement.setter
     def placement(self, placement: Placement) -> None:
-        """A re-fit's new allotment, set by the adapter: logged as a `Regroup` event."""
-        self.handle(Regroup(placement))
+        """A re-fit's new allotment, set by the adapter: an input, logged as a `Regroup`."""
+        self._placement = placement
+        self.log.add(Regroup(placement), ())
 
     def room(self) -> int:
         """How many new source items the driver may feed now (0: wait)."""
@@ -370,9 +370,6 @@ class RunCore(Retries):
                 if frame.id in self.frames:
                     self._retry_part(frame.id, range(frame.count), self.names[0],
                                      "frame lost with a killed worker", now)
-
-    def _regroup(self, event: Regroup) -> None:
-        self._placement = event.placement
 
     def _resize(self, event: Resize) -> None:
         stage, wanted = event.stage, max(1, event.replicas)
