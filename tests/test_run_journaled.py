@@ -186,3 +186,27 @@ def test_a_run_into_an_output_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     assert not (tmp_path / "o.jsonl").exists()  # starts when first used
     assert run.record.output_digest is not None and run.record.output_digest.startswith("3:")
     assert sorted(map(int, (tmp_path / "o.jsonl").read_text().split())) == [1, 2, 3]
+
+
+def test_output_is_the_one_way_to_write_outputs_and_takes_a_stream(tmp_path: Path) -> None:
+    import io
+
+    @fitwork.unit
+    def double(row: dict) -> dict:
+        return {"n": row["n"], "double": 2 * row["n"]}
+
+    pipeline = fitwork.Pipeline(double, name="double")
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(50)))
+    with pytest.raises(fitwork.UnitDefinitionError, match="sink= is output= now"):
+        fitwork.run(pipeline, tmp_path / "in.jsonl", sink=fitwork.Sink.files(tmp_path / "o"))
+    stream = io.BytesIO()
+    record = fitwork.run(pipeline, tmp_path / "in.jsonl", output=stream).record
+    rows = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert sorted(r["double"] for r in rows) == [2 * n for n in range(50)]
+    digest = fitwork.OutputDigest()
+    for row in rows:
+        digest.add(row)
+    assert record.output_digest == digest.hexdigest() and not stream.closed
+    with pytest.raises(fitwork.UnitDefinitionError, match=r"a stream \(stdout\) has no place"):
+        fitwork.run(pipeline, tmp_path / "in.jsonl", output=io.BytesIO(),
+                    journal=tmp_path / "j")
