@@ -46,7 +46,7 @@ _PART = re.compile(r"\.?part-([0-9a-f]+)-(\d+)\.(jsonl|csv)(\.inprogress)?")
 @dataclass(frozen=True)
 class Sink:
     """A directory the last unit's replicas write output parts into (`fitwork.run`'s
-    ``sink=``; ``fitwork run --output DIR/``).  ``format`` is ``"jsonl"`` or ``"csv"`` (a
+    ``output=``; ``fitwork run --output DIR/``).  ``format`` is ``"jsonl"`` or ``"csv"`` (a
     CSV part's columns are its first row's keys)."""
 
     directory: Path
