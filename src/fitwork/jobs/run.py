@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -235,7 +236,7 @@ class _Fleet:
         del self.running[r.job.name]
         code = r.process.returncode
         status = "succeeded" if code == 0 else "failed"
-        tail = "" if code == 0 else f": {_last_line(Path(r.log.name))}"
+        tail = "" if code == 0 else f": {_why(code, Path(r.log.name))}"
         self.say(f"{r.job.name}: {status} (exit {code}) after {r.ended - r.started:.1f} s"
                  f"{tail}")
         self.done[r.job.name] = JobOutcome(
@@ -275,6 +276,15 @@ def _env(jobs: JobsFile) -> dict[str, str]:
     base = str(jobs.path.resolve().parent) if jobs.path else os.getcwd()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (base, env.get("PYTHONPATH")) if p)
     return env
+
+
+def _why(code: int, log: Path) -> str:
+    """Why a pipeline's process ended with ``code``: the signal that killed it, or the last
+    line it wrote (its error)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"its process was killed by {signal.Signals(-code).name}"
+    return _last_line(log)
 
 
 def _last_line(log: Path) -> str:

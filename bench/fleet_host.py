@@ -1,0 +1,181 @@
+"""Many pipelines on this host: a fleet plan against each pipeline planned alone, run at once.
+
+The three pipelines of ``examples/jobs`` (weights 2:1:1) are profiled once and planned two
+ways: each alone with `fitwork plan` (the status quo: every team plans the whole host for
+itself) and together with `fitwork plan --jobs` (fair).  Then, alternating, ``--trials``
+times each: every pipeline alone with its own plan (what it gets owning the host, the
+normaliser), the three alone-plans started at once (status quo), and `fitwork run --jobs
+--plan` (fitwork).  A pipeline's rate is its items over its own wall time; the aggregate
+normalised throughput is the sum over pipelines of rate ÷ its rate alone, the weighted one
+weighs each by its weight.  From the fleet record: each pipeline's realized share of the
+cores against its planned share while all three run, and how the others' cores grew once the
+first finished (the re-fit).  Everything through the CLI, in subprocesses, as a user runs it.
+
+    python bench/fleet_host.py [--items 6000] [--trials 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fitwork.jobs.plan import FleetPlan
+from fitwork.jobs.record import FleetRecord
+from fitwork.telemetry.record import RunRecord
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "jobs"
+NAMES = ("scoring", "tokens", "lookup")
+WEIGHTS = {"scoring": 2.0, "tokens": 1.0, "lookup": 1.0}
+
+
+def fitwork(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """One `fitwork` command; its output kept for the error, if any."""
+    done = subprocess.run([sys.executable, "-m", "fitwork", *args], cwd=cwd, text=True,
+                          capture_output=True)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"fitwork {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return done
+
+
+def start(name: str, cwd: Path, tag: str) -> subprocess.Popen[bytes]:
+    """`fitwork run` of ``name`` with its own alone plan, not waited for."""
+    ref = "tokens:pipeline" if name == "tokens" else f"{name}.py:pipeline"
+    return subprocess.Popen(
+        [sys.executable, "-m", "fitwork", "run", ref, "--input", f"{name}.jsonl",
+         "--output", f"out-{tag}/{name}.jsonl", "--plan", f"{name}.plan.json", "--quiet",
+         "--record", f"out-{tag}/{name}.record.json", "--no-journal"],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(cwd)})
+
+
+def rates(cwd: Path, tag: str) -> dict[str, float]:
+    """Each pipeline's items over its own wall time, from its run record."""
+    found = {}
+    for name in NAMES:
+        record = RunRecord.load(cwd / f"out-{tag}" / f"{name}.record.json")
+        found[name] = record.items_in / record.wall_s
+    return found
+
+
+def alone(cwd: Path, trial: int) -> dict[str, float]:
+    """Each pipeline alone on the host with its own plan."""
+    tag = f"alone{trial}"
+    for name in NAMES:
+        start(name, cwd, tag).wait()
+    return rates(cwd, tag)
+
+
+def status_quo(cwd: Path, trial: int) -> dict[str, float]:
+    """The three alone plans started at once."""
+    tag = f"quo{trial}"
+    for p in [start(name, cwd, tag) for name in NAMES]:
+        p.wait()
+    return rates(cwd, tag)
+
+
+def fleet(cwd: Path, trial: int) -> tuple[dict[str, float], FleetRecord]:
+    """`fitwork run --jobs --plan`: the fleet plan, re-fitted as pipelines finish."""
+    tag = f"fleet{trial}"
+    jobs = (cwd / "jobs.yaml").read_text().replace("out/", f"out-{tag}/")
+    (cwd / f"jobs-{tag}.yaml").write_text(jobs)
+    fitwork("run", "--jobs", f"jobs-{tag}.yaml", "--plan", "fleet.json", "--fleet-record",
+            f"{tag}.json", cwd=cwd)
+    return rates(cwd, tag), FleetRecord.load(cwd / f"{tag}.json")
+
+
+def normalised(found: dict[str, float], base: dict[str, float], weighted: bool) -> float:
+    """Sum over pipelines of rate over rate alone (times the weight, if ``weighted``)."""
+    return sum((WEIGHTS[n] if weighted else 1.0) * found[n] / base[n] for n in NAMES)
+
+
+def speedup(record: FleetRecord) -> str:
+    """Cores each pipeline used just before and a few seconds after the first departure."""
+    if len(record.epochs) < 2:
+        return "no departure recorded"
+    first, second = record.epochs[0], record.epochs[1]
+    moved = ", ".join(f"{n} {first.cores_used.get(n, 0):.2f}->{second.cores_used[n]:.2f}"
+                      for n in second.running)
+    return f"after {record.decisions[1].reason}: cores {moved}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=6000)
+    parser.add_argument("--trials", type=int, default=2)
+    args = parser.parse_args()
+    cwd = Path(tempfile.mkdtemp(prefix="fleet-host-"))
+    for name in (*(f"{n}.py" for n in NAMES), "make_inputs.py", "jobs.yaml"):
+        shutil.copy(EXAMPLES / name, cwd / name)
+    subprocess.run([sys.executable, "make_inputs.py", str(args.items)], cwd=cwd, check=True)
+    began = time.perf_counter()
+    for name in NAMES:
+        ref = "tokens:pipeline" if name == "tokens" else f"{name}.py:pipeline"
+        fitwork("profile", ref, "--input", f"{name}.jsonl", "-o", f"{name}.profile.json",
+                cwd=cwd)
+        fitwork("plan", ref, "--profile", f"{name}.profile.json", "-o", f"{name}.plan.json",
+                cwd=cwd)
+    text = (cwd / "jobs.yaml").read_text()
+    for name in NAMES:
+        text = text.replace(f"output: out/{name}.jsonl",
+                            f"output: out/{name}.jsonl\n    profile: {name}.profile.json")
+    (cwd / "jobs.yaml").write_text(text)
+    planned = fitwork("plan", "--jobs", "jobs.yaml", "-o", "fleet.json", cwd=cwd)
+    print(planned.stdout)
+    plan = FleetPlan.load(cwd / "fleet.json")
+    rows: dict[str, list[dict[str, float]]] = {"alone": [], "status quo": [], "fitwork": []}
+    records = []
+    for trial in range(args.trials):
+        order = ["alone", "status quo", "fitwork"] if trial % 2 == 0 else \
+            ["fitwork", "status quo", "alone"]
+        for which in order:
+            if which == "alone":
+                rows["alone"].append(alone(cwd, trial))
+            elif which == "status quo":
+                rows["status quo"].append(status_quo(cwd, trial))
+            else:
+                found, record = fleet(cwd, trial)
+                rows["fitwork"].append(found)
+                records.append(record)
+    base = {n: statistics.median(r[n] for r in rows["alone"]) for n in NAMES}
+    print(f"{args.items:,} items per pipeline (tokens: half, 6 sentences each), "
+          f"{args.trials} trials alternating, {time.perf_counter() - began:.0f} s in all; "
+          f"host {os.cpu_count()} cores")
+    print(f"{'contender':<12}" + "".join(f"{n + ' items/s':>20}" for n in NAMES)
+          + f"{'sum rate/alone':>16}{'weighted':>10}")
+    for which, found in rows.items():
+        cells = "".join(f"{statistics.median(r[n] for r in found):>20,.1f}" for n in NAMES)
+        sums = [normalised(r, base, False) for r in found]
+        weighted = [normalised(r, base, True) for r in found]
+        trials = ", ".join(f"{s:.2f}" for s in sums)
+        print(f"{which:<12}{cells}{statistics.median(sums):>16.2f}"
+              f"{statistics.median(weighted):>10.2f}   trials {trials}")
+    quo = statistics.median(normalised(r, base, False) for r in rows["status quo"])
+    ours = statistics.median(normalised(r, base, False) for r in rows["fitwork"])
+    print(f"fitwork / status quo, aggregate normalised throughput: {ours / quo:.2f}x "
+          "(aim >= 1.2x)")
+    for j in plan.jobs:
+        got = statistics.median(r[j.name] for r in rows["fitwork"])
+        print(f"{j.name}: planned {j.rate:,.1f} items/s ({j.rate_low:,.1f}-{j.rate_high:,.1f}) "
+              f"while all three run; realized {got:,.1f} over its whole run "
+              f"({'inside' if j.rate_low <= got <= j.rate_high else 'OUTSIDE'} the range)")
+    for i, record in enumerate(records):
+        together = [e for e in record.epochs if len(e.running) == 3]
+        for e in together[:1]:
+            shares = ", ".join(f"{n} {e.realized_share[n]:.0%} vs {e.planned_share.get(n, 0):.0%}"
+                               f" ({e.share_ratio(n):.2f}x)" for n in e.running)
+            print(f"trial {i}: shares while all three run (realized vs planned): {shares}")
+        print(f"trial {i}: {speedup(record)}")
+        busiest = max(record.epochs, key=lambda e: e.realized_utilization)
+        print(f"trial {i}: the busiest epoch used {busiest.realized_utilization:.0%} of the "
+              f"host's cores (predicted {busiest.predicted_utilization or 0:.0%})")
+
+
+if __name__ == "__main__":
+    main()
