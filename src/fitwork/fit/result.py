@@ -99,9 +99,11 @@ class FitResult(BaseModel):
     for throughput, lower for cost: the tighter of the LP relaxation, ``lp_bound``, and the
     MILP's dual bound) and ``gap`` is ``|bound - value| / max(bound, value)``, i.e.
     ``(bound - T) / bound`` or ``(cost - bound) / cost``.
-    ``status`` is ``optimal`` when the plan is proved within the requested gap, ``feasible``
-    when it states a larger ``gap`` without a repair, ``time_limit``
-    when HiGHS stopped on the time limit with this plan as its best. ``method`` says where the
+    ``status`` is ``optimal`` only when the plan is proved at a gap of zero, ``feasible``
+    when it states a ``gap`` above zero without a repair (within the requested gap or not),
+    ``repaired`` when packing it needed a repair that left it outside the requested gap,
+    ``time_limit`` when HiGHS stopped on the time limit with this plan as its best; `label`
+    says it with the gap. ``method`` says where the
     plan came from: ``milp`` (HiGHS branch-and-bound) or ``lp_round`` (the LP relaxation rounded
     down and filled greedily, kept when it is already within the gap or beats the MILP).
     ``solve_seconds`` is wall seconds in HiGHS in all, ``lp_seconds`` the relaxation's part.
@@ -128,6 +130,15 @@ class FitResult(BaseModel):
     bottleneck_reason: str
     cost_per_hour: float
     cost_per_million: float | None
+
+    @property
+    def label(self) -> str:
+        """The solver's word on this plan: ``optimal`` (a proven gap of zero), else its
+        status with the gap it states, e.g. ``feasible (gap 0.4%)``."""
+        if self.status == "optimal":
+            return "optimal"
+        gap = f"{self.gap:.1%}" if self.gap >= 1e-3 else f"{self.gap * 100:.2g}%"
+        return f"{self.status.replace('_', ' ')} (gap {gap})"
 
     def replica_counts(self) -> dict[tuple[str, str, str], int]:
         """Replicas keyed by ``(unit, device_class, node_type)``."""

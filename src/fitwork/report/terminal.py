@@ -217,6 +217,7 @@ def _sides_table(plan: Plan) -> Table:
     table.add_row("cost per hour (nodes used)", *(f"${s.result.cost_per_hour:,.2f}"
                                                  for s in sides))
     table.add_row("bound, gap", *(f"{s.result.bound:,.1f}, {s.result.gap:.1%}" for s in sides))
+    table.add_row("solver's word", *(s.result.label for s in sides))
     return table
 
 
