@@ -1,7 +1,8 @@
-"""A Slurm cluster on this host for tests: munged, slurmctld and two slurmd (a node with two
-fake H100 GPUs as GRES, and a CPU-only node: backfill gives each hetjob component a node of
-its own), in a private folder with free ports.  Every step has a deadline; without the
-packages, root, or a working daemon, ``start`` raises ``Unavailable`` with the reason."""
+"""A Slurm cluster on this host for tests: munged, slurmctld and four slurmd (a node with two
+fake H100 GPUs as GRES, a node with one fake H100 and one fake V100, and two alike CPU-only
+nodes: backfill gives each hetjob component nodes of its own), in a private folder with free
+ports.  Every step has a deadline; without the packages, root, or a working daemon,
+``start`` raises ``Unavailable`` with the reason."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from pathlib import Path
 
 SBIN = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 NODES = {"fwgpu": "Gres=gpu:h100:2 Feature=gpu,h100 Weight=10",
-         "fwcpu": "Feature=cpu Weight=1"}
+         "fwmix": "Gres=gpu:h100:1,gpu:v100:1 Feature=gpu,h100,v100 Weight=20",
+         "fwcpu": "Feature=cpu Weight=1",
+         "fwcpu2": "Feature=cpu Weight=1"}
+GRES = {"fwgpu": [("h100", "gpu[0-1]")], "fwmix": [("h100", "gpu2"), ("v100", "gpu3")]}
 CPUS, MEMORY_MB = 4, 3000
 
 
@@ -76,7 +80,7 @@ class SlurmCluster:
                      pidfile=self.dir / "munged.pid")
         devices = self.dir / "dev"
         devices.mkdir()
-        for index in range(2):
+        for index in range(4):
             (devices / f"gpu{index}").touch()
         ports = {name: _free_port() for name in ("ctld", *NODES)}
         lines = [
@@ -103,8 +107,9 @@ class SlurmCluster:
         lines.append(f"PartitionName=fw Nodes={','.join(NODES)} Default=YES "
                      "MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
-        (self.dir / "gres.conf").write_text(
-            f"NodeName=fwgpu Name=gpu Type=h100 File={devices}/gpu[0-1]\n")
+        (self.dir / "gres.conf").write_text("".join(
+            f"NodeName={node} Name=gpu Type={kind} File={devices}/{files}\n"
+            for node, kinds in GRES.items() for kind, files in kinds))
         (self.dir / "state").mkdir()
         for name in NODES:
             (self.dir / f"spool-{name}").mkdir()

@@ -1,5 +1,6 @@
 """Slurm nodes read as node types (22.05 JSON and text as this host's Slurm writes them, a
-24.11-shaped sinfo), and `fitwork deploy slurm`'s hetjob script."""
+24.11-shaped sinfo, a node with GRES of two GPU types), and `fitwork deploy slurm`'s script
+for a plan of several node types (a hetjob) and of one."""
 
 from __future__ import annotations
 
@@ -31,10 +32,32 @@ def shapes_of(found):  # type: ignore[no-untyped-def]
 
 
 def test_gres_strings() -> None:
-    assert parse_gres("gpu:h100:8(S:0-1),shard:4") == ("h100", 8)
-    assert parse_gres("shard:4,gpu:2") == (None, 2)
-    assert parse_gres("(null)") == (None, 0)
-    assert parse_gres("gpu:a100:4(S:0-1)") == ("a100", 4)
+    assert parse_gres("gpu:h100:8(S:0-1),shard:4") == [("h100", 8)]
+    assert parse_gres("shard:4,gpu:2") == [(None, 2)]
+    assert parse_gres("(null)") == []
+    assert parse_gres("gpu:a100:4(S:0-1)") == [("a100", 4)]
+    assert parse_gres("gpu:h100:2(S:0),gpu:v100:1(S:1),shard:4") == [("h100", 2), ("v100", 1)]
+    assert parse_gres("gpu:h100:1,gpu:h100:1") == [("h100", 2)]
+
+
+MIXED = ("NodeName=fwmix CPUTot=4 AvailableFeatures=gpu,h100,v100 Gres=gpu:h100:1,gpu:v100:1 "
+         "RealMemory=3000 State=IDLE Partitions=fw\n"
+         "NodeName=fwrtx CPUTot=4 AvailableFeatures=gpu Gres=gpu:h100:1,gpu:rtx6000:1 "
+         "RealMemory=3000 State=IDLE Partitions=fw\n"
+         "NodeName=fwcpu CPUTot=4 AvailableFeatures=cpu Gres=(null) RealMemory=3000 "
+         "State=IDLE Partitions=fw\n")
+
+
+def test_a_node_with_gres_of_two_gpu_types_keeps_both() -> None:
+    found = read_slurm(MIXED)
+    mixed = found.get("fw-h100-v100")
+    assert mixed.node_type().devices == {"H100-SXM": 1, "V100": 1}
+    assert [a.gres for a in mixed.all_accelerators] == ["gpu:h100", "gpu:v100"]
+    assert mixed.describe() == "fw-h100-v100 (1 x 1 x H100-SXM, 1 x V100, 4 cores)"
+    # one GPU type the catalog lacks: the node type is left out, and the note names it
+    assert [n.name for n in found.fleet().node_types] == ["fw-h100-v100", "fw-cpu"]
+    assert any("fw-h100-rtx6000" in note and "'rtx6000' is not in the catalog" in note
+               for note in found.notes())
 
 
 @pytest.mark.parametrize("name", ["sinfo-22.05.json", "scontrol-22.05.txt"])
@@ -137,3 +160,44 @@ def test_fleet_slurm_without_a_controller_gives_one_line() -> None:
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert lines[0].startswith(("error: cannot read the Slurm controller: ",
                                 "error: no Slurm client on this host (sinfo not found)"))
+
+
+def test_a_plan_of_one_node_type_is_a_plain_job_and_asks_for_each_gpu_type_it_uses(
+        tmp_path: Path) -> None:
+    found = read_slurm(MIXED)
+    plan = plan_on(found, "fw-h100-v100")
+    script = sbatch_script(plan, found, JOB)
+    assert "#SBATCH hetjob" not in script and "--het-group" not in script  # srun refuses it
+    assert "#SBATCH --nodes=1" in script and "#SBATCH --constraint=gpu&h100&v100" in script
+    assert len(re.findall(r"^FITWORK_RAY_TOKEN=\$token srun --nodes=1 ", script, re.M)) == 1
+    assert "fitwork.orchestrate.wait \"$ADDRESS\" fw-h100-v100=1" in script
+    (tmp_path / "one.sbatch").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "one.sbatch")],
+                          timeout=30).returncode == 0
+    # the same node type with the model placed on both its GPU types: a GRES of each type,
+    # and Ray told of both classes
+    result = plan.fitted.result
+    model = next(p for p in result.replicas if p.unit == "model")
+    other = "V100" if model.device_class == "H100-SXM" else "H100-SXM"
+    result.replicas.append(model.model_copy(update={"device_class": other}))
+    script = sbatch_script(plan, found, JOB)
+    assert "#SBATCH --gres=gpu:h100:1,gpu:v100:1" in script
+    assert "--num-gpus=2 " in script
+    assert """'--resources={"H100-SXM": 1, "V100": 1}'""" in script \
+        or """'--resources={"V100": 1, "H100-SXM": 1}'""" in script
+
+
+def test_the_job_watches_its_worker_steps(cluster22) -> None:  # type: ignore[no-untyped-def]
+    script = sbatch_script(plan_on(cluster22, "fw-h100", "fw-cpu"), cluster22, JOB)
+    lines = script.splitlines()
+    wait = next(i for i, line in enumerate(lines) if "fitwork.orchestrate.wait" in line)
+    assert lines[wait].endswith("--timeout 300 &")  # the join, watched, not waited on blindly
+    assert lines[wait + 1:wait + 4] == ["runner=$!", "awaited stop", "watch_steps stop"]
+    assert lines[wait + 4].startswith('"$PYTHON" -m fitwork.cli run ')
+    assert lines[wait + 5:] == ["runner=$!", "awaited run"]
+    steps = [line for line in lines if line.startswith("steps+=(")]
+    assert steps == ["steps+=('the Ray worker step of node type fw-h100 (component 0, 1 node(s))')",
+                     "steps+=('the Ray worker step of node type fw-cpu (component 1, 1 node(s))')"]
+    # a worker's Ray that ends says so on the step's output, which the batch step reads
+    assert 'echo "fitwork: ray worker on $node ended (exit $status)" >&2' in script
+    assert script.count('>(tee -a "$RAY_TMP/step-') == 2

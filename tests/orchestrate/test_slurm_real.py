@@ -1,8 +1,10 @@
-"""A real Slurm controller on this host: `fitwork fleet slurm` reads it back, and the hetjob
-`fitwork deploy slurm` writes runs the pipeline on Ray across both nodes, with the planned
-labels, every output exactly once, Ray's token authentication on, and no process of the job
-left however the job ends.  Skips, with the reason, where Slurm cannot run here (see
-slurm_harness)."""
+"""A real Slurm controller on this host: `fitwork fleet slurm` reads it back (every GRES type
+of a node kept), and the job `fitwork deploy slurm` writes runs the pipeline on Ray, with
+the planned labels, every output exactly once, Ray's token authentication on, and no process
+of the job left however the job ends: a hetjob of two node types (one of them two nodes),
+and a plain job of one node type on a node with GRES of two GPU types.  A worker step that
+fails stops the job at once, saying which and why.  Skips, with the reason, where Slurm
+cannot run here (see slurm_harness)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,6 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     __import__("importlib").util.find_spec("ray") is None,
     reason="Ray is not installed: pip install 'fitwork[ray]'")]
 PIPELINE = "tests.orchestrate.slurm_pipeline:pipeline"
+GATED = "tests.orchestrate.slurm_pipeline:gated"
+HETJOB = ("fw-h100", "fw-cpu")
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +54,12 @@ def slurm() -> Iterator[SlurmCluster]:
         cluster.stop()
 
 
-def job_env(cluster: SlurmCluster) -> dict[str, str]:
+def job_env(cluster: SlurmCluster, **extra: str) -> dict[str, str]:
     """What sbatch gets: no Ray auth settings of this session's (the job makes its own)."""
     bin_dir = str(Path(sys.executable).parent)
     env = {k: v for k, v in cluster.env.items() if not k.startswith("RAY_AUTH")}
     return {**env, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-            "PYTHONPATH": str(ROOT), "FITWORK_PYTHON": sys.executable}
+            "PYTHONPATH": str(ROOT), "FITWORK_PYTHON": sys.executable, **extra}
 
 
 def environ(process: psutil.Process) -> dict[str, str]:
@@ -122,17 +127,18 @@ def described(processes: list[psutil.Process]) -> list[str]:
     return out
 
 
-def submit(cluster: SlurmCluster, tmp_path: Path, items: int) -> tuple[str, Path, Path]:
-    plan = plan_on(read_live(), "fw-h100", "fw-cpu")
+def submit(cluster: SlurmCluster, tmp_path: Path, items: int, types: tuple[str, ...] = HETJOB,
+           pipeline: str = PIPELINE, **env: str) -> tuple[str, Path, Path]:
+    plan = plan_on(read_live(), *types)
     plan.save(tmp_path / "plan.json")
     (tmp_path / "in.jsonl").write_text("".join(f"{i}\n" for i in range(items)))
     done = fitwork("deploy", "slurm", str(tmp_path / "plan.json"), "-o", str(tmp_path / "job"),
-                   "--pipeline", PIPELINE, "--input", str(tmp_path / "in.jsonl"),
+                   "--pipeline", pipeline, "--input", str(tmp_path / "in.jsonl"),
                    "--output", str(tmp_path / "out.jsonl"), env=cluster.env)
     assert done.returncode == 0, done.stderr
     sent = subprocess.run(["sbatch", "--parsable", str(tmp_path / "job" / "fitwork.sbatch")],
-                          capture_output=True, text=True, env=job_env(cluster), timeout=30,
-                          cwd=tmp_path)
+                          capture_output=True, text=True, env=job_env(cluster, **env),
+                          timeout=30, cwd=tmp_path)
     assert sent.returncode == 0, sent.stderr
     job = sent.stdout.strip().split(";")[0]
     return job, tmp_path / "job" / f"fitwork-{job}.out", tmp_path / "out.jsonl"
@@ -160,7 +166,8 @@ def test_fleet_slurm_reads_the_controller_back(slurm: SlurmCluster, tmp_path: Pa
     fleet = Fleet.from_yaml(tmp_path / "fleet.yaml")
     assert {n.name: (n.count, n.cores, n.memory, n.devices) for n in fleet.node_types} == {
         "fw-h100": (1, 4, 3000 * 2**20, {"H100-SXM": 2}),
-        "fw-cpu": (1, 4, 3000 * 2**20, {}),
+        "fw-h100-v100": (1, 4, 3000 * 2**20, {"H100-SXM": 1, "V100": 1}),  # both GRES types
+        "fw-cpu": (2, 4, 3000 * 2**20, {}),
     }
 
 
@@ -206,7 +213,7 @@ def joins(address: str, token: str, timeout: float = 150) -> subprocess.Complete
                           timeout=timeout)
 
 
-def check_auth(watch: JobWatch) -> None:
+def check_auth(watch: JobWatch, ray_nodes_expected: int, device_class: str) -> None:
     """The running job's Ray is in token mode with one token, kept in 0600 files in 0700
     folders and on no command line; a client with another token is refused, one with the
     job's token joins."""
@@ -231,18 +238,49 @@ def check_auth(watch: JobWatch) -> None:
     token = tokens.pop()
     assert len(token) == 64
     nodes = {environ(p)["FITWORK_RAY_NODE"] for p in ray_nodes}
-    assert len(nodes) == 3, nodes  # the head and a worker per Slurm node
+    assert len(nodes) == ray_nodes_expected, nodes  # the head and a worker per Slurm node
     for process in processes:
         with contextlib.suppress(psutil.Error):
             assert token not in " ".join(process.cmdline()), described([process])
     assert "InvalidAuthToken" in refused(address, "0" * 64)
     joined = joins(address, token)
     assert joined.returncode == 0, joined.stderr[-2000:]
-    assert "H100-SXM" in joined.stdout, joined.stdout
+    assert device_class in joined.stdout, joined.stdout
+
+
+def ready_nodes(types: tuple[str, ...]) -> list[str]:
+    """The line `fitwork.orchestrate.wait` prints for the plan's Ray nodes, one per node."""
+    lines = []
+    for shape in plan_shapes(plan_on(read_live(), *types)):
+        amounts = {"CPU": float(shape.cores), **{c: float(n) for c, n in shape.slots.items()}}
+        if shape.device_slots:
+            amounts["GPU"] = float(shape.device_slots)
+        lines += [f"{shape.name} {dict(sorted(amounts.items()))}"] * shape.nodes
+    return sorted(lines)
+
+
+def check_finished(job: str, text: str, out: Path, items: int, types: tuple[str, ...],
+                   watch: JobWatch, leftover: list[str]) -> None:
+    """The job ran the plan on the planned Ray nodes, wrote every output once, and left no
+    process, token or folder behind."""
+    assert "fitwork: ray stopped; job exit 0" in text, text[-4000:]
+    assert "Unauthenticated" not in text and "InvalidAuthToken" not in text, text[-4000:]
+    assert "still there" not in text, text[-4000:]
+    assert "ended before its nodes joined" not in text and "during the run" not in text
+    outputs = sorted(json.loads(line) for line in out.read_text().splitlines())
+    assert outputs == [3 * x + 1 for x in range(items)]  # every item, exactly once
+    ready = re.search(r"ray nodes ready: (.*)", text)
+    assert ready is not None, text[-3000:]
+    assert ready.group(1).split("; ") == ready_nodes(types)
+    nodes = len(ready_nodes(types))
+    assert len(watch.sessions) >= 2 + nodes  # the batch step's, the head's, each worker's
+    assert leftover == []  # no process of the job, Ray's agents included
+    assert not Path(f"/tmp/fwr-{job}").exists()  # nor its token
 
 
 def test_the_hetjob_runs_the_plan_on_ray_and_stops_it(slurm: SlurmCluster,
                                                        tmp_path: Path) -> None:
+    assert [s.nodes for s in plan_shapes(plan_on(read_live(), *HETJOB))] == [1, 2]
     job, log, out = submit(slurm, tmp_path, 200)
     watch = JobWatch(slurm, job)
     try:
@@ -251,36 +289,88 @@ def test_the_hetjob_runs_the_plan_on_ray_and_stops_it(slurm: SlurmCluster,
     finally:
         watch.kill()
     text = log.read_text() if log.exists() else ""
-    assert "fitwork: ray stopped; job exit 0" in text, text[-4000:]
-    assert "Unauthenticated" not in text and "InvalidAuthToken" not in text, text[-4000:]
-    assert "still there" not in text, text[-4000:]
-    outputs = sorted(json.loads(line) for line in out.read_text().splitlines())
-    assert outputs == [3 * x + 1 for x in range(200)]  # every item, exactly once
-    plan = plan_on(read_live(), "fw-h100", "fw-cpu")
-    ready = re.search(r"ray nodes ready: (.*)", text)
-    assert ready is not None, text[-3000:]
-    shapes = {s.name: s for s in plan_shapes(plan)}
-    expected = sorted(
-        f"{name} {dict(sorted({'CPU': float(s.cores), **({'GPU': float(s.device_slots), s.device_class: float(s.device_slots)} if s.device_slots else {})}.items()))}"  # noqa: E501
-        for name, s in shapes.items())
-    assert ready.group(1).split("; ") == expected
-    assert len(watch.sessions) >= 4  # the batch step's, the head's, two workers' at least
-    assert leftover == []  # no process of the job, Ray's agents included
-    assert not Path(f"/tmp/fwr-{job}").exists()  # nor its token
+    assert "#SBATCH hetjob" in (tmp_path / "job" / "fitwork.sbatch").read_text()
+    check_finished(job, text, out, 200, HETJOB, watch, leftover)
+
+
+def wait_ready(log: Path, watch: JobWatch, timeout: float = 120) -> None:
+    """Wait until the job's log says every planned Ray node has joined."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (
+            log.exists() and "ray nodes ready" in log.read_text()):
+        watch.look()
+        time.sleep(0.5)
+    assert log.exists() and "ray nodes ready" in log.read_text(), \
+        log.read_text()[-3000:] if log.exists() else "no job log"
+
+
+def test_a_plan_of_one_node_type_on_a_node_of_two_gpu_types_runs(
+        slurm: SlurmCluster, tmp_path: Path) -> None:
+    types = ("fw-h100-v100",)
+    gate = tmp_path / "gate"
+    job, log, out = submit(slurm, tmp_path, 300, types, GATED, FITWORK_TEST_GATE=str(gate))
+    script = (tmp_path / "job" / "fitwork.sbatch").read_text()
+    assert "hetjob" not in script and "--het-group" not in script
+    assert "#SBATCH --constraint=gpu&h100&v100" in script
+    watch = JobWatch(slurm, job)
+    try:
+        wait_ready(log, watch)
+        shape, = plan_shapes(plan_on(read_live(), *types))
+        device_class, = shape.slots
+        check_auth(watch, 2, device_class)  # the head and the node's worker, token mode
+        gate.touch()  # the run may end now
+        wait_gone(slurm, job, 120, watch)
+        leftover = watch.left_after(10)
+    finally:
+        gate.touch()
+        watch.kill()
+    text = log.read_text() if log.exists() else ""
+    check_finished(job, text, out, 300, types, watch, leftover)
+
+
+FAILING_RAY = """#!/bin/bash
+if [ "${SLURMD_NODENAME:-}" = fwcpu2 ] && [ "${1:-}" = start ]; then
+    echo "fake ray: no Ray can start on fwcpu2" >&2
+    exit 3
+fi
+exec %s "$@"
+"""
+
+
+def test_a_failing_worker_step_stops_the_job_at_once_and_says_why(
+        slurm: SlurmCluster, tmp_path: Path) -> None:
+    ray = tmp_path / "ray"
+    ray.write_text(FAILING_RAY % shlex.quote(str(Path(sys.executable).parent / "ray")))
+    ray.chmod(0o755)
+    began = time.monotonic()
+    job, log, out = submit(slurm, tmp_path, 200, RAY_BIN=str(ray))
+    watch = JobWatch(slurm, job)
+    try:
+        wait_gone(slurm, job, 120, watch)
+        took = time.monotonic() - began
+        leftover = watch.left_after(10)
+    finally:
+        watch.kill()
+    text = log.read_text() if log.exists() else ""
+    said = re.search(r"fitwork: the Ray worker step of node type fw-cpu \(component 1, 2 "
+                     r"node\(s\)\) ended before its nodes joined: ray worker on fwcpu2 "
+                     r"ended \(exit 3\); stopping the job\. Its last output:\n(.*\n){0,5}",
+                     text)
+    assert said is not None, text[-4000:]
+    assert "fake ray: no Ray can start on fwcpu2" in said.group(0), said.group(0)
+    assert "fitwork: ray stopped; job exit 1" in text, text[-4000:]
+    assert "ray nodes ready" not in text and not out.exists()
+    assert took < 90, took  # not the 300 s the nodes' wait allows
+    assert leftover == []
+    assert not Path(f"/tmp/fwr-{job}").exists()
 
 
 def test_a_cancelled_job_leaves_no_ray_behind(slurm: SlurmCluster, tmp_path: Path) -> None:
     job, log, _ = submit(slurm, tmp_path, 100_000)
     watch = JobWatch(slurm, job)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (
-                log.exists() and "ray nodes ready" in log.read_text()):
-            watch.look()
-            time.sleep(0.5)
-        assert log.exists() and "ray nodes ready" in log.read_text(), \
-            log.read_text()[-3000:] if log.exists() else "no job log"
-        check_auth(watch)  # while the pipeline runs
+        wait_ready(log, watch)
+        check_auth(watch, 4, "H100-SXM")  # while the pipeline runs
         running = len(watch.look())
         subprocess.run(["scancel", job], env=slurm.env, timeout=30, check=True)
         wait_gone(slurm, job, 90, watch)

@@ -63,7 +63,11 @@ class Accelerators:
 
 @dataclass
 class ClusterNodeType:
-    """``count`` alike nodes of a cluster, and what selects them there."""
+    """``count`` alike nodes of a cluster, and what selects them there.
+
+    ``more_accelerators``: a node's further accelerator products (a Slurm node with GRES of
+    several GPU types); ``accelerators`` is the first.
+    """
 
     name: str
     count: int
@@ -76,17 +80,25 @@ class ClusterNodeType:
     partition: str | None = None
     features: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
+    more_accelerators: tuple[Accelerators, ...] = ()
+
+    @property
+    def all_accelerators(self) -> list[Accelerators]:
+        """Every accelerator product of its nodes."""
+        first = [self.accelerators] if self.accelerators is not None else []
+        return first + list(self.more_accelerators)
 
     @property
     def known(self) -> bool:
-        """Whether its accelerators (if any) are a catalog class."""
-        return self.accelerators is None or self.accelerators.device_class is not None
+        """Whether its accelerators (if any) are all catalog classes."""
+        return all(a.device_class is not None for a in self.all_accelerators)
 
     def node_type(self) -> NodeType:
         """As a fleet's node type (devices by catalog class)."""
-        devices = {}
-        if self.accelerators is not None and self.accelerators.device_class is not None:
-            devices[self.accelerators.device_class] = self.accelerators.count
+        devices: dict[str, int] = {}
+        for accel in self.all_accelerators:
+            if accel.device_class is not None:
+                devices[accel.device_class] = devices.get(accel.device_class, 0) + accel.count
         where = {k: v for k, v in self.sources.items() if v and (k != "devices" or devices)}
         return NodeType(name=self.name, count=self.count, cores=self.cores,
                         memory=self.memory, devices=devices, discovered_from=where or None)
@@ -94,9 +106,8 @@ class ClusterNodeType:
     def describe(self) -> str:
         """"2 x 8 x H100-SXM, 96 cores" style, for error messages."""
         what = f"{self.cores:g} cores"
-        if self.accelerators is not None:
-            name = self.accelerators.device_class or self.accelerators.product
-            what = f"{self.accelerators.count} x {name}, {what}"
+        for accel in reversed(self.all_accelerators):
+            what = f"{accel.count} x {accel.device_class or accel.product}, {what}"
         return f"{self.name} ({self.count} x {what})"
 
 
@@ -128,10 +139,10 @@ class ClusterFleet:
             lines.append(f"{len(self.excluded)} node(s) left out: {shown}"
                          + (f" and {more} more" if more > 0 else ""))
         for t in self.types:
-            if not t.known and t.accelerators is not None:
-                close = ", ".join(t.accelerators.suggestions) or "none close"
+            for accel in (a for a in t.all_accelerators if a.device_class is None):
+                close = ", ".join(accel.suggestions) or "none close"
                 lines.append(f"node type {t.name} ({t.count} node(s)) left out: accelerator "
-                             f"{t.accelerators.product!r} is not in the catalog (closest: "
+                             f"{accel.product!r} is not in the catalog (closest: "
                              f"{close}); add it to the catalog to plan for it")
         return lines
 

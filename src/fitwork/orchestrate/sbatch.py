@@ -1,9 +1,13 @@
-"""A plan as one sbatch script: a heterogeneous job with a component per planned node type.
+"""A plan as one sbatch script: a component per planned node type (a heterogeneous job
+where the plan uses several node types, a plain job where it uses one), with as many nodes
+as the plan uses of each.
 
 The batch step (on the first component's first node) starts the Ray head with no CPUs; an
 ``srun`` step per component starts one Ray worker per node with the node type's label,
-cores and devices (the device class as a Ray resource); once every node has joined, the
-pipeline runs there with ``fitwork run --engine ray --plan``.
+cores and devices (each device class as a Ray resource); once every node has joined, the
+pipeline runs there with ``fitwork run --engine ray --plan``.  The batch step watches the
+worker steps: one that ends before its nodes have joined stops the job at once, naming the
+step, the node and its last output; one that ends during the run is reported the same way.
 
 Everything of the job on a host lies in /tmp/fwr-JOBID, a 0700 folder of the user's own
 (Ray makes the Ray folders in it, ``head`` and ``node-NODENAME``, world-writable; the
@@ -66,12 +70,25 @@ def _component(shape: NodeShape, node: ClusterNodeType, job: SlurmJob,
     memory = math.floor(node.memory / SLURM_MB)
     lines += [f"--nodes={shape.nodes}", "--ntasks-per-node=1",
               f"--cpus-per-task={shape.cores}", f"--mem={memory}"]
-    accel = node.accelerators
-    if accel is not None and shape.device_slots:
-        lines.append(f"--gres={accel.gres or 'gpu'}:{shape.device_slots}")
+    gres = _gres(shape, node)
+    if gres:
+        lines.append(f"--gres={gres}")
     if node.features:
         lines.append(f"--constraint={'&'.join(node.features)}")
     return [f"#SBATCH {line}" for line in lines]
+
+
+def _gres(shape: NodeShape, node: ClusterNodeType) -> str:
+    """The GRES one node of the component asks for: ``gpu:TYPE:N`` per device class the
+    plan uses there (a class that several GRES types map to takes from each in turn)."""
+    asks = []
+    for device_class, wanted in shape.slots.items():
+        for accel in node.all_accelerators:
+            if wanted > 0 and accel.device_class == device_class:
+                take = min(wanted, accel.count)
+                asks.append(f"{accel.gres or 'gpu'}:{take}")
+                wanted -= take
+    return ",".join(asks)
 
 
 FREE_PORT = [
@@ -124,7 +141,10 @@ node=${SLURMD_NODENAME:-$(hostname)}
 tmp=$base/node-$node
 session=
 made=0
+role=run
 stop() {
+    local status=$?
+    [ "$role" = run ] && echo "fitwork: ray worker on $node ended (exit $status)" >&2
     [ -n "$session" ] || read -r session made 2>/dev/null < "$tmp.session" || true
     stop_session "$session" "$made"
     if [ ! -L "$base" ] && [ -O "$base" ]; then
@@ -134,7 +154,7 @@ stop() {
 }
 trap stop EXIT
 trap 'exit 143' TERM INT HUP
-[ "${1:-}" = --stop ] && exit 0
+if [ "${1:-}" = --stop ]; then role=stop; exit 0; fi
 private_dir "$base" || exit 1
 private_dir "$base/auth" || exit 1
 write_token "${FITWORK_RAY_TOKEN:?the job gives each worker step the cluster token}" \
@@ -153,11 +173,18 @@ wait "$session"
 Pairs = list[tuple[NodeShape, ClusterNodeType]]
 
 
+def _het(pairs: Pairs, index: int) -> str:
+    """srun's option for component ``index``: none in a job of one component (srun refuses
+    ``--het-group`` outside a heterogeneous job)."""
+    return f"--het-group={index} " if len(pairs) > 1 else ""
+
+
 def _header(plan: Plan, pairs: Pairs, job: SlurmJob) -> list[str]:
-    """The shebang, a comment on the plan, and each hetjob component's #SBATCH lines."""
+    """The shebang, a comment on the plan, and each component's #SBATCH lines."""
     shapes = [shape for shape, _ in pairs]
+    kind = "one hetjob component per node type" if len(pairs) > 1 else "one node type"
     header = ["#!/bin/bash", f"# fitwork: plan for pipeline {plan.pipeline!r}, "
-              f"{sum(s.nodes for s in shapes)} node(s); one hetjob component per node type"]
+              f"{sum(s.nodes for s in shapes)} node(s); {kind}"]
     for index, (shape, node) in enumerate(pairs):
         if index:
             header.append("#SBATCH hetjob")
@@ -192,6 +219,9 @@ def _cleanup(pairs: Pairs) -> list[str]:
     """The EXIT trap that stops every Ray node of the job and removes the job's folder."""
     return [
         "workers=()",
+        "steps=()",
+        "ended=()",
+        "runner=",
         "made_tmp=0",
         "head_session=",
         "head_made=0",
@@ -202,9 +232,10 @@ def _cleanup(pairs: Pairs) -> list[str]:
         "    # cancelled: then each worker step's own trap does it)",
         "    stops=()",
         *[line for i, (s, _) in enumerate(pairs) for line in (
-            f"    timeout 30 srun --het-group={i} --nodes={s.nodes} --ntasks={s.nodes} "
+            f"    timeout 30 srun {_het(pairs, i)}--nodes={s.nodes} --ntasks={s.nodes} "
             "--ntasks-per-node=1 --overlap --export=ALL bash -c \"$WORKER\" fitwork-ray-stop "
             "\"$RAY_TMP\" --stop >/dev/null 2>&1 &", "    stops+=($!)")],
+        "    [ -z \"$runner\" ] || kill -TERM \"$runner\" 2>/dev/null || true",
         "    stop_session \"$head_session\" \"$head_made\"",
         "    for pid in \"${stops[@]}\"; do wait \"$pid\" 2>/dev/null || true; done",
         "    for pid in \"${workers[@]}\"; do kill -TERM \"$pid\" 2>/dev/null || true; done",
@@ -259,8 +290,51 @@ HEAD = [
 ]
 
 
+WATCH = [
+    "watch_steps() {  # a worker step that has ended, or a node's Ray in it: say which and",
+    "    local i line status  # why; with 'stop' ($1), end the job",
+    "    for i in \"${!workers[@]}\"; do",
+    "        [ -z \"${ended[$i]:-}\" ] || continue",
+    "        line=$(grep -a -m1 '^fitwork: ray worker on ' \"$RAY_TMP/step-$i.log\" "
+    "2>/dev/null || true)",
+    "        if kill -0 \"${workers[$i]}\" 2>/dev/null; then",
+    "            [ -n \"$line\" ] || continue",
+    "        else",
+    "            status=0",
+    "            wait \"${workers[$i]}\" 2>/dev/null || status=$?",
+    "            [ -n \"$line\" ] || line=\"srun ended with exit $status\"",
+    "        fi",
+    "        ended[$i]=1",
+    "        sleep 0.2  # the step's last lines on their way through tee",
+    "        if [ \"$1\" = stop ]; then",
+    "            echo \"fitwork: ${steps[$i]} ended before its nodes joined: ${line#fitwork: };\""
+    " \\",
+    "                \"stopping the job. Its last output:\" >&2",
+    "        else",
+    "            echo \"fitwork: ${steps[$i]} ended during the run: ${line#fitwork: }; the run\""
+    " \\",
+    "                \"goes on with the nodes left. Its last output:\" >&2",
+    "        fi",
+    "        grep -av '^fitwork: ray worker on ' \"$RAY_TMP/step-$i.log\" 2>/dev/null | "
+    "tail -n 5 | \\",
+    "            sed 's/^/    /' >&2 || true",
+    "        [ \"$1\" != stop ] || exit 1",
+    "    done",
+    "}",
+    "awaited() {  # the exit status of $runner, watching the worker steps meanwhile",
+    "    local status=0",
+    "    while kill -0 \"$runner\" 2>/dev/null; do watch_steps \"$1\"; sleep 0.5; done",
+    "    wait \"$runner\" || status=$?",
+    "    runner=",
+    "    return \"$status\"",
+    "}",
+    "",
+]
+
+
 def _workers(pairs: Pairs) -> list[str]:
-    """An srun step per component that starts a Ray worker on each of its nodes."""
+    """An srun step per component that starts a Ray worker on each of its nodes; each
+    step's output goes to the job's log and to a file the batch step watches."""
     lines: list[str] = []
     for index, (shape, _) in enumerate(pairs):
         params = shape.ray_params()
@@ -271,28 +345,38 @@ def _workers(pairs: Pairs) -> list[str]:
         if "resources" in params:
             quoted += " " + shlex.quote(f"--resources={params['resources']}")
         env = "" if shape.device_slots else "env -u CUDA_VISIBLE_DEVICES "
+        where = f"component {index}, " if len(pairs) > 1 else ""
+        step = f"the Ray worker step of node type {shape.name} ({where}{shape.nodes} node(s))"
         lines += [
             f"# node type {shape.name}: {shape.nodes} Ray worker(s), one per node",
-            f"FITWORK_RAY_TOKEN=$token srun --het-group={index} --nodes={shape.nodes} "
+            f'exec {{out}}> >(tee -a "$RAY_TMP/step-{index}.log")',
+            f"FITWORK_RAY_TOKEN=$token srun {_het(pairs, index)}--nodes={shape.nodes} "
             f"--ntasks={shape.nodes} --ntasks-per-node=1 --overlap --kill-on-bad-exit=0 "
             "--export=ALL "
-            f'{env}bash -c "$WORKER" fitwork-ray "$RAY_TMP" {quoted} &',
+            f'{env}bash -c "$WORKER" fitwork-ray "$RAY_TMP" {quoted} >&"$out" 2>&1 &',
             "workers+=($!)",
+            f"steps+=({shlex.quote(step)})",
         ]
     return lines
 
 
 def _pipeline(pairs: Pairs, job: SlurmJob) -> list[str]:
-    """Wait until every planned node has joined, then run the pipeline on the plan."""
+    """Wait until every planned node has joined, then run the pipeline on the plan; a worker
+    step that ends while the nodes join stops the job."""
     wanted = " ".join(f"{shlex.quote(s.name)}={s.nodes}" for s, _ in pairs)
     run = ('"$PYTHON" -m fitwork.cli run '
            + shlex.join([job.pipeline, "--input", job.input, "--output", job.output])
-           + ' --engine ray --ray-address "$ADDRESS" --plan "$PLAN" --quiet')
+           + ' --engine ray --ray-address "$ADDRESS" --plan "$PLAN" --quiet &')
     return [
         "",
         f'"$PYTHON" -m fitwork.orchestrate.wait "$ADDRESS" {wanted} '
-        f"--timeout {job.wait_timeout:g}",
+        f"--timeout {job.wait_timeout:g} &",
+        "runner=$!",
+        "awaited stop",
+        "watch_steps stop",
         run,
+        "runner=$!",
+        "awaited run",
     ]
 
 
@@ -300,5 +384,6 @@ def sbatch_script(plan: Plan, cluster: ClusterFleet, job: SlurmJob) -> str:
     """The sbatch script for ``plan`` on ``cluster``."""
     pairs = matched(plan, cluster)
     header = _header(plan, pairs, job)
-    body = [*_prelude(job), *_cleanup(pairs), *HEAD, *_workers(pairs), *_pipeline(pairs, job)]
+    body = [*_prelude(job), *_cleanup(pairs), *WATCH, *HEAD, *_workers(pairs),
+            *_pipeline(pairs, job)]
     return "\n".join(header) + "\n\n" + "\n".join(body) + "\n"

@@ -26,7 +26,9 @@ class NodeShape:
     ``cores_used`` and ``memory_used`` are the most any one node's replicas are planned to
     use; ``device_slots`` the whole devices one node needs (its replicas' shares packed
     per device, rounded up) and ``shares`` the fractional shares (< 1) of the replicas on
-    the node that has most of them.
+    the node that has most of them; ``slots`` the whole devices one node needs of each
+    device class (a node with GPUs of several types: its classes' slots add up to
+    ``device_slots``).
     """
 
     node_type: NodeType
@@ -38,6 +40,7 @@ class NodeShape:
     shares: list[float] = field(default_factory=list)
     whole_asks: int = 0
     units: list[str] = field(default_factory=list)
+    slots: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -53,8 +56,9 @@ class NodeShape:
         """``ray start`` options (without dashes) that make a node of this type as planned."""
         params = {"num-cpus": str(self.cores), "num-gpus": str(self.device_slots),
                   "labels": f"{NODE_TYPE_LABEL}={self.name}"}
-        if self.device_class and self.device_slots:
-            params["resources"] = json.dumps({self.device_class: self.device_slots})
+        slots = {name: n for name, n in self.slots.items() if n}
+        if slots:
+            params["resources"] = json.dumps(slots)
         return params
 
     def memory_request(self) -> int:
@@ -73,6 +77,7 @@ def plan_shapes(plan: Plan) -> list[NodeShape]:
     usage = {u.node_type: u for u in plan.fitted.result.nodes}
     per_node: dict[str, dict[int, list[float]]] = {}
     shares: dict[str, dict[int, list[float]]] = {}
+    by_class: dict[str, dict[str, dict[int, float]]] = {}
     shapes: dict[str, NodeShape] = {}
     for p in plan.fitted.result.replicas:
         if not p.replicas:
@@ -93,6 +98,9 @@ def plan_shapes(plan: Plan) -> list[NodeShape]:
             row[0] += asked.cpu
             row[1] += asked.memory
             row[2] += asked.gpu
+            if device:
+                used = by_class.setdefault(p.node_type, {}).setdefault(p.device_class, {})
+                used[index] = used.get(index, 0.0) + asked.gpu
             if device and asked.gpu < 1:
                 shares[p.node_type].setdefault(index, []).append(asked.gpu)
         if device:
@@ -109,9 +117,10 @@ def plan_shapes(plan: Plan) -> list[NodeShape]:
         shape.cores_used = max(r[0] for r in rows)
         shape.memory_used = int(max(r[1] for r in rows))
         shape.shares = max(shares[name].values(), key=len, default=[])
-        have = shape.node_type.devices.get(shape.device_class or "", 0)
-        shape.device_slots = min(have, max(math.ceil(r[2] - 1e-9) for r in rows)) \
-            if shape.device_class else 0
+        for device_class, used in by_class.get(name, {}).items():
+            slots = max(math.ceil(g - 1e-9) for g in used.values())
+            shape.slots[device_class] = min(shape.node_type.devices.get(device_class, 0), slots)
+        shape.device_slots = sum(shape.slots.values())
     order = [n.name for n in plan.fleet.node_types]
     return sorted(shapes.values(), key=lambda s: order.index(s.name))
 

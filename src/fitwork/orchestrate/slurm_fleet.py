@@ -4,7 +4,8 @@ node types.
 Per node: CPUs, RealMemory (MiB), GRES (``gpu:h100:8(S:0-1)``), features and partitions.
 Nodes that are down, drained, failing or not responding are left out with the reason.
 Alike nodes (partition, CPUs, memory, GPUs, features) form a node type named after its
-partition and GPU type; the GPU type (else a feature) names the catalog class.
+partition and GPU types; each GPU type (else, for one untyped GPU GRES, a feature) names a
+catalog class, and a node that declares several GPU types keeps each.
 """
 
 from __future__ import annotations
@@ -93,16 +94,38 @@ def _json_nodes(doc: Any, place: str) -> list[dict[str, Any]]:
                        "--json` or `sinfo --json`")
 
 
-def parse_gres(gres: str) -> tuple[str | None, int]:
-    """(GPU type, count) of a node's GRES ("gpu:h100:8(S:0-1),shard:4"); (None, 0) for none."""
+def parse_gres(gres: str) -> list[tuple[str | None, int]]:
+    """(GPU type, count) for each GPU type of a node's GRES, in its order: [("h100", 8)] of
+    "gpu:h100:8(S:0-1),shard:4", [("h100", 2), ("v100", 1)] of "gpu:h100:2,gpu:v100:1";
+    [] for none."""
+    found: dict[str | None, int] = {}
     for entry in re.split(r",(?![^()]*\))", gres or ""):
         match = _GRES.match(entry.strip())
         if match and match.group(1) == "gpu":
             kind, count = match.group(2), match.group(3)
             if count is None and kind is not None and kind.isdigit():
                 kind, count = None, kind
-            return kind, int(count or 1)
-    return None, 0
+            found[kind] = found.get(kind, 0) + int(count or 1)
+    return list(found.items())
+
+
+def _accelerators(gpus: list[tuple[str | None, int]], features: tuple[str, ...],
+                  known: Catalog) -> list[Accelerators]:
+    """One `Accelerators` per GPU type of a node; the catalog class from the GRES type, else
+    (for a node of one untyped GRES gpu) from a feature."""
+    found = []
+    for kind, count in gpus:
+        device_class, suggestions = (product_class(kind, known) if kind else (None, ()))
+        for feature in features if device_class is None and len(gpus) == 1 else ():
+            match, _ = product_class(feature, known)
+            if match:
+                device_class, suggestions = match, ()
+                break
+        found.append(Accelerators(product=kind or "gpu (no GRES type)",
+                                  device_class=device_class, count=count,
+                                  gres=f"gpu:{kind}" if kind else "gpu",
+                                  suggestions=suggestions))
+    return found
 
 
 def _state(node: Mapping[str, Any]) -> list[str]:
@@ -133,35 +156,26 @@ def read_slurm(doc: Any, name: str = "slurm", known: Catalog | None = None,
             excluded[node_name] = "no CPUs or RealMemory"
             continue
         gres = node.get("gres")
-        kind, count = parse_gres(gres if isinstance(gres, str) else ",".join(_words(gres)))
+        gpus = parse_gres(gres if isinstance(gres, str) else ",".join(_words(gres)))
         features = tuple(sorted(_words(node.get("features") or node.get("active_features"))))
         partitions = [p for p in _words(node.get("partitions")) if p]
-        accel = None
-        if count:
-            device_class, suggestions = (product_class(kind, known) if kind else (None, ()))
-            for feature in features if device_class is None else ():
-                found, _ = product_class(feature, known)
-                if found:
-                    device_class, suggestions = found, ()
-                    break
-            accel = Accelerators(product=kind or "gpu (no GRES type)", device_class=device_class,
-                                 count=count, gres=f"gpu:{kind}" if kind else "gpu",
-                                 suggestions=suggestions)
+        accels = tuple(_accelerators(gpus, features, known))
         partition = partitions[0] if partitions else None
-        key = (partition, cpus, memory, accel, features)
+        key = (partition, cpus, memory, accels, features)
         group = groups.get(key)
         if group is None:
             group = groups[key] = ClusterNodeType(
                 name="", count=0, cores=cpus, memory=int(memory * SLURM_MB),
-                accelerators=accel, partition=partition, features=features,
+                accelerators=accels[0] if accels else None, more_accelerators=accels[1:],
+                partition=partition, features=features,
                 sources={"cores": "Slurm node CPUs", "memory": "Slurm node RealMemory",
-                         "devices": "Slurm node GRES gpu type (else a feature)"})
+                         "devices": "Slurm node GRES gpu types (else a feature)"})
         group.count += 1
         group.nodes.append(node_name)
     types = sorted(groups.values(), key=lambda t: (t.accelerators is None, t.nodes[0]))
     seen: dict[str, int] = {}
     for t in types:
-        kind = t.accelerators.product if t.accelerators else "cpu"
+        kind = "-".join(a.product for a in t.all_accelerators) or "cpu"
         base = re.sub(r"[^a-z0-9.-]+", "-", f"{t.partition or 'slurm'}-{kind}".lower())
         seen[base] = seen.get(base, 0) + 1
         t.name = base if seen[base] == 1 else f"{base}-{seen[base]}"

@@ -96,7 +96,8 @@ class Placing:
                          devices=devices)
 
     def reserve_groups(self, labelled: set[str]) -> None:
-        """One placement group per planned node type, a bundle per replica, packed.
+        """One placement group per planned node (strictly packed: the replicas the plan put
+        on one node of a type), else per planned node type (packed), a bundle per replica.
 
         Every replica planned on a node type gets its bundle before any starts (on nodes of
         that type, where nodes are labelled), so a run never starts half-placed.  A
@@ -105,29 +106,37 @@ class Placing:
         placement group made and removed per run cost ~1 s of start-up to runs back to
         back: Ray retried the next run's group after its view of the freed cores caught up).
         """
-        by_type: dict[str, list[Resources]] = {}
+        by_node: dict[tuple[str, int | None], list[Resources]] = {}
         for stage, name in enumerate(self.names):
             for group in self.placement.of(name):
                 if group.node_type is not None:
                     shape = self.demand(stage, group)
-                    by_type.setdefault(group.node_type, []).extend([shape] * group.replicas)
+                    nodes = group.nodes if len(group.nodes) == group.replicas else \
+                        (None,) * group.replicas
+                    for node in nodes:
+                        by_node.setdefault((group.node_type, node), []).append(shape)
         startup = self.ray_options.startup_timeout
-        for node_type, shapes in by_type.items():
+        for (node_type, node), shapes in by_node.items():
             bundles = []
             for shape in shapes:
                 asked = {"CPU": shape.cpu, "GPU": shape.gpu, **shape.devices}
                 bundles.append({k: v for k, v in asked.items() if v} or {"CPU": 0.01})
             selector = ([{NODE_TYPE_LABEL: node_type}] * len(bundles)
                         if node_type in labelled else None)
-            group = placement_group(bundles, strategy="PACK", bundle_label_selector=selector,
-                                    name=f"fitwork-{self.run_id}-{node_type}")
+            # a planned node's bundles on one node, as packed (Ray's own packing of a node
+            # type's bundles missed a plan that fills two nodes to the brim)
+            group = placement_group(bundles, strategy="PACK" if node is None else "STRICT_PACK",
+                                    bundle_label_selector=selector,
+                                    name=f"fitwork-{self.run_id}-{node_type}"
+                                    + ("" if node is None else f"-{node}"))
             self.groups.append(group)
             ready, _ = ray.wait([group.ready()], timeout=startup)
             if not ready:
+                where = "" if node is None else f" (its planned node {node})"
                 raise EngineError(
-                    f"node type {node_type!r} could not be reserved within {startup:.0f} s: "
-                    f"it needs {bundles}; the cluster has (in all) {self._available()}; plan "
-                    "for this cluster's fleet (`fitwork fleet ray`)")
+                    f"node type {node_type!r}{where} could not be reserved within "
+                    f"{startup:.0f} s: it needs {bundles}; the cluster has (in all) "
+                    f"{self._available()}; plan for this cluster's fleet (`fitwork fleet ray`)")
             self.bundles += [Bundle(group, i, node_type, shape)
                              for i, shape in enumerate(shapes)]
 
