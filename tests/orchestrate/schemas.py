@@ -1,6 +1,6 @@
 """Validators for emitted objects: Kubernetes' own schemas (kubernetes-validate, strict) and
-KubeRay's CRD OpenAPI schemas (jsonschema), with unknown fields rejected as the API server's
-strict field validation does."""
+KubeRay's and Kueue's CRD OpenAPI schemas (jsonschema), with unknown fields rejected as the API
+server's strict field validation does."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ jsonschema = pytest.importorskip("jsonschema", reason="pip install -e '.[dev]'")
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]'")
 
 CRDS = Path(__file__).parent / "data" / "kuberay-crds"
+KUEUE_CRDS = Path(__file__).parent / "data" / "kueue-crds"
+KUEUE = "kueue.x-k8s.io"
 K8S_VERSION = "1.34.0"  # resource.k8s.io/v1 (DRA) is GA from 1.34
 
 
@@ -34,12 +36,14 @@ def _strict(schema: Any) -> Any:
 
 
 @functools.cache
-def crd_validator(kind: str) -> Any:
-    """A validator for KubeRay ``kind`` (RayCluster, RayJob) at ray.io/v1."""
-    path = CRDS / f"ray.io_{kind.lower()}s.yaml"
+def crd_validator(kind: str, group: str = "ray.io", version_name: str = "v1") -> Any:
+    """A validator for KubeRay ``kind`` (RayCluster, RayJob) at ray.io/v1, or another group's
+    (Kueue's ClusterQueue at kueue.x-k8s.io/v1beta2)."""
+    folder = KUEUE_CRDS if group == KUEUE else CRDS
+    path = folder / f"{group}_{kind.lower()}s.yaml"
     crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     assert crd["spec"]["names"]["kind"] == kind
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == version_name)
     schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     return cls(schema)
@@ -48,8 +52,9 @@ def crd_validator(kind: str) -> Any:
 def validate(obj: dict[str, Any]) -> None:
     """Raise if ``obj`` is not valid: built-in kinds by Kubernetes' schema, KubeRay's by its
     CRD (and its metadata as Kubernetes' ObjectMeta)."""
-    if obj.get("apiVersion") == "ray.io/v1":
-        crd_validator(obj["kind"]).validate(obj)
+    group, _, version = str(obj.get("apiVersion")).rpartition("/")
+    if group in ("ray.io", KUEUE):
+        crd_validator(obj["kind"], group, version).validate(obj)
         holder = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}
         kubernetes_validate.validate(holder, K8S_VERSION, strict=True)
     else:

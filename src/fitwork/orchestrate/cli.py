@@ -139,18 +139,32 @@ _PLAN = click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Pa
 _DIR = click.option("--out-dir", "-o", "out_dir", required=True,
                     type=click.Path(path_type=Path, file_okay=False),
                     help="The folder to write into (created).")
-_RUN = [
-    click.option("--pipeline", "pipeline_ref", required=True, metavar="MODULE_OR_FILE:PIPELINE",
-                 help="The pipeline the job runs, as `fitwork run` takes it."),
-    click.option("--input", "input_path", required=True,
-                 help="The job's input, as the job's nodes see it."),
-    click.option("--output", "output_path", required=True,
-                 help="The job's output, as the job's nodes see it."),
-]
+
+
+def _run_option_list(required: bool) -> list[Callable[..., Any]]:
+    return [
+        click.option("--pipeline", "pipeline_ref", required=required,
+                     metavar="MODULE_OR_FILE:PIPELINE",
+                     help="The pipeline the job runs, as `fitwork run` takes it."),
+        click.option("--input", "input_path", required=required,
+                     help="The job's input, as the job's nodes see it."),
+        click.option("--output", "output_path", required=required,
+                     help="The job's output, as the job's nodes see it."),
+    ]
+
+
+_RUN = _run_option_list(required=True)
 
 
 def _run_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(_RUN):
+        command = option(command)
+    return command
+
+
+def _optional_run_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The run options, not required (``deploy k8s --jobs`` takes them from the jobs file)."""
+    for option in reversed(_run_option_list(required=False)):
         command = option(command)
     return command
 
@@ -186,7 +200,11 @@ def _write_private(path: Path, text: str) -> None:
 @deploy.command("k8s")
 @_PLAN
 @_DIR
-@_run_options
+@_optional_run_options
+@click.option("--jobs", "jobs_path", type=click.Path(path_type=Path), metavar="JOBS.yaml",
+              help="PLAN is the fleet plan of this jobs file (`fitwork plan --jobs`): write a "
+                   "Kueue ClusterQueue and LocalQueue per team, a ResourceFlavor per device "
+                   "class and each job's RayJob in its team's queue.")
 @click.option("--image", default=None, help="An image with fitwork, Ray and the pipeline "
               "[default: fitwork:VERSION].")
 @click.option("--dra", is_flag=True, help="Ask for GPUs with DRA ResourceClaimTemplates "
@@ -200,14 +218,32 @@ def _write_private(path: Path, text: str) -> None:
 @click.option("--nodes", type=click.Path(path_type=Path), help=_NODES_HELP["k8s"])
 @_SLICES
 @_TOLERATE
-def deploy_k8s(plan_path: Path, out_dir: Path, pipeline_ref: str, input_path: str,
-               output_path: str, image: str | None, dra: bool, queue: str | None,
+def deploy_k8s(plan_path: Path, out_dir: Path, pipeline_ref: str | None,
+               input_path: str | None, output_path: str | None, jobs_path: Path | None,
+               image: str | None, dra: bool, queue: str | None,
                gang: str | None, name: str | None, namespace: str | None,
                nodes: Path | None, slices: Path | None, tolerate: tuple[str, ...]) -> None:
-    """Write PLAN as a KubeRay RayCluster and RayJob (checked against the cluster)."""
+    """Write PLAN as a KubeRay RayCluster and RayJob (checked against the cluster); with
+    --jobs, a fleet plan as Kueue queues and a RayJob per job."""
     from fitwork.orchestrate.kuberay import JobSpec, k8s_name, manifests
     from fitwork.version import __version__
 
+    if jobs_path is not None:
+        given = [f for f, v in (("--pipeline", pipeline_ref), ("--input", input_path),
+                                ("--output", output_path), ("--queue", queue),
+                                ("--gang", gang), ("--dra", dra)) if v]
+        if given:
+            _fail(f"{', '.join(given)}: not with --jobs (each job's pipeline, input and output "
+                  "come from the jobs file, its queue is its team's); drop them")
+        _deploy_jobs(plan_path, jobs_path, out_dir, image or f"fitwork:{__version__}",
+                     name, namespace, lambda: k8s_cluster(nodes, slices, tolerate, None))
+        return
+    missing = [f for f, v in (("--pipeline", pipeline_ref), ("--input", input_path),
+                              ("--output", output_path)) if not v]
+    if missing:
+        raise click.UsageError(f"Missing option '{missing[0]}' (or give --jobs JOBS.yaml with "
+                               "a fleet plan).")
+    assert pipeline_ref and input_path and output_path
     try:
         plan = _plan(plan_path)
         cluster = k8s_cluster(nodes, slices, tolerate, None)
@@ -219,20 +255,70 @@ def deploy_k8s(plan_path: Path, out_dir: Path, pipeline_ref: str, input_path: st
         objects = manifests(plan, cluster, spec)
     except FitworkError as exc:
         _fail(exc)
+    written = _write_objects(out_dir, objects)
+    _report(plan, written, f"apply with: kubectl apply {' '.join(f'-f {p}' for p in written)}")
+
+
+def _write_objects(out_dir: Path, objects: dict[str, list[dict[str, Any]]]) -> list[Path]:
+    """Each kind's objects in ``NN-KIND.yaml`` (Secrets readable by this user only)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for index, (kind, items) in enumerate(objects.items(), start=1):
         path = out_dir / f"{index:02d}-{kind}.yaml"
         text = yaml.safe_dump_all(items, sort_keys=False)
         try:
-            if kind == "secret":
+            if kind in ("secret", "secrets"):
                 _write_private(path, text)
             else:
                 path.write_text(text)
         except OSError as exc:
             _fail(f"{path}: cannot write: {(exc.strerror or str(exc)).lower()}")
         written.append(path)
-    _report(plan, written, f"apply with: kubectl apply {' '.join(f'-f {p}' for p in written)}")
+    return written
+
+
+def _deploy_jobs(plan_path: Path, jobs_path: Path, out_dir: Path, image: str,
+                 name: str | None, namespace: str | None,
+                 read_cluster: Callable[[], ClusterFleet]) -> None:
+    """``deploy k8s --jobs``: the fleet plan as Kueue queues and each job's RayJob."""
+    from rich.console import Console
+
+    from fitwork.jobs.plan import load_fleet_plan
+    from fitwork.jobs.spec import load_jobs
+    from fitwork.orchestrate.kuberay import k8s_name
+    from fitwork.orchestrate.kueue import Target, fleet_manifests
+
+    try:
+        jobs = load_jobs(jobs_path)
+        plan = load_fleet_plan(plan_path)
+        target = Target(image=image, prefix=k8s_name(name or "fitwork", 40),
+                        namespace=namespace, runs=_runs(jobs_path, [j.name for j in jobs.jobs]))
+        written = fleet_manifests(plan, read_cluster(), target)
+    except FitworkError as exc:
+        _fail(exc)
+    paths = _write_objects(out_dir, written.objects)
+    console, errors = Console(), Console(stderr=True)
+    for path in paths:
+        console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    for note in written.notes:
+        errors.print(note, markup=False, soft_wrap=True, highlight=False)
+    for team, flavors in written.quotas.items():
+        quota = "; ".join(f"{f}: " + ", ".join(f"{k} {v:,.4g}" if k != "memory" else
+                                               f"memory {v / 2**30:,.1f} GiB"
+                                               for k, v in amounts.items())
+                          for f, amounts in flavors.items())
+        console.print(f"team {team} nominal quota: {quota}", markup=False, soft_wrap=True)
+    console.print(f"apply with: kubectl apply {' '.join(f'-f {p}' for p in paths)} "
+                  "(Kueue with its RayJob integration on)", markup=False, soft_wrap=True)
+
+
+def _runs(jobs_path: Path, names: list[str]) -> dict[str, tuple[str, str, str]]:
+    """Each job's pipeline, input and output as the jobs file writes them (relative paths
+    are the job's: resolved in its pods' working directory)."""
+    raw = yaml.safe_load(jobs_path.read_text(encoding="utf-8"))
+    entries = {str(e["name"]): e for e in raw["jobs"]}
+    return {n: (str(entries[n]["pipeline"]), str(entries[n]["input"]),
+                str(entries[n]["output"])) for n in names}
 
 
 @deploy.command("slurm")
