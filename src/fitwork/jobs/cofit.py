@@ -195,13 +195,30 @@ def cofit(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
                      nodes, stages, size, admit_seconds, integral, fractional)
 
 
+def _one_pool(jobs: Sequence[JobSpec], offers: Sequence[Offer], b: np.ndarray) -> None:
+    """Each job placed whole keeps its load on the one pool whose replicas carried the most
+    items/s (summed over its units); its load elsewhere is dropped, in place."""
+    carried: dict[tuple[int, int], float] = {}
+    for k, o in enumerate(offers):
+        if jobs[o.job].whole and b[k] > 0:
+            carried[(o.job, o.pool)] = carried.get((o.job, o.pool), 0.0) + o.rate * b[k]
+    best: dict[int, tuple[float, int]] = {}
+    for (p, n), got in carried.items():
+        best[p] = max(best.get(p, (-1.0, -1)), (got, n))
+    for k, o in enumerate(offers):
+        if o.job in best and best[o.job][1] != o.pool:
+            b[k] = 0.0
+
+
 def _rounded(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
              active: list[int], alone: Sequence[float], objective: Objective,
              lower: dict[int, float], warm: Sequence[float] | None, b: np.ndarray,
              nodes: list[float], time_limit: float,
              mip_gap: float) -> tuple[np.ndarray, list[Stage]]:
-    """Whole replicas from the relaxation (`round_replicas`), then the load routed again over
-    them alone (the stages re-solved with the replicas fixed); ``b`` is updated in place."""
+    """Whole replicas from the relaxation (`round_replicas`; a job placed whole keeps only the
+    pool that carried most of its load), then the load routed again over them alone (the
+    stages re-solved with the replicas fixed); ``b`` is updated in place."""
+    _one_pool(jobs, offers, b)
     x = round_replicas(jobs, offers, pools, active, b, nodes)
     if objective == "min_cost":
         return x, []
@@ -240,7 +257,7 @@ def _assemble(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[
     teams, idle = chargeback(jobs, offers, pools, x, b, nodes)
     return CoFit(
         objective=objective, jobs=results, x=tuple(float(v) for v in x),
-        f=tuple(float(o.rate * b[k]) for k, o in enumerate(offers)),
+        f=tuple(float(o.rate * b[k]) + 0.0 for k, o in enumerate(offers)),
         status="optimal" if gap <= 1e-6 else "feasible", gap=gap, bound=bound,
         objective_value=value, seconds=sum(s.seconds for s in stages),
         admission_seconds=admit_seconds, size=size, stages=tuple(stages),

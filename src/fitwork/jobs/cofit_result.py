@@ -136,7 +136,7 @@ def job_use(offers: Sequence[Offer], x: np.ndarray,
         o = offers[k]
         mine = out.setdefault(o.job, {})
         for key in {*o.held, *o.consumed}:
-            mine[key] = mine.get(key, 0.0) + usage(o, key, x[k], b[k])
+            mine[key] = mine.get(key, 0.0) + float(usage(o, key, x[k], b[k]))
     return out
 
 
