@@ -124,7 +124,7 @@ def shares_section(record: FleetRecord, x_max: float) -> str:
             for e in record.epochs for c in share_checks(e)]
     if rows:
         parts.append(html_table(["epoch", "pipeline", "planned share", "realized share",
-                                 "realized / planned", "", "cores used"], rows,
+                                 "realized / planned", "verdict", "cores used"], rows,
                                 left=(0, 1, 5)))
     return html_section("shares", "Shares of the cores over time", *parts)
 
