@@ -176,3 +176,33 @@ def test_a_bad_jobs_file_is_one_line_naming_the_field(tmp_path: Path) -> None:
     assert ran.returncode != 0
     line = ran.stderr.strip().splitlines()[-1]
     assert "jobs.yaml" in line and "jobs[0].name" in line and "jobs[0].input" in line
+
+
+def test_an_interrupted_fleet_run_resumes_each_pipeline_where_it_stopped(tmp_path: Path
+                                                                         ) -> None:
+    import time
+
+    jobs = _copy(tmp_path, 1500)
+    env = {**os.environ, **ENV}
+    run = subprocess.Popen([sys.executable, "-m", "fitwork", "run", "--jobs", str(jobs)],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    scoring = tmp_path / "out" / "scoring.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.poll() is None:
+        if scoring.exists() and len(scoring.read_text().splitlines()) >= 100:
+            break
+        time.sleep(0.2)
+    assert run.poll() is None, "the run ended before it could be interrupted"
+    run.terminate()
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 143, err
+    assert "--resume" in err.strip().splitlines()[-1]
+    assert len(_lines(scoring)) < 1500  # it did stop part way
+
+    resumed = _fitwork("run", "--jobs", str(jobs), "--resume", cwd=tmp_path)
+    assert resumed.returncode == 1, resumed.stderr  # tokens' killing row, as before
+    out = tmp_path / "out"
+    assert _got(out / "scoring.jsonl") == _expected(tmp_path, "scoring")
+    assert _got(out / "lookup.jsonl") == _expected(tmp_path, "lookup")
+    assert _got(out / "tokens.jsonl") == _expected(tmp_path, "tokens", skip_text="kill")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fitwork.commands.common import fail
+from fitwork.commands.common import Terminated, fail, on_sigterm
 from fitwork.errors import FitworkError
 from fitwork.jobs.spec import Job, load_jobs
 
@@ -66,6 +67,7 @@ def run_jobs_command(jobs_path: Path, plan_path: Path | None, engine: str, resum
     from fitwork.jobs.plan import FleetPlan
     from fitwork.jobs.run import run_many
 
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         jobs = load_jobs(jobs_path)
         plan = FleetPlan.load(plan_path) if plan_path else None
@@ -85,6 +87,10 @@ def run_jobs_command(jobs_path: Path, plan_path: Path | None, engine: str, resum
                           say=_say)
     except FitworkError as exc:
         fail(exc)
+    except KeyboardInterrupt as stop:
+        fail("interrupted: every pipeline stopped with its journal kept; run again with "
+             "--resume to continue each where it stopped",
+             code=143 if isinstance(stop, Terminated) else 130)
     for line in result.lines():
         print(line)
     if record is not None:

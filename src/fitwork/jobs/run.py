@@ -39,6 +39,8 @@ __all__ = ["run_many"]
 
 SAMPLE_S = 0.5
 """How often the coordinator reads each pipeline's processes' CPU time (the shares)."""
+STOP_S = 30.0
+"""How long an interrupted pipeline may take to close its outputs before it is killed."""
 NICE_STEP = 1.25
 """CFS weighs a process 1.25x per nice level: one level per 1.25x of weight."""
 
@@ -155,12 +157,25 @@ class _Fleet:
                     last_sample = self.clock()
                 time.sleep(0.05)
         finally:
-            for r in self.running.values():  # interrupted: stop what still runs
-                with contextlib.suppress(ProcessLookupError):
-                    r.process.terminate()
+            self._stop_all()
         self._sample()
         return FleetRecord.build(self.jobs, self.plan, list(self.done.values()),
                                  self.decisions, self.samples, psutil.cpu_count() or 1)
+
+    def _stop_all(self) -> None:
+        """Interrupted: stop every pipeline still running as Ctrl-C stops one (its outputs
+        closed, its journal kept for --resume), and wait for each."""
+        for r in self.running.values():
+            with contextlib.suppress(ProcessLookupError):
+                r.process.send_signal(signal.SIGTERM)
+        for r in list(self.running.values()):
+            try:
+                r.process.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                r.process.kill()
+                r.process.wait()
+            self.say(f"{r.job.name}: stopped; `fitwork run --jobs ... --resume` continues it")
+            r.log.close()
 
     def _decide(self, arrived: list[Job], ended: list[str]) -> None:
         """Re-fit over the running and arriving jobs (with a plan) and start the arrivals
@@ -189,6 +204,13 @@ class _Fleet:
         for j in list(self.waiting):
             if j.name in admitted and j.start_after <= self.clock() - self.t0:
                 self.waiting.remove(j)
+                if self.resume and _complete(j):
+                    self.say(f"{j.name}: already complete ({j.output} and no journal left); "
+                             "not run again")
+                    self.done[j.name] = JobOutcome(
+                        name=j.name, team=j.team, status="succeeded", exit_code=0,
+                        reason="already complete", record=str(j.record_path))
+                    continue
                 self._start(j)
         self.decisions.append(Decision(
             at_s=self.clock() - self.t0, reason=reason, running=sorted(self.running),
@@ -208,7 +230,7 @@ class _Fleet:
                    "--input", str(job.input), "--output", str(job.output),
                    "--dead-letter", str(job.dead_letters), "--record", str(job.record_path),
                    "--engine", self.engine, "--quiet", "--control", str(control)]
-        if self.resume:
+        if self.resume and _journal(job).exists():
             command.append("--resume")
         if self.engine == "ray" and self.ray_address:
             command += ["--ray-address", self.ray_address]
@@ -253,6 +275,16 @@ class _Fleet:
             at_s=self.clock() - self.t0,
             cpu_s={n: r.cpu_seconds() for n, r in self.running.items()},
             planned_cores={n: self.cores[n] for n in self.running if n in self.cores}))
+
+
+def _journal(job: Job) -> Path:
+    """Where `fitwork run` journals ``job`` (its default, beside the output)."""
+    return job.output.with_name(job.output.name + ".journal")
+
+
+def _complete(job: Job) -> bool:
+    """Whether ``job`` ran to its end before: its output is there and no journal is left."""
+    return job.output.exists() and not _journal(job).exists()
 
 
 def _counts(replicas: dict[str, int]) -> str:
