@@ -169,13 +169,13 @@ def fleets(draw: st.DrawFn) -> tuple[list[JobSpec], list[Offer], list[Pool]]:
     return jobs, offers, pools
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(fleets(), st.sampled_from(["fair", "max_throughput"]), st.booleans())
 def test_every_row_holds(case: tuple[list[JobSpec], list[Offer], list[Pool]],
                          objective: str, integral: bool) -> None:
     jobs, offers, pools = case
     plan = cofit(jobs, offers, pools, objective=objective,  # type: ignore[arg-type]
-                 integral=integral, time_limit=5.0)
+                 integral=integral, time_limit=1.0)
     feasible(plan, jobs, offers, pools)
     assert all(math.isfinite(j.share) and j.share <= 1 + 1e-6 for j in plan.jobs)
 

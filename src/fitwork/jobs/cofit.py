@@ -13,7 +13,7 @@ min_rate, quota, team). With ``b_c`` busy replicas (``f_c = rate_c·b_c`` items/
 
 Objectives (T*_p: what job p gets alone on the whole fleet within its quota, `alone_rates`):
 
-- ``fair``: maximise z with T_p >= z·w_p·T*_p; then, z held at its optimum (less 1e-7 of
+- ``fair``: maximise z with T_p >= z·w_p·T*_p; then, z held at its optimum (less 1e-6 of
   it), maximise sum w_p·T_p/T*_p so no capacity idles for nothing;
 - ``max_throughput``: maximise sum w_p·T_p/T*_p;
 - ``min_cost``: minimise sum price_n·y_n, integer nodes in use y_n <= count_n replacing
@@ -24,8 +24,10 @@ is rejected when it gets nothing alone or its min_rate is above what it gets alo
 queued when admitting it would break an admitted job's min_rate or its own; else admitted.
 
 ``integral=False`` solves the LP relaxation (x = b there, losing nothing) and rounds each
-offer's replicas up where every row still fits, else down, then trims flows to the slowest
-unit: a fast plan with its gap against the relaxation's bound. ``fractional=True`` keeps the
+offer's replicas up where every row still fits, else down (a job placed whole kept on its
+busiest pool): a fast plan with its gap against the relaxation's bound. Either way the load
+is then routed again over the whole replicas by an LP with them fixed (HiGHS stops a MILP
+within ``mip_gap``, so its flows can sit a little short of what its replicas carry). ``fractional=True`` keeps the
 relaxation's fractional replicas (a fluid model, for simulation). ``warm`` (replicas per
 offer of a running plan) adds a reward of at most ``WARM_BONUS`` per offer for load on
 offers already running: scipy's HiGHS interface takes no starting point, so a warm start
@@ -51,6 +53,7 @@ from fitwork.jobs.cofit_result import (
     trim,
 )
 from fitwork.jobs.cofit_types import (
+    GAP_ZERO,
     OBJECTIVES,
     CoFit,
     CoFitInputError,
@@ -68,7 +71,7 @@ from fitwork.jobs.cofit_types import (
 __all__ = ["CoFit", "CoFitInputError", "JobResult", "JobSpec", "ModelSize", "Offer", "Pool",
            "PoolUse", "SolverError", "Stage", "alone_rates", "cofit"]
 
-Z_TOLERANCE = 1e-7
+Z_TOLERANCE = 1e-6
 """The fair second stage holds z at least (1 - this) of the first stage's optimum."""
 
 
@@ -97,10 +100,16 @@ def _solve_stages(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Seque
         if z_floor is not None:
             goal = cm.Goal(s_weight=goal.s_weight, fair=True, z_floor=z_floor)
         last = goal.z_floor is not None or objective != "fair"
-        model = cm.build(jobs, offers, pools, active, alone, goal=goal, integral=integral,
+        built = cm.build(jobs, offers, pools, active, alone, goal=goal, integral=integral,
                          lower=lower, warm=warm if last else None, fixed=fixed)
-        figures, v = stage(name if fixed is None else f"{name} (rounded)", model,
-                           time_limit, mip_gap)
+        try:
+            figures, v = stage(name if fixed is None else f"{name} (replicas fixed)", built,
+                               time_limit, mip_gap)
+        except SolverError:
+            if model is None:
+                raise
+            break  # the fill found nothing (tolerances, time): keep the first stage's plan
+        model = built
         stages.append(figures)
         if goal.fair and goal.z_floor is None and model.layout.z is not None:
             z_floor = max(0.0, float(v[model.layout.z]) * (1.0 - Z_TOLERANCE))
@@ -178,17 +187,19 @@ def cofit(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
             nodes = [float(v[lay.y0 + n]) for n in range(len(pools))]
             if not integral and not fractional:
                 nodes = [float(math.ceil(y - 1e-9)) for y in nodes]
-        if integral:
-            x = np.round(x)
-            np.minimum(b, x, out=b)
-            trim(jobs, offers, active, b)
-            x = np.minimum(x, np.ceil(b - 1e-6))  # no replica without load
-        elif fractional:
+        if fractional and not integral:
             trim(jobs, offers, active, b)
             x = b.copy()
         else:
-            x, more = _rounded(jobs, offers, pools, active, alone, objective, lower, warm,
-                               b, nodes, time_limit, mip_gap)
+            if integral:
+                x = np.round(x)
+                np.minimum(b, x, out=b)
+                trim(jobs, offers, active, b)
+            else:
+                _one_pool(jobs, offers, b)
+                x = round_replicas(jobs, offers, pools, active, b, nodes)
+            x, more = _reroute(jobs, offers, pools, active, alone, objective, lower, warm, b,
+                               x, time_limit, mip_gap)
             stages += more
     x = np.maximum(x, 0.0) + 0.0
     return _assemble(jobs, offers, pools, alone, objective, status, reasons, active, x, b,
@@ -210,21 +221,19 @@ def _one_pool(jobs: Sequence[JobSpec], offers: Sequence[Offer], b: np.ndarray) -
             b[k] = 0.0
 
 
-def _rounded(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
+def _reroute(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
              active: list[int], alone: Sequence[float], objective: Objective,
              lower: dict[int, float], warm: Sequence[float] | None, b: np.ndarray,
-             nodes: list[float], time_limit: float,
+             x: np.ndarray, time_limit: float,
              mip_gap: float) -> tuple[np.ndarray, list[Stage]]:
-    """Whole replicas from the relaxation (`round_replicas`; a job placed whole keeps only the
-    pool that carried most of its load), then the load routed again over them alone (the
-    stages re-solved with the replicas fixed); ``b`` is updated in place."""
-    _one_pool(jobs, offers, b)
-    x = round_replicas(jobs, offers, pools, active, b, nodes)
+    """The load routed again over the whole replicas ``x`` alone (the stages re-solved as an
+    LP with the replicas fixed), kept where it carries more; ``b`` is updated in place.
+    Returns the replicas that carry load, and the stages."""
     if objective == "min_cost":
         return x, []
     try:
         model, v, stages = _solve_stages(jobs, offers, pools, active, alone, objective, False,
-                                         {}, warm, time_limit, mip_gap, fixed=x)
+                                         lower, warm, time_limit, mip_gap, fixed=x)
     except SolverError:
         return x, []
     again = np.zeros(len(offers))
@@ -258,7 +267,7 @@ def _assemble(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[
     return CoFit(
         objective=objective, jobs=results, x=tuple(float(v) for v in x),
         f=tuple(float(o.rate * b[k]) + 0.0 for k, o in enumerate(offers)),
-        status="optimal" if gap <= 1e-6 else "feasible", gap=gap, bound=bound,
+        status="optimal" if gap <= GAP_ZERO else "feasible", gap=gap, bound=bound,
         objective_value=value, seconds=sum(s.seconds for s in stages),
         admission_seconds=admit_seconds, size=size, stages=tuple(stages),
         use=pool_use(offers, pools, x, b), nodes_paid=tuple(nodes),

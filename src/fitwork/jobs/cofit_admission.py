@@ -11,7 +11,15 @@ import numpy as np
 from fitwork.fit.errors import SolverError
 from fitwork.jobs import cofit_model as cm
 from fitwork.jobs.cofit_result import job_use
-from fitwork.jobs.cofit_types import JobSpec, ModelSize, Offer, Pool, Stage, check
+from fitwork.jobs.cofit_types import (
+    GAP_ZERO,
+    JobSpec,
+    ModelSize,
+    Offer,
+    Pool,
+    Stage,
+    check,
+)
 
 HOLD_DOWN = 1e-4
 """Weight, in an admission check, that keeps the admitted jobs at their min_rate."""
@@ -30,7 +38,7 @@ def stage(name: str, model: cm.Model, time_limit: float,
     lost = (value - bound) if model.sense > 0 else (bound - value)
     gap = 0.0 if lost <= 0 else min(1.0, lost / max(abs(bound), abs(value), 1e-12))
     size = ModelSize(model.layout.size, model.integers, model.rows)
-    return Stage(name, "optimal" if gap <= 1e-6 else "feasible", value, bound, gap,
+    return Stage(name, "optimal" if gap <= GAP_ZERO else "feasible", value, bound, gap,
                  out.seconds, size), out.v
 
 

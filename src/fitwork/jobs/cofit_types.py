@@ -15,6 +15,11 @@ JobStatus = Literal["admitted", "queued", "rejected"]
 SolveStatus = Literal["optimal", "feasible", "infeasible"]
 
 
+GAP_ZERO = 1e-5
+"""A gap this small reads as 0 ("optimal"): HiGHS's own tolerances, and the fair second
+stage's hold on z, are below it."""
+
+
 class CoFitInputError(InputError):
     """Pools, offers or jobs handed to the co-fit that it cannot use; one line, with the fix."""
 
