@@ -27,11 +27,11 @@ queued when admitting it would break an admitted job's min_rate or its own; else
 offer's replicas up where every row still fits, else down (a job placed whole kept on its
 busiest pool): a fast plan with its gap against the relaxation's bound. Either way the load
 is then routed again over the whole replicas by an LP with them fixed (HiGHS stops a MILP
-within ``mip_gap``, so its flows can sit a little short of what its replicas carry). ``fractional=True`` keeps the
-relaxation's fractional replicas (a fluid model, for simulation). ``warm`` (replicas per
-offer of a running plan) adds a reward of at most ``WARM_BONUS`` per offer for load on
-offers already running: scipy's HiGHS interface takes no starting point, so a warm start
-here only breaks ties toward the running placement; it saves no solve time.
+within ``mip_gap``, so its flows can sit a little short of what its replicas carry).
+``fractional=True`` keeps the relaxation's fractional replicas (a fluid model, for simulation).
+``warm`` (replicas per offer of a running plan) adds a reward of at most ``WARM_BONUS`` per
+offer for load on offers already running: scipy's HiGHS interface takes no starting point, so a
+warm start here only breaks ties toward the running placement; it saves no solve time.
 """
 
 from __future__ import annotations
