@@ -146,3 +146,10 @@ def test_one_rule_cuts_every_engines_frames(total: int, size: int, replicas: int
 
 def test_frames_start_at_a_stages_batch_else_unmeasured() -> None:
     assert first_sizes([None, 32, 10**6]) == [0, 32, MAX_FRAME]
+
+
+@pytest.mark.parametrize("declared", [{}, {"io": 2}, {"batch_size": 4, "batch_wait": 60.0}])
+def test_a_frame_with_no_items_is_finished_at_once(declared: dict[str, Any]) -> None:
+    calls, _ = serving_of(slow if "batch_size" not in declared else batched, **declared)
+    assert calls.call(frame(1, [])).result(timeout=5).results == [[]]
+    calls.close()

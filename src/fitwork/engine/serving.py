@@ -83,6 +83,15 @@ def is_retry(segments: list[Segment]) -> bool:
     return any(s.attempt > 0 for s in segments)
 
 
+def _empty(frame: Frame, transport: Transport) -> bool:
+    """Finish a frame with no items at once (no result will ever come to finish it)."""
+    if any(s.values for s in frame.segments):
+        return False
+    transport.finish([Finished(frame.key, frame.segments, [[] for _ in frame.segments],
+                               [0] * len(frame.segments))])
+    return True
+
+
 class _Pending:
     """Frames whose items finish one at a time (in batches, or as concurrent calls)."""
 
@@ -173,7 +182,7 @@ class Serving:
                 return
             if message == DRAIN:
                 batches.drain()
-            elif isinstance(message, Frame):
+            elif isinstance(message, Frame) and not _empty(message, transport):
                 number = self.pending.add(message)
                 alone = is_retry(message.segments)
                 for s, segment in enumerate(message.segments):
@@ -212,7 +221,7 @@ class Serving:
             message = transport.take(IDLE)
             if message == STOP:
                 self.stopping = True
-            elif isinstance(message, Frame):
+            elif isinstance(message, Frame) and not _empty(message, transport):
                 alone = is_retry(message.segments)
                 if alone:  # the calls in flight end first: nothing runs beside a retry
                     while self.in_flight:
