@@ -176,3 +176,23 @@ def test_a_fleet_record_among_run_records_is_pointed_to_fleet(tmp_path: Path) ->
     right = _run([FITWORK, "report", "--fleet", str(path), "-o", "f.html"], tmp_path)
     assert right.returncode == 0 and (tmp_path / "f.html").exists()
     assert "Every pipeline within" in right.stderr
+
+
+def test_a_departure_shows_who_sped_up_and_how_soon() -> None:
+    decisions = [Decision(at_s=0.0, reason="a arrived; b arrived", running=["a", "b"],
+                          cores={"a": 1.0, "b": 1.0}),
+                 Decision(at_s=5.0, reason="b finished", running=["a"], cores={"a": 2.0})]
+    samples = []
+    for step in range(21):
+        t = step / 2
+        a = 0.5 * t if t <= 5 else 2.5 + 1.0 * (t - 5)  # 0.5 cores, then 1.0 after b left
+        samples.append(Sample(at_s=t, cpu_s={"a": a} | ({"b": 0.5 * t} if t < 5 else {})))
+    jobs = [JobOutcome(name="a", team="red", status="succeeded", exit_code=0, started_s=0.0,
+                       ended_s=10.0, cpu_s=7.5),
+            JobOutcome(name="b", team="red", status="succeeded", exit_code=0, started_s=0.0,
+                       ended_s=5.0, cpu_s=2.25)]
+    record = FleetRecord(fitwork_version="test", planned=True, host_cores=2,
+                         teams={"a": "red", "b": "red"}, jobs=jobs, decisions=decisions,
+                         samples=samples, epochs=epochs(decisions, samples, 2))
+    decisions_html = _section(render_fleet_report(record), "decisions")
+    assert "a 0.50 -&gt; 1.00 (halfway in 1.0 s)" in decisions_html

@@ -100,3 +100,32 @@ def run_seconds(record: FleetRecord) -> float:
     ends = [o.ended_s for o in record.jobs if o.ended_s is not None]
     ends += [s.at_s for s in record.samples] + [d.at_s for d in record.decisions]
     return max(ends, default=0.0)
+
+
+@dataclass(frozen=True)
+class Move:
+    """What a decision did to one pipeline still running: cores used in the epoch before
+    and after it, and how many seconds after it the pipeline got halfway there."""
+
+    name: str
+    before: float
+    after: float
+    halfway_s: float | None
+
+
+def moves(record: FleetRecord, decision: Decision) -> list[Move]:
+    """Each pipeline running on both sides of ``decision``: its cores before and after."""
+    before = [e for e in record.epochs if e.end_s <= decision.at_s + 1e-9]
+    after = [e for e in record.epochs if e.start_s >= decision.at_s - 1e-9]
+    if not before or not after:
+        return []
+    old, new = before[-1], after[0]
+    found = []
+    for name in (n for n in new.running if n in old.running):
+        low, high = old.cores_used.get(name, 0.0), new.cores_used.get(name, 0.0)
+        mid = (low + high) / 2
+        reached = next((t - decision.at_s for t, c in cores_used(record.samples, name)
+                        if t > decision.at_s and (c >= mid if high >= low else c <= mid)),
+                       None)
+        found.append(Move(name, low, high, reached))
+    return found

@@ -10,6 +10,7 @@ from fitwork.report.fleet_figures import (
     WINDOW_S,
     allocated_cores,
     cores_used,
+    moves,
     planned_steps,
     share_checks,
     total_used,
@@ -137,13 +138,24 @@ def decisions_section(record: FleetRecord) -> str:
              _cores_text(d), ", ".join(f"{k} {v:,.1f}" for k, v in d.rates.items()) or "-",
              "; ".join(f"{k} " + ", ".join(f"{u} x{r}" for u, r in units.items())
                        for k, units in d.replicas.items()) or "-",
-             f"{d.solve_s * 1000:,.1f}"]
+             f"{d.solve_s * 1000:,.1f}", _moves_text(record, d)]
             for n, d in enumerate(record.decisions, start=1)]
     return html_section("decisions", "Re-fit decisions", html_table(
         ["#", "at s", "reason", "running", "cores given", "predicted items/s", "replicas",
-         "solve ms"], rows, left=(2, 3, 4, 5, 6)), basis_note(
+         "solve ms", "cores used, epoch before -> after"], rows, left=(2, 3, 4, 5, 6, 8)),
+        basis_note(
         "The fleet plan is re-fitted on every arrival and departure; the freed cores go to "
-        "the pipelines still running."))
+        "the pipelines still running. The last column: each pipeline running on both sides "
+        "of the decision, the cores it used in the epoch before and after, and how many "
+        f"seconds after the decision its cores (over about {WINDOW_S:g} s) were halfway "
+        "there."))
+
+
+def _moves_text(record: FleetRecord, decision: Decision) -> str:
+    return "; ".join(
+        f"{m.name} {m.before:.2f} -> {m.after:.2f}"
+        + (f" (halfway in {m.halfway_s:.1f} s)" if m.halfway_s is not None else "")
+        for m in moves(record, decision)) or "-"
 
 
 def _held(value: float | None) -> float | None:
