@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
     from fitwork.profiling import PipelineProfile, profile_pipeline
     from fitwork.profiling.marked import profiling_now
     from fitwork.profiling.onnx import count_sessions as count_onnx
+    from fitwork.report.fleet import render_fleet_report
     from fitwork.report.html import render_report
     from fitwork.report.verdict import Headline
     from fitwork.resources import Resources
@@ -95,6 +96,7 @@ _LAZY = {
     "discover_local": "fitwork.hardware.discover",
     "catalog": "fitwork.hardware.catalog",
     "render_report": "fitwork.report.html",
+    "render_fleet_report": "fitwork.report.fleet",
     # what a program that measures its runs needs beside `run` (the demo is one): the
     # outputs' digest, the run's figures and the verdict a report states, ONNX FLOPs
     "OutputDigest": "fitwork.writers",
@@ -167,6 +169,7 @@ __all__ = [
     "plan_llm",
     "profile_pipeline",
     "profiling_now",
+    "render_fleet_report",
     "render_report",
     "run",
     "run_figures",

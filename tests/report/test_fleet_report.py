@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fitwork.jobs.record import Decision, FleetRecord, JobOutcome, Sample, epochs
-from fitwork.report.fleet import FLEET_SECTIONS, fleet_headline, render_fleet_report
+from fitwork import FleetRecord, render_fleet_report
+from fitwork.jobs.record import Decision, JobOutcome, Sample, epochs
+from fitwork.report.fleet import FLEET_SECTIONS, fleet_headline
 from tests.report.test_html_report import chromium, dump_dom
 
 FITWORK = str(Path(sys.executable).with_name("fitwork"))
