@@ -90,8 +90,10 @@ SCRIPT = textwrap.dedent("""
         for output in result:
             if not outputs:
                 table = ray.util.placement_group_table().values()
-                groups = {g["name"].rsplit("-", 1)[-1]: len(g["bundles"]) for g in table
-                          if g["name"].startswith("fitwork-") and g["state"] == "CREATED"}
+                for g in table:  # named fitwork-RUN-TYPE@NODE: bundles per node type
+                    if g["name"].startswith("fitwork-") and g["state"] == "CREATED":
+                        kind = g["name"].rsplit("-", 1)[-1].split("@")[0]
+                        groups[kind] = groups.get(kind, 0) + len(g["bundles"])
             outputs.append(output)
         outputs.sort()
     labels = {n["NodeID"]: n.get("Labels", {}).get("fitwork.node-type") for n in ray.nodes()}
@@ -120,7 +122,7 @@ def test_a_plan_places_each_replica_on_its_node_type(two_nodes: str) -> None:
     for where in placements.values():
         for _, node_type, count in where:
             per_type[node_type] = per_type.get(node_type, 0) + count
-    assert report["groups"] == per_type  # one placement group per node type, a bundle each
+    assert report["groups"] == per_type  # a group per planned node, a bundle each
     assert len(report["workers"]) == sum(c for w in placements.values() for _, _, c in w)
     for unit_name, node_type in report["workers"]:
         assert node_type in planned[unit_name], (unit_name, node_type)

@@ -128,7 +128,7 @@ class Placing:
             group = placement_group(bundles, strategy="PACK" if node is None else "STRICT_PACK",
                                     bundle_label_selector=selector,
                                     name=f"fitwork-{self.run_id}-{node_type}"
-                                    + ("" if node is None else f"-{node}"))
+                                    + ("" if node is None else f"@{node}"))
             self.groups.append(group)
             ready, _ = ray.wait([group.ready()], timeout=startup)
             if not ready:
