@@ -50,6 +50,7 @@ def fleet_headline(record: FleetRecord) -> Headline:
     miss (outside ±10%) said as a MISS; failed and rejected pipelines named after it."""
     troubles = [f"{o.name} {o.status.upper()}"
                 + (f" (exit {o.exit_code})" if o.exit_code not in (None, 0) else "")
+                + (f" ({o.reason})" if o.status == "rejected" and o.reason else "")
                 for o in record.jobs if o.status != "succeeded"]
     epoch = main_epoch(record)
     if epoch is None:

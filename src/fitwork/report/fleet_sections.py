@@ -12,6 +12,7 @@ from fitwork.report.fleet_figures import (
     cores_used,
     moves,
     planned_steps,
+    run_seconds,
     share_checks,
     total_used,
 )
@@ -51,7 +52,7 @@ def decision_markers(record: FleetRecord, x_max: float) -> list[Marker]:
         room = max(1, int(((edge - d.at_s) * scale - 8) / CHAR_PX))
         label = f"{n}: {d.reason}"
         if len(label) > room:
-            label = f"{n}" if room <= len(f"{n}") + 2 else label[:room - 1] + "\u2026"
+            label = f"{n}" if room < len(f"{n}: ") + 4 else label[:room - 1] + "\u2026"
         markers.append(Marker(d.at_s, label, f"re-fit {n} at {d.at_s:.2f} s: {d.reason}; "
                                              f"cores {_cores_text(d)}"))
     return markers
@@ -201,6 +202,7 @@ def utilization_section(record: FleetRecord) -> str:
                          "busy / owned realized", "busy / allocated realized"], rows,
                         left=(0, 1))]
     parts += [f'<p class="check warn">{escape(f)}</p>' for f in findings]
+    parts.append(f'<p class="note">{escape(_whole_run(record))}</p>')
     parts.append(basis_note(
         "Owned: the host's cores. Allocated: the cores the decision in force gave the running "
         "pipelines. Busy: CPU seconds the pipelines' processes used per second of the epoch. "
@@ -246,3 +248,15 @@ def cost_section(record: FleetRecord) -> str:
         "Cost: each team's dollars per hour in the fleet plan (its allocation at the nodes' "
         "prices) times the fleet run's wall seconds; the CPU seconds its pipelines used are "
         "shown beside it so a team charged for more than it used can be seen."))
+
+
+def _whole_run(record: FleetRecord) -> str:
+    """The whole run's CPU seconds against the host's core-seconds, held to 100%."""
+    seconds = run_seconds(record)
+    used = sum(o.cpu_s for o in record.jobs)
+    owned = record.host_cores * seconds
+    if owned <= 0:
+        return "Whole run: no wall time recorded."
+    text = (f"Whole run: {used:,.1f} CPU s used of {owned:,.1f} core-seconds owned "
+            f"({record.host_cores} cores x {seconds:.1f} s), {min(1.0, used / owned):.1%} busy")
+    return text + (": more than the host has, a measurement error" if used > owned else "")
