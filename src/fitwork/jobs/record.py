@@ -86,6 +86,7 @@ class FleetRecord(Document):
     fitwork_version: str
     planned: bool
     host_cores: int
+    engine: str = "local"
     teams: dict[str, str]
     jobs: list[JobOutcome]
     decisions: list[Decision]
@@ -95,11 +96,14 @@ class FleetRecord(Document):
 
     @classmethod
     def build(cls, jobs: JobsFile, plan: FleetPlan | None, outcomes: list[JobOutcome],
-              decisions: list[Decision], samples: list[Sample], cores: int) -> FleetRecord:
-        """The record of a fleet run from the coordinator's books."""
+              decisions: list[Decision], samples: list[Sample], cores: int,
+              engine: str = "local") -> FleetRecord:
+        """The record of a fleet run from the coordinator's books (``samples`` only where
+        the pipelines' processes are this host's: not on Ray, whose workers are Ray's)."""
         order = {j.name: i for i, j in enumerate(jobs.jobs)}
         wall = max((o.ended_s or 0.0 for o in outcomes), default=0.0)
         return cls(fitwork_version=__version__, planned=plan is not None, host_cores=cores,
+                   engine=engine,
                    teams={j.name: j.team for j in jobs.jobs},
                    jobs=sorted(outcomes, key=lambda o: order.get(o.name, 0)),
                    decisions=decisions, samples=samples,
@@ -119,6 +123,10 @@ class FleetRecord(Document):
                     and o.started_s is not None else "")
             why = f" ({o.reason})" if o.reason and o.status != "succeeded" else ""
             out.append(f"{o.name} [{o.team}]: {o.status}{took}, {o.cpu_s:.1f} CPU-s{why}")
+        if self.engine != "local":
+            out.append(f"shares of the cores not measured on --engine {self.engine}: the "
+                       "replicas are the engine's workers, not this host's processes; each "
+                       "pipeline's record has its workers' CPU time")
         for e in self.epochs:
             if e.end_s - e.start_s < 1.0:
                 continue

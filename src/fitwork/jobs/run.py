@@ -160,7 +160,8 @@ class _Fleet:
             self._stop_all()
         self._sample()
         return FleetRecord.build(self.jobs, self.plan, list(self.done.values()),
-                                 self.decisions, self.samples, psutil.cpu_count() or 1)
+                                 self.decisions, self.samples if self.engine == "local" else [],
+                                 psutil.cpu_count() or 1, self.engine)
 
     def _stop_all(self) -> None:
         """Interrupted: stop every pipeline still running as Ctrl-C stops one (its outputs
@@ -322,7 +323,9 @@ def _why(code: int, log: Path) -> str:
 def _last_line(log: Path) -> str:
     """The last non-empty line a pipeline's process wrote (its error, if it failed)."""
     with contextlib.suppress(OSError):
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        if lines:
-            return lines[-1].strip()[:300]
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()
+                 if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("error:")]
+        if errors or lines:  # fitwork's own error line, else whatever came last
+            return (errors or lines)[-1][:300]
     return "no output"
