@@ -185,7 +185,7 @@ class Refit:
         """Replicas per unit of ``name`` (at least one of each unit)."""
         assert self.solved is not None
         job, i = self.plan.job(name), self.names.index(name)
-        counts = {u: 0 for u in _run_units(job)}
+        counts = {u: 0.0 for u in _run_units(job)}
         for k, option in self._options(i):
             counts[option.unit_name] += self.solved.x[k]
         return {u: max(1, math.ceil(n - 1e-9)) for u, n in counts.items()}
@@ -310,8 +310,8 @@ def _fleet_plan(jobs: JobsFile, fleet: Fleet, objective: FleetObjective, solved:
                 continue
             count = max(1, math.ceil(x - 1e-9))
             groups.append(option.replicas(count, f))
-            used = option.held.get("cores", 0.0) * x + option.cpu_per_item * f
-            held["cores"] = held.get("cores", 0.0) + used
+            cores = option.held.get("cores", 0.0) * x + option.cpu_per_item * f
+            held["cores"] = held.get("cores", 0.0) + cores
             if not is_cpu_class(option.device_class):
                 held[option.device_class] = held.get(option.device_class, 0.0) + \
                     option.devices * x

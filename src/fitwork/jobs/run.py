@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -258,7 +258,7 @@ class _Fleet:
         r.log.close()
         del self.running[r.job.name]
         code = r.process.returncode
-        status = "succeeded" if code == 0 else "failed"
+        status: Literal["succeeded", "failed"] = "succeeded" if code == 0 else "failed"
         tail = "" if code == 0 else f": {_why(code, Path(r.log.name))}"
         self.say(f"{r.job.name}: {status} (exit {code}) after {r.ended - r.started:.1f} s"
                  f"{tail}")
