@@ -62,3 +62,37 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
         return discover_ray(ray_address)
 
     _show_fleet(discover, output_path)
+
+
+@fleet.command("simulate")
+@click.option("--fleet", "fleet_path", required=True, type=click.Path(path_type=Path),
+              help="The fleet (YAML, as `fitwork plan --fleet` reads).")
+@click.option("--jobs", "trace_path", required=True, type=click.Path(path_type=Path),
+              help="The pipeline trace: one JSON object per line (id, team, weight, "
+                   "arrival_s, items, units).")
+@click.option("--policy", type=click.Choice(["fitwork", "job-level", "static"]),
+              default="fitwork", show_default=True, help="How the fleet is shared.")
+@click.option("--arrival-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Divide every arrival time by this (more load).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Also write every figure (and each pipeline's) as JSON here.")
+def fleet_simulate(fleet_path: Path, trace_path: Path, policy: str, arrival_scale: float,
+                   json_path: Path | None) -> None:
+    """Replay pipelines arriving over time on a fleet under one sharing policy."""
+    import json
+
+    from fitwork.hardware.fleet import Fleet
+    from fitwork.jobs.sim_inputs import load_trace
+    from fitwork.jobs.sim_table import render
+    from fitwork.jobs.simulate import simulate
+
+    try:
+        result = simulate(Fleet.from_yaml(fleet_path), load_trace(trace_path),
+                          policy,  # type: ignore[arg-type]
+                          arrival_scale=arrival_scale)
+    except FitworkError as exc:
+        fail(exc)
+    click.echo(render([result]))
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1, default=float))
+        click.echo(f"wrote {json_path}")

@@ -1,0 +1,282 @@
+"""Event-driven fleet simulation: pipelines arrive and finish; a policy re-fits at each event.
+
+Time jumps from event to event (an arrival, a departure; events at one instant are taken
+together, one re-fit for them). Between events every running pipeline's rate is constant,
+as the last re-fit set it. Three policies, all on the same co-fit core
+(`fitwork.jobs.cofit`, fair objective, relaxed, fractional replicas):
+
+- ``fitwork``: the units of every running pipeline co-fitted across every node type;
+- ``job-level``: each pipeline placed whole (every unit on one node type at a time, time
+  shares across types: Gavel's heterogeneity-aware max-min allocation), weighted max-min;
+- ``static``: each team owns its weight's share of every node type (team weight = the sum of
+  its pipelines' weights in the trace) and co-fits its own pipelines there.
+
+Replicas are FLUID (fractional, as Gavel's time-shared allocations are): a replica is
+allocated exactly while it is busy, so busy / allocated is 1 by construction and what
+differs between policies is allocated / owned. Identical running pipelines (same units and
+weight) are one spec with a count in the model (exact in the LP by symmetry), so a re-fit's
+size follows the number of pipeline shapes running, not pipelines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from fitwork.hardware.fleet import Fleet
+from fitwork.jobs.cofit import JobSpec, Offer, alone_rates, cofit
+from fitwork.jobs.sim_inputs import (
+    Shape,
+    TraceLine,
+    class_use,
+    missing_unit,
+    owned,
+    pools,
+    shape_of,
+)
+
+Policy = Literal["fitwork", "job-level", "static"]
+POLICIES: tuple[str, ...] = ("fitwork", "job-level", "static")
+DONE = 1e-9
+"""A pipeline with this share of its items left is done (float residue of rate x time)."""
+
+
+@dataclass
+class Refit:
+    """One re-fit: HiGHS seconds, the model's size and gap, what it covered."""
+
+    seconds: float
+    variables: int
+    rows: int
+    gap: float
+    running: int
+    specs: int
+
+
+@dataclass
+class Fitter:
+    """A policy's re-fit: rates per running pipeline, devices held per class."""
+
+    policy: Policy
+    fleet: Fleet
+    shapes: list[Shape]
+    team_share: dict[str, float]
+    time_limit: float = 10.0
+    mip_gap: float = 1e-4
+    _alone: dict[tuple[str, int], float] = field(default_factory=dict)
+    _team: dict[str, tuple[dict[str, float], dict[str, float]]] = field(default_factory=dict)
+
+    def alone(self, team: str, s: int) -> float:
+        """T* of shape ``s`` under this policy (for static: alone in the team's slice)."""
+        key = (team if self.policy == "static" else "", s)
+        if key not in self._alone:
+            share = self.team_share[team] if self.policy == "static" else 1.0
+            spec = JobSpec("alone", self.shapes[s].multiplicity, self.shapes[s].weight,
+                           whole=self.policy == "job-level")
+            self._alone[key] = alone_rates([spec], list(self.shapes[s].offers),
+                                           pools(self.fleet, share), integral=False,
+                                           time_limit=self.time_limit, mip_gap=self.mip_gap)[0]
+        return self._alone[key]
+
+    def _solve(self, running: dict[str, tuple[int, str]], team: str,
+               refits: list[Refit]) -> tuple[dict[str, float], dict[str, float]]:
+        """Co-fit ``running`` (id -> (shape, team)) on the whole fleet or a team's slice."""
+        groups: dict[int, list[str]] = {}
+        for pid, (s, _) in running.items():
+            groups.setdefault(s, []).append(pid)
+        specs: list[JobSpec] = []
+        offers: list[Offer] = []
+        alone: list[float] = []
+        for g, (s, ids) in enumerate(groups.items()):
+            shape = self.shapes[s]
+            specs.append(JobSpec(f"shape-{s}", shape.multiplicity, shape.weight,
+                                 count=len(ids), whole=self.policy == "job-level"))
+            offers += [replace(o, job=g) for o in shape.offers]
+            alone.append(self.alone(team, s))
+        share = self.team_share[team] if self.policy == "static" else 1.0
+        plan = cofit(specs, offers, pools(self.fleet, share), objective="fair", alone=alone,
+                     integral=False, fractional=True, time_limit=self.time_limit,
+                     mip_gap=self.mip_gap)
+        refits.append(Refit(plan.seconds, plan.size.variables, plan.size.rows, plan.gap,
+                            len(running), len(specs)))
+        rates = {pid: plan.jobs[g].rate for g, ids in enumerate(groups.values()) for pid in ids}
+        return rates, class_use(offers, plan.x, self.fleet)
+
+    def refit(self, running: dict[str, tuple[int, str]], changed: set[str],
+              refits: list[Refit]) -> tuple[dict[str, float], dict[str, float]]:
+        """Rates per running pipeline and devices held per class, after a change in the
+        teams ``changed`` (static re-fits only those teams' slices)."""
+        if self.policy != "static":
+            return self._solve(running, "", refits) if running else ({}, {})
+        for team in changed:
+            mine = {pid: v for pid, v in running.items() if v[1] == team}
+            self._team[team] = self._solve(mine, team, refits) if mine else ({}, {})
+        rates: dict[str, float] = {}
+        held: dict[str, float] = {}
+        for team_rates, team_held in self._team.values():
+            rates.update(team_rates)
+            for cls, v in team_held.items():
+                held[cls] = held.get(cls, 0.0) + v
+        return rates, held
+
+
+@dataclass
+class Books:
+    """What the simulation accumulates between events."""
+
+    busy: dict[str, float] = field(default_factory=dict)
+    jain_time: float = 0.0
+    jain_area: float = 0.0
+    finish: dict[str, float] = field(default_factory=dict)
+
+    def advance(self, dt: float, held: dict[str, float], shares: Sequence[float]) -> None:
+        """Account ``dt`` seconds of the current allocation."""
+        for cls, v in held.items():
+            self.busy[cls] = self.busy.get(cls, 0.0) + v * dt
+        if shares and dt > 0:
+            total = sum(shares)
+            squares = sum(s * s for s in shares)
+            jain = total * total / (len(shares) * squares) if squares > 0 else 1.0
+            self.jain_area += jain * dt
+            self.jain_time += dt
+
+
+def team_shares(lines: Sequence[TraceLine]) -> dict[str, float]:
+    """Each team's share of the fleet under ``static``: its pipelines' weights over all."""
+    weights: dict[str, float] = {}
+    for line in lines:
+        weights[line.team] = weights.get(line.team, 0.0) + line.weight
+    total = sum(weights.values())
+    return {team: w / total for team, w in weights.items()}
+
+
+def _prepare(fleet: Fleet, lines: Sequence[TraceLine]) -> tuple[list[Shape], list[int],
+                                                                dict[str, str]]:
+    """Shapes, each line's shape index, and the lines rejected (id -> why)."""
+    shapes: list[Shape] = []
+    index: dict[str, int] = {}
+    of_line: list[int] = []
+    rejected: dict[str, str] = {}
+    for line in lines:
+        shape = shape_of(line, fleet)
+        if shape.key not in index:
+            index[shape.key] = len(shapes)
+            shapes.append(shape)
+        of_line.append(index[shape.key])
+        unit = missing_unit(line, shape)
+        if unit is not None:
+            rejected[line.id] = f"unit {unit} fits no node type of the fleet"
+    return shapes, of_line, rejected
+
+
+def simulate(fleet: Fleet, lines: Sequence[TraceLine], policy: Policy, *,
+             arrival_scale: float = 1.0, time_limit: float = 10.0,
+             mip_gap: float = 1e-4) -> dict[str, Any]:
+    """Replay ``lines`` (arrival times divided by ``arrival_scale``) under ``policy``."""
+    shapes, of_line, rejected = _prepare(fleet, lines)
+    fitter = Fitter(policy, fleet, shapes, team_shares(lines), time_limit, mip_gap)
+    reference = Fitter("fitwork", fleet, shapes, {}, time_limit, mip_gap)
+    order = sorted((i for i, line in enumerate(lines) if line.id not in rejected),
+                   key=lambda i: (lines[i].arrival_s, i))
+    arrival = {lines[i].id: lines[i].arrival_s / arrival_scale for i in order}
+    left = {lines[i].id: float(lines[i].items) for i in order}
+    running: dict[str, tuple[int, str]] = {}
+    rates: dict[str, float] = {}
+    held: dict[str, float] = {}
+    books = Books()
+    refits: list[Refit] = []
+    by_id = {lines[i].id: i for i in order}
+    now, nxt = 0.0, 0
+    while nxt < len(order) or running:
+        soon = arrival[lines[order[nxt]].id] if nxt < len(order) else math.inf
+        ends = [now + left[p] / rates[p] for p in running if rates.get(p, 0.0) > 0]
+        then = min([soon, *ends])
+        if not math.isfinite(then):
+            break  # nothing runs and nothing arrives: the rest cannot finish
+        dt = then - now
+        shares = [rates.get(p, 0.0) / (reference.alone("", v[0]) * lines[by_id[p]].weight)
+                  for p, v in running.items()]
+        books.advance(dt, held, shares)
+        changed: set[str] = set()
+        for p in list(running):
+            rate = rates.get(p, 0.0)
+            ends = now + left[p] / rate if rate > 0 else math.inf
+            left[p] -= rate * dt
+            if ends <= then * (1 + 1e-12) or left[p] <= DONE * lines[by_id[p]].items:
+                books.finish[p] = then
+                changed.add(running.pop(p)[1])
+        now = then
+        while nxt < len(order) and arrival[lines[order[nxt]].id] <= now:
+            line = lines[order[nxt]]
+            running[line.id] = (of_line[order[nxt]], line.team)
+            changed.add(line.team)
+            nxt += 1
+        rates, held = fitter.refit(running, changed, refits)
+    return _summary(fleet, lines, policy, arrival, books, refits, rejected, reference,
+                    of_line, by_id, now)
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (nearest rank) of ``values``; 0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def _summary(fleet: Fleet, lines: Sequence[TraceLine], policy: str, arrival: dict[str, float],
+             books: Books, refits: list[Refit], rejected: dict[str, str], reference: Fitter,
+             of_line: list[int], by_id: dict[str, int], end: float) -> dict[str, Any]:
+    """The simulation's figures, as JSON-ready values."""
+    start = min(arrival.values(), default=0.0)
+    makespan = end - start
+    completion = {p: books.finish[p] - arrival[p] for p in books.finish}
+    capacity = owned(fleet)
+    util = {cls: {"owned": n, "busy_over_allocated": 1.0 if books.busy.get(cls) else 0.0,
+                  "allocated_over_owned": books.busy.get(cls, 0.0) / (n * makespan)
+                  if makespan > 0 else 0.0}
+            for cls, n in capacity.items()}
+    gpus = [c for c in capacity if not c.startswith("cpu")]
+    gpu_owned = sum(capacity[c] for c in gpus) * makespan
+    per: list[dict[str, Any]] = []
+    for p, seconds in completion.items():
+        line = lines[by_id[p]]
+        alone = reference.alone("", of_line[by_id[p]])
+        per.append({"id": p, "team": line.team, "arrival_s": arrival[p],
+                    "finish_s": books.finish[p], "completion_s": seconds,
+                    "normalized_throughput": line.items / seconds / alone if seconds > 0 else 0.0})
+    norm = [r["normalized_throughput"] for r in per]
+    return {
+        "policy": policy, "fleet": fleet.name, "pipelines": len(lines),
+        "completed": len(completion), "rejected": rejected,
+        "unfinished": sorted(set(arrival) - set(completion)),
+        "avg_completion_s": sum(completion.values()) / len(completion) if completion else 0.0,
+        "p99_completion_s": _percentile(list(completion.values()), 99),
+        "makespan_s": makespan,
+        "gpu_utilization": sum(books.busy.get(c, 0.0) for c in gpus) / gpu_owned
+        if gpu_owned > 0 else 0.0,
+        "utilization": util,
+        "jain": books.jain_area / books.jain_time if books.jain_time > 0 else 1.0,
+        "normalized_throughput": {"mean": sum(norm) / len(norm) if norm else 0.0,
+                                  "p10": _percentile(norm, 10), "p50": _percentile(norm, 50),
+                                  "p90": _percentile(norm, 90)},
+        "refits": _refit_stats(refits),
+        "fluid": True,
+        "per_pipeline": per,
+    }
+
+
+def _refit_stats(refits: list[Refit]) -> dict[str, Any]:
+    """Count, seconds (mean, p99, max) and the largest model of the re-fits."""
+    if not refits:
+        return {"count": 0}
+    seconds = [r.seconds for r in refits]
+    largest = max(refits, key=lambda r: (r.running, r.variables))
+    return {"count": len(refits), "mean_s": sum(seconds) / len(seconds),
+            "p99_s": _percentile(seconds, 99), "max_s": max(seconds),
+            "max_gap": max(r.gap for r in refits),
+            "largest": {"running": largest.running, "specs": largest.specs,
+                        "variables": largest.variables, "rows": largest.rows,
+                        "gap": largest.gap, "seconds": largest.seconds}}
