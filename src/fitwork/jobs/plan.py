@@ -95,6 +95,11 @@ class FleetPlan(Document):
     """Per resource (cores, slot:CLASS, time:CLASS), the fleet's total the plan uses."""
     owned: dict[str, float] = Field(default_factory=dict)
     cost_per_team: dict[str, float] = Field(default_factory=dict)
+    mfu: dict[str, float] = Field(default_factory=dict)
+    """Per device class: the FLOP/s the plan's units do over the class's peak on the fleet
+    (only where units declare or were counted FLOPs)."""
+    objective_value: float = 0.0
+    bound: float = 0.0
     time_limit: float = 10.0
     mip_gap: float = 1e-3
 
@@ -139,10 +144,15 @@ class FleetPlan(Document):
                        f"{j.normalised:.0%} of its {j.alone_rate:,.1f} alone on the fleet "
                        f"(its own plan: {j.alone_plan_rate:,.1f}); holds {shares}; "
                        f"{'fused' if j.fused else 'split'}: {_groups(j.replicas)}")
-        util = ", ".join(f"{k.removeprefix('time:')} {self.used.get(k, 0) / v:.0%}"
-                         for k, v in self.owned.items() if v > 0 and
-                         (k == "cores" or k.startswith("time:")))
-        out.append(f"fleet utilization predicted (busy / owned): {util}")
+        busy = {k: v for k, v in self.used.items() if k.startswith("time:")}
+        busy["cores"] = sum(j.held.get("cores", 0.0) for j in self.jobs)  # not over ceiling
+        util = ", ".join(f"{k.removeprefix('time:')} {busy.get(k, 0) / v:.0%}"
+                         for k, v in self.owned.items() if v > 0 and k in busy)
+        out.append(f"predicted: fleet utilization (busy / owned) {util}; MFU "
+                   + (", ".join(f"{k} {v:.1%}" for k, v in self.mfu.items()) or
+                      "not stated (no unit declares or was counted FLOPs)")
+                   + f"; server capacity {self._capacity()} (the plan's objective over the "
+                   "solver's bound on it)")
         total = sum(j.normalised for j in self.jobs if j.status == "admitted")
         out.append(f"aggregate normalised throughput {total:.2f} (the sum of each admitted "
                    "job's rate over its rate alone on the fleet)")
@@ -150,6 +160,11 @@ class FleetPlan(Document):
             out.append("cost per hour by team: " + ", ".join(
                 f"{t} ${c:,.2f}" for t, c in self.cost_per_team.items()))
         return out
+
+    def _capacity(self) -> str:
+        if self.bound <= 0:
+            return "n/a"
+        return f"{min(self.objective_value, self.bound) / self.bound:.0%}"
 
     def _share(self, key: str, amount: float) -> float:
         owned = self.owned.get("cores" if key.startswith("cpu") or key == "cores"
@@ -334,10 +349,38 @@ def _fleet_plan(jobs: JobsFile, fleet: Fleet, objective: FleetObjective, solved:
         for key, v in p.capacity.items():
             owned[key] = owned.get(key, 0.0) + v * p.count
     return FleetPlan(fitwork_version=__version__, fleet=fleet, objective=objective,
+                     mfu=_mfu(planned, owned), objective_value=solved.objective_value,
+                     bound=solved.bound,
                      status=solved.status, gap=solved.gap, solve_seconds=solved.seconds,
                      size=asdict(solved.size), jobs=planned, pools=pools, used=used,
                      owned=owned, cost_per_team=dict(solved.cost_per_hour),
                      time_limit=limits[0], mip_gap=limits[1])
+
+
+def _mfu(jobs: Sequence[JobPlan], owned: dict[str, float]) -> dict[str, float]:
+    """Per device class, the FLOP/s the admitted jobs' replicas do there over its peak
+    times what the fleet owns of it (cores for a CPU class)."""
+    from fitwork.fit.cost import peak_flops
+    from fitwork.hardware.catalog import catalog
+
+    known, done = catalog(), dict[str, float]()
+    for job in jobs:
+        flops = {u: f for u, f in job.plan.flops.items() if f}
+        if job.fused and flops:
+            flops = {"monolithic": sum(job.plan.multiplicity.get(u, 1.0) * f
+                                       for u, f in flops.items())}
+        for g in job.replicas:
+            if flops.get(g.unit):
+                done[g.device_class] = done.get(g.device_class, 0.0) + \
+                    flops[g.unit] * g.items_per_s
+    figures = {}
+    for name, rate in done.items():
+        device = known.get(name)
+        amount = owned.get("cores" if device.is_cpu else f"slot:{name}", 0.0)
+        peak = device.fp32_flops if device.is_cpu else peak_flops(device, "fp16")
+        if amount and peak:
+            figures[name] = rate / (peak * amount)
+    return figures
 
 
 def load_fleet_plan(path: Path) -> FleetPlan:
