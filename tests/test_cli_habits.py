@@ -473,11 +473,11 @@ def test_a_failed_run_names_its_most_common_errors_with_a_count_each(project: Pa
     (project / "noisy.py").write_text(NOISY)
     done = fitwork("run", "noisy:failing", "--input", "in.jsonl", "--output", "o.jsonl", "-q",
                    cwd=project)
-    assert done.returncode == 1
+    assert done.returncode == 1, done.stderr
     said = [line for line in done.stdout.splitlines() if " items failed: " in line]
     assert said == ["31 items failed: 20 x AttributeError: 'NoneType' object has no "
                     "attribute 'x' (unit careless); 10 x ValueError: an odd row (unit "
-                    "careless); 1 x KeyError: 'k' (unit careless)"]
+                    "careless); 1 x KeyError: 'k' (unit careless)"], (done.stdout, done.stderr)
     errors_said = errors(done)
     assert len(errors_said) == 1 and "31 items failed; dead letters in " in errors_said[0]
     assert "the most common: 20 x AttributeError" in errors_said[0]
