@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from fitwork.errors import UnitDefinitionError
-from fitwork.resources import Resources
+from fitwork.resources import Resources, allotted_threads
 
 if TYPE_CHECKING:
     from fitwork.workload.pipeline import Pipeline
+    from fitwork.workload.unit import Unit
 
 Source = Literal["declared", "plan", "workers", "refit"]
 
@@ -64,6 +65,43 @@ class Group:
         if "nodes" in fields:
             fields["nodes"] = tuple(fields["nodes"])
         return cls(**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Allotment:
+    """What one replica of a unit gets, decided once (`allot`): its batch and the wait for
+    one, what it asks an engine for (cores, GPUs, memory, devices), the threads its pools
+    may run, its device class, and its calls at once (0: one after another)."""
+
+    unit: str
+    batch_size: int | None
+    batch_wait: float
+    resources: Resources
+    planned: bool
+    """Whether ``resources`` is a plan's (else the unit's declaration)."""
+    io: int = 0
+    device_class: str | None = None
+
+    @property
+    def cores(self) -> float:
+        """Cores one replica holds."""
+        return self.resources.cpu
+
+    @property
+    def threads(self) -> int:
+        """Threads one replica's pools may run (`fitwork.resources.allotted_threads`)."""
+        return allotted_threads(self.resources.cpu)
+
+
+def allot(unit: Unit, group: Group | None) -> Allotment:
+    """What a replica of ``unit`` in ``group`` gets: the group's batch size and resources
+    where a plan (or the command line) set them, else the unit's declaration.  The one
+    place that falls back to the declaration; engines read the allotment."""
+    batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
+    given = group.resources if group is not None else None
+    return Allotment(unit.name, batch, unit.batch_wait,
+                     given if given is not None else unit.resources, given is not None,
+                     unit.io, group.device_class if group is not None else None)
 
 
 @dataclass(frozen=True)

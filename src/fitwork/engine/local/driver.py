@@ -49,7 +49,7 @@ from fitwork.engine.parts import Written
 from fitwork.engine.segment import typed
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.engine.threads import ForkHold
-from fitwork.placement import Placement
+from fitwork.placement import Placement, allot
 from fitwork.telemetry.processes import Worker
 from fitwork.workload.pipeline import Pipeline
 
@@ -142,18 +142,17 @@ class LocalRun(Shell):
 
     def spawn(self, instruction: Spawn) -> None:
         stage, unit = instruction.stage, self.units[instruction.stage]
-        group = instruction.group
-        asks = (group.resources if group is not None and group.resources is not None
-                else unit.resources)  # cores and GPUs alike from what the replica asks
-        cores = asks.cpu
+        given = allot(unit, instruction.group)  # what this replica gets, decided once
+        cores = given.cores
         spec = WorkerSpec(
             worker_id=instruction.worker, stage=stage, unit=unit,
-            batch_size=self.batch_size(unit, group),
+            batch_size=given.batch_size,
             next_replicas=(max(1, self.placement.replicas(self.names[stage + 1]))
                            if stage + 1 < len(self.units) else 1),
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
-            parent_pid=os.getpid(), env=self.worker_env(stage, asks.gpu), cores=cores,
+            parent_pid=os.getpid(), env=self.worker_env(stage, given.resources.gpu),
+            cores=cores,
             gate=self.gates[stage],
             sink=(self.options.sink, self.run_id) if self.options.sink is not None
             and stage == len(self.units) - 1 else None)
@@ -164,11 +163,6 @@ class LocalRun(Shell):
         self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
                                                    pid=process.pid or 0)
         self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
-
-    @staticmethod
-    def batch_size(unit: Any, group: Any) -> int | None:
-        """A replica's batch size: its group's, else the unit's."""
-        return group.batch_size if group is not None and group.batch_size else unit.batch_size
 
     def worker_env(self, stage: int, gpu: float) -> dict[str, str]:
         """Environment for a new replica: replicas that ask for a GPU take visible GPUs in

@@ -67,7 +67,7 @@ from fitwork.hardware.ray_cluster import (
     connect,
     live_nodes,
 )
-from fitwork.placement import Placement
+from fitwork.placement import Placement, allot
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
@@ -261,7 +261,7 @@ class RayRun(Placing, Shell):
                 chosen.holder = instruction.worker
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=chosen.group, placement_group_bundle_index=chosen.index)
-        batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
+        batch = allot(unit, group).batch_size
         replicas = max(1, self.placement.replicas(unit.name))
         sink = (self.options.sink, self.run_id, instruction.worker) \
             if self.options.sink is not None and stage == len(self.units) - 1 else None
