@@ -79,8 +79,12 @@ def records(draw: st.DrawFn) -> RunRecord:
         device_samples=samples, host=host)
 
 
+FINDING = re.compile(r"used \d[\d,]*% of what the plan allocated")
+
+
 def _percents(text: str) -> list[float]:
-    return [float(m.replace(",", "")) for m in PERCENT.findall(text)]
+    """Every percentage in ``text`` but a finding's (used over allocated: said as such)."""
+    return [float(m.replace(",", "")) for m in PERCENT.findall(FINDING.sub("", text))]
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,
@@ -109,6 +113,8 @@ def test_no_figure_is_over_100_percent_in_any_record_or_report(
         limit = cores if r.resource == "cpu" else gpus
         assert limit is None or r.allocated <= limit
     assert all(0.0 <= u.busy_fraction <= 1.0 for u in run.units)
+    for r in record_resources(run):  # used over allocated is said, never a silent 100%
+        assert bool(r.finding) == (r.used_s > r.allocated_s * (1 + 1e-9) > 0)
     pair = [run, other]
     labels = ["monolithic", "fitted"]
     headline(pair, labels)  # never a traceback, whatever the runs did
@@ -116,7 +122,29 @@ def test_no_figure_is_over_100_percent_in_any_record_or_report(
     assert max(_percents(page), default=0.0) <= 100.0
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(summary(run))
-    assert max(_percents(console.export_text()), default=0.0) <= 100.0
+    text = console.export_text()
+    assert max(_percents(text), default=0.0) <= 100.0
+    for r in record_resources(run):
+        assert not r.finding or r.finding[:40] in " ".join(text.split())
+    assert ("under-allocated" in text) == any(r.finding for r in record_resources(run))
+
+
+def test_used_over_allocated_is_said_never_clamped() -> None:
+    """Issue 37: `run --plan` printed 100.0% for 35.88 CPU s used against 20.01 allocated."""
+    run = record("f", throughput=100.0, items=1000, cpu_s=35.88,  # a 10 s run on 2 cores
+                 units={"a": (2, 1.0)}, host={**HOST, "cores": 8})
+    cpu = run.resource("cpu")
+    assert cpu.allocated_s == pytest.approx(20.0) and cpu.used_of_allocated > 1.7
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(summary(run))
+    text = " ".join(console.export_text().split())
+    assert "CPU used 179% of what the plan allocated (35.88 s used, 20.00 s allocated): " \
+        "the plan under-allocated" in text
+    assert "100.0%" not in text.split("resources")[-1].split("CPU used")[0]
+    row = run_figures(run).of("cpu-x86")
+    assert row.under_allocated and "used 179% of what the plan allocated" in row.note
+    page = render_report([run, run], ["monolithic", "fitted"])
+    assert "under-allocated" in page and "the plan under-allocated" in page
 
 
 def test_the_reported_cases() -> None:

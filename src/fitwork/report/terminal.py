@@ -99,10 +99,13 @@ def summary(record: RunRecord) -> Group:
                       "at most what the host has)", title_justify="left")
     for column in ("resource", "allocated", "used s", "allocated s", "utilization"):
         resources.add_column(column, justify="left" if column == "resource" else "right")
+    findings = []
     for r in record_resources(record):
         resources.add_row(r.resource, f"{r.allocated:g}", f"{r.used_s:.2f}",
-                          f"{r.allocated_s:.2f}", _pct(r.utilization))
-    return Group(head, units, resources)
+                          f"{r.allocated_s:.2f}",
+                          "under-allocated" if r.finding else _pct(r.utilization))
+        findings += [r.finding] if r.finding else []
+    return Group(head, units, resources, *findings)
 
 
 def _ms(seconds: float | None) -> str:

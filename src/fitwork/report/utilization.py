@@ -45,8 +45,10 @@ def _host_use(records: Sequence[RunRecord], labels: Sequence[str],
         busy = None if busy is None else min(1.0, busy)
         cells = f"{allocated:g}" + (f" (declared {declared:g})" if declared > allocated
                                     else "")
+        over = any(c.under_allocated for c in cpu_rows)
         rows.append([label, f"{used:,.2f}", f"{r.wall_s:.2f}", cells,
-                     pct(fleet if cpu_rows else None), "-" if cores is None else f"{cores:g}",
+                     "under-allocated" if over else pct(fleet if cpu_rows else None),
+                     "-" if cores is None else f"{cores:g}",
                      pct(busy)])
         if busy is not None:
             bars.append(BarSeries(label, {"cores busy of the host": busy}, colour(i)))
@@ -116,7 +118,8 @@ def utilization_section(records: Sequence[RunRecord], labels: Sequence[str],
     else:
         parts.append(basis_note("Server-capacity utilization: no plan or bound was given."))
     rows = [[label, c.device_class, f"{c.allocated:g}", f"{c.busy_s:,.2f}",
-             f"{c.allocated_s:,.2f}", pct(c.utilization),
+             f"{c.allocated_s:,.2f}", "under-allocated" if c.under_allocated
+             else pct(c.utilization),
              "-" if c.flops is None else f"{c.flops:.3g}", pct(c.mfu),
              pct(f.capacity_utilization)]
             for label, f in zip(labels, figures, strict=True) for c in f.classes]

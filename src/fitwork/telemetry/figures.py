@@ -78,8 +78,18 @@ def busy_fraction(busy_seconds: float, replicas: int, wall_seconds: float) -> fl
 
 def utilization(used: float, allocated: float) -> float:
     """Fleet utilization of one resource: busy resource-seconds / allocated resource-seconds,
-    at most 1 (a replica that used more than it declared kept all of its share busy)."""
+    held to 1 for charts; more used than allocated is a finding (`over_allocation` words
+    it: the plan under-allocated), which every report shows beside the figure."""
     return share(used, allocated)
+
+
+def over_allocation(what: str, used_s: float, allocated_s: float) -> str:
+    """Words for ``used_s`` over ``allocated_s`` resource-seconds (empty when not over): a
+    run that used more than its plan allocated is a finding, never shown as 100%."""
+    if allocated_s <= 0 or used_s <= allocated_s * (1 + 1e-9):
+        return ""
+    return (f"{what} used {used_s / allocated_s:.0%} of what the plan allocated ({used_s:,.2f} "
+            f"s used, {allocated_s:,.2f} s allocated): the plan under-allocated")
 
 
 def bucket_series(

@@ -13,6 +13,7 @@ from fitwork.failure import Failure
 from fitwork.telemetry.figures import (
     busy_fraction,
     host_limits,
+    over_allocation,
     ratio,
     share,
     utilization,
@@ -78,7 +79,12 @@ class UnitRecord(BaseModel):
 
 
 class ResourceRecord(BaseModel):
-    """Fleet utilization of one resource: used resource-seconds over allocated ones."""
+    """Fleet utilization of one resource: used resource-seconds over allocated ones.
+
+    ``utilization`` is a share of the allocation, held to 0..1 (for charts); where more was
+    used than allocated, ``used_of_allocated`` is the raw ratio (over 1) and ``finding``
+    says the plan under-allocated: a report shows that, never a silent 100%.
+    """
 
     resource: str
     allocated: float
@@ -86,6 +92,16 @@ class ResourceRecord(BaseModel):
     used_s: float
     utilization: float
     basis: str
+
+    @property
+    def used_of_allocated(self) -> float:
+        """Used resource-seconds over allocated ones, not held to 1 (0.0 with none allocated)."""
+        return ratio(self.used_s, self.allocated_s)
+
+    @property
+    def finding(self) -> str:
+        """Words for a run that used more than it allocated (empty when it did not)."""
+        return over_allocation(self.resource.upper(), self.used_s, self.allocated_s)
 
 
 class QueueSeries(BaseModel):

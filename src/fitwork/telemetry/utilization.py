@@ -22,11 +22,12 @@ Busy time is MEASURED where it can be and DECLARED where it cannot, and each cla
   least those sampled, since the run could use every GPU it saw.
 - accelerator classes without samples: each unit's busy seconds x its GPU share.
 
-No figure is ever over 100%, by construction: what a class allocated is held to what the
-record's host (or cluster) has, cores and GPUs; busy time over it, FLOPs over the peak and
-achieved items/s over the plan's bound are each held to 1, and where the raw figure was
-higher the row's ``note`` (or the run's ``capacity_note``) says why (a replica that used
-more cores than it declared, FLOPs that exceed the peak, a plan that under-predicted).
+No share is ever over 100%: what a class allocated is held to what the record's host (or
+cluster) has, cores and GPUs; FLOPs over the peak and achieved items/s over the plan's
+bound are each held to 1, and the row's ``note`` (or the run's ``capacity_note``) says why.
+Busy time over what the plan allocated is a finding, not a rounding: the row is
+``under_allocated``, its ``note`` says "CPU used 179% of what the plan allocated: the plan
+under-allocated", and reports print that instead of 100%.
 
 Everything here is arithmetic over values it is given (the catalog of peaks defaults to
 the packaged one).  A class the catalog gives no peak for at the precision asked (an
@@ -43,7 +44,7 @@ from pydantic import BaseModel
 
 from fitwork.errors import InputError
 from fitwork.hardware.catalog import Catalog, DeviceKind, catalog, device_kind
-from fitwork.telemetry.figures import host_limits, ratio, share
+from fitwork.telemetry.figures import host_limits, over_allocation, ratio, share
 from fitwork.telemetry.record import (
     DeviceSample,
     ResourceRecord,
@@ -90,6 +91,11 @@ class ClassFigures(BaseModel):
     peak_flops: float | None = None
     mfu: float | None = None
     note: str = ""
+
+    @property
+    def under_allocated(self) -> bool:
+        """More busy device-seconds than the plan allocated (``note`` says by how much)."""
+        return self.declared is None and self.busy_s > self.allocated_s * (1 + 1e-9) > 0
 
 
 class RunFigures(BaseModel):
@@ -230,11 +236,12 @@ def _class_note(name: str, alloc: float, busy: float, wall: float, declared: flo
     if declared is not None:
         notes.append(f"the replicas declared {declared:g} {what}; the host has {alloc:g}, so "
                      f"{alloc:g} are counted as allocated")
-    if busy > alloc * wall * (1 + 1e-9) and alloc * wall > 0:
-        notes.append(f"busy {busy:,.2f} device-s is more than the {alloc * wall:,.2f} "
-                     f"allocated (replicas used more {what} than they declared): shown as "
-                     "100%, every allocated device kept busy")
-    return "; ".join(notes)
+    if declared is None:
+        notes.append(over_allocation(f"{name} ({what})", busy, alloc * wall))
+    elif busy > alloc * wall * (1 + 1e-9):
+        notes.append(f"busy {busy:,.2f} device-s is more than the host's {alloc * wall:,.2f} "
+                     "(a measurement error): shown as 100%")
+    return "; ".join(n for n in notes if n)
 
 
 def fleet_utilization(record: RunRecord, classes: Mapping[str, str] | None = None, *,
