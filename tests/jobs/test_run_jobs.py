@@ -206,3 +206,35 @@ def test_an_interrupted_fleet_run_resumes_each_pipeline_where_it_stopped(tmp_pat
     assert _got(out / "scoring.jsonl") == _expected(tmp_path, "scoring")
     assert _got(out / "lookup.jsonl") == _expected(tmp_path, "lookup")
     assert _got(out / "tokens.jsonl") == _expected(tmp_path, "tokens", skip_text="kill")
+
+
+def test_a_job_the_fleet_cannot_hold_beside_another_is_queued_then_runs(tmp_path: Path
+                                                                        ) -> None:
+    _copy(tmp_path, 300)
+    profiled = _fitwork("profile", "scoring.py:pipeline", "--input", "scoring.jsonl", "-o",
+                        "scoring.profile.json", cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stderr
+    entry = ("  - name: {name}\n    pipeline: scoring.py:pipeline\n    input: scoring.jsonl\n"
+             "    output: out/{name}.jsonl\n    profile: scoring.profile.json\n{extra}")
+    (tmp_path / "probe.yaml").write_text("jobs:\n" + entry.format(name="probe", extra=""))
+    probe = _fitwork("plan", "--jobs", "probe.yaml", "-o", "probe.json", cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr
+    alone = FleetPlan.load(tmp_path / "probe.json").jobs[0].alone_rate
+    need = f"    min_rate: {0.7 * alone:.3f}\n"  # two such cannot share the fleet
+    (tmp_path / "jobs.yaml").write_text(
+        "jobs:\n" + entry.format(name="first", extra=need)
+        + entry.format(name="second", extra=need))
+    planned = _fitwork("plan", "--jobs", "jobs.yaml", "-o", "fleet.json", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    first, second = FleetPlan.load(tmp_path / "fleet.json").jobs
+    assert (first.status, second.status) == ("admitted", "queued"), planned.stdout
+    assert second.reason and "second [default, weight 1]: queued" in planned.stdout
+
+    ran = _fitwork("run", "--jobs", "jobs.yaml", "--plan", "fleet.json", "--fleet-record",
+                   "record.json", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    record = FleetRecord.load(tmp_path / "record.json")
+    ends = {o.name: (o.started_s or 0.0, o.ended_s or 0.0) for o in record.jobs}
+    assert ends["second"][0] >= ends["first"][1] - 0.5  # it started once the first was done
+    for name in ("first", "second"):
+        assert _got(tmp_path / "out" / f"{name}.jsonl") == _expected(tmp_path, "scoring")

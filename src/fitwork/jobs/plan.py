@@ -111,18 +111,19 @@ class FleetPlan(Document):
         raise InputError(f"fleet plan has no job {name!r}; it has "
                          f"{', '.join(j.name for j in self.jobs)}: plan the jobs file again")
 
-    def job_plan(self, name: str, counts: dict[str, int] | None = None) -> Plan:
-        """``name``'s own plan with its fitted side replaced by its share of the fleet (at
-        ``counts`` replicas per unit, where a re-fit changed them)."""
+    def job_plan(self, name: str, refitted: Refit | None = None) -> Plan:
+        """``name``'s own plan with its fitted side replaced by its share of the fleet: the
+        fleet plan's, or ``refitted``'s where a re-fit over the jobs running now gave it
+        one (a job the plan queued has none of its own)."""
         job = self.job(name)
-        groups = job.replicas
-        if counts:
-            groups = [g.model_copy(update={"replicas": counts.get(g.unit, g.replicas)})
-                      for g in groups]
+        groups, rate = job.replicas, job.rate
+        if refitted is not None and refitted.admitted(name):
+            groups, rate = refitted.groups(name), refitted.rate(name)
+        low, high = _range(job.plan, rate)
         result = job.plan.fitted.result.model_copy(update={
-            "replicas": groups, "throughput": job.rate, "objective_value": job.rate})
+            "replicas": groups, "throughput": rate, "objective_value": rate})
         fitted = job.plan.fitted.model_copy(update={
-            "result": result, "throughput_low": job.rate_low, "throughput_high": job.rate_high})
+            "result": result, "throughput_low": low, "throughput_high": high})
         return job.plan.model_copy(update={"fitted": fitted})
 
     def cost_over(self, seconds: float) -> dict[str, float]:
@@ -191,6 +192,11 @@ class Refit:
         return self.solved is not None and name in self.names and \
             self.solved.jobs[self.names.index(name)].status == "admitted"
 
+    def reason(self, name: str) -> str:
+        """Why ``name`` is queued or rejected under this re-fit (empty when admitted)."""
+        assert self.solved is not None
+        return self.solved.jobs[self.names.index(name)].reason
+
     def rate(self, name: str) -> float:
         """Predicted items/s of ``name``."""
         assert self.solved is not None
@@ -204,6 +210,13 @@ class Refit:
         for k, option in self._options(i):
             counts[option.unit_name] += self.solved.x[k]
         return {u: max(1, math.ceil(n - 1e-9)) for u, n in counts.items()}
+
+    def groups(self, name: str) -> list[Replicas]:
+        """``name``'s replica groups under this re-fit."""
+        assert self.solved is not None
+        found = self._options(self.names.index(name))
+        return _share([o for _, o in found], [self.solved.x[k] for k, _ in found],
+                      [self.solved.f[k] for k, _ in found])[0]
 
     def cores(self, name: str) -> float:
         """Cores ``name``'s replicas are planned to hold and use (as measured, not over the
@@ -316,30 +329,19 @@ def _fleet_plan(jobs: JobsFile, fleet: Fleet, objective: FleetObjective, solved:
     for i, job in enumerate(jobs.jobs):
         alone, found = alone_plans[i]
         outcome = solved.jobs[i]
-        groups: list[Replicas] = []
-        held: dict[str, float] = {}
-        for option in options[i]:
-            x, f = solved.x[k], solved.f[k]
-            k += 1
-            if x <= 0 and f <= 0:
-                continue
-            count = max(1, math.ceil(x - 1e-9))
-            groups.append(option.replicas(count, f))
-            cores = option.held.get("cores", 0.0) * x + option.cpu_per_item * f
-            held["cores"] = held.get("cores", 0.0) + cores
-            if not is_cpu_class(option.device_class):
-                held[option.device_class] = held.get(option.device_class, 0.0) + \
-                    option.devices * x
-        low, high = alone.fitted.throughput_range
-        point = alone.fitted.throughput or 1.0
+        mine = range(k, k + len(options[i]))
+        groups, held = _share(options[i], [solved.x[c] for c in mine],
+                              [solved.f[c] for c in mine])
+        k += len(options[i])
         rate = outcome.rate
+        low, high = _range(alone, rate)
         planned.append(JobPlan(
             name=job.name, team=job.team, weight=job.weight, pipeline=job.pipeline,
             status=outcome.status, reason=outcome.reason or None,
             units=list(alone.units), multiplicity=list(found.problem.multiplicity),
             fused=found.fused, min_rate=job.min_rate, quota=_quota(job.quota),
             alone_rate=outcome.alone, alone_plan_rate=alone.fitted.throughput,
-            rate=rate, rate_low=rate * low / point, rate_high=rate * high / point,
+            rate=rate, rate_low=low, rate_high=high,
             held=held, options=options[i], replicas=groups, plan=alone))
     used: dict[str, float] = {}
     for u in solved.use:
@@ -355,6 +357,34 @@ def _fleet_plan(jobs: JobsFile, fleet: Fleet, objective: FleetObjective, solved:
                      size=asdict(solved.size), jobs=planned, pools=pools, used=used,
                      owned=owned, cost_per_team=dict(solved.cost_per_hour),
                      time_limit=limits[0], mip_gap=limits[1])
+
+
+def _range(alone: Plan, rate: float) -> tuple[float, float]:
+    """The range of a job's predicted ``rate``: its own plan's range, as shares of its
+    point, carried over (the same units' spreads and the host's load widen both alike)."""
+    point = alone.fitted.throughput
+    if point <= 0:
+        return rate, rate
+    low, high = alone.fitted.throughput_range
+    return rate * low / point, rate * high / point
+
+
+def _share(options: Sequence[Option], x: Sequence[float], f: Sequence[float]
+           ) -> tuple[list[Replicas], dict[str, float]]:
+    """One job's replica groups (whole replicas, each carrying its load) and what it holds
+    per class (cores busy and held; device slots), from the co-fit's ``x`` and ``f``."""
+    groups: list[Replicas] = []
+    held: dict[str, float] = {}
+    for option, count, flow in zip(options, x, f, strict=True):
+        if count <= 0 and flow <= 0:
+            continue
+        groups.append(option.replicas(max(1, math.ceil(count - 1e-9)), flow))
+        cores = option.held.get("cores", 0.0) * count + option.cpu_per_item * flow
+        held["cores"] = held.get("cores", 0.0) + cores
+        if not is_cpu_class(option.device_class):
+            held[option.device_class] = held.get(option.device_class, 0.0) + \
+                option.devices * count
+    return groups, held
 
 
 def _mfu(jobs: Sequence[JobPlan], owned: dict[str, float]) -> dict[str, float]:

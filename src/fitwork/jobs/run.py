@@ -31,7 +31,7 @@ from typing import Any, Literal
 import psutil
 
 from fitwork.jobs.control import write_control
-from fitwork.jobs.plan import FleetPlan, refit
+from fitwork.jobs.plan import FleetPlan, Refit, refit
 from fitwork.jobs.record import Decision, FleetRecord, JobOutcome, Sample
 from fitwork.jobs.spec import Job, JobsFile
 
@@ -129,6 +129,8 @@ class _Fleet:
         self.levels: dict[str, int] = {} if plan is not None else _levels(
             {j.name: j.weight for j in jobs.jobs})
         self.waiting = [j for j in jobs.jobs if self._status(j) != "rejected"]
+        self.seen: set[str] = set()  # waiting jobs whose start_after has come
+        self.refitted: Refit | None = None
         for j in jobs.jobs:
             if self._status(j) == "rejected":
                 assert plan is not None
@@ -146,7 +148,9 @@ class _Fleet:
         try:
             while self.waiting or self.running:
                 now = self.clock() - self.t0
-                arrived = [j for j in self.waiting if j.start_after <= now]
+                arrived = [j for j in self.waiting
+                           if j.start_after <= now and j.name not in self.seen]
+                self.seen.update(j.name for j in arrived)
                 ended = [r for r in self.running.values() if r.process.poll() is not None]
                 for r in ended:
                     self._ended(r)
@@ -183,14 +187,13 @@ class _Fleet:
         the plan admits; record the decision and its reason."""
         reason = "; ".join([*(f"{j.name} arrived" for j in arrived),
                             *(f"{n} finished" for n in ended)])
-        candidates = [*self.running, *(j.name for j in arrived),
-                      *(j.name for j in self.waiting if j not in arrived and
-                        j.start_after <= self.clock() - self.t0)]
-        admitted, started = candidates, 0.0
+        candidates = [*self.running, *(j.name for j in self.waiting if j.name in self.seen)]
+        admitted, started, fitted = candidates, 0.0, None
         if self.plan is not None:
             began = time.perf_counter()
             fitted = refit(self.plan, candidates)
             started = time.perf_counter() - began
+            self.refitted = fitted
             admitted = [n for n in candidates if fitted.admitted(n)]
             self.planned = {n: fitted.replicas(n) for n in admitted}
             self.rates = {n: fitted.rate(n) for n in admitted}
@@ -203,7 +206,17 @@ class _Fleet:
                 r.seq += 1
                 write_control(r.control, r.seq, self.planned[name])
         for j in list(self.waiting):
-            if j.name in admitted and j.start_after <= self.clock() - self.t0:
+            if j.name not in admitted and j.name in self.seen and fitted is not None:
+                why = fitted.reason(j.name)
+                if not self.running and not any(n in admitted for n in candidates):
+                    self.waiting.remove(j)  # alone on the fleet and still not admitted
+                    self.say(f"{j.name}: not admitted even alone: {why}")
+                    self.done[j.name] = JobOutcome(name=j.name, team=j.team,
+                                                   status="rejected", exit_code=None,
+                                                   reason=why)
+                elif j in arrived:
+                    self.say(f"{j.name}: queued: {why}")
+            if j.name in admitted:
                 self.waiting.remove(j)
                 if self.resume and _complete(j):
                     self.say(f"{j.name}: already complete ({j.output} and no journal left); "
@@ -238,7 +251,7 @@ class _Fleet:
         nice = self.levels.get(job.name, 0)
         if self.plan is not None:
             job_plan = self.workdir / f"{job.name}.plan.json"
-            self.plan.job_plan(job.name, self.planned.get(job.name)).save(job_plan)
+            self.plan.job_plan(job.name, self.refitted).save(job_plan)
             command += ["--plan", str(job_plan)]
             write_control(control, 0, self.planned.get(job.name, {}))
         job.output.parent.mkdir(parents=True, exist_ok=True)
