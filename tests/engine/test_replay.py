@@ -162,12 +162,12 @@ def test_a_log_that_differs_does_not_replay(tmp_path: Path) -> None:
 def test_the_log_keeps_the_last_steps() -> None:
     pipeline = Pipeline(plus_one)
     placement = Placement.declared(pipeline)
-    core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0, log_steps=5)
-    core.start()
+    core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0, log_size=5)
+    assert [type(i).__name__ for i in core.start()] == ["Spawn"]
     for k in range(1, 9):
         core.handle(Tick(k / 10))
-    assert core.log.taken == 9 and core.log.dropped == 4
-    assert [step.stimulus for step in core.log.steps] == [Tick(k / 10) for k in range(4, 9)]
+    assert core.log.stimuli == 9  # Started and its Spawn, then 8 ticks: the last 5 are kept
+    assert [step.stimulus for step in core.log.steps()] == [Tick(k / 10) for k in range(4, 9)]
     kept = CoreLog.model_validate(core.log.to_json())
     assert kept.dropped == 4 and len(kept.steps) == 5
     with pytest.raises(AssertionError, match="4 steps fell off the ring"):
@@ -208,7 +208,7 @@ def test_a_run_whose_workers_die_at_random_replays(names: list[str], count: int,
                               death, ghost)
     model.run()
     log = CoreLog.model_validate(json.loads(json.dumps(model.core.log.to_json())))
-    assert log.dropped == 0 and len(log.steps) == model.core.log.taken
+    assert log.dropped == 0 and len(log.steps) == model.core.log.stimuli
     assert replayed(log) == logged(log)
 
 

@@ -71,7 +71,7 @@ from fitwork.engine.core.instructions import (
     Send,
     Spawn,
 )
-from fitwork.engine.core.log import LOG_STEPS, CoreLog
+from fitwork.engine.core.log import LOG_ENTRIES, CoreLog
 from fitwork.engine.core.policy import Policy
 from fitwork.engine.core.retries import Retries
 from fitwork.engine.core.sizing import frame_size
@@ -94,11 +94,11 @@ class RunCore(Retries):
     """The run's books and rules; see the module docstring."""
 
     def __init__(self, stages: Sequence[Stage], placement: Placement, policy: Policy,
-                 run_id: str, now: float, log_steps: int = LOG_STEPS) -> None:
+                 run_id: str, now: float, log_size: int = LOG_ENTRIES) -> None:
         self.stages = list(stages)
         self.names = [s.name for s in self.stages]
         self._placement = placement
-        self.log = CoreLog(CoreConfig(tuple(stages), placement, policy, run_id, now), log_steps)
+        self.log = CoreLog(CoreConfig(tuple(stages), placement, policy, run_id, now), log_size)
         self.policy = policy
         self.run_id = run_id
         self.t0 = now
