@@ -36,6 +36,23 @@ def test_the_ceiling_is_at_most_the_cores_others_left() -> None:
     assert core_ceiling(profile_with(1.0)) == 0.05  # never below the floor
 
 
+def test_a_transient_load_does_not_shrink_the_ceiling() -> None:
+    """Issue 37: one reading per pass swung from 25% to 100% on a shared host; the ceiling
+    reads every window and takes a high quantile, since other load only lowers a reading."""
+    def readings(*others: float) -> PipelineProfile:
+        profile = profile_with(max(others))
+        batch = profile.units[0].batches[0].model_copy(update={"others_readings": list(others)})
+        unit_ = profile.units[0].model_copy(update={"batches": [batch]})
+        return profile.model_copy(update={"units": [unit_]})
+
+    # a job held three cores' worth for one window of eight: the plan keeps nearly all
+    assert core_ceiling(readings(0.0, 0.05, 0.75, 0.0, 0.1, 0.0, 0.05, 0.0)) >= 0.95
+    # a load held throughout is what the plan may count on, quantile or not
+    assert core_ceiling(readings(0.5, 0.55, 0.45, 0.5, 0.5)) == pytest.approx(0.5)
+    # a pass's own figure stands in where it kept no windows
+    assert core_ceiling(profile_with(0.35)) == pytest.approx(0.65)
+
+
 @unit
 def crunch(n: int) -> int:
     total = 0
@@ -68,3 +85,6 @@ def test_the_profile_measures_what_others_use_of_its_cores() -> None:
     # too; CPU time is counted in the kernel's 10 ms ticks and a shared host may take some
     # of the spinner's core, so the bound is well under a core and well over nothing
     assert batch.others_share >= 0.5 / cores
+    # the steady pass (0.5 s at least) kept its 0.1 s windows, each reading the spinner too
+    assert len(batch.others_readings) >= 3
+    assert sorted(batch.others_readings)[len(batch.others_readings) // 2] >= 0.5 / cores

@@ -158,6 +158,15 @@ def solver_nodes(fleet: Fleet, known: Catalog, ceiling: float = 1.0) -> list[Sol
     ]
 
 
+FREE_QUANTILE = 0.75
+"""The quantile of the profile's readings of the cores others left that the ceiling takes.
+Load from other processes only ever lowers a reading (a moment when another job held the
+cores says little about the next minute), so a high quantile, not the mean, estimates what
+the plan may count on; not the largest, which one reading's tick rounding can lift."""
+FLOOR = 0.05
+"""The least ceiling: a plan always has some share of the cores to work with."""
+
+
 def core_ceiling(profile: PipelineProfile) -> float:
     """The share of a node's (unreserved) cores fluid load may be planned to use.
 
@@ -172,32 +181,62 @@ def core_ceiling(profile: PipelineProfile) -> float:
     ``q`` is the share of this pipeline's runnable time that found no free core: the cost,
     in core time, of sharing cores with other processes, measured on this work.  A plan's
     replicas are such processes (they may outnumber cores), so each node's fluid budget is
-    ``rho`` of its cores left after reservations, and a core planned past it would be
-    paid in run-queue waits instead of work.  A profile with no run-queue wait measured (or
-    none recorded) gives 1.0.  The figure is per profile, not per node type: the host the
-    profile ran on is the only place the wait was measured.
+    ``rho`` of its cores left after reservations.  Each unit's wait is its least-waiting
+    pass's share of its runnable time (`_least_queued`): a transient load only adds wait.
+    A profile with no run-queue wait measured (or none recorded) gives 1.0.  The figure is
+    per profile, not per node type: the host the profile ran on is the only place the wait
+    was measured.
 
     One process's run-queue wait does not see what a plan of several meets: a lone process
     on two cores beside others keeping 0.7 of a core busy seldom waits, while the plan's
     processes get only the 1.3 cores left (``bench/fit_quality.py``: plans at a ceiling of
     0.83-0.90 used 1.0-1.46 of 2 cores, exactly what others left them).  So the ceiling is
-    also at most the share of the cores others did not use while the units were timed
-    (``others_share``, weighted as the wait is), where the profile measured it.
+    also at most the share of the cores others left while the units were timed: the
+    `FREE_QUANTILE` of every reading the profile took (each pass's windows of 0.1 s, else
+    the pass's own figure), where it measured any.  On a shared host, single readings taken
+    minutes apart gave 25% to 100% (issue 37); the run's re-fit corrects the rest, growing
+    the replicas where it finds more cores free (`fitwork.engine.adapt`).
     """
-    m, weighted_cpu, weighted_queue, others, weight = 1.0, 0.0, 0.0, 0.0, 0.0
+    m, weighted_cpu, weighted_queue = 1.0, 0.0, 0.0
     for u in profile.units:
-        weighted_cpu += m * u.cpu_s
-        weighted_queue += m * u.queued_s
-        share = _view(u, u.batch_size).others_share
-        if share is not None:
-            others += m * (u.cpu_s + u.queued_s) * share
-            weight += m * (u.cpu_s + u.queued_s)
+        view = _view(u, u.batch_size)
+        weighted_cpu += m * view.cpu_s
+        weighted_queue += m * view.cpu_s * _least_queued(u)
         m *= u.output_ratio
     total = weighted_cpu + weighted_queue
     ceiling = 1.0 if total <= 0 else 1.0 - weighted_queue / total
-    if weight > 0:
-        ceiling = min(ceiling, 1.0 - others / weight)
-    return max(0.05, ceiling)
+    free = free_readings(profile)
+    if free:
+        ceiling = min(ceiling, quantile(free, FREE_QUANTILE))
+    return max(FLOOR, ceiling)
+
+
+def _least_queued(u: UnitProfile) -> float:
+    """Run-queue seconds per CPU second of the unit's least-waiting pass (its own figure
+    where no pass was kept)."""
+    passes = [b for b in u.batches if b.cpu_s > 0] or [_view(u, u.batch_size)]
+    shares = [b.queued_s / b.cpu_s for b in passes if b.cpu_s > 0]
+    return min(shares) if shares else 0.0
+
+
+def free_readings(profile: PipelineProfile) -> list[float]:
+    """Every reading the profile took of the share of its cores others left: each pass's
+    windows (`BatchMeasurement.others_readings`), else the pass's own figure."""
+    free = []
+    for u in profile.units:
+        for b in u.batches:
+            taken = b.others_readings or ([] if b.others_share is None else [b.others_share])
+            free += [1.0 - share for share in taken]
+    return free
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values``, interpolated between order statistics."""
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
 def waiting_seconds(profile: PipelineProfile) -> float:

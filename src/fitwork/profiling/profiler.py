@@ -55,6 +55,7 @@ from fitwork.profiling.ratios import counted_ratios
 from fitwork.profiling.record import (
     WAIT_THREADS,
     BatchMeasurement,
+    OthersReadings,
     PipelineProfile,
     UnitProfile,
     call_spread,
@@ -517,11 +518,14 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
             with contextlib.suppress(Exception):
                 call([inputs[j % len(inputs)] for j in range(size)])
         host0, own0, start = host_busy_seconds(), time.process_time(), time.perf_counter()
+        windows = OthersReadings()
         produced: list[Any] = []
         source: str | None = None
         for batch, fresh in _batches(inputs, size, lambda: wall,  # noqa: B023 (read as it grows)
                                      seconds, cycles):
-            # the run-queue reading (a file read, ~16 us of CPU) stays outside the window
+            # the host and run-queue readings (file reads, ~16 us of CPU each) stay outside
+            # the timed window
+            windows.tick()
             queue0 = run_queue_seconds()
             wall0, cpu0 = time.perf_counter(), time.process_time()
             timers.start()
@@ -553,6 +557,7 @@ def _time_batches(unit: Unit, kernel: Kernel, inputs: list[Any], timers: Timers,
                                         accel_s=accel / measured if accel else None,
                                         host_load=host_load(),
                                         others_share=others_share(host0, own0, start),
+                                        others_readings=windows.readings,
                                         peak_rss=peak() if peak is not None else None,
                                         **call_spread(calls)))
         outputs = produced

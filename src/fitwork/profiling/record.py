@@ -48,6 +48,10 @@ class BatchMeasurement(BaseModel):
     calls: int | None = None
     host_load: float | None = None
     others_share: float | None = None
+    others_readings: list[float] = Field(default_factory=list)
+    """``others_share`` over each `READING_SECONDS` of the pass, in order (empty: the pass
+    was shorter, or a profile from before they were kept): a transient load lowers some of
+    them only, which the core ceiling reads (`fitwork.fit.inputs.core_ceiling`)."""
     peak_rss: int | None = Field(default=None, ge=0)
     """The unit's replica's peak RSS over its start once built and called up to this batch
     size (the sweep goes up, so each size's is what a replica at it reached); ``None``: not
@@ -86,6 +90,33 @@ def others_share(host0: float | None, own0: float, wall0: float) -> float | None
         return None
     own = time.process_time() - own0
     return min(1.0, max(0.0, (host - host0 - own) / wall / max(len(_cores()), 1)))
+
+
+READING_SECONDS = 0.1
+"""The least wall time one of a pass's `OthersReadings` spans (ten of the kernel's 10 ms
+ticks per core: a reading moves in steps of 10% of a core or less)."""
+
+
+class OthersReadings:
+    """`others_share` over successive windows of at least `READING_SECONDS` of a pass; the
+    readings are taken between calls, outside the timed windows."""
+
+    def __init__(self) -> None:
+        self.readings: list[float] = []
+        self._restart()
+
+    def _restart(self) -> None:
+        self._host, self._own, self._start = (host_busy_seconds(), time.process_time(),
+                                              time.perf_counter())
+
+    def tick(self) -> None:
+        """Close the window where it has run `READING_SECONDS`, and open the next."""
+        if time.perf_counter() - self._start < READING_SECONDS:
+            return
+        share = others_share(self._host, self._own, self._start)
+        if share is not None:
+            self.readings.append(round(share, 4))
+        self._restart()
 
 
 def host_load() -> float | None:
