@@ -107,7 +107,10 @@ class UnitSettings:
 
     def placed(self, placement: Placement) -> Placement:
         """A plan's placement with the named units' cores and batch size set: the flags win
-        over the plan for those units, as ``--workers`` does for counts."""
+        over the plan for those units, as ``--workers`` does for counts (and a unit the
+        plan fuses is refused as ``--workers`` refuses it: `Placement.refuse_fused`)."""
+        for flag, values in (("--cpus", self.cpus), ("--batch", self.batch), ("--io", self.io)):
+            placement.refuse_fused(flag, values)
         groups = []
         for group in placement.groups:
             if group.unit in self.cpus and group.resources is not None:

@@ -160,10 +160,29 @@ class Placement:
             summed = summed + (g.resources if g.resources is not None else declared) * g.replicas
         return summed * (1 / total)
 
+    def fused_into(self, unit: str) -> str | None:
+        """The unit ``unit`` runs inside under this placement's fusion (None: its own)."""
+        if unit in self.units or not any(unit in run for run in self.fusion):
+            return None
+        return self.units[0] if self.units else None
+
+    def refuse_fused(self, setting: str, units: Iterable[str]) -> None:
+        """Refuse a per-unit ``setting`` (``--workers``, ``--batch``...) for a unit this
+        placement runs fused into another: one line naming both and the way out."""
+        for unit in units:
+            fused = self.fused_into(unit)
+            if fused is not None:
+                raise UnitDefinitionError(
+                    f"{setting} {unit}=...: the plan runs {unit!r} fused into {fused!r} "
+                    f"(one replica runs every unit), so {unit!r} has no setting of its own; "
+                    "plan with `fitwork plan --no-fuse` to set it")
+
     def with_workers(self, workers: Mapping[str, int]) -> Placement:
-        """This placement with some units' replica counts replaced (their groups merged)."""
+        """This placement with some units' replica counts replaced (their groups merged);
+        a unit it runs fused is refused (`refuse_fused`)."""
         if not workers:
             return self
+        self.refuse_fused("--workers", workers)
         groups: list[Group] = []
         done: set[str] = set()
         for group in self.groups:

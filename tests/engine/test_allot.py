@@ -1,9 +1,17 @@
 """What one replica gets is decided once (`fitwork.placement.allot`): the group's batch and
-resources where a plan set them, else the unit's; an engine's replica runs by it."""
+resources where a plan set them, else the unit's; an engine's replica runs by it; and a
+per-unit flag for a unit a plan runs fused is refused the same way for every flag."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import fitwork
 from fitwork import Pipeline, unit
@@ -33,3 +41,50 @@ def test_a_local_replica_batches_at_its_groups_size() -> None:
     with fitwork.run(Pipeline(sizes), range(30), engine="local", **options) as result:
         seen = list(result)
     assert len(seen) == 30 and max(seen) == 3
+
+
+PIPE = '''from fitwork import Pipeline, unit
+
+
+@unit
+def featurize(row):
+    return {"v": row["n"] * 2}
+
+
+@unit(batch_size=16)
+def score(rows):
+    return [r["v"] + 1 for r in rows]
+
+
+pipeline = Pipeline(featurize, score)
+'''
+
+
+def test_every_flag_for_a_unit_a_plan_fuses_is_refused_alike(tmp_path: Path) -> None:
+    """``--workers``, ``--batch``, ``--cpus`` and ``--io`` naming a unit the plan runs
+    fused: each refused in one line naming the unit and ``plan --no-fuse``, nothing run."""
+    (tmp_path / "pipe.py").write_text(PIPE)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"n": n}) + "\n"
+                                               for n in range(2000)))
+    for args in (["profile", "pipe:pipeline", "--input", "in.jsonl", "-o", "prof.json"],
+                 ["plan", "pipe:pipeline", "--profile", "prof.json", "-o", "plan.json"]):
+        done = cli(tmp_path, *args)
+        assert done.returncode == 0, done.stderr[-2000:]
+    if not json.loads((tmp_path / "plan.json").read_text())["fused"]:
+        pytest.skip("the fit kept these units split on this host: nothing is fused")
+    for flag, value in (("--workers", "featurize=2"), ("--batch", "score=64"),
+                        ("--cpus", "score=0.5"), ("--io", "featurize=4")):
+        done = cli(tmp_path, "run", "pipe:pipeline", "--input", "in.jsonl", "--output",
+                   "out.jsonl", "--plan", "plan.json", flag, value)
+        unit_name = value.split("=")[0]
+        assert done.returncode != 0 and not (tmp_path / "out.jsonl").exists()
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert f"{flag} {unit_name}=...: the plan runs {unit_name!r} fused" in lines[-1]
+        assert "fitwork plan --no-fuse" in lines[-1]
+
+
+def cli(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    return subprocess.run([str(Path(sys.executable).with_name("fitwork")), *args], cwd=where,
+                          env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
