@@ -101,12 +101,12 @@ class Return(_ReturnFields):
 
     def __new__(cls, frame: int, offsets: Sequence[int], exps: list[int] | None) -> Return:
         if (exps is not None and len(exps) != len(offsets)) or frame < 0:
-            raise EngineError(_malformed("return", frame, 0, len(offsets), offsets, None,
+            raise EngineError(_malformed("return", frame, None, len(offsets), offsets, None,
                                          exps))
         return super().__new__(cls, frame, offsets, exps)
 
 
-def _malformed(what: str, frame: int, attempt: int, count: int, offsets: Sequence[int],
+def _malformed(what: str, frame: int, attempt: int | None, count: int, offsets: Sequence[int],
                paths: Sequence[Any] | None, exps: Sequence[int] | None) -> str:
     """The one line saying how a segment's (or a return's) books disagree."""
     sizes = [f"{len(offsets)} offsets"]
@@ -114,9 +114,10 @@ def _malformed(what: str, frame: int, attempt: int, count: int, offsets: Sequenc
         sizes.append(f"{len(paths)} paths")
     if exps is not None:
         sizes.append(f"{len(exps)} exponents")
-    return (f"malformed {what} of frame {frame} (attempt {attempt}): {', '.join(sizes)} for "
-            f"{count} items; an engine built it wrong: give one of each per item (None for "
-            "paths or exponents that are all () or 0), and a frame and attempt >= 0")
+    tried = f" (attempt {attempt})" if attempt is not None else ""
+    return (f"malformed {what} of frame {frame}{tried}: {', '.join(sizes)} for {count} "
+            "items; an engine built it wrong: give one of each per item (None for paths or "
+            "exponents that are all () or 0), and a frame and attempt >= 0")
 
 
 Weight = int | Fraction
