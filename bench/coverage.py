@@ -69,7 +69,7 @@ def data_table(rows: Sequence[Coverage]) -> None:
         counts[0], counts[1] = counts[0] + r.inside, counts[1] + r.n
     print("pooled:")
     for (kind, vendor), (inside, n) in pooled.items():
-        print(f"  {kind:<10}{vendor:<8} {inside}/{n} = {inside / n:.0%}")
+        print(f"  {kind:<11}{vendor:<8} {inside}/{n} = {inside / n:.0%}")
     print("groups held: held-out groups with half their rates or more inside; P(all held): the "
           "chance a range that holds 80% of groups holds every one of them (0.8^groups)")
     print("sources: " + "; ".join(sorted({r.source for r in rows})))

@@ -34,13 +34,16 @@ leave-one-group-out (each of llama2-70b TP2, TP4, TP8 and bloom-176b TP8 predict
 efficiencies calibrated on the other three), Gavel leave-one-job-out.  In-sample figures are
 computed for the report only.
 
-Classes of other vendors (AMD, Intel, ...) have no LLM step measured with FLOPs and bytes:
-they are NOT CALIBRATED for their vendor.  MLPerf Inference's closed Llama-2-70B results
-(``mlperf_llama2_70b.csv``) give one vendor factor each: the median tokens/s per device per
-FP16 peak of the vendor's systems over NVIDIA's.  Such a class takes NVIDIA's pooled
-efficiency times its vendor's factor (the median factor of the other vendors where its
-vendor has none), and its range is widened by the whole spread of those efficiencies across
-vendors (``vendor_spread``), and says "not calibrated for this vendor".
+Classes of other vendors (AMD, Intel, ...) have no LLM step measured with FLOPs and bytes.
+MLPerf closed results (``mlperf_vendor_rows.csv``, `fitwork.fit.vendors`) give each vendor an
+ATTAINMENT per bound: the median, over its rows, of efficiency (rate per device over
+bandwidth, or over FP16 peak) relative to NVIDIA's on the same benchmark; and a p10-p90 range
+from leave-one-submission-out, wide where submissions or benchmarks are few.  A class of such
+a vendor takes NVIDIA's pooled efficiency times that attainment, and its transfer range is
+NVIDIA's held-out range combined with the vendor's.  A class without rows of its own takes
+its vendor's attainment, its range widened by the cross-vendor spread ("not calibrated for
+this class"); a vendor without rows for the bound takes the other vendors' median attainment
+with a range spanning that spread ("not calibrated for this vendor").
 
 The held-out statistics (`Residual`, `heldout_range`, `summarize`) live in
 `fitwork.fit.heldout`, the MLPerf vendor factors in `fitwork.fit.vendors`.
@@ -63,7 +66,6 @@ from fitwork.fit.heldout import (
     TransferError,
     data_rows,
     summarize,
-    widened,
 )
 from fitwork.fit.roofline import (
     Bound,
@@ -72,12 +74,13 @@ from fitwork.fit.roofline import (
     roofline_seconds,
 )
 from fitwork.fit.vendors import (
-    MLPERF_SOURCE,
     REFERENCE_VENDOR,
+    UNCALIBRATED_CLASS,
+    VendorFit,
+    attainment_spread,
+    combined,
     mlperf_rows,
-    vendor_factor,
-    vendor_factors,
-    vendor_spread,
+    vendor_fit,
 )
 from fitwork.hardware.catalog import Catalog, catalog
 
@@ -213,13 +216,13 @@ def pooled(efficiencies: dict[tuple[str, Bound], Efficiency], settings: Iterable
 class _Efficiencies:
     """Absolute efficiencies with the pooled fallback, as the cost model reads them.
 
-    ``vendor`` gives a class's vendor and that vendor's factor (`vendor_factor`): a class of
-    another vendor than the calibrated ones takes the pooled figure times it.
+    ``vendor`` gives a class's vendor fit for a bound (`Calibration.vendor_fit`, ``None`` for
+    NVIDIA): a class of another vendor takes the pooled figure times its attainment.
     """
 
     def __init__(self, table: dict[tuple[str, Bound], Efficiency],
                  fallback: dict[Bound, float],
-                 vendor: Callable[[str], tuple[str, float, str]] | None = None) -> None:
+                 vendor: Callable[[str, Bound], VendorFit | None] | None = None) -> None:
         self.table, self.fallback, self.vendor = table, fallback, vendor
 
     def of(self, name: str) -> tuple[tuple[float, float], str]:
@@ -233,13 +236,11 @@ class _Efficiencies:
                 continue
             value = self.fallback[bound]
             classes = sorted({k[0] for k in self.table})
-            vendor, factor, said = (self.vendor(name) if self.vendor
-                                    else (REFERENCE_VENDOR, 1.0, ""))
-            if vendor != REFERENCE_VENDOR:
-                values.append(value * factor)
-                why.append(f"{name} {bound} efficiency not calibrated for this vendor "
-                           f"({vendor}): pooled median {value:.2f} of {', '.join(classes)} x "
-                           f"{said} = {value * factor:.2f} ({MLPERF_SOURCE})")
+            fit = self.vendor(name, bound) if self.vendor else None
+            if fit is not None:
+                values.append(value * fit.value)
+                why.append(f"{name} {bound} efficiency: pooled median {value:.2f} of "
+                           f"{', '.join(classes)} x {fit.basis} = {value * fit.value:.2f}")
             else:
                 values.append(value)
                 why.append(f"{name} {bound} efficiency not calibrated: pooled median "
@@ -361,10 +362,10 @@ class Calibration:
         self.settings = splitwise_settings()
         self.efficiencies = splitwise_efficiencies(self.settings, known)
         self.vendor_rows = mlperf_rows(known)
-        self.vendor_factors = vendor_factors(self.vendor_rows, known)
-        self.vendor_spread = vendor_spread(self.vendor_rows, known)
+        self.vendor_spread = attainment_spread(self.vendor_rows, known)
+        self._fits: dict[tuple[str, Bound], VendorFit | None] = {}
         self._eff = _Efficiencies(self.efficiencies, pooled(self.efficiencies, self.settings,
-                                                            known), self._vendor)
+                                                            known), self.vendor_fit)
         self.jobs = gavel_jobs()
         self.factors = gavel_factors(self.jobs, known)
         self.llm_heldout = leave_group_out(self.settings, known)
@@ -378,15 +379,30 @@ class Calibration:
         """The first word of class ``name``'s vendor (``AMD``, ``Intel``, ``NVIDIA``)."""
         return self.known.get(name).vendor.split(" ")[0] if name in self.known else ""
 
-    def _vendor(self, name: str) -> tuple[str, float, str]:
-        vendor = self.vendor_of(name)
-        if vendor == REFERENCE_VENDOR or self.known.get(name).kind == "cpu":
-            return REFERENCE_VENDOR, 1.0, ""
-        return (vendor, *vendor_factor(self.vendor_factors, vendor))
+    def vendor_fit(self, name: str, bound: Bound) -> VendorFit | None:
+        """Class ``name``'s vendor attainment for ``bound`` (``None``: NVIDIA, a CPU or an
+        unknown class); a class the vendor's rows never measured has its range widened by the
+        cross-vendor spread and says "not calibrated for this class"."""
+        if (name, bound) not in self._fits:
+            self._fits[name, bound] = self._fit(name, bound)
+        return self._fits[name, bound]
+
+    def _fit(self, name: str, bound: Bound) -> VendorFit | None:
+        if name not in self.known or self.known.get(name).kind == "cpu" \
+                or self.vendor_of(name) == REFERENCE_VENDOR:
+            return None
+        fit = vendor_fit(self.vendor_rows, self.vendor_of(name), bound, self.known)
+        if not fit.calibrated or name in fit.classes:
+            return fit
+        half = float(np.exp(self.vendor_spread / 2))
+        low, high = combined(fit.low, fit.high, 1 / half, half)
+        return VendorFit(fit.vendor, bound, fit.value, low, high, fit.n, fit.groups, fit.classes,
+                         f"{UNCALIBRATED_CLASS} ({name}): {fit.basis}; widened by the "
+                         f"cross-vendor spread x{np.exp(self.vendor_spread):.2f}")
 
     def uncalibrated_vendor(self, *names: str) -> str | None:
-        """The vendor of the first of ``names`` that is an accelerator of a vendor the
-        calibration never measured (``None``: all calibrated vendors)."""
+        """The vendor of the first of ``names`` that is an accelerator of another vendor than
+        NVIDIA (``None``: all NVIDIA or CPUs)."""
         for name in names:
             if name in self.known and self.known.get(name).kind != "cpu" \
                     and self.vendor_of(name) != REFERENCE_VENDOR:
@@ -399,33 +415,39 @@ class Calibration:
 
     def generation_factor(self, source: str, target: str,
                           precision: Precision) -> tuple[float, str]:
-        """Gavel's rate factor target / source for compute-assumed FP32 transfers (else 1)."""
-        if precision != "fp32" or source not in self.factors or target not in self.factors:
+        """The rate factor target / source of a compute-assumed transfer: Gavel's at FP32
+        between K80, P100 and V100; else the vendors' compute attainments (1 for NVIDIA)."""
+        if precision == "fp32" and source in self.factors and target in self.factors:
+            a, b = self.factors[source], self.factors[target]
+            return b.value / a.value, (f"Gavel factor {b.value:.3g} ({target}) / {a.value:.3g} "
+                                       f"({source}): {b.source}")
+        fits = {n: self.vendor_fit(n, "compute") for n in (source, target)}
+        if all(f is None for f in fits.values()):
             return 1.0, (f"no calibrated factor for {source} -> {target} at {precision} (Gavel "
                          "calibrates K80, P100, V100 at FP32 only): datasheet ratio")
-        a, b = self.factors[source], self.factors[target]
-        return b.value / a.value, (f"Gavel factor {b.value:.3g} ({target}) / {a.value:.3g} "
-                                   f"({source}): {b.source}")
+        value = {n: 1.0 if f is None else f.value for n, f in fits.items()}
+        said = "; ".join(f"{n}: {f.basis}" for n, f in fits.items() if f is not None)
+        return value[target] / value[source], f"compute attainment {said}"
 
     @functools.cache  # noqa: B019 - one instance per process, kept for its lifetime
     def error(self, kind: TransferKind, source: str, target: str, bound: Bound | None,
               precision: Precision) -> TransferError:
         """The held-out error of a transfer of ``kind`` from ``source`` to ``target``; where
-        either class is of a vendor never calibrated, widened by the spread of efficiencies
-        across vendors (`vendor_spread`), its basis saying "not calibrated for this vendor"."""
+        either class is of another vendor than NVIDIA, combined with that vendor's attainment
+        range for the bound (`vendor_fit`), its basis saying which, or "not calibrated"."""
         error = self._error(kind, source, target, bound, precision)
-        vendor = self.uncalibrated_vendor(target, source)
-        if vendor is None or kind == "cpu":
+        if kind == "cpu":
             return error
-        low, high = widened(error.low, error.high, self.vendor_spread)
-        systems = sorted({f"{r.vendor} {r.device_class}" for r in self.vendor_rows})
+        fits = [f for f in (self.vendor_fit(name, bound or "compute") for name in (target, source))
+                if f is not None]
+        if not fits:
+            return error
+        low, high = error.low, error.high
+        for fit in fits:
+            low, high = combined(low, high, fit.low, fit.high)
         return error.model_copy(update={
-            "low": low, "high": high,
-            "p90": max(error.p90, 1 - low, high - 1),
-            "basis": f"not calibrated for this vendor ({vendor}): the range spans the spread "
-                     f"of efficiencies across vendors (x{np.exp(self.vendor_spread):.2f} "
-                     f"between {', '.join(systems)}; {MLPERF_SOURCE}) on top of "
-                     f"{error.basis}"})
+            "low": low, "high": high, "p90": max(error.p90, 1 - low, high - 1),
+            "basis": f"{'; '.join(f.basis for f in fits)} on top of {error.basis}"})
 
     def _error(self, kind: TransferKind, source: str, target: str, bound: Bound | None,
                precision: Precision) -> TransferError:

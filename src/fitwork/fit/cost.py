@@ -234,7 +234,8 @@ def _transferred(profile: UnitProfile, at: _At, target: DevicePeaks, seconds: fl
                  source: DevicePeaks, bound: Bound | None, note: str,
                  precision: Precision, efficiency: float | None = None,
                  efficiency_source: str = "") -> RateEstimate:
-    from fitwork.fit.calibration import calibration, widened
+    from fitwork.fit.calibration import calibration
+    from fitwork.fit.heldout import widened
 
     rate = _rate(seconds, at.cpu_s, profile)
     error = calibration().error(kind, source.name, target.name, bound, precision)

@@ -1,7 +1,8 @@
 """Coverage of stated ranges by cross-validation: how often a held-out rate lands inside.
 
 A p10-p90 range should hold about 80% of measured rates it was not fitted on.  Each check
-holds out one group (a model and TP degree, a Gavel job, a vendor), builds the range from
+holds out one group (a model and TP degree, a Gavel job, an MLPerf submission), builds the
+range from
 the other groups exactly as `fitwork.fit.calibration` builds it for the shipped estimates
 (efficiencies calibrated without the group, residuals held out among the rest,
 `heldout_range`), and counts the held-out group's measured rates inside it, and the groups
@@ -25,13 +26,14 @@ from fitwork.fit.calibration import (
     splitwise_residuals,
     splitwise_settings,
 )
-from fitwork.fit.heldout import Residual, heldout_range, widened
+from fitwork.fit.heldout import Residual, heldout_range
+from fitwork.fit.roofline import Bound
 from fitwork.fit.vendors import (
     MLPERF_SOURCE,
     REFERENCE_VENDOR,
+    attainments,
     mlperf_rows,
-    vendor_residuals,
-    vendor_spread,
+    vendor_fit,
 )
 from fitwork.hardware.catalog import Catalog, catalog
 
@@ -99,18 +101,22 @@ def _gavel(known: Catalog) -> tuple[int, int, int, int]:
     return n, inside, len(jobs), kept
 
 
-def _vendor(known: Catalog, vendor: str) -> tuple[int, int, int, int]:
-    """Rows of ``vendor`` with its factor and spread calibrated on the other vendors only,
-    their range the NVIDIA ``bytes`` range widened by the others' spread across vendors."""
+def _vendor(known: Catalog, vendor: str, bound: Bound) -> tuple[int, int, int, int]:
+    """Each submission of ``vendor`` held out: its rows' attainments against the range
+    `vendor_fit` states from the rows left (the vendor's other submissions; "not calibrated"
+    where none is left)."""
     rows = mlperf_rows(known)
-    held = vendor_residuals(rows, vendor, known)
-    others = [r for r in rows if r.vendor != vendor]
-    nvidia = leave_group_out(splitwise_settings(), known)
-    low, high = widened(*heldout_range(nvidia), vendor_spread(others, known))
-    groups = sorted({r.group for r in held})
-    kept = sum(_held(_count(mine, low, high), len(mine))
-               for mine in ([r for r in held if r.group == g] for g in groups))
-    return len(held), _count(held, low, high), len(groups), kept
+    mine = [(r, a) for r, a in attainments(rows, known)
+            if r.vendor == vendor and r.bound == bound]
+    groups = sorted({r.group for r, _ in mine})
+    n = inside = kept = 0
+    for group in groups:
+        fit = vendor_fit([r for r in rows if not (r.vendor == vendor and r.group == group)],
+                         vendor, bound, known)
+        held = [a for r, a in mine if r.group == group]
+        count = sum(fit.value * fit.low <= a <= fit.value * fit.high for a in held)
+        n, inside, kept = n + len(held), inside + count, kept + _held(count, len(held))
+    return n, inside, len(groups), kept
 
 
 def _pair(check: str, source: str, target: str) -> Callable[[Residual], bool]:
@@ -136,8 +142,9 @@ def coverage_table(known: Catalog | None = None) -> list[Coverage]:
     n, inside, groups, kept = _gavel(known)
     rows.append(Coverage("assumed fp32 (K80/P100/V100)", REFERENCE_VENDOR, n, inside, groups,
                          f"leave-one-job-out; {GAVEL_SOURCE}", kept))
-    for vendor in sorted({r.vendor for r in mlperf_rows(known)} - {REFERENCE_VENDOR}):
-        n, inside, groups, kept = _vendor(known, vendor)
-        rows.append(Coverage(f"to {vendor} (not calibrated for this vendor)", vendor, n,
-                             inside, groups, f"leave-one-vendor-out; {MLPERF_SOURCE}", kept))
+    measured = {(r.vendor, r.bound) for r in mlperf_rows(known)}
+    for vendor, bound in sorted(measured, key=lambda vb: (vb[0] != REFERENCE_VENDOR, vb)):
+        n, inside, groups, kept = _vendor(known, vendor, bound)
+        rows.append(Coverage(f"attainment {bound}-bound, {vendor} (MLPerf)", vendor, n, inside,
+                             groups, f"leave-one-submission-out; {MLPERF_SOURCE}", kept))
     return rows

@@ -1,10 +1,24 @@
-"""MLPerf vendor factors: what an accelerator of another vendor than NVIDIA gets.
+"""Per-vendor attainment: what another vendor's accelerators reach of a roofline transfer.
 
-MLPerf Inference's closed Llama-2-70B results (``mlperf_llama2_70b.csv`` in
-``fitwork/fit/data/``, Apache-2.0, see the README there) give one vendor factor each: the
-median tokens/s per device per FP16 peak of the vendor's systems over NVIDIA's
-(`vendor_factors`), and the spread of those efficiencies across vendors (`vendor_spread`)
-that widens the range of a class not calibrated for its vendor.
+``mlperf_vendor_rows.csv`` (``fitwork/fit/data/``, see the README there) holds MLPerf
+closed-division results, single node, valid runs: Inference v4.0/v4.1/v5.1 (Llama-2-70B,
+Mixtral-8x7B, SDXL) and Training v5.1 (Llama-2-70B LoRA), on H100-SXM, H200, MI300X and
+Gaudi2.  Each benchmark has a bound: LLM serving is memory-bound (H200 over H100 follows the
+bandwidth ratio, not the FLOP ratio), SDXL and LoRA training compute-bound.  A row's
+efficiency is its rate per device over the class's bandwidth (memory) or FP16 peak (compute);
+its ATTAINMENT is that over the median efficiency of NVIDIA's rows of the same benchmark,
+scenario and round from other submissions (any round where that one has none): the share of
+the roofline transfer from NVIDIA that the row reached.
+
+Per vendor and bound (`vendor_fit`): the median attainment, and a p10-p90 range of measured /
+predicted from leave-one-submission-out (a submission is a submitter in a round): each
+submission predicted by the median of the others.  Where fewer than `MIN_GROUPS`
+submissions, or rows of fewer than `MIN_BENCHMARKS` benchmarks, exist the range is widened
+(in quadrature) to span at least the whole spread of attainments seen across vendors
+(`attainment_spread`): few rows give a WIDE range, computed from the rows, never NVIDIA's.
+A vendor with no rows for a bound is "not calibrated for this vendor": it takes the median
+attainment of the other vendors' rows (not NVIDIA's), with a range that spans the whole
+spread.
 """
 
 from __future__ import annotations
@@ -16,89 +30,179 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fitwork.fit.heldout import Residual, data_rows
+from fitwork.fit.heldout import Residual, data_rows, heldout_range
+from fitwork.fit.roofline import Bound
 from fitwork.hardware.catalog import Catalog
 
-MLPERF_FILE = "mlperf_llama2_70b.csv"
-MLPERF_SOURCE = ("MLPerf Inference closed Llama-2-70B results (mlcommons/inference_results_v4.1 "
-                 "@ a2f5d66, inference_results_v4.0 @ 3c4a1cf)")
+MLPERF_FILE = "mlperf_vendor_rows.csv"
+MLPERF_SOURCE = ("MLPerf closed results (mlcommons/inference_results_v4.1 @ 198fc46, "
+                 "inference_results_v5.1 @ 965182b, inference_results_v4.0 @ 3c4a1cf, "
+                 "training_results_v5.1 @ 441d65f)")
 REFERENCE_VENDOR = "NVIDIA"
+MIN_GROUPS = 3
+"""Fewer submissions than this: the range spans at least the whole cross-vendor spread."""
+MIN_BENCHMARKS = 2
+"""Rows of fewer benchmarks than this say nothing of how another workload lands: likewise."""
+UNCALIBRATED_VENDOR = "not calibrated for this vendor"
+UNCALIBRATED_CLASS = "not calibrated for this class"
 
 
 @dataclass(frozen=True)
 class VendorRow:
-    """One MLPerf Llama-2-70B result: a system of ``devices`` accelerators of one class."""
+    """One MLPerf result: a system of ``devices`` accelerators of one class."""
 
+    round: str
     submitter: str
     system: str
     device_class: str
     vendor: str
     devices: int
+    benchmark: str
     scenario: str
-    framework: str
-    tokens_per_s: float
+    bound: Bound
+    rate: float
     path: str
 
     def efficiency(self, known: Catalog) -> float:
-        """Tokens/s per device per FP16 peak FLOP/s (a relative figure: all ran FP8)."""
-        return self.tokens_per_s / self.devices / known.get(self.device_class).fp16_flops
+        """Rate per device per unit of the bound's roofline (bandwidth or FP16 peak)."""
+        device = known.get(self.device_class)
+        roof = device.memory_bandwidth if self.bound == "memory" else device.fp16_flops
+        return self.rate / self.devices / float(roof or float("nan"))
 
     @property
     def group(self) -> str:
-        """The system and scenario: the unit held out together."""
-        return f"{self.system} {self.scenario} ({self.framework})"
+        """The submission (submitter and round): the unit held out together."""
+        return f"{self.submitter} ({self.round})"
+
+
+@dataclass(frozen=True)
+class VendorFit:
+    """A vendor's attainment for one bound and its p10-p90 range of measured / predicted."""
+
+    vendor: str
+    bound: Bound
+    value: float
+    low: float
+    high: float
+    n: int
+    groups: int
+    classes: tuple[str, ...]
+    basis: str
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether any row of the vendor was measured for this bound."""
+        return self.n > 0
+
+
+def vendor_of(known: Catalog, name: str) -> str:
+    """The first word of class ``name``'s vendor (``AMD``, ``Intel``, ``NVIDIA``)."""
+    return known.get(name).vendor.split(" ")[0]
 
 
 def mlperf_rows(known: Catalog) -> list[VendorRow]:
-    """The shipped MLPerf Llama-2-70B results, each with its class's vendor."""
-    return [VendorRow(row["submitter"], row["system"], row["device_class"],
-                      known.get(row["device_class"]).vendor.split(" ")[0], int(row["devices"]),
-                      row["scenario"], row["framework"], float(row["tokens_per_s"]), row["path"])
-            for row in data_rows(MLPERF_FILE)]
-
-
-def vendor_factors(rows: Sequence[VendorRow], known: Catalog) -> dict[str, float]:
-    """Per vendor: the median efficiency of its rows over NVIDIA's median (NVIDIA: 1)."""
-    by_vendor: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        by_vendor[row.vendor].append(row.efficiency(known))
-    reference = by_vendor.get(REFERENCE_VENDOR)
-    if not reference:
-        return {}
-    base = statistics.median(reference)
-    return {v: statistics.median(e) / base for v, e in by_vendor.items()}
-
-
-def vendor_spread(rows: Sequence[VendorRow], known: Catalog) -> float:
-    """The spread of efficiencies across vendors: log(most / least) efficient row."""
-    values = [row.efficiency(known) for row in rows]
-    return float(np.log(max(values) / min(values))) if len(values) > 1 else 0.0
-
-
-def vendor_factor(factors: dict[str, float], vendor: str) -> tuple[float, str]:
-    """``vendor``'s factor, or the median of the other vendors' (1 where there are none)."""
-    if vendor in factors:
-        return factors[vendor], f"{vendor}'s MLPerf factor {factors[vendor]:.2f}"
-    others = [f for v, f in factors.items() if v != REFERENCE_VENDOR]
-    if not others:
-        return 1.0, f"no MLPerf rows for {vendor} or any other vendor: factor 1"
-    value = statistics.median(others)
-    return value, (f"no MLPerf rows for {vendor}: median factor {value:.2f} of "
-                   f"{', '.join(sorted(v for v in factors if v != REFERENCE_VENDOR))}")
-
-
-def vendor_residuals(rows: Sequence[VendorRow], held: str, known: Catalog) -> list[Residual]:
-    """The rows of vendor ``held``, each carried from every NVIDIA row by the FP16 peak ratio
-    times a factor calibrated WITHOUT ``held`` (`vendor_factor` of the others)."""
-    factor, _ = vendor_factor(vendor_factors([r for r in rows if r.vendor != held], known),
-                              held)
+    """The shipped MLPerf rows, each with its class's vendor and bound."""
     out = []
-    for target in (r for r in rows if r.vendor == held):
-        for source in (r for r in rows if r.vendor == REFERENCE_VENDOR):
-            ratio = known.get(target.device_class).fp16_flops / known.get(
-                source.device_class).fp16_flops
-            out.append(Residual("vendor", source.device_class, target.device_class,
-                                "compute", target.group,
-                                source.tokens_per_s / source.devices * ratio * factor,
-                                target.tokens_per_s / target.devices))
+    for row in data_rows(MLPERF_FILE):
+        bound: Bound = "memory" if row["bound"] == "memory" else "compute"
+        out.append(VendorRow(row["round"], row["submitter"], row["system"], row["device_class"],
+                             vendor_of(known, row["device_class"]), int(row["devices"]),
+                             row["benchmark"], row["scenario"], bound, float(row["rate"]),
+                             row["path"]))
     return out
+
+
+def attainments(rows: Sequence[VendorRow], known: Catalog) -> list[tuple[VendorRow, float]]:
+    """Each row's efficiency over the median of NVIDIA rows of its benchmark and scenario
+    from other submissions, same round where there are any (rows without one left out)."""
+    reference: dict[tuple[str, str], list[VendorRow]] = defaultdict(list)
+    for r in rows:
+        if r.vendor == REFERENCE_VENDOR:
+            reference[r.benchmark, r.scenario].append(r)
+    out = []
+    for row in rows:
+        others = [r for r in reference[row.benchmark, row.scenario] if r.group != row.group]
+        same = [r for r in others if r.round == row.round] or others
+        if same:
+            base = statistics.median(r.efficiency(known) for r in same)
+            out.append((row, row.efficiency(known) / base))
+    return out
+
+
+def attainment_spread(rows: Sequence[VendorRow], known: Catalog) -> float:
+    """log(highest / lowest) attainment of every row of every vendor and bound."""
+    values = [a for _, a in attainments(rows, known)]
+    return float(np.log(max(values) / min(values))) if len(values) > 1 else 1.0
+
+
+def _by_group(pairs: Sequence[tuple[VendorRow, float]]) -> dict[str, list[float]]:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for row, value in pairs:
+        groups[row.group].append(value)
+    return groups
+
+
+def _range(groups: dict[str, list[float]], spread: float, few: bool) -> tuple[float, float]:
+    """p10-p90 of measured / predicted, each submission predicted by the others' median;
+    widened to span at least ``spread`` (log, the whole width) where rows are ``few``."""
+    residuals = []
+    for held, values in groups.items():
+        rest = [v for g, vs in groups.items() if g != held for v in vs]
+        if rest:
+            centre = statistics.median(rest)
+            residuals.extend(Residual("vendor", "", "", None, held, centre, v) for v in values)
+    low, high = heldout_range(residuals) if residuals else (1.0, 1.0)
+    if not few:
+        return low, high
+    centre, half = (np.log(low) + np.log(high)) / 2, (np.log(high) - np.log(low)) / 2
+    half = float(np.hypot(half, spread / 2))
+    return float(np.exp(centre - half)), float(np.exp(centre + half))
+
+
+def vendor_fit(rows: Sequence[VendorRow], vendor: str, bound: Bound,
+               known: Catalog) -> VendorFit:
+    """``vendor``'s median attainment for ``bound`` and its leave-one-submission-out range."""
+    spread = attainment_spread(rows, known)
+    pairs = [(r, a) for r, a in attainments(rows, known)
+             if r.vendor == vendor and r.bound == bound]
+    if not pairs:
+        return _unmeasured(rows, vendor, bound, known, spread)
+    groups = _by_group(pairs)
+    value = statistics.median(a for _, a in pairs)
+    benchmarks = {r.benchmark for r, _ in pairs}
+    thin = len(groups) < MIN_GROUPS or len(benchmarks) < MIN_BENCHMARKS
+    low, high = _range(groups, spread, thin)
+    classes = tuple(sorted({r.device_class for r, _ in pairs}))
+    few = (f"; only {len(groups)} submission(s) of {len(benchmarks)} benchmark(s): widened to "
+           f"span the cross-vendor spread x{np.exp(spread):.2f}" if thin else "")
+    return VendorFit(vendor, bound, value, low, high, len(pairs), len(groups), classes,
+                     f"{vendor} {bound}-bound attainment {value:.2f} of NVIDIA's per "
+                     f"{'bandwidth' if bound == 'memory' else 'FP16 peak'} (p10-p90 of "
+                     f"measured/predicted {low:.2f}-{high:.2f}, leave-one-submission-out over "
+                     f"{len(pairs)} MLPerf rows of {len(groups)} submissions on "
+                     f"{', '.join(classes)}{few}; {MLPERF_SOURCE})")
+
+
+def _unmeasured(rows: Sequence[VendorRow], vendor: str, bound: Bound, known: Catalog,
+                spread: float) -> VendorFit:
+    """A vendor with no row for ``bound``: the median attainment of the other vendors'
+    rows (not NVIDIA's; 1 where there are none), its range spanning the whole spread."""
+    others = [a for r, a in attainments(rows, known)
+              if r.vendor not in (vendor, REFERENCE_VENDOR) and r.bound == bound]
+    value = statistics.median(others) if others else 1.0
+    said = (f"the median attainment {value:.2f} of {len(others)} rows of other vendors than "
+            f"{REFERENCE_VENDOR}" if others else f"{REFERENCE_VENDOR}'s efficiency")
+    half = float(np.exp(spread / 2))
+    return VendorFit(vendor, bound, value, 1 / half, half, 0, 0, (),
+                     f"{UNCALIBRATED_VENDOR} ({vendor}, {bound}-bound): no MLPerf row measured; "
+                     f"{said}, range x{1 / half:.2f}-x{half:.2f} (spanning the whole spread of "
+                     f"attainments across vendors; {MLPERF_SOURCE})")
+
+
+def combined(low: float, high: float, other_low: float, other_high: float) -> tuple[float, float]:
+    """Two independent p10-p90 ranges of ratios multiplied: centres add, half-widths in
+    quadrature (log space)."""
+    a = (np.log(low) + np.log(high)) / 2 + (np.log(other_low) + np.log(other_high)) / 2
+    half = float(np.hypot((np.log(high) - np.log(low)) / 2,
+                          (np.log(other_high) - np.log(other_low)) / 2))
+    return float(np.exp(a - half)), float(np.exp(a + half))

@@ -157,11 +157,10 @@ def _error(rate: RateEstimate | None) -> str:
     if not rate.transferred:
         return f"measured, {spread}" if spread else (rate.error_basis or rate.method)
     said = f"{rate.error_median:.0%}, p90 {rate.error_p90:.0%}; {spread}"
-    return said + ("; not calibrated for this vendor" if UNCALIBRATED in rate.error_basis
-                   else "")
+    return said + ("; not calibrated" if UNCALIBRATED in rate.error_basis else "")
 
 
-UNCALIBRATED = "not calibrated for this vendor"
+UNCALIBRATED = "not calibrated for this"  # this vendor, or this class
 BUSY = "profiled on a busy host"
 
 
