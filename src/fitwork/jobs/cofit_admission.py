@@ -144,12 +144,13 @@ def _check(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Poo
         x[o] = max(0.0, v[lay.x(k)])
     ones = [replace(job, count=1) for job in jobs]
     rate, use_alone, more = _alone(ones, offers, pools, p, integral, time_limit, mip_gap)
-    need = {k: u * want / rate for k, u in use_alone.items()} if rate > 0 else {}
-    free = {k: sum(pool.capacity.get(k, 0.0) * pool.count for pool in pools) for k in need}
+    need = {key: u * want / rate for key, u in use_alone.items()} if rate > 0 else {}
+    free = {key: sum(pool.capacity.get(key, 0.0) * pool.count for pool in pools)
+            for key in need}
     for q, used in job_use(offers, x, b).items():
         if q != p:
-            for k in free:
-                free[k] -= used.get(k, 0.0)
+            for key in free:
+                free[key] -= used.get(key, 0.0)
     return (f"needs {want:.4g} items/s; at most {got:.4g} fit while {_names(jobs, held)} keep "
             f"their min_rate{_short_of(need, free)}"), figures.seconds + more
 

@@ -98,9 +98,9 @@ def round_replicas(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequ
     x = np.maximum(x, 0.0)
     by_pool: dict[int, list[int]] = {}
     by_job: dict[int, list[int]] = {}
-    for k in np.flatnonzero(x > 0):
-        by_pool.setdefault(offers[k].pool, []).append(int(k))
-        by_job.setdefault(offers[k].job, []).append(int(k))
+    for k in map(int, np.flatnonzero(x > 0)):
+        by_pool.setdefault(offers[k].pool, []).append(k)
+        by_job.setdefault(offers[k].job, []).append(k)
     rows: list[tuple[list[int], str, float]] = []
     for n, pool in enumerate(pools):
         rows += [(by_pool.get(n, []), key, cap * nodes[n]) for key, cap in pool.capacity.items()]
@@ -117,8 +117,8 @@ def pool_use(offers: Sequence[Offer], pools: Sequence[Pool], x: np.ndarray,
              b: np.ndarray) -> tuple[PoolUse, ...]:
     """Predicted use per pool and resource against the pool's whole capacity."""
     by_pool: dict[int, list[int]] = {}
-    for k in np.flatnonzero(x > 0):
-        by_pool.setdefault(offers[k].pool, []).append(int(k))
+    for k in map(int, np.flatnonzero(x > 0)):
+        by_pool.setdefault(offers[k].pool, []).append(k)
     out: list[PoolUse] = []
     for n, pool in enumerate(pools):
         mine = by_pool.get(n, [])
@@ -132,7 +132,7 @@ def job_use(offers: Sequence[Offer], x: np.ndarray,
             b: np.ndarray) -> dict[int, dict[str, float]]:
     """Per job: resource key -> what its replicas hold plus consume, over every pool."""
     out: dict[int, dict[str, float]] = {}
-    for k in np.flatnonzero(x > 0):
+    for k in map(int, np.flatnonzero(x > 0)):
         o = offers[k]
         mine = out.setdefault(o.job, {})
         for key in {*o.held, *o.consumed}:

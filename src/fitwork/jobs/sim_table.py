@@ -13,6 +13,13 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _allocated(cls: str) -> Callable[[dict[str, Any]], str]:
+    """Reads one class's allocated/owned from a result."""
+    def read(result: dict[str, Any]) -> str:
+        return f"{result['utilization'][cls]['allocated_over_owned']:.1%}"
+    return read
+
+
 def _busy_over_allocated(result: dict[str, Any]) -> str:
     """The highest busy/allocated over the classes (1 in the fluid model)."""
     figures = [u["busy_over_allocated"] for u in result["utilization"].values()]
@@ -28,9 +35,7 @@ def _rows(classes: Sequence[str]) -> list[Row]:
         ("makespan", lambda r: _hours(r["makespan_s"])),
         ("GPU utilization (busy/owned)", lambda r: f"{r['gpu_utilization']:.1%}"),
     ]
-    for cls in classes:
-        rows.append((f"  {cls} allocated/owned",
-                     lambda r, c=cls: f"{r['utilization'][c]['allocated_over_owned']:.1%}"))
+    rows += [(f"  {cls} allocated/owned", _allocated(cls)) for cls in classes]
     rows += [
         ("busy/allocated (fluid: 1 by construction)", _busy_over_allocated),
         ("Jain's fairness (time-avg)", lambda r: f"{r['jain']:.3f}"),

@@ -202,9 +202,9 @@ def simulate(fleet: Fleet, lines: Sequence[TraceLine], policy: Policy, *,
         changed: set[str] = set()
         for p in list(running):
             rate = rates.get(p, 0.0)
-            ends = now + left[p] / rate if rate > 0 else math.inf
+            ends_at = now + left[p] / rate if rate > 0 else math.inf
             left[p] -= rate * dt
-            if ends <= then * (1 + 1e-12) or left[p] <= DONE * lines[by_id[p]].items:
+            if ends_at <= then * (1 + 1e-12) or left[p] <= DONE * lines[by_id[p]].items:
                 books.finish[p] = then
                 changed.add(running.pop(p)[1])
         now = then

@@ -23,8 +23,7 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
-from fitwork.fit.roofline import transfer_rate
-from fitwork.hardware.catalog import catalog
+from fitwork.hardware.catalog import DeviceClass, catalog
 
 CPU_CLASS = "cpu-x86"
 MEASURED = ("K80", "P100", "V100")
@@ -53,6 +52,13 @@ def _family(job_type: str) -> tuple[str, int]:
     return (found.group(1), int(found.group(2))) if found else (job_type, 1)
 
 
+def _fp32(device: DeviceClass) -> float:
+    """A class's fp32 peak FLOP/s (the roofline's compute-bound ratio takes two)."""
+    if not device.fp32_flops:
+        raise ValueError(f"{device.name}: the catalog has no fp32 peak")
+    return float(device.fp32_flops)
+
+
 def throughputs() -> dict[str, dict[str, float]]:
     """Job type -> device class -> steps/s alone at scale 1: measured, plus transferred."""
     source = resources.files("fitwork.fit").joinpath("data/gavel_throughputs_alone.csv")
@@ -64,8 +70,7 @@ def throughputs() -> dict[str, dict[str, float]]:
                 continue
             rates = {cls: float(row[cls.lower()]) for cls in MEASURED}
             for cls in TRANSFERRED:
-                rates[cls] = transfer_rate(rates["V100"], known.get("V100"), known.get(cls),
-                                           "compute", "fp32")
+                rates[cls] = rates["V100"] * _fp32(known.get(cls)) / _fp32(known.get("V100"))
             out[row["job"]] = rates
     return out
 
