@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -14,7 +16,7 @@ from fitwork.engine.adapt import Adapter, AdaptPolicy
 from fitwork.fit.plan import fit
 from fitwork.hardware.fleet import Fleet
 from fitwork.placement import Group, Placement
-from fitwork.profiling.record import PipelineProfile, UnitProfile
+from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
 
 FLEET = Fleet.parse({"name": "box", "node_types": [
     {"name": "box", "count": 1, "cores": 8, "memory": "32GiB"}]})
@@ -315,3 +317,104 @@ def test_a_replica_kept_full_is_busy_as_it_goes_not_only_once_it_idles() -> None
     now[0] = 4.0
     assert busy.seconds == pytest.approx(2.5) and busy.so_far() == pytest.approx(2.5)
     assert busy.take() == [(0.0, 2.5)]
+
+
+class QuietHost:
+    """The host as a replanner reads it, with nothing but the run on it: its busy CPU
+    seconds are the workers' (the core's books) and the clock is the test's."""
+
+    def __init__(self, core: object, cores: int) -> None:
+        self.core, self.cores, self.now = core, cores, 0.0
+
+    def __call__(self) -> tuple[float, float, float, int]:
+        return (self.now, sum(self.core.stage_cpu), 0.0, self.cores)  # type: ignore[attr-defined]
+
+
+def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free() -> None:
+    """Issue 37: the profile saw others hold 90% of the cores (ceiling 0.1), so the plan
+    runs one replica a unit; at run time others hold none, the source waits on the
+    pipeline, and the re-fit must grow the replicas, not only keep them."""
+    from fitwork.engine.core import Measured, Policy, Resize, RunCore, Spawn
+    from fitwork.engine.core.events import Counters
+    from fitwork.engine.shell import stages_of
+    from fitwork.fit.replan import PlanReplanner
+
+    two = Fleet.parse({"name": "two", "node_types": [
+        {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
+    units = []
+    for u in profile(0.004).units:
+        batch = BatchMeasurement(batch_size=1, items=32, wall_s=u.wall_s, cpu_s=u.cpu_s,
+                                 others_share=0.9, others_readings=[0.9] * 8)
+        units.append(u.model_copy(update={"reserve": False, "batches": [batch]}))
+    busy = profile(0.004).model_copy(update={"units": units})
+    plan = fit(busy, two, fuse=False)
+    assert plan.core_ceiling == pytest.approx(0.1)
+    placement = plan.placement()
+    planned = placement.counts()
+    core = RunCore(stages_of(PIPELINE, placement), placement, Policy(max_frames=0), "r", 0.0)
+    workers = {s.worker: s.stage for s in core.start() if isinstance(s, Spawn)}
+    replanner = PlanReplanner(plan, placement)
+    host = QuietHost(core, 2)
+    replanner.host_reading = host  # type: ignore[method-assign]
+    # (no completions are booked here: the shortfall rule is left out, the grow rule tested)
+    adapter = Adapter(replanner, AdaptPolicy(window=1.0, interval=1.0, shortfall=0.0))
+    rates, cpu = replanner.planned_rates(), replanner.planned_cpu()
+    done = {worker: (0.0, 0.0) for worker in workers}
+    grown = None
+    for tick in range(1, 40):
+        now = host.now = tick * 0.25
+        for worker, stage in list(workers.items()):  # each replica busy all the time, at
+            name = core.names[stage]  # the rate and CPU per item the plan assumed
+            items = done[worker][0] + 0.25 * rates[name]
+            done[worker] = (items, done[worker][1] + 0.25)
+            core.handle(Measured(worker, Counters(items_in=int(items), busy_s=done[worker][1],
+                                                  cpu_s=int(items) * cpu[name]), now))
+        proposal = adapter.observe(core, now)
+        if proposal:
+            grown = grown or proposal
+            for stage, name in enumerate(core.names):
+                for spawn in core.handle(Resize(stage, proposal[name], now)):
+                    if isinstance(spawn, Spawn):
+                        workers[spawn.worker] = spawn.stage
+                        done[spawn.worker] = (0.0, 0.0)
+    assert grown is not None, adapter.refits
+    first = adapter.refits[0]
+    assert "others left 100% of the host's cores" in first.reason
+    assert "the plan counted on 10%" in first.reason
+    assert grown["work"] > planned["work"] and first.predicted_after > first.predicted_before
+    assert replanner.ceiling() == pytest.approx(1.0)
+
+
+def test_a_real_run_planned_at_a_low_ceiling_reads_the_host_and_grows_where_it_is_free(
+        ) -> None:
+    """The same on a real run: the plan counts on 10% of two cores (its profile's readings
+    said others held 90%), the run reads the host as it goes.  Where the host left more
+    than the plan counted on (a quiet host), the re-fit grows the replicas; where it was
+    as busy as profiled, any re-fit says what it read, and nothing grows for cores no one
+    left free."""
+    pipeline = Pipeline(prepare, score, name="freed")
+    two = Fleet.parse({"name": "two", "node_types": [
+        {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
+    rows = [{"cost": 0.003}] * 24
+    profiled = fitwork.profile_pipeline(pipeline, rows, samples=24)
+    units = [u.model_copy(update={"batches": [b.model_copy(update={
+        "others_share": 0.9, "others_readings": [0.9] * 4}) for b in u.batches]})
+        for u in profiled.units]
+    plan = fit(profiled.model_copy(update={"units": units}), two, fuse=False)
+    assert plan.core_ceiling == pytest.approx(0.1)
+    before = plan.placement().counts()
+    load0 = os.getloadavg()[0]
+    with fitwork.run(pipeline, [{"cost": 0.003}] * 3000, placement=plan,
+                     adapt=True) as adapting:
+        assert len(list(adapting)) == 3000
+    record, load = adapting.record, (load0 + os.getloadavg()[0]) / 2
+    print(f"load average {load:.1f} on {os.cpu_count()} cores; planned {before}; "
+          f"re-fits: {[(r.reason, r.after) for r in record.refits]}")
+    said = re.compile(r"others left (\d+)% of the host's cores over the last")
+    grew = [r for r in record.refits if any(r.after.get(n, 0) > c for n, c in r.before.items())]
+    for refit in record.refits:  # a re-fit for freed cores saw them free
+        assert all(int(left) / 100 >= 0.1 + AdaptPolicy().grow - 0.005
+                   for left in said.findall(refit.reason))
+    if load < 0.5 * (os.cpu_count() or 1):  # a quiet host: the plan must not stay at 10%
+        assert grew, record.refits
+        assert max(record.replicas.counts["score"]) > before["score"]

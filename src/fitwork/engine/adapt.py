@@ -23,6 +23,16 @@ the replica counts to run (or nothing).  The re-solving itself is a `Replanner` 
                  starts replicas from (replicas started from then on run with them; a
                  running process keeps the pools it was started with)
 
+    host:        where the replanner reads the host (`Hosted`: a plan for one node, the
+                 one the run is on), the share of its cores other processes left over the
+                 window (the host's busy CPU seconds less the workers' and the driver's) is
+                 read too: where it is over the plan's core ceiling by `grow` while the
+                 source waits on the pipeline, the run is re-solved at that share, so a
+                 plan made while the host was busy grows its replicas once it is free; any
+                 re-solve with a reading over the ceiling plans at it (never lower: what
+                 others took while the replicas did not ask for it, more replicas would get
+                 a fair share of; a run starved of cores is the run-queue rule's case)
+
 Hysteresis (``gain``) and the minimum interval keep it from thrashing.  Every re-solve is a
 `Refit` in the run record, applied or not: one that changed nothing has ``after`` equal to
 ``before`` and its reason says why it was kept (the re-solved layout is the one running, or
@@ -106,6 +116,25 @@ class Ranged(Protocol):
         ...
 
 
+@runtime_checkable
+class Hosted(Protocol):
+    """What a replanner may also do: read the host the run is on, and re-solve at another
+    core ceiling (the share of the host's cores the plan may use)."""
+
+    def ceiling(self) -> float:
+        """The core ceiling the plan is solved at now."""
+        ...
+
+    def host_reading(self) -> tuple[float, float, float, int] | None:
+        """(seconds, host busy CPU seconds, this process's CPU seconds, cores) now; None
+        where the host cannot be read (or the plan is not for this host alone)."""
+        ...
+
+    def set_ceiling(self, ceiling: float) -> None:
+        """Plan from now on at ``ceiling`` (predictions and re-solves alike)."""
+        ...
+
+
 @dataclass(frozen=True)
 class AdaptPolicy:
     """When the adapter acts (see the module docstring)."""
@@ -117,6 +146,7 @@ class AdaptPolicy:
     interval: float = 3.0
     min_items: int = 5
     starved: float = 0.2
+    grow: float = 0.15
 
 
 class Adapter:
@@ -130,8 +160,10 @@ class Adapter:
         self.cpu = dict(ranged.planned_cpu()) if ranged is not None else {}
         given = ranged.tolerance() if ranged is not None else 0.0
         self.tolerance = given if given > 0 else self.policy.tolerance
+        self.hosted = replanner if isinstance(replanner, Hosted) else None
         self.history: deque[tuple[float, list[int], list[float], list[float], float, int]] = \
             deque()
+        self.readings: deque[tuple[float, float, float, int] | None] = deque()
         self.last_change = float("-inf")
         self.refits: list[Refit] = []
         self.off_since: float | None = None
@@ -141,8 +173,10 @@ class Adapter:
         items, busy, used = list(core.stage_items), list(core.stage_busy), list(core.stage_cpu)
         waited = sum(core.stage_queued)
         self.history.append((now, items, busy, used, waited, core.completed))
+        self.readings.append(self.hosted.host_reading() if self.hosted is not None else None)
         while len(self.history) > 2 and now - self.history[1][0] >= self.policy.window:
             self.history.popleft()
+            self.readings.popleft()
         start, _, _, _, _, done0 = self.history[0]
         span = now - start
         if span < self.policy.window * 0.75 or now - self.last_change < self.policy.interval:
@@ -150,8 +184,9 @@ class Adapter:
         measured, cpu = self._measured(core.names, items, busy, used)
         counts = {name: core.live(stage) for stage, name in enumerate(core.names)}
         saturated = core.room() == 0 and not core.source_done
+        free = self._free_share(used)
         reason = self._reason(measured, cpu, counts, (core.completed - done0) / span,
-                              saturated)
+                              saturated) or self._freed(free, saturated)
         if reason is None:
             # a unit with no reading this window (no frame of it settled) is no evidence
             # that it is back on plan: the window it was off in goes on
@@ -163,6 +198,12 @@ class Adapter:
         if now - self.off_since < self.policy.window:
             return None
         rates = {**self.rates, **measured}
+        if free is not None and self.hosted is not None and free > self.hosted.ceiling() + 0.005:
+            # only up: what others took while the replicas did not ask for it, more replicas
+            # would get a fair share of (a run starved of cores is `_starved_cores`' case)
+            reason += (f"; re-solved at the {free:.0%} of the host's cores others left "
+                       f"(the plan's ceiling was {self.hosted.ceiling():.0%})")
+            self.hosted.set_ceiling(free)
         cores = self._starved_cores(busy, used, waited, span)
         current = self.replanner.predict(counts, rates, cpu, cores)
         placed = self.replanner.refit(rates, cpu)
@@ -178,6 +219,27 @@ class Adapter:
         self.rates = rates
         self.cpu = {**self.cpu, **cpu}
         return self._decide(core, now, reason, counts, current, proposal, expected)
+
+    def _free_share(self, used: list[float]) -> float | None:
+        """The share of the host's cores other processes left over the window: its busy CPU
+        seconds less the workers' and this process's, over cores x seconds (None unread)."""
+        first, last = self.readings[0], self.readings[-1]
+        if first is None or last is None or last[0] - first[0] <= 0:
+            return None
+        _, _, _, used0, _, _ = self.history[0]
+        ours = sum(used) - sum(used0) + last[2] - first[2]
+        others = last[1] - first[1] - ours
+        return min(1.0, max(0.05, 1.0 - others / (last[3] * (last[0] - first[0]))))
+
+    def _freed(self, free: float | None, saturated: bool) -> str | None:
+        """Why to re-solve for cores freed since the plan was made, or None."""
+        if self.hosted is None or free is None or not saturated:
+            return None
+        planned = self.hosted.ceiling()
+        if free < planned + self.policy.grow:
+            return None
+        return (f"others left {free:.0%} of the host's cores over the last "
+                f"{self.policy.window:g} s, the plan counted on {planned:.0%}")
 
     def _starved_cores(self, busy: list[float], used: list[float], waited: float,
                        span: float) -> float | None:
@@ -209,6 +271,7 @@ class Adapter:
             return None
         self.last_change = now
         self.history.clear()
+        self.readings.clear()
         self.refits.append(Refit(t_s=t_s, reason=reason, before=counts,
                                  after=proposal, predicted_before=current,
                                  predicted_after=expected))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from fitwork.errors import InputError
+from fitwork.fit.inputs import FLOOR
 from fitwork.fit.monolithic import FUSED, unit_limits
 from fitwork.fit.plan import Plan, PlanSide, largest_groups, planned_group, refit
 from fitwork.fit.result import Placement as Replicas
 from fitwork.fit.solver import solve
 from fitwork.fit.spec import ClassDemand, UnitDemand
 from fitwork.placement import Placement
+from fitwork.profiling.record import host_busy_seconds, usable_cores
 
 
 class PlanReplanner:
@@ -84,6 +87,28 @@ class PlanReplanner:
             if chosen is not None and chosen.cpu_seconds:
                 out[unit.name] = chosen.cpu_seconds
         return out
+
+    def ceiling(self) -> float:
+        """The core ceiling the plan is solved at now (the profile's, until `set_ceiling`)."""
+        return self.plan.core_ceiling
+
+    def host_reading(self) -> tuple[float, float, float, int] | None:
+        """(seconds, the host's busy CPU seconds, this process's CPU seconds, cores) now, for
+        a plan of one node (the host the run is on); None for a larger fleet, whose other
+        nodes this process cannot read, or where the platform does not say."""
+        if sum(n.count for n in self.plan.nodes) != 1:
+            return None
+        busy = host_busy_seconds()
+        if busy is None:
+            return None
+        return (time.perf_counter(), busy, time.process_time(), usable_cores())
+
+    def set_ceiling(self, ceiling: float) -> None:
+        """Predict and re-solve from now on with ``ceiling`` of each node's cores (the share
+        of the host a run measured others left)."""
+        ceiling = min(1.0, max(FLOOR, ceiling))
+        nodes = [n.model_copy(update={"core_ceiling": ceiling}) for n in self.plan.nodes]
+        self.plan = self.plan.model_copy(update={"nodes": nodes, "core_ceiling": ceiling})
 
     def tolerance(self) -> float:
         """How far a unit may run from the plan before it is re-solved: the plan's own

@@ -66,6 +66,11 @@ def _cores() -> set[int]:
         return set(range(os.cpu_count() or 1))
 
 
+def usable_cores() -> int:
+    """How many cores this process may run on (what `host_busy_seconds` reads over)."""
+    return max(len(_cores()), 1)
+
+
 def host_busy_seconds() -> float | None:
     """CPU seconds every process on the host has run so far on the cores this process may
     run on, together (``None`` where the platform does not say)."""
