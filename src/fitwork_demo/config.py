@@ -15,7 +15,7 @@ DEFAULT_LATENCIES_MS = (30.0, 150.0)
 objects."""
 DEFAULT_REPEATS = 3
 """Trials of every layout at each latency: a median and a spread, so a comparison whose
-trials overlap says "within noise" (see `fitwork_demo.verdict`)."""
+trials cannot be told apart says "too noisy to call" (see `fitwork_demo.verdict`)."""
 DEFAULT_IO_THREADS = (4, 8)
 DEFAULT_HAND: tuple[tuple[int, int, int | None], ...] = (
     (1, 1, None), (1, 2, None), (1, 2, 1), (2, 2, 1))

@@ -146,7 +146,9 @@ def summary(result: DemoResult) -> dict[str, Any]:
                 "states it); whole_run_items_per_s: the median of the run records' "
                 "throughput, pages over wall seconds",
         "statistic": "median of N trials, with the slowest and fastest trial as its range; "
-                     "a comparison whose ranges overlap is 'within noise'",
+                     "a comparison whose ranges overlap is a win or loss only where the "
+                     "alternating rounds' paired ratios differ (t-test, p < 0.05), else "
+                     "'too noisy to call'",
         "memory": "peak over the run of the summed RSS (psutil) and PSS (smaps_rollup) of "
                   "the run's worker processes (RunResult.worker_pids), sampled every 0.2 s",
         "aims": {"fitted_over_best_monolith": AIM_MONOLITH, "fitted_over_best_hand": AIM_HAND,
@@ -167,7 +169,7 @@ def headline(sweep: Sweep) -> Headline:
     """The HTML report's verdict: the same lines the console and ``summary.json`` give."""
     first, *rest = verdicts(sweep)
     tones: dict[str, Literal["win", "lose", "doubt"]] = {
-        "win": "win", "loss": "lose", "within noise": "doubt"}
+        "win": "win", "loss": "lose", "too noisy to call": "doubt"}
     tone = tones[first.outcome]
     return Headline(f"{sweep.latency_ms:g} ms: {first.text}",
                     [v.text for v in rest] + [
@@ -191,6 +193,23 @@ def write_texts(result: DemoResult, texts: Path) -> Path:
     return texts
 
 
+def index_page(result: DemoResult) -> str:
+    """One page over every latency: each one's verdict lines (the same text the console and
+    ``summary.json`` give) and a link to its full report."""
+    from html import escape
+
+    parts = [f"<h1>fitwork demo: OCR of {result.pages} pages at "
+             f"{len(result.sweeps)} store latencies</h1>"]
+    for sweep in result.sweeps:
+        tag = f"{sweep.latency_ms:g}ms"
+        lines = "".join(f"<li>{escape(v.text)}</li>" for v in verdicts(sweep))
+        parts.append(f'<h2>store latency {sweep.latency_ms:g} ms</h2><ul>{lines}</ul>'
+                     f'<p><a href="report-{tag}.html">the full report at {tag}</a> (each '
+                     "layout's median trial: utilization, memory, cost)</p>")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>fitwork demo</title>"
+            f"</head><body>{''.join(parts)}</body></html>")
+
+
 def write_files(result: DemoResult) -> dict[str, Path]:
     """Write every trial's run record, each latency's plan, profile and HTML report, the
     texts and the summary; their paths by name.
@@ -198,7 +217,8 @@ def write_files(result: DemoResult) -> dict[str, Path]:
     ``records/LATENCYms/LAYOUT.N.record.json`` for trial N of each layout;
     ``plan-LATENCYms.json``, ``profile-LATENCYms.json``; ``report-LATENCYms.html`` (best
     monolith, fitted, fitted + adapt, best hand: each one's median trial, under the demo's
-    verdict) and ``report.html`` for the highest latency;
+    verdict) and ``report.html``, every latency's verdicts on one page with a link to its
+    report (`index_page`);
     ``texts.jsonl`` (known and recognised lines per page); ``summary.json``.
     """
     from fitwork import render_report
@@ -234,9 +254,8 @@ def write_files(result: DemoResult) -> dict[str, Path]:
         path = out / f"report-{tag}.html"
         path.write_text(page, encoding="utf-8")
         files[path.name] = path
-        if sweep.latency_ms == max(result.config.latencies_ms):
-            files["report.html"] = out / "report.html"
-            files["report.html"].write_text(page, encoding="utf-8")
+    files["report.html"] = out / "report.html"
+    files["report.html"].write_text(index_page(result), encoding="utf-8")
     texts = write_texts(result, out / "texts.jsonl")
     files[texts.name] = texts
     path = out / "summary.json"

@@ -23,10 +23,10 @@ highest median pages per second over their trials, startup left out (see ``sweep
 fitted plan (plan only) is compared with both, and the adapted run (the same plan re-fitted
 while it runs) with the best monolith, so plan quality and live re-fitting are told apart.
 Each comparison is one `fitwork_demo.verdict.Verdict` (median of N trials, their spread,
-"within noise" where the trials overlap), printed the same on the console, in
-``summary.json`` and in the HTML reports.  Display stays out: a `Listener` hears phases and
-run progress.  Files written to the output folder are listed in
-`fitwork_demo.files.write_files`.
+"too noisy to call" where neither their spreads nor their paired rounds tell them apart),
+printed the same on the console, in ``summary.json`` and in the HTML reports.  Display
+stays out: a `Listener` hears phases and run progress.  Files written to the output folder
+are listed in `fitwork_demo.files.write_files`.
 """
 
 from __future__ import annotations
