@@ -1,10 +1,12 @@
 """Per-vendor attainment: what another vendor's accelerators reach of a roofline transfer.
 
 ``mlperf_vendor_rows.csv`` (``fitwork/fit/data/``, see the README there) holds MLPerf
-closed-division results, single node, valid runs: Inference v4.0/v4.1/v5.1 (Llama-2-70B,
-Mixtral-8x7B, SDXL) and Training v5.1 (Llama-2-70B LoRA), on H100-SXM, H200, MI300X and
-Gaudi2.  Each benchmark has a bound: LLM serving is memory-bound (H200 over H100 follows the
-bandwidth ratio, not the FLOP ratio), SDXL and LoRA training compute-bound.  A row's
+closed-division results, single node, valid runs: Inference v4.1 (Llama-2-70B,
+Mixtral-8x7B, SDXL) and Training v5.1 (Llama-2-70B LoRA), on H100-SXM, H200 and MI300X: only
+repositories whose licence was checked (Apache-2.0); no Intel row is shipped, so Intel is
+"not calibrated for this vendor".  Each benchmark has a bound: LLM serving is memory-bound
+(H200 over H100 follows the bandwidth ratio, not the FLOP ratio), SDXL and LoRA training
+compute-bound.  A row's
 efficiency is its rate per device over the class's bandwidth (memory) or FP16 peak (compute);
 its ATTAINMENT is that over the median efficiency of NVIDIA's rows of the same benchmark,
 scenario and round from other submissions (any round where that one has none): the share of
@@ -36,8 +38,7 @@ from fitwork.hardware.catalog import Catalog
 
 MLPERF_FILE = "mlperf_vendor_rows.csv"
 MLPERF_SOURCE = ("MLPerf closed results (mlcommons/inference_results_v4.1 @ 198fc46, "
-                 "inference_results_v5.1 @ 965182b, inference_results_v4.0 @ 3c4a1cf, "
-                 "training_results_v5.1 @ 441d65f)")
+                 "training_results_v5.1 @ 441d65f; Apache-2.0)")
 REFERENCE_VENDOR = "NVIDIA"
 MIN_GROUPS = 3
 """Fewer submissions than this: the range spans at least the whole cross-vendor spread."""
