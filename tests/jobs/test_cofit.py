@@ -193,3 +193,37 @@ def test_identical_copies_as_one_spec_match_them_apart(whole: bool) -> None:
     assert one.jobs[3].rate == pytest.approx(two.jobs[1].rate)
     with pytest.raises(CoFitInputError, match="count > 1 needs integral=False"):
         cofit(together, offers_for(2), POOLS)
+
+
+def test_rounding_leaves_no_job_without_a_replica_of_a_unit() -> None:
+    # Five jobs, one unit each, on two pools of 3 G slots, each job busy 0.6 replicas on
+    # both (the relaxation's spread): rounded up that is 10 slots for 6. Flooring takes
+    # first the replicas whose unit keeps another (flooring in offer order alone left two
+    # jobs with none).
+    import numpy as np
+
+    from fitwork.jobs.cofit_result import round_replicas
+
+    pools = [Pool("g1", 1, {"slot:G": 3}), Pool("g2", 1, {"slot:G": 3})]
+    offers = [Offer(j, 0, n, "G", 10.0, {"slot:G": 1}, {}, 3) for j in range(5) for n in (0, 1)]
+    jobs = [JobSpec(f"j{j}", (1,)) for j in range(5)]
+    x = round_replicas(jobs, offers, pools, range(5), np.full(10, 0.6), [1.0, 1.0])
+    per_job = x.reshape(5, 2).sum(axis=1)
+    assert per_job.min() >= 1 and x.sum() <= 6
+    assert x.reshape(5, 2)[:, 0].sum() <= 3 and x.reshape(5, 2)[:, 1].sum() <= 3
+
+
+def test_a_unit_floored_to_nothing_gets_a_replica_where_one_fits() -> None:
+    # Pool g1 (3 slots) holds jobs 0-2 busy at one replica each and job 3 at half of one;
+    # rounded up, g1 needs 4 slots, so job 3's is floored; the refill puts one on g2, where
+    # the relaxation had given job 3 nothing.
+    import numpy as np
+
+    from fitwork.jobs.cofit_result import round_replicas
+
+    pools = [Pool("g1", 1, {"slot:G": 3}), Pool("g2", 1, {"slot:G": 3})]
+    offers = [Offer(j, 0, 0, "G", 10.0, {"slot:G": 1}, {}, 3) for j in range(4)]
+    offers.append(Offer(3, 0, 1, "G", 5.0, {"slot:G": 1}, {}, 3))
+    jobs = [JobSpec(f"j{j}", (1,)) for j in range(4)]
+    x = round_replicas(jobs, offers, pools, range(4), np.array([1, 1, 1, 0.5, 0]), [1, 1])
+    assert list(x) == [1, 1, 1, 0, 1]

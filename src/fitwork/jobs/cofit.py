@@ -230,12 +230,12 @@ def _reroute(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[P
     LP with the replicas fixed), kept where it carries more; ``b`` is updated in place.
     Returns the replicas that carry load, and the stages."""
     if objective == "min_cost":
-        return x, []
+        return np.minimum(x, np.ceil(b - 1e-6)), []
     try:
         model, v, stages = _solve_stages(jobs, offers, pools, active, alone, objective, False,
                                          lower, warm, time_limit, mip_gap, fixed=x)
     except SolverError:
-        return x, []
+        return np.minimum(x, np.ceil(b - 1e-6)), []
     again = np.zeros(len(offers))
     for k, o in enumerate(model.layout.offers):
         again[o] = min(x[o], max(0.0, v[model.layout.b(k)]))

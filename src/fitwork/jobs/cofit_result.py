@@ -71,28 +71,81 @@ def trim(jobs: Sequence[JobSpec], offers: Sequence[Offer], active: Sequence[int]
             b[k] *= need / have
 
 
+def _busiest(offers: Sequence[Offer], b: np.ndarray) -> set[int]:
+    """Per (job, unit), the offer with the most busy replicas."""
+    best: dict[tuple[int, int], int] = {}
+    for k in map(int, np.flatnonzero(b > 0)):
+        group = (offers[k].job, offers[k].unit)
+        if group not in best or b[k] > b[best[group]]:
+            best[group] = k
+    return set(best.values())
+
+
 def _overfull(rows: list[tuple[list[int], str, float]], offers: Sequence[Offer],
               x: np.ndarray, b: np.ndarray) -> None:
-    """Floor rounded-up replicas (least busy share lost first) until every row fits."""
+    """Floor rounded-up replicas until every row fits. First to go: replicas whose unit
+    keeps others elsewhere, then those that are not their unit's busiest offer, then the
+    least busy share lost."""
+    kept = _busiest(offers, b)
+    total: dict[tuple[int, int], float] = {}
+    for k in map(int, np.flatnonzero(x > 0)):
+        group = (offers[k].job, offers[k].unit)
+        total[group] = total.get(group, 0.0) + x[k]
     for members, key, most in rows:
         used = sum(usage(offers[k], key, x[k], b[k]) for k in members)
         if used <= most * (1 + 1e-9):
             continue
-        ups = sorted((k for k in members if offers[k].held.get(key, 0.0) > 0 and x[k] > b[k]),
-                     key=lambda k: b[k] - math.floor(b[k]))
-        for k in ups:
+        ups = [k for k in members if offers[k].held.get(key, 0.0) > 0 and x[k] > b[k]]
+        for _ in range(len(ups)):
+            if used <= most * (1 + 1e-9) or not ups:
+                break
+            k = min(ups, key=lambda k: (total[(offers[k].job, offers[k].unit)] <= x[k],
+                                        k in kept, b[k] - math.floor(b[k])))
+            ups.remove(k)
             drop = x[k] - math.floor(b[k] + NOISE)
             used -= offers[k].held[key] * drop
             x[k] -= drop
-            if used <= most * (1 + 1e-9):
+            total[(offers[k].job, offers[k].unit)] -= drop
+
+
+def _refill(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
+            active: Sequence[int], x: np.ndarray, b: np.ndarray,
+            nodes: Sequence[float]) -> None:
+    """A unit left with no replica gets one where what is left of every row holds it: the
+    offer of the highest rate that fits (in job order); the LP that routes load next uses
+    it. Quotas are kept: a job with a quota is not refilled."""
+    free: dict[tuple[int, str], float] = {}
+    for n, pool in enumerate(pools):
+        for key, cap in pool.capacity.items():
+            free[(n, key)] = cap * nodes[n]
+    have: set[tuple[int, int]] = set()
+    for k in map(int, np.flatnonzero(x > 0)):
+        o = offers[k]
+        have.add((o.job, o.unit))
+        for key in {*o.held, *o.consumed}:
+            free[(o.pool, key)] = free.get((o.pool, key), 0.0) - usage(o, key, x[k], b[k])
+    chosen = set(active)
+    options: dict[tuple[int, int], list[int]] = {}
+    for k, o in enumerate(offers):
+        if o.job in chosen and not jobs[o.job].quota and (o.job, o.unit) not in have:
+            options.setdefault((o.job, o.unit), []).append(k)
+    for group in sorted(options):
+        for k in sorted(options[group], key=lambda k: -offers[k].rate):
+            o = offers[k]
+            if o.per_node >= 1 and all(free.get((o.pool, key), 0.0) >= v - 1e-9
+                                       for key, v in o.held.items()):
+                x[k] = 1.0
+                for key, v in o.held.items():
+                    free[(o.pool, key)] -= v
                 break
 
 
 def round_replicas(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
                    active: Sequence[int], b: np.ndarray, nodes: Sequence[float]) -> np.ndarray:
     """Whole replicas from a relaxation's busy ones: each rounded up where every pool row
-    and quota still fits, else down; ``b`` is cut to the replicas and trimmed in place.
-    Returns the replicas."""
+    and quota still fits, else down, and a unit left with none given one where it fits;
+    ``b`` is cut to the replicas and trimmed in place. Returns the replicas (some may carry
+    no load until the load is routed again over them)."""
     b[b < NOISE] = 0.0
     x = np.ceil(b - NOISE)
     x = np.maximum(x, 0.0)
@@ -108,9 +161,10 @@ def round_replicas(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequ
         rows += [(by_job.get(p, []), key, most * jobs[p].count)
                  for key, most in (jobs[p].quota or {}).items()]
     _overfull(rows, offers, x, b)
+    _refill(jobs, offers, pools, active, x, b, nodes)
     np.minimum(b, x, out=b)
     trim(jobs, offers, active, b)
-    return np.minimum(x, np.ceil(b - NOISE))
+    return x
 
 
 def pool_use(offers: Sequence[Offer], pools: Sequence[Pool], x: np.ndarray,
