@@ -227,3 +227,17 @@ def test_a_unit_floored_to_nothing_gets_a_replica_where_one_fits() -> None:
     jobs = [JobSpec(f"j{j}", (1,)) for j in range(4)]
     x = round_replicas(jobs, offers, pools, range(4), np.array([1, 1, 1, 0.5, 0]), [1, 1])
     assert list(x) == [1, 1, 1, 0, 1]
+
+
+def test_a_floored_unit_takes_a_replica_from_one_that_has_two() -> None:
+    # One pool of 3 slots: job 0 busy on 2 replicas, job 1 on 1, job 2 on half of one. Job
+    # 2's is floored (the others are not rounded up) and no slot is free, so job 0 gives one.
+    import numpy as np
+
+    from fitwork.jobs.cofit_result import round_replicas
+
+    pools = [Pool("g1", 1, {"slot:G": 3})]
+    offers = [Offer(j, 0, 0, "G", 10.0, {"slot:G": 1}, {}, 3) for j in range(3)]
+    jobs = [JobSpec(f"j{j}", (1,)) for j in range(3)]
+    x = round_replicas(jobs, offers, pools, range(3), np.array([2, 1, 0.5]), [1])
+    assert list(x) == [1, 1, 1]

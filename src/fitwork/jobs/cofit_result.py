@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -108,36 +108,54 @@ def _overfull(rows: list[tuple[list[int], str, float]], offers: Sequence[Offer],
             total[(offers[k].job, offers[k].unit)] -= drop
 
 
+def _fits(offer: Offer, free: dict[tuple[int, str], float],
+          back: Mapping[str, float]) -> bool:
+    """One more replica of ``offer`` fits in what is free (plus ``back`` given back)."""
+    return offer.per_node >= 1 and all(
+        free.get((offer.pool, key), 0.0) + back.get(key, 0.0) >= v - 1e-9
+        for key, v in offer.held.items())
+
+
 def _refill(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
             active: Sequence[int], x: np.ndarray, b: np.ndarray,
             nodes: Sequence[float]) -> None:
-    """A unit left with no replica gets one where what is left of every row holds it: the
-    offer of the highest rate that fits (in job order); the LP that routes load next uses
-    it. Quotas are kept: a job with a quota is not refilled."""
-    free: dict[tuple[int, str], float] = {}
-    for n, pool in enumerate(pools):
-        for key, cap in pool.capacity.items():
-            free[(n, key)] = cap * nodes[n]
-    have: set[tuple[int, int]] = set()
+    """A unit left with no replica gets one (in job order): on the offer of the highest rate
+    that fits in what is left of every row, else in place of one replica of a unit that has
+    two or more on that pool. The LP that routes load next uses it. A job with a quota is
+    not refilled."""
+    free = {(n, key): cap * nodes[n] for n, pool in enumerate(pools)
+            for key, cap in pool.capacity.items()}
+    total: dict[tuple[int, int], float] = {}
+    on_pool: dict[int, list[int]] = {}
     for k in map(int, np.flatnonzero(x > 0)):
         o = offers[k]
-        have.add((o.job, o.unit))
+        total[(o.job, o.unit)] = total.get((o.job, o.unit), 0.0) + x[k]
+        on_pool.setdefault(o.pool, []).append(k)
         for key in {*o.held, *o.consumed}:
             free[(o.pool, key)] = free.get((o.pool, key), 0.0) - usage(o, key, x[k], b[k])
     chosen = set(active)
     options: dict[tuple[int, int], list[int]] = {}
     for k, o in enumerate(offers):
-        if o.job in chosen and not jobs[o.job].quota and (o.job, o.unit) not in have:
+        if o.job in chosen and not jobs[o.job].quota and (o.job, o.unit) not in total:
             options.setdefault((o.job, o.unit), []).append(k)
     for group in sorted(options):
-        for k in sorted(options[group], key=lambda k: -offers[k].rate):
-            o = offers[k]
-            if o.per_node >= 1 and all(free.get((o.pool, key), 0.0) >= v - 1e-9
-                                       for key, v in o.held.items()):
-                x[k] = 1.0
-                for key, v in o.held.items():
-                    free[(o.pool, key)] -= v
-                break
+        ranked = sorted(options[group], key=lambda k: -offers[k].rate)
+        pick = next(((k, -1) for k in ranked if _fits(offers[k], free, {})), None)
+        pick = pick or next(((k, d) for k in ranked for d in on_pool.get(offers[k].pool, [])
+                             if x[d] >= 1 and total[(offers[d].job, offers[d].unit)] >= 2
+                             and _fits(offers[k], free, offers[d].held)), None)
+        if pick is None:
+            continue
+        k, d = pick
+        if d >= 0:
+            x[d] -= 1.0
+            b[d] = min(b[d], x[d])
+            total[(offers[d].job, offers[d].unit)] -= 1.0
+            for key, v in offers[d].held.items():
+                free[(offers[d].pool, key)] += v
+        x[k] = 1.0
+        for key, v in offers[k].held.items():
+            free[(offers[k].pool, key)] -= v
 
 
 def round_replicas(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
