@@ -241,3 +241,19 @@ def test_a_floored_unit_takes_a_replica_from_one_that_has_two() -> None:
     jobs = [JobSpec(f"j{j}", (1,)) for j in range(3)]
     x = round_replicas(jobs, offers, pools, range(3), np.array([2, 1, 0.5]), [1])
     assert list(x) == [1, 1, 1]
+
+
+@pytest.mark.parametrize("running", [0, 1])
+def test_warm_keeps_load_where_it_runs_when_equally_good(running: int) -> None:
+    # Decode can run on either CPU pool, equally; the model's one slot caps the job at
+    # 20 items/s, which two decoders carry. The warm plan's pool is kept, at no cost.
+    pools = [Pool("gpu", 1, {"cores": 1, "slot:G": 1}), Pool("a", 1, {"cores": 16}),
+             Pool("b", 1, {"cores": 16})]
+    offers = [Offer(0, 0, 1, "cpu", 10.0, {"cores": 1}, {}, 16),
+              Offer(0, 0, 2, "cpu", 10.0, {"cores": 1}, {}, 16),
+              Offer(0, 1, 0, "G", 20.0, {"slot:G": 1, "cores": 1}, {}, 1)]
+    warm = [2.0 if running == 0 else 0.0, 2.0 if running == 1 else 0.0, 1.0]
+    plan = cofit([JobSpec("a", (1, 1))], offers, pools, warm=warm)
+    assert plan.jobs[0].rate == pytest.approx(20.0)
+    assert plan.x[running] == pytest.approx(2.0) and plan.x[1 - running] == 0.0
+    assert plan.stages[-3].name == "keep running"

@@ -29,9 +29,10 @@ busiest pool): a fast plan with its gap against the relaxation's bound. Either w
 is then routed again over the whole replicas by an LP with them fixed (HiGHS stops a MILP
 within ``mip_gap``, so its flows can sit a little short of what its replicas carry).
 ``fractional=True`` keeps the relaxation's fractional replicas (a fluid model, for simulation).
-``warm`` (replicas per offer of a running plan) adds a reward of at most ``WARM_BONUS`` per
-offer for load on offers already running: scipy's HiGHS interface takes no starting point, so a
-warm start here only breaks ties toward the running placement; it saves no solve time.
+``warm`` (replicas per offer of a running plan) adds a last stage: the objective held (less
+1e-6 of it), the least load on offers the running plan does not use, so replicas stay where
+they run when that is as good. scipy's HiGHS interface takes no starting point, so this is not
+a warm start: it costs one more solve, and min_cost ignores it.
 """
 
 from __future__ import annotations
@@ -99,9 +100,8 @@ def _solve_stages(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Seque
     for name, goal in _goals(objective, jobs, active):
         if z_floor is not None:
             goal = cm.Goal(s_weight=goal.s_weight, fair=True, z_floor=z_floor)
-        last = goal.z_floor is not None or objective != "fair"
         built = cm.build(jobs, offers, pools, active, alone, goal=goal, integral=integral,
-                         lower=lower, warm=warm if last else None, fixed=fixed)
+                         lower=lower, fixed=fixed)
         try:
             figures, v = stage(name if fixed is None else f"{name} (replicas fixed)", built,
                                time_limit, mip_gap)
@@ -114,7 +114,31 @@ def _solve_stages(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Seque
         if goal.fair and goal.z_floor is None and model.layout.z is not None:
             z_floor = max(0.0, float(v[model.layout.z]) * (1.0 - Z_TOLERANCE))
     assert model is not None and v is not None
+    if warm is not None and fixed is None and objective != "min_cost":
+        model, v = _keep(jobs, offers, pools, active, alone, objective, integral, lower, warm,
+                         z_floor, stages, model, v, time_limit, mip_gap)
     return model, v, stages
+
+
+def _keep(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
+          active: list[int], alone: Sequence[float], objective: Objective, integral: bool,
+          lower: dict[int, float], warm: Sequence[float], z_floor: float | None,
+          stages: list[Stage], model: cm.Model,
+          v: np.ndarray, time_limit: float, mip_gap: float) -> tuple[cm.Model, np.ndarray]:
+    """A last stage: the objective held (less Z_TOLERANCE of it), the least load on offers
+    the running plan does not use; the plan before it where it finds none."""
+    weights = {p: jobs[p].weight * jobs[p].count for p in active}
+    floor = sum(weights[p] * float(v[model.layout.s(i)]) for i, p in enumerate(active))
+    goal = cm.Goal(s_weight=weights, fair=objective == "fair", z_floor=z_floor,
+                   s_floor=floor * (1.0 - Z_TOLERANCE))
+    built = cm.build(jobs, offers, pools, active, alone, goal=goal, integral=integral,
+                     lower=lower, warm=warm)
+    try:
+        figures, kept = stage("keep running", built, time_limit, mip_gap)
+    except SolverError:
+        return model, v
+    stages.append(figures)
+    return built, kept
 
 
 def _primary(objective: Objective, jobs: Sequence[JobSpec], pools: Sequence[Pool],

@@ -25,10 +25,6 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from fitwork.jobs.cofit_types import JobSpec, Offer, Pool
 
-WARM_BONUS = 1e-6
-"""Objective reward for routing load to an offer that already runs (per offer, at its most
-replicas): a tie-break only, far below any real difference in the objective."""
-
 
 @dataclass(frozen=True)
 class Goal:
@@ -42,6 +38,9 @@ class Goal:
     """With ``fair``: hold ``z`` at least this and maximise ``s_weight`` instead of ``z``."""
     min_cost: bool = False
     """Minimise the price of nodes in use (``y``); ``s_weight`` is ignored."""
+    s_floor: float | None = None
+    """Hold the ``s_weight`` sum at least this and minimise instead the load on offers the
+    running plan (``warm``) does not use."""
 
 
 @dataclass
@@ -326,13 +325,17 @@ def build(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
             ub[lay.y0 + n] = pool.count
             integrality[lay.y0 + n] = 1 if integral else 0
             c[lay.y0 + n] = pool.price_per_hour
+    elif goal.s_floor is not None:
+        rows.add([(lay.s(i), goal.s_weight.get(p, 0.0)) for i, p in enumerate(lay.jobs)],
+                 goal.s_floor, np.inf)
+        for k, o in enumerate(lay.offers):  # the least load on offers not running now
+            if warm is not None and warm[o] <= 0:
+                c[lay.b(k)] += 1.0 / max(1.0, ub[lay.b(k)])
+                if lay.integral:  # and no replicas there either
+                    c[lay.x(k)] += 1.0 / max(1.0, ub[lay.x(k)])
     elif not (goal.fair and goal.z_floor is None):
         for i, p in enumerate(lay.jobs):
             c[lay.s(i)] -= goal.s_weight.get(p, 0.0)
-    if warm is not None:  # a reward (the model minimises c·v), at most WARM_BONUS per offer
-        for k, o in enumerate(lay.offers):
-            if warm[o] > 0:
-                c[lay.b(k)] -= WARM_BONUS / max(1.0, ub[lay.b(k)])
     a = sp.csr_array((rows.v, (rows.r, rows.c)), shape=(len(rows.lb), lay.size))
     return Model(lay, c, integrality, lb, ub, a, np.array(rows.lb), np.array(rows.ub),
                  sense)
