@@ -53,6 +53,22 @@ def test_a_transient_load_does_not_shrink_the_ceiling() -> None:
     assert core_ceiling(profile_with(0.35)) == pytest.approx(0.65)
 
 
+def test_a_sleeping_units_readings_count_as_little_as_its_cpu() -> None:
+    """Others take what a unit that sleeps does not ask for: its windows read the host
+    nearly full, which says little of what the plan's CPU work gets.  Weighted as the wait
+    is, the CPU unit's readings set the ceiling (io_service's fetch read 0-9% free where
+    its CPU units read 14-34%)."""
+    cpu = profile_with(0.7).units[0]
+    cpu = cpu.model_copy(update={"batches": [cpu.batches[0].model_copy(
+        update={"others_readings": [0.7, 0.65, 0.75, 0.7]})]})
+    sleeper = BatchMeasurement(batch_size=1, items=16, wall_s=0.02, cpu_s=0.0001,
+                               others_share=0.97, others_readings=[0.97] * 12)
+    fetch = cpu.model_copy(update={"name": "fetch", "wall_s": 0.02, "cpu_s": 0.0001,
+                                   "batches": [sleeper]})
+    profile = profile_with(0.7).model_copy(update={"units": [fetch, cpu]})
+    assert core_ceiling(profile) == pytest.approx(0.3, abs=0.051)
+
+
 @unit
 def crunch(n: int) -> int:
     total = 0

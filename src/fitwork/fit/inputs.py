@@ -193,9 +193,10 @@ def core_ceiling(profile: PipelineProfile) -> float:
     0.83-0.90 used 1.0-1.46 of 2 cores, exactly what others left them).  So the ceiling is
     also at most the share of the cores others left while the units were timed: the
     `FREE_QUANTILE` of every reading the profile took (each pass's windows of 0.1 s, else
-    the pass's own figure), where it measured any.  On a shared host, single readings taken
-    minutes apart gave 25% to 100% (issue 37); the run's re-fit corrects the rest, growing
-    the replicas where it finds more cores free (`fitwork.engine.adapt`).
+    the pass's own figure), weighted as the wait is (`free_readings`), where it measured
+    any.  On a shared host, single readings taken minutes apart gave 25% to 100% (issue
+    37); the run's re-fit corrects the rest, growing the replicas where it finds more cores
+    free (`fitwork.engine.adapt`).
     """
     m, weighted_cpu, weighted_queue = 1.0, 0.0, 0.0
     for u in profile.units:
@@ -211,6 +212,24 @@ def core_ceiling(profile: PipelineProfile) -> float:
     return max(FLOOR, ceiling)
 
 
+def free_readings(profile: PipelineProfile) -> list[tuple[float, float]]:
+    """Every reading the profile took of the share of its cores others left, each with its
+    weight: each pass's windows (`BatchMeasurement.others_readings`), else the pass's own
+    figure, weighted as the run-queue wait is (its unit's multiplicity times its CPU and
+    queued seconds per item, shared among the pass's windows).  A unit that mostly sleeps
+    asks for little of a core, so others take what it leaves and its readings say little of
+    what the plan's CPU work would get (``bench/fit_quality.py``'s io_service: its fetch's
+    windows read 0-9% free where its CPU units' read 14-34%)."""
+    m, free = 1.0, []
+    for u in profile.units:
+        for b in u.batches:
+            taken = b.others_readings or ([] if b.others_share is None else [b.others_share])
+            weight = m * (b.cpu_s + b.queued_s) / max(len(taken), 1)
+            free += [(1.0 - share, weight) for share in taken if weight > 0]
+        m *= u.output_ratio
+    return free
+
+
 def _least_queued(u: UnitProfile) -> float:
     """Run-queue seconds per CPU second of the unit's least-waiting pass (its own figure
     where no pass was kept)."""
@@ -219,24 +238,17 @@ def _least_queued(u: UnitProfile) -> float:
     return min(shares) if shares else 0.0
 
 
-def free_readings(profile: PipelineProfile) -> list[float]:
-    """Every reading the profile took of the share of its cores others left: each pass's
-    windows (`BatchMeasurement.others_readings`), else the pass's own figure."""
-    free = []
-    for u in profile.units:
-        for b in u.batches:
-            taken = b.others_readings or ([] if b.others_share is None else [b.others_share])
-            free += [1.0 - share for share in taken]
-    return free
-
-
-def quantile(values: list[float], q: float) -> float:
-    """The ``q`` quantile of ``values``, interpolated between order statistics."""
-    ordered = sorted(values)
-    at = q * (len(ordered) - 1)
-    low = math.floor(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+def quantile(weighted: list[tuple[float, float]], q: float) -> float:
+    """The ``q`` quantile of (value, weight) pairs: the least value whose weight, with all
+    below it, reaches ``q`` of the whole."""
+    ordered = sorted(weighted)
+    total = sum(w for _, w in ordered)
+    seen = 0.0
+    for value, w in ordered:
+        seen += w
+        if seen >= q * total - 1e-12:
+            return value
+    return ordered[-1][0]
 
 
 def waiting_seconds(profile: PipelineProfile) -> float:
