@@ -22,11 +22,14 @@ class DevicePeaks(Protocol):
     """What the cost model reads of a device class (the catalog's `DeviceClass` has it)."""
 
     name: str
-    kind: str
     fp16_flops: float
     fp32_flops: float | None
     memory_bandwidth: float | None
     memory_bytes: int
+
+    @property
+    def kind(self) -> str:
+        """cpu, gpu or accelerator (read only: the catalog's is a `DeviceKind`)."""
 
 
 class CostModelError(FitworkError, ValueError):
