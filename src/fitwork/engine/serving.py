@@ -65,7 +65,7 @@ class Transport(Protocol):
 
     def take(self, timeout: float | None) -> Frame | str | None:
         """The next frame, `STOP`, `DRAIN`, or None when ``timeout`` passed or `wake` was
-        called."""
+        called (``timeout`` None: nothing is due; return None after about `IDLE` seconds)."""
 
     def finish(self, frames: list[Finished]) -> None:
         """Send these frames' outputs on and report them done."""
@@ -155,7 +155,7 @@ class Serving:
         construction: nothing else runs here)."""
         runner = self.runner
         while True:
-            message = transport.take(IDLE)
+            message = transport.take(None)
             if message is None or message == DRAIN:
                 continue
             if message == STOP:
@@ -174,8 +174,7 @@ class Serving:
         """Fill batches to their size or until their wait passes, then call once; a retried
         item runs at once in a batch of its own."""
         while True:
-            timeout = batches.timeout()
-            message = transport.take(IDLE if timeout is None else timeout)
+            message = transport.take(batches.timeout())
             if message == STOP:
                 while len(batches):
                     self._batch(transport, batches.take())
@@ -218,7 +217,7 @@ class Serving:
             if self.in_flight >= limit or (self.in_flight and transport.retry_next()):
                 self._wait_calls(transport, woken)
                 continue
-            message = transport.take(IDLE)
+            message = transport.take(None)
             if message == STOP:
                 self.stopping = True
             elif isinstance(message, Frame) and not _empty(message, transport):
@@ -303,7 +302,7 @@ class Calls:
 
     def take(self, timeout: float | None) -> Frame | str | None:
         try:
-            message = self.queue.get(timeout=timeout)
+            message = self.queue.get(timeout=IDLE if timeout is None else timeout)
         except Empty:
             return None
         return None if message == self._WAKE else message
