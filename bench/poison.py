@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -63,26 +64,43 @@ def write_input(path: Path, items: int) -> None:
             handle.write(json.dumps({"n": n, "v": list(range(n % 7, n % 7 + 8))}) + "\n")
 
 
+def handover_ms(record: Any) -> float:
+    """Median milliseconds from a worker's death to its replacement's first call (a start,
+    or a spare's hand-over), from the run record."""
+    live = sorted((w for w in record.workers if w.worker_id >= 0), key=lambda w: w.started_s)
+    gaps = []
+    for dead in live:
+        if dead.exit_code in (None, 0) or dead.ended_s is None:
+            continue
+        after = [w for w in live if w.started_s >= dead.ended_s and w.unit == dead.unit
+                 and w.busy_intervals]
+        if after:
+            gaps.append(after[0].busy_intervals[0][0] - dead.ended_s)
+    return statistics.median(gaps) * 1e3 if gaps else 0.0
+
+
 def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
-        workers: int) -> tuple[float, int, Counter[int]]:
-    """Wall seconds, worker restarts and the count of each row's output, for one run."""
+        workers: int, spares: bool = True) -> tuple[float, int, Counter[int], float]:
+    """Wall seconds, worker restarts, the count of each row's output, and the median
+    death-to-work milliseconds, for one run."""
     pipeline = Pipeline(decode, name="poison_bench")
     start = time.perf_counter()
     if mode == "driver-fed":
         with fitwork.run(pipeline, read_items(path), engine="local",
-                         workers={"decode": workers}) as result:
+                         workers={"decode": workers}, spares=spares) as result:
             seen = Counter(out["n"] for out in result)
     else:
         out = workdir / f"out-{time.monotonic_ns()}"
         with fitwork.run(pipeline, Source.files(str(path), split_bytes=split_bytes),
-                         engine="local", workers={"decode": workers},
+                         engine="local", workers={"decode": workers}, spares=spares,
                          output=fitwork.Sink.files(out)) as result:
             for _ in result:
                 pass
         wall = time.perf_counter() - start
         seen = Counter(int(row["n"]) for row in read_parts(out))
-        return wall, result.record.worker_restarts, seen
-    return time.perf_counter() - start, result.record.worker_restarts, seen
+        return wall, result.record.worker_restarts, seen, handover_ms(result.record)
+    return (time.perf_counter() - start, result.record.worker_restarts, seen,
+            handover_ms(result.record))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU microseconds each row costs beyond reading it (default 0: "
                              "a light row of ~8 us; a decoder's row costs a millisecond or more)")
     parser.add_argument("--modes", default="driver-fed,sharded")
+    parser.add_argument("--spares", default="on,off",
+                        help="runs with bad rows: with spare workers forked ahead (on), "
+                             "without (off: every death forks and builds a new worker), or "
+                             "both (default on,off)")
     args = parser.parse_args(argv)
     per_million = round(args.bad * 1_000_000)
     with tempfile.TemporaryDirectory(prefix="fitwork-poison-") as temp:
@@ -110,27 +132,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.items:,} rows, {expected_bad} of them kill their worker once "
               f"({args.bad:.2%}), {args.workers} workers, local engine, "
               f"{args.work_us} us of extra CPU a row")
-        print(f"{'mode':<11} {'clean rows/s':>13} {'bad rows/s':>11} {'ratio':>6} "
-              f"{'restarts':>9} {'lost':>5} {'doubled':>8} {'ms per death':>13}")
+        print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+              f"({os.cpu_count()} cores)")
+        print(f"{'mode':<11} {'spares':>6} {'clean rows/s':>13} {'bad rows/s':>11} {'ratio':>6} "
+              f"{'restarts':>9} {'lost':>5} {'doubled':>8} {'ms per death':>13} "
+              f"{'to work ms':>10}")
         failed = False
         for mode in args.modes.split(","):
             marks = workdir / f"marks-{mode}"
             marks.mkdir()
             os.environ[MARKS] = str(marks)
             os.environ[BAD] = "0"
-            clean, _, seen = run(mode, path, args.items, workdir, args.split_bytes,
+            clean, _, seen, _ = run(mode, path, args.items, workdir, args.split_bytes,
                                  args.workers)
             assert seen == want, "the clean run lost or doubled rows"
             os.environ[BAD] = str(per_million)
-            wall, restarts, seen = run(mode, path, args.items, workdir, args.split_bytes,
-                                       args.workers)
-            lost = sum((want - seen).values())
-            doubled = sum((seen - want).values())
-            failed |= bool(lost or doubled)
-            per_death = (wall - clean) / restarts * 1e3 if restarts else 0.0
-            print(f"{mode:<11} {args.items / clean:>13,.0f} {args.items / wall:>11,.0f} "
-                  f"{clean / wall:>6.2f} {restarts:>9} {lost:>5} {doubled:>8} "
-                  f"{per_death:>13.1f}", flush=True)
+            for spares in args.spares.split(","):
+                for mark in marks.iterdir():  # every once-killer kills again
+                    mark.unlink()
+                wall, restarts, seen, gap = run(mode, path, args.items, workdir, args.split_bytes,
+                                           args.workers, spares == "on")
+                lost = sum((want - seen).values())
+                doubled = sum((seen - want).values())
+                failed |= bool(lost or doubled)
+                per_death = (wall - clean) / restarts * 1e3 if restarts else 0.0
+                print(f"{mode:<11} {spares:>6} {args.items / clean:>13,.0f} "
+                      f"{args.items / wall:>11,.0f} {clean / wall:>6.2f} {restarts:>9} "
+                      f"{lost:>5} {doubled:>8} {per_death:>13.1f} {gap:>10.1f}", flush=True)
+        print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+              f"({os.cpu_count()} cores)")
     return 1 if failed else 0
 
 

@@ -55,11 +55,14 @@ class LocalOptions:
     """The local engine's own options: channel capacity (frames) and the GPUs to spread over.
 
     ``gpus`` lists GPU ids replicas of GPU units take in turn (``CUDA_VISIBLE_DEVICES``);
-    ``None`` takes what this process may see.
+    ``None`` takes what this process may see.  ``spares``: a unit that lost a worker keeps
+    one forked and built ahead, so the next death costs a hand-over, not a start
+    (`fitwork.engine.local.spare`).
     """
 
     channel_capacity: int = 8
     gpus: tuple[str, ...] | None = None
+    spares: bool = True
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from fitwork.engine.core import (
 from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
+from fitwork.engine.local.spare import Spare, fork_spare
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
 from fitwork.engine.options import LocalOptions, RunOptions
@@ -51,6 +52,7 @@ from fitwork.engine.shell import Shell, policy_for
 from fitwork.engine.threads import ForkHold
 from fitwork.placement import Placement, allot
 from fitwork.telemetry.processes import Worker
+from fitwork.telemetry.record import RunRecord, WorkerRecord
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.005
@@ -125,6 +127,10 @@ class LocalRun(Shell):
         self.bytes_sent = self.bytes_from_sink = self.bytes_control = 0
         self.scanned = self.clock()
         self.pools = ForkHold()  # the driver's thread pools, held while it forks workers
+        # stages that lost a worker keep one spare, forked and built ahead (`spare`)
+        self.spare_stages: set[int] = set()
+        self.spares: dict[int, Spare] = {}
+        self.spare_records: list[WorkerRecord] = []  # spares let go unused, for the record
 
     # -- sending and workers ---------------------------------------------------------------
 
@@ -156,13 +162,45 @@ class LocalRun(Shell):
             gate=self.gates[stage],
             sink=(self.options.sink, self.run_id) if self.options.sink is not None
             and stage == len(self.units) - 1 else None)
-        process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
-                                   name=f"fitwork-{unit.name}-{instruction.worker}")
-        with self.pools.forking(cores):  # the child starts with its pools held to its cores
-            process.start()
+        spare = self.spares.pop(stage, None)
+        if spare is not None and spare.fits(spec):
+            spare.hand_over(instruction.worker)  # built already: it serves at once
+            process = spare.process
+        else:
+            if spare is not None:
+                self.let_go(spare)
+            process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
+                                       name=f"fitwork-{unit.name}-{instruction.worker}")
+            with self.pools.forking(cores):  # the child starts with its pools held to its cores
+                process.start()
         self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
                                                    pid=process.pid or 0)
         self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
+        if stage in self.spare_stages and not (self.core is not None and self.core.stopping):
+            with self.pools.forking(cores):
+                self.spares[stage] = fork_spare(self.ctx, spec, self.clock())
+
+    def let_go(self, spare: Spare) -> None:
+        """Stop a spare never handed over; its building CPU goes in the record."""
+        cpu = spare.cpu_seconds()
+        t0 = self.core.t0 if self.core is not None else spare.born
+        self.spare_records.append(WorkerRecord(
+            worker_id=-1, unit=spare.spec.unit.name, pid=spare.process.pid or 0,
+            started_s=spare.born - t0, ended_s=self.clock() - t0, build_cpu_s=cpu,
+            exit_cause="a spare, let go unused"))
+        spare.close()
+
+    def record(self) -> RunRecord:
+        """The run's record, with the spares let go unused among its workers (the CPU
+        they spent building their unit counted in their unit's)."""
+        record = super().record()
+        if not self.spare_records:
+            return record
+        units = [u.model_copy(update={"build_cpu_s": u.build_cpu_s + sum(
+            r.build_cpu_s for r in self.spare_records if r.unit == u.name)})
+            for u in record.units]
+        return record.model_copy(update={"workers": [*record.workers, *self.spare_records],
+                                         "units": units})
 
     def worker_env(self, stage: int, gpu: float) -> dict[str, str]:
         """Environment for a new replica: replicas that ask for a GPU take visible GPUs in
@@ -196,7 +234,9 @@ class LocalRun(Shell):
     def worker_processes(self) -> list[Worker]:
         return [Worker(h.worker_id, self.names[h.stage], h.pid,
                        int(self.units[h.stage].resources.memory or 0))
-                for h in self.handles.values() if not h.reported and h.pid]
+                for h in self.handles.values() if not h.reported and h.pid] + [
+            Worker(-1, f"{self.names[stage]} (spare)", s.process.pid, 0)
+            for stage, s in self.spares.items() if s.process.pid]
 
     def shm_prefix(self) -> str | None:
         return self.wire.prefix
@@ -279,11 +319,15 @@ class LocalRun(Shell):
             handle.process.close()
             if not handle.final:  # it died: a frame it was still writing is no one's
                 self.wire.sweep_unsent(handle.pid)
+                if self.local.spares:  # its stage keeps a spare from now on
+                    self.spare_stages.add(handle.stage)
             self.handle(Exited(handle.worker_id, clean=handle.final, now=self.clock(),
                                cause=cause, code=code))
 
     def stop_workers(self) -> None:
         """Tell every worker to stop, collect their final counters, and wait for them."""
+        for stage in list(self.spares):
+            self.let_go(self.spares.pop(stage))
         for handle in self.handles.values():
             if not handle.reported:
                 self.channels[handle.stage].put_stop()
@@ -298,6 +342,8 @@ class LocalRun(Shell):
 
     def release(self) -> None:
         """Kill what still runs, remove shared memory, close channels."""
+        for stage in list(self.spares):
+            self.let_go(self.spares.pop(stage))
         for handle in self.handles.values():
             if handle.process.exitcode is None:
                 with contextlib.suppress(ProcessLookupError, OSError):
