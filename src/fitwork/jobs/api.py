@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +11,10 @@ from fitwork.jobs.plan import FleetObjective, FleetPlan
 from fitwork.jobs.plan import plan_jobs as _plan_jobs
 from fitwork.jobs.record import FleetRecord
 from fitwork.jobs.run import run_many as _run_many
-from fitwork.jobs.spec import JobsFile, JobsFileError, load_jobs
+from fitwork.jobs.spec import Job, JobsFile, JobsFileError, load_jobs
+from fitwork.profiling.record import PipelineProfile
 
-__all__ = ["plan_jobs", "run_many"]
+__all__ = ["plan_jobs", "profiler", "run_many"]
 
 Jobs = str | Path | JobsFile | Sequence[Mapping[str, Any]]
 
@@ -35,12 +36,27 @@ def jobs_of(jobs: Jobs) -> JobsFile:
         raise JobsFileError(f"jobs: {one_line(exc)}") from None
 
 
+def profiler(samples: int, say: Callable[[str], None] | None = None
+             ) -> Callable[[Job], PipelineProfile]:
+    """Profile a job on the spot, as `fitwork profile` would (its first items as samples),
+    saying so through ``say``."""
+    def profile_job(job: Job) -> PipelineProfile:
+        from fitwork.io import read_items
+        from fitwork.profiling import profile_pipeline
+        from fitwork.workload.loader import load_pipeline
+
+        if say is not None:
+            say(f"{job.name}: profiling {job.pipeline} on {job.input} (no profile: given)")
+        return profile_pipeline(load_pipeline(job.pipeline), read_items(job.input),
+                                samples=samples)
+    return profile_job
+
+
 def plan_jobs(jobs: Jobs, fleet: Fleet | None = None, *, objective: FleetObjective = "fair",
               samples: int = 32, time_limit: float = 10.0) -> FleetPlan:
     """Fit every pipeline of ``jobs`` to ``fleet`` (this host by default) together; jobs
     without a ``profile`` are profiled on ``samples`` of their input's items."""
     from fitwork.hardware.discover import discover_local
-    from fitwork.jobs.cli import profiler
 
     return _plan_jobs(jobs_of(jobs), fleet or discover_local(), objective=objective,
                       profile_job=profiler(samples), time_limit=time_limit)

@@ -4,35 +4,17 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fitwork.commands.common import Terminated, fail, on_sigterm
 from fitwork.errors import FitworkError
-from fitwork.jobs.spec import Job, load_jobs
+from fitwork.jobs.spec import load_jobs
 
-if TYPE_CHECKING:
-    from fitwork.profiling.record import PipelineProfile
-
-__all__ = ["plan_jobs_command", "profiler", "run_jobs_command"]
+__all__ = ["plan_jobs_command", "run_jobs_command"]
 
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def profiler(samples: int) -> Callable[[Job], PipelineProfile]:
-    """Profile a job on the spot, as `fitwork profile` would (its first items as samples)."""
-    def profile_job(job: Job) -> PipelineProfile:
-        from fitwork.decomposition.cli import load_pipeline_for
-        from fitwork.io import read_items
-        from fitwork.profiling import profile_pipeline
-
-        _say(f"{job.name}: profiling {job.pipeline} on {job.input} (no profile: given)")
-        pipeline = load_pipeline_for(job.pipeline, None)
-        return profile_pipeline(pipeline, read_items(job.input), samples=samples)
-    return profile_job
 
 
 def plan_jobs_command(jobs_path: Path, fleet_ref: str, objective: str | None,
@@ -40,6 +22,7 @@ def plan_jobs_command(jobs_path: Path, fleet_ref: str, objective: str | None,
     """Plan every job of the jobs file together, print it and save it."""
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
+    from fitwork.jobs.api import profiler
     from fitwork.jobs.plan import plan_jobs
 
     chosen = objective or "fair"
@@ -51,7 +34,7 @@ def plan_jobs_command(jobs_path: Path, fleet_ref: str, objective: str | None,
         fleet = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
         sys.path.insert(0, str(jobs_path.resolve().parent))
         plan = plan_jobs(jobs, fleet, objective=chosen,  # type: ignore[arg-type]
-                         profile_job=profiler(samples),
+                         profile_job=profiler(samples, _say),
                          time_limit=time_limit, say=_say)
     except FitworkError as exc:
         fail(exc)
