@@ -40,6 +40,13 @@ FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv
            ".parquet": "parquet"}
 READER = "read"
 """The name of the reader unit a sharded run puts in front of the pipeline."""
+STREAM_ROWS = 512
+"""Rows a reader hands on at a time while an engine streams its rows (`streamed`)."""
+
+RowStream = Callable[[Any, int, list[Any]], None]
+"""What an engine sets as a reader's ``stream``: called with the shard (or `Slice`) being
+read, the number of the first row of a chunk, and the chunk's children, which it sends on
+at once (the reader does not yield them)."""
 
 
 class Slice(NamedTuple):
@@ -58,6 +65,24 @@ class Children(NamedTuple):
     n-th child's children), whichever rows a `Slice` of the shard holds."""
 
     values: list[Any]
+
+
+def streamed(stream: RowStream | None, shard: Any, rows: Iterable[Any]) -> Iterator[Any]:
+    """A reader's children: with a ``stream``, every `STREAM_ROWS` of them go to it as they
+    are read and only the last, short chunk is yielded, so a reader killed mid-shard has
+    handed on (and the engine reported) the rows before its last chunk."""
+    if stream is None:
+        yield from rows
+        return
+    lo = shard.lo if type(shard) is Slice else 0
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= STREAM_ROWS:
+            stream(shard, lo, chunk)
+            lo += len(chunk)
+            chunk = []
+    yield from chunk
 
 
 def sliced(rows: Iterable[Any], piece: Slice) -> Iterator[Any]:
@@ -148,11 +173,12 @@ class Source:
         if first is None:
             class Read:
                 slices_rows = True  # the run core may send it a `Slice` of a shard
+                stream: RowStream | None = None  # set by an engine that streams its rows
 
                 def __call__(self, shard: Any) -> Iterator[Any]:
                     if type(shard) is Slice:
-                        return sliced(read(shard.value), shard)
-                    return iter(read(shard))
+                        return streamed(self.stream, shard, read_slice(read, shard))
+                    return streamed(self.stream, shard, read(shard))
 
             return Unit(fn=Read, name=READER, kind=Kind.FLAT_MAP,
                         resources=Resources(cpu=0.5), replicas=self.readers,
@@ -160,14 +186,18 @@ class Source:
 
         class ReadThen:
             slices_rows = True  # the run core may send it a `Slice` of a shard
+            stream: RowStream | None = None  # set by an engine that streams its rows
 
             def __init__(self) -> None:
                 self.kernel = Kernel(first)  # a class unit: built once per replica
 
             def __call__(self, shard: Any) -> Iterator[Any]:
+                return streamed(self.stream, shard, self.children(shard))
+
+            def children(self, shard: Any) -> Iterator[Any]:
+                """Each row's child: its output, or its failure."""
                 kernel = self.kernel
-                rows = (sliced(read(shard.value), shard) if type(shard) is Slice
-                        else read(shard))
+                rows = read_slice(read, shard) if type(shard) is Slice else read(shard)
                 single = kernel.kind is Kind.MAP
                 for row in rows:
                     if type(row) is ChildFailed:  # a row the reader could not read
@@ -301,10 +331,22 @@ def _unreadable(where: dict[str, Any], error: str) -> ChildFailed:
     return ChildFailed(READER, where, Failed(InputError(error), 1))
 
 
-def _jsonl_range(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
+def read_slice(read: Callable[[Any], Iterable[Any]], piece: Slice) -> Iterator[Any]:
+    """The rows of ``piece`` of a shard: a JSON Lines shard of `read_shard` (or its tolerant
+    twin) passes the lines before them unparsed; any other is read whole and sliced."""
+    shard = piece.value
+    if (read in (read_shard, read_shard_tolerant) and type(shard) is Shard
+            and shard.format == "jsonl"):
+        rows = _jsonl_range(shard, read is read_shard_tolerant, skip=piece.lo)
+        return sliced(rows, piece._replace(lo=0, hi=None if piece.hi is None
+                                           else piece.hi - piece.lo))
+    return sliced(read(shard), piece)
+
+
+def _jsonl_range(shard: Shard, tolerant: bool = False, skip: int = 0) -> Iterator[Any]:
     """The JSON values of the lines that start in ``[start, stop)``: a reader skips the line
     the range begins inside of (the range before owns it) and reads past ``stop`` to finish
-    its own last line."""
+    its own last line.  The first ``skip`` rows (lines not blank) are passed unparsed."""
     from fitwork.fs import open_input
 
     with open_input(shard.path) as handle:
@@ -312,6 +354,18 @@ def _jsonl_range(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
         if position:
             handle.seek(position - 1)
             position += len(handle.readline(MAX_LINE_BYTES + 1)) - 1
+        while skip and position < shard.stop:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            position += len(raw)
+            while len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raw = handle.readline(MAX_LINE_BYTES + 1)  # a long line: one row
+                position += len(raw)
+            if position - len(raw) == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if raw.strip():
+                skip -= 1
         while position < shard.stop:
             raw = handle.readline(MAX_LINE_BYTES + 1)
             if not raw:
@@ -401,5 +455,6 @@ def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-__all__ = ["SPLIT_BYTES", "Children", "Shard", "Slice", "Source", "data_files", "file_shards",
-           "read_shard", "read_shard_tolerant"]
+__all__ = ["SPLIT_BYTES", "STREAM_ROWS", "Children", "RowStream", "Shard", "Slice", "Source",
+           "data_files", "file_shards", "read_shard", "read_shard_tolerant", "read_slice",
+           "streamed"]

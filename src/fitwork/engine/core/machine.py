@@ -117,6 +117,7 @@ class RunCore(Retries):
         self.deaths_since_progress = self.poisoned_since_progress = 0
         self.slices = self.stages[0].slices
         self.shard_rows = 2 * SLICE_WIDTH  # about how many rows a shard has (a power of 2)
+        self.rows_seen = False  # shard_rows is from rows seen (the largest shard's so far)
         self.source_done = False
         self.source_error: BaseException | None = None
         self.aborted: BaseException | None = None
@@ -405,8 +406,10 @@ class RunCore(Retries):
                 continue
             offsets, paths, exps, values = (segment.offsets, segment.paths, segment.exps,
                                             segment.values)
-            if self.slices and exps:  # a shard's children weigh 2**-k: it had <= 2**k rows
-                self.shard_rows = 1 << min(exps[0], 24)
+            if self.slices and paths and paths[-1]:  # a shard's rows seen, to a power of 2
+                rows = 1 << min(paths[-1][0].bit_length(), 24)
+                self.shard_rows = max(self.shard_rows, rows) if self.rows_seen else rows
+                self.rows_seen = True
             frame.log.append((offsets, paths, exps, True))
             self.outputs += len(values)
             if ordered:

@@ -25,7 +25,9 @@ length nobody knows yet, is split at its ``width``, and the open rest gets twice
 row that kills is alone after about log2(rows) deaths, reading the shard about twice per
 level; then, like a single, it is poison once it has killed ``max_attempts`` workers alone.
 The dead letter names the shard and the row. Any other row of a killing range is read again
-in a smaller one, and the paths it delivered before are not emitted twice.
+in a smaller one, and the paths it delivered before are not emitted twice; a range starts
+after the rows its item has delivered (`delivered_rows`: a local reader streams its rows
+as it reads, so most of a shard read before a death is not read again).
 """
 
 from __future__ import annotations
@@ -48,18 +50,20 @@ GROUP_SINGLES = 4
 """A retry group of at most this many items whose worker dies goes one by one."""
 
 
-def delivered_rows(item: Item) -> int:
-    """How many rows from the first of a shard item have all been delivered (or
-    dead-lettered): 0 unless each row makes at most one output (paths of one row number),
-    since a row of a flat-map may have delivered some of its outputs only."""
+def delivered_rows(item: Item, start: int = 0) -> int:
+    """The first row from ``start`` on of a shard item not yet delivered (nor
+    dead-lettered): ``start`` unless each row makes at most one output (paths of one row
+    number), since a row of a flat-map may have delivered some of its outputs only.  A
+    reader that streams its rows (`fitwork.engine.local.streaming`) has them delivered
+    mid-shard, so a death redoes only the rows after them."""
     done = item.paths | item.failed
     if any(len(path) != 1 for path in done):
-        return 0
+        return start
     rows = {path[0] for path in done}
-    count = 0
-    while count in rows:
-        count += 1
-    return count
+    row = start
+    while row in rows:
+        row += 1
+    return row
 
 
 class Retries:
@@ -169,7 +173,7 @@ class Retries:
         lo, hi, width, deaths = piece.lo, piece.hi, piece.width, piece.deaths + 1
         item.pieces.discard(frame.id)
         self.frames.pop(frame.id, None)
-        start = max(lo, delivered_rows(item))  # rows before it delivered: not read again
+        start = delivered_rows(item, lo)  # rows of it delivered: not read again
         if hi is not None and start >= hi:
             pass  # every row of it was delivered before its worker died
         elif not blame:

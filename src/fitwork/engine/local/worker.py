@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
 from fitwork.engine.framing import outputs_per_frame
 from fitwork.engine.local.channel import STOP, Channel
+from fitwork.engine.local.streaming import RowStreams, install
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.parts import PartWriter, Sink, Written
 from fitwork.engine.segment import Return, Segment, rows, settle, typed
@@ -137,6 +138,7 @@ class Worker:
         self.drained = False  # the driver's word that nothing more comes was taken
         self.watch_wake = self.watch_drain = False  # what `take` waits on besides frames
         self.wake_read, self.wake_write = os.pipe()
+        self.streams: RowStreams | None = None  # a reader's rows sent on as read
 
     # -- talking to the driver -------------------------------------------------------------
 
@@ -172,6 +174,8 @@ class Worker:
         segments = typed(crossed)
         self.send(Taken(self.id, frame_id, [(s.frame, s.offsets) for s in segments],
                         time.monotonic()))
+        if self.streams is not None:
+            self.streams.note(segments)
         self.items_in += sum(len(s.values) for s in segments)
         self.bytes_in += size
         return frame_id, segments
@@ -300,6 +304,7 @@ class Worker:
         """Say hello, serve frames until told to stop, and report final counters."""
         self.built_cpu = time.process_time()  # starting and building: not the unit's work
         self.kernel = kernel
+        self.streams = install(self, kernel)
         self.send(Ready(self.id, os.getpid(), time.monotonic(), build_cpu_s=self.built_cpu))
         unit = kernel.unit
         runner = Runner(kernel, self.spec.gate, self.busy, unit.io if unit.is_io else 0)
@@ -357,6 +362,8 @@ class Worker:
     def finish(self, frames: list[Finished]) -> None:
         """Settle the frames' segments, send their outputs on, and report them done."""
         kernel = self.kernel
+        if self.streams is not None:
+            frames = self.streams.finished(frames)
         for frame in frames:
             for segment, results, failed in zip(frame.segments, frame.results, frame.failed,
                                                 strict=True):
