@@ -40,7 +40,7 @@ FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv
            ".parquet": "parquet"}
 READER = "read"
 """The name of the reader unit a sharded run puts in front of the pipeline."""
-STREAM_ROWS = 512
+STREAM_ROWS = 128
 """Rows a reader hands on at a time while an engine streams its rows (`streamed`)."""
 
 RowStream = Callable[[Any, int, list[Any]], None]
@@ -70,18 +70,26 @@ class Children(NamedTuple):
 def streamed(stream: RowStream | None, shard: Any, rows: Iterable[Any]) -> Iterator[Any]:
     """A reader's children: with a ``stream``, every `STREAM_ROWS` of them go to it as they
     are read and only the last, short chunk is yielded, so a reader killed mid-shard has
-    handed on (and the engine reported) the rows before its last chunk."""
+    handed on (and the engine reported) the rows before its last chunk.  A read that
+    raises (a corrupt line of a shard read with ``bad_input="error"``) hands on every row
+    before the fault first: they are delivered, and the shard's dead letter names the
+    fault (an engine that does not stream, Ray's, delivers none of that shard)."""
     if stream is None:
         yield from rows
         return
     lo = shard.lo if type(shard) is Slice else 0
     chunk: list[Any] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= STREAM_ROWS:
+    try:
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) >= STREAM_ROWS:
+                stream(shard, lo, chunk)
+                lo += len(chunk)
+                chunk = []
+    except Exception:
+        if chunk:  # every row before the fault is handed on, whatever the chunk size
             stream(shard, lo, chunk)
-            lo += len(chunk)
-            chunk = []
+        raise
     yield from chunk
 
 

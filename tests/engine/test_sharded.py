@@ -188,6 +188,8 @@ def test_a_corrupt_shard_is_dead_lettered_with_its_place_and_the_run_goes_on(
             line != lines[1500]} - {r["n"] for r in read_shard(
                 Shard(bad.path, "jsonl", 0, bad.start))} - {
         r["n"] for r in read_shard(Shard(bad.path, "jsonl", bad.stop, 10**9))}
+    if engine == "local":  # its reader streams: the rows before the fault were handed on
+        lost = {n for n in lost if n > 1500}
     got = pairs(tmp_path / "o")
     assert got == Counter(pair for pair in s.expected(range(3000)) if pair[0] not in lost
                           and pair[0] != 1500)

@@ -439,22 +439,39 @@ class RunCore(Retries):
         return frame, frame.itemize()[offset], 0
 
     def _arrive_itemized(self, frame: Frame, segment: Segment, now: float) -> None:
+        """Outputs of an itemized frame: each emitted once per path, and the weight of a
+        run of outputs of one item (a reader's streamed rows) counted at once."""
         offsets, paths, exps, values = (segment.offsets, segment.paths, segment.exps,
                                         segment.values)
+        emitted: list[Any] = []  # one Emit for the segment, where its first output was
+        at = len(self.out)
+        ordered = self.policy.ordered or self.policy.spans
+        run: list[int] = []  # the exponents of the current run of one item's outputs
+        last, owner, item, attempt = -1, frame, None, 0
         for j, offset in enumerate(offsets):
-            owner, item, attempt = self._owner(frame, offset)
+            if offset != last or item is None:
+                if run and item is not None:
+                    self._add(frame, owner, item, attempt, weight_of(run, len(run)), now)
+                run = []
+                last = offset
+                owner, item, attempt = self._owner(frame, offset)
             if item.settled:
                 continue
             path = paths[j] if paths else ()
             if path not in item.paths:
                 item.paths.add(path)
                 self.outputs += 1
-                index = frame.index(offset)
-                if self.policy.ordered or self.policy.spans:
-                    owner.singles.append((index, path, values[j]))
+                if ordered:
+                    owner.singles.append((frame.index(offset), path, values[j]))
                 else:
-                    self.out.append(Emit([values[j]]))
-            self._add(frame, owner, item, attempt, weight_of([exps[j]], 1) if exps else 1, now)
+                    if not emitted:
+                        at = len(self.out)
+                    emitted.append(values[j])
+            run.append(exps[j] if exps else 0)
+        if run and item is not None:
+            self._add(frame, owner, item, attempt, weight_of(run, len(run)), now)
+        if emitted:
+            self.out.insert(at, Emit(emitted))
 
     def _return_itemized(self, frame: Frame, offsets: Sequence[int], exps: list[int] | None,
                          now: float) -> None:

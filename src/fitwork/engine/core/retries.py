@@ -52,16 +52,13 @@ GROUP_SINGLES = 4
 
 def delivered_rows(item: Item, start: int = 0) -> int:
     """The first row from ``start`` on of a shard item not yet delivered (nor
-    dead-lettered): ``start`` unless each row makes at most one output (paths of one row
-    number), since a row of a flat-map may have delivered some of its outputs only.  A
-    reader that streams its rows (`fitwork.engine.local.streaming`) has them delivered
-    mid-shard, so a death redoes only the rows after them."""
-    done = item.paths | item.failed
-    if any(len(path) != 1 for path in done):
-        return start
-    rows = {path[0] for path in done}
+    dead-lettered) as its one output (path ``(row,)``): a row whose outputs are a flat-map's
+    children (paths ``(row, k)``) may have delivered some of them only, so it stops the
+    count.  A reader that streams its rows (`fitwork.engine.local.streaming`) has them
+    delivered mid-shard, so a death redoes only the rows after them."""
+    paths, failed = item.paths, item.failed
     row = start
-    while row in rows:
+    while (row,) in paths or (row,) in failed:
         row += 1
     return row
 
