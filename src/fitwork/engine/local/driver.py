@@ -11,9 +11,11 @@ channel in front of it and pushes its outputs into the next.  The driver feeds t
 channel, reads the last one, and hands every control message to the run core
 (`fitwork.engine.core`), which keeps the books and decides; the driver carries out what it
 says (fork a replacement, stop a replica, top up credits).  A worker that exits unasked
-is reported to the core, which retries what it held.  A kill can only lose a frame in the
-instant between receiving it and reporting it; the core notices the pipeline gone quiet
-with items pending and has the driver top the channel credits back up.
+is reported to the core, which retries what it held; its unit keeps a spare from then on,
+forked and built ahead, which the next replacement is handed (`fitwork.engine.local.spare`).
+A kill can only lose a frame in the instant between receiving it and reporting it; the core
+notices the pipeline gone quiet with items pending and has the driver top the channel
+credits back up.
 """
 
 from __future__ import annotations
@@ -162,23 +164,30 @@ class LocalRun(Shell):
             gate=self.gates[stage],
             sink=(self.options.sink, self.run_id) if self.options.sink is not None
             and stage == len(self.units) - 1 else None)
-        spare = self.spares.pop(stage, None)
-        if spare is not None and spare.fits(spec):
-            spare.hand_over(instruction.worker)  # built already: it serves at once
-            process = spare.process
-        else:
-            if spare is not None:
-                self.let_go(spare)
-            process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
-                                       name=f"fitwork-{unit.name}-{instruction.worker}")
-            with self.pools.forking(cores):  # the child starts with its pools held to its cores
-                process.start()
+        process = self.start_worker(spec)
         self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
                                                    pid=process.pid or 0)
         self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
-        if stage in self.spare_stages and not (self.core is not None and self.core.stopping):
+        # (a replica given a GPU takes the next in turn: a spare would hold the wrong one)
+        if (stage in self.spare_stages and not spec.env
+                and not (self.core is not None and self.core.stopping)):
             with self.pools.forking(cores):
                 self.spares[stage] = fork_spare(self.ctx, spec, self.clock())
+
+    def start_worker(self, spec: WorkerSpec) -> Any:
+        """The process of a new worker: its stage's spare, handed over, if it has one that
+        fits; else one forked now (it builds its unit before it serves)."""
+        spare = self.spares.pop(spec.stage, None)
+        if spare is not None and spare.fits(spec):
+            spare.hand_over(spec.worker_id)  # built already: it serves at once
+            return spare.process
+        if spare is not None:
+            self.let_go(spare)
+        process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
+                                   name=f"fitwork-{spec.unit.name}-{spec.worker_id}")
+        with self.pools.forking(spec.cores):  # the child starts with its pools held to its cores
+            process.start()
+        return process
 
     def let_go(self, spare: Spare) -> None:
         """Stop a spare never handed over; its building CPU goes in the record."""
