@@ -5,8 +5,10 @@ meets a "bad" row: ``--bad`` of the rows (0.1% by default), chosen by a hash of 
 number; a marker file per row, made before the kill, lets the next worker that meets it
 live.  The same rows run on the local engine driver-fed (a JSON Lines file read by this
 process) and sharded (`Source.files` into `Sink.files` parts), each once with no bad rows
-and once with them.  Printed per mode: rows/s of both, their ratio, worker restarts, and
-rows lost and doubled (both must be 0: every row's output is counted).
+and once with them per ``--spares`` count (spare workers forked ahead; 0: none), in
+``--rounds`` rounds.  Printed per run: rows/s of both, their ratio, worker restarts, rows
+lost and doubled (both must be 0: every row's output is counted), ms each death cost and
+the median ms from a death to its replacement's first call; per mode, the median ratio.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def handover_ms(record: Any) -> float:
 
 
 def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
-        workers: int, spares: bool = True) -> tuple[float, int, Counter[int], float]:
+        workers: int, spares: int = 2) -> tuple[float, int, Counter[int], float]:
     """Wall seconds, worker restarts, the count of each row's output, and the median
     death-to-work milliseconds, for one run."""
     pipeline = Pipeline(decode, name="poison_bench")
@@ -103,6 +105,34 @@ def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
             handover_ms(result.record))
 
 
+def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
+              per_million: int, want: Counter[int], ratios: dict[str, list[float]]) -> bool:
+    """A clean run, then one with bad rows per ``--spares`` setting, each printed; each
+    ratio noted under its setting.  True if any run lost or doubled a row."""
+    marks = workdir / f"marks-{mode}"
+    marks.mkdir(exist_ok=True)
+    os.environ[MARKS] = str(marks)
+    os.environ[BAD] = "0"
+    clean, _, seen, _ = run(mode, path, args.items, workdir, args.split_bytes, args.workers)
+    assert seen == want, "the clean run lost or doubled rows"
+    os.environ[BAD] = str(per_million)
+    failed = False
+    for spares in args.spares.split(","):
+        for mark in marks.iterdir():  # every once-killer kills again
+            mark.unlink()
+        wall, restarts, seen, gap = run(mode, path, args.items, workdir, args.split_bytes,
+                                        args.workers, int(spares))
+        lost = sum((want - seen).values())
+        doubled = sum((seen - want).values())
+        failed |= bool(lost or doubled)
+        ratios.setdefault(spares, []).append(clean / wall)
+        per_death = (wall - clean) / restarts * 1e3 if restarts else 0.0
+        print(f"{mode:<11} {spares:>6} {args.items / clean:>13,.0f} "
+              f"{args.items / wall:>11,.0f} {clean / wall:>6.2f} {restarts:>9} "
+              f"{lost:>5} {doubled:>8} {per_death:>13.1f} {gap:>10.1f}", flush=True)
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000,
@@ -116,10 +146,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU microseconds each row costs beyond reading it (default 0: "
                              "a light row of ~8 us; a decoder's row costs a millisecond or more)")
     parser.add_argument("--modes", default="driver-fed,sharded")
-    parser.add_argument("--spares", default="on,off",
-                        help="runs with bad rows: with spare workers forked ahead (on), "
-                             "without (off: every death forks and builds a new worker), or "
-                             "both (default on,off)")
+    parser.add_argument("--spares", default="2,0",
+                        help="runs with bad rows: how many spare workers a unit that lost one "
+                             "keeps forked ahead, one run per count (default 2,0; 0: every "
+                             "death forks and builds a new worker)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds per mode, each a clean run and the bad-row runs after "
+                             "it (default 1); the median ratio is printed (a shared host's "
+                             "load moves a single run's speed several-fold)")
     args = parser.parse_args(argv)
     per_million = round(args.bad * 1_000_000)
     with tempfile.TemporaryDirectory(prefix="fitwork-poison-") as temp:
@@ -139,26 +173,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{'to work ms':>10}")
         failed = False
         for mode in args.modes.split(","):
-            marks = workdir / f"marks-{mode}"
-            marks.mkdir()
-            os.environ[MARKS] = str(marks)
-            os.environ[BAD] = "0"
-            clean, _, seen, _ = run(mode, path, args.items, workdir, args.split_bytes,
-                                 args.workers)
-            assert seen == want, "the clean run lost or doubled rows"
-            os.environ[BAD] = str(per_million)
-            for spares in args.spares.split(","):
-                for mark in marks.iterdir():  # every once-killer kills again
-                    mark.unlink()
-                wall, restarts, seen, gap = run(mode, path, args.items, workdir, args.split_bytes,
-                                           args.workers, spares == "on")
-                lost = sum((want - seen).values())
-                doubled = sum((seen - want).values())
-                failed |= bool(lost or doubled)
-                per_death = (wall - clean) / restarts * 1e3 if restarts else 0.0
-                print(f"{mode:<11} {spares:>6} {args.items / clean:>13,.0f} "
-                      f"{args.items / wall:>11,.0f} {clean / wall:>6.2f} {restarts:>9} "
-                      f"{lost:>5} {doubled:>8} {per_death:>13.1f} {gap:>10.1f}", flush=True)
+            ratios: dict[str, list[float]] = {}
+            for _ in range(args.rounds):
+                failed |= one_round(mode, path, workdir, args, per_million, want, ratios)
+            print(f"{mode:<11} median of {args.rounds} rounds (each against its own clean "
+                  "run): " + ", ".join(f"spares {k} {statistics.median(v):.2f}x"
+                                       for k, v in ratios.items()), flush=True)
         print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
               f"({os.cpu_count()} cores)")
     return 1 if failed else 0

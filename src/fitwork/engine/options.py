@@ -55,14 +55,14 @@ class LocalOptions:
     """The local engine's own options: channel capacity (frames) and the GPUs to spread over.
 
     ``gpus`` lists GPU ids replicas of GPU units take in turn (``CUDA_VISIBLE_DEVICES``);
-    ``None`` takes what this process may see.  ``spares``: a unit that lost a worker keeps
-    one forked and built ahead, so the next death costs a hand-over, not a start
-    (`fitwork.engine.local.spare`).
+    ``None`` takes what this process may see.  ``spares``: how many workers a unit that lost
+    one keeps forked and built ahead, so a death costs a hand-over, not a start
+    (`fitwork.engine.local.spare`; 0 or False: none).
     """
 
     channel_capacity: int = 8
     gpus: tuple[str, ...] | None = None
-    spares: bool = True
+    spares: int = 2
 
 
 @dataclass(frozen=True)

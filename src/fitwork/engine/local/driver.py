@@ -131,7 +131,7 @@ class LocalRun(Shell):
         self.pools = ForkHold()  # the driver's thread pools, held while it forks workers
         # stages that lost a worker keep one spare, forked and built ahead (`spare`)
         self.spare_stages: set[int] = set()
-        self.spares: dict[int, Spare] = {}
+        self.spares: dict[int, list[Spare]] = {}  # oldest first
         self.spare_records: list[WorkerRecord] = []  # spares let go unused, for the record
 
     # -- sending and workers ---------------------------------------------------------------
@@ -171,23 +171,32 @@ class LocalRun(Shell):
         # (a replica given a GPU takes the next in turn: a spare would hold the wrong one)
         if (stage in self.spare_stages and not spec.env
                 and not (self.core is not None and self.core.stopping)):
-            with self.pools.forking(cores):
-                self.spares[stage] = fork_spare(self.ctx, spec, self.clock())
+            kept = self.spares.setdefault(stage, [])
+            while len(kept) < int(self.local.spares):
+                with self.pools.forking(cores):
+                    kept.append(fork_spare(self.ctx, spec, self.clock()))
 
     def start_worker(self, spec: WorkerSpec) -> Any:
         """The process of a new worker: its stage's spare, handed over, if it has one that
         fits; else one forked now (it builds its unit before it serves)."""
-        spare = self.spares.pop(spec.stage, None)
-        if spare is not None and spare.fits(spec):
-            spare.hand_over(spec.worker_id)  # built already: it serves at once
-            return spare.process
-        if spare is not None:
+        kept = self.spares.get(spec.stage, [])
+        while kept:
+            spare = kept.pop(0)
+            if spare.fits(spec):
+                spare.hand_over(spec.worker_id)  # built already: it serves at once
+                return spare.process
             self.let_go(spare)
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
                                    name=f"fitwork-{spec.unit.name}-{spec.worker_id}")
         with self.pools.forking(spec.cores):  # the child starts with its pools held to its cores
             process.start()
         return process
+
+    def let_spares_go(self) -> None:
+        """Stop every spare (the run is ending)."""
+        for kept in self.spares.values():
+            while kept:
+                self.let_go(kept.pop())
 
     def let_go(self, spare: Spare) -> None:
         """Stop a spare never handed over; its building CPU goes in the record."""
@@ -245,7 +254,7 @@ class LocalRun(Shell):
                        int(self.units[h.stage].resources.memory or 0))
                 for h in self.handles.values() if not h.reported and h.pid] + [
             Worker(-1, f"{self.names[stage]} (spare)", s.process.pid, 0)
-            for stage, s in self.spares.items() if s.process.pid]
+            for stage, kept in self.spares.items() for s in kept if s.process.pid]
 
     def shm_prefix(self) -> str | None:
         return self.wire.prefix
@@ -335,8 +344,7 @@ class LocalRun(Shell):
 
     def stop_workers(self) -> None:
         """Tell every worker to stop, collect their final counters, and wait for them."""
-        for stage in list(self.spares):
-            self.let_go(self.spares.pop(stage))
+        self.let_spares_go()
         for handle in self.handles.values():
             if not handle.reported:
                 self.channels[handle.stage].put_stop()
@@ -351,8 +359,7 @@ class LocalRun(Shell):
 
     def release(self) -> None:
         """Kill what still runs, remove shared memory, close channels."""
-        for stage in list(self.spares):
-            self.let_go(self.spares.pop(stage))
+        self.let_spares_go()
         for handle in self.handles.values():
             if handle.process.exitcode is None:
                 with contextlib.suppress(ProcessLookupError, OSError):
