@@ -178,3 +178,11 @@ def cluster_resources(timeout: float = 30.0) -> dict[str, float]:
         for name, amount in node["Resources"].items():
             total[name] = total.get(name, 0.0) + amount
     return total
+
+
+def free_per_node(timeout: float = 10.0) -> dict[str, dict[str, float]]:
+    """What each live node has free now (not held by an actor, task or placement group),
+    by node id; a view Ray keeps eventually consistent, so read it as a hint."""
+    from ray._private import state
+
+    return within(timeout, "the free resources per node", state.available_resources_per_node)

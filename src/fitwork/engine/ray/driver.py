@@ -54,7 +54,7 @@ from fitwork.engine.core import (
 )
 from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.options import RayOptions, RunOptions
-from fitwork.engine.ray.placing import Bundle, Placing
+from fitwork.engine.ray.placing import NODE_CHECK_S, Bundle, NodeFit, Placing
 from fitwork.engine.ray.records import Hello, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
@@ -68,6 +68,7 @@ from fitwork.hardware.ray_cluster import (
     live_nodes,
 )
 from fitwork.placement import Placement, allot
+from fitwork.telemetry.record import Refit
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
@@ -110,7 +111,7 @@ class Actor:
     ready: bool = False  # it said hello: its unit is built and it takes calls
 
 
-class RayRun(Placing, Shell):
+class RayRun(NodeFit, Placing, Shell):
     """One run on Ray: actors, frames in flight, and the core's books."""
 
     engine_name = "ray"
@@ -156,6 +157,19 @@ class RayRun(Placing, Shell):
         self.slots: dict[int, Any] = {}  # a task run's slots (`fitwork.engine.ray.slots`)
         self.blobs: list[bytes] = []
         self.share = 1.0  # the cores each replica of a unit with no declared cpu asks for
+        # nodes (`NodeFit`): those read last, lost during the run; replacements the core
+        # asked for while a node's replicas died, held until re-fitted; asks re-fitted
+        self.node_ids: set[str] = set()
+        self.last_nodes: list[dict[str, Any]] = []
+        self.nodes_read = 0.0
+        self.lost_nodes: set[str] = set()
+        self.deferred: dict[int, Spawn] = {}
+        self.deferring = False
+        self.fitted: dict[int, list[Any]] = {}
+        self.cut: set[int] = set()  # replicas whose cores a re-fit cut to the room left
+        self.joined: set[str] = set()  # nodes that joined since the last re-fit to them
+        self.node_refits: list[Refit] = []
+        self.planned_counts: list[int] = []  # replicas per unit the run started with
 
     # -- setting up ------------------------------------------------------------------------
 
@@ -165,7 +179,8 @@ class RayRun(Placing, Shell):
         # load is said in one line, not a crash; one from __main__ or a file travels by
         # value (`Unit.__reduce__`), pickled once per run.
         self.blobs = [ray.cloudpickle.dumps(unit) for unit in self.units]
-        self.nodes = live_nodes(self.timeout)  # read once: resources, labels, the host
+        self.nodes = live_nodes(self.timeout)  # resources, labels, the host; re-read
+        self.node_ids = {n["NodeID"] for n in self.nodes}  # each NODE_CHECK_S
         self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
         self.fit_asks()
         self.prepare()
@@ -244,23 +259,27 @@ class RayRun(Placing, Shell):
     # -- carrying out the core's instructions ----------------------------------------------
 
     def spawn(self, instruction: Spawn) -> None:
+        if self.deferring:  # a node died: its replacements wait for the re-fit
+            self.deferred[instruction.worker] = instruction
+            return
         stage, group = instruction.stage, instruction.group
         unit = self.units[stage]
         wanted = self.demand(stage, group)
-        # No runtime_env: an actor with one of its own waits for a fresh worker process
-        # (twice the start-up here); the replica holds its thread pools itself.
-        options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0,
-                                   **wanted.to_ray()}
         bundle = None
         if group is not None and group.node_type is not None:
             bundle = next((i for i, b in enumerate(self.bundles)
                            if b.node_type == group.node_type and b.holder is None
-                           and b.shape == wanted), None)
-            if bundle is not None:
-                chosen = self.bundles[bundle]
-                chosen.holder = instruction.worker
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group=chosen.group, placement_group_bundle_index=chosen.index)
+                           and not b.lost and b.shape == wanted), None)
+        # No runtime_env: an actor with one of its own waits for a fresh worker process
+        # (twice the start-up here); the replica holds its thread pools itself.
+        options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0, **(
+            wanted if bundle is not None else self.fitted_ask(instruction.worker, stage,
+                                                                 wanted)).to_ray()}
+        if bundle is not None:
+            chosen = self.bundles[bundle]
+            chosen.holder = instruction.worker
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=chosen.group, placement_group_bundle_index=chosen.index)
         batch = allot(unit, group).batch_size
         replicas = max(1, self.placement.replicas(unit.name))
         sink = (self.options.sink, self.run_id, instruction.worker) \
@@ -276,6 +295,8 @@ class RayRun(Placing, Shell):
             self.initial.add(instruction.worker)  # held to the start-up timeout
 
     def retire(self, instruction: Retire) -> None:
+        if instruction.worker in self.deferred:  # a replacement the re-fit does not keep
+            return
         actor = self.actors.get(instruction.worker)
         if actor is None or actor.ended:
             return
@@ -357,6 +378,9 @@ class RayRun(Placing, Shell):
 
     def pump(self) -> None:
         now = self.clock()
+        if now - self.nodes_read >= NODE_CHECK_S and not self.tasks:
+            self.nodes_read = now
+            self.check_nodes()
         if now - self.last_stats >= self.policy.sample_interval:
             self.last_stats = now
             self._ask_stats()
@@ -384,6 +408,8 @@ class RayRun(Placing, Shell):
         try:
             info: Hello = ray.get(ref)
         except DEATH as exc:
+            if not self.tasks and self._node_died(worker, exc):
+                return
             name = self.names[self.actors[worker].stage]
             raise EngineError(
                 f"unit {name!r}: its Ray replica's process died while starting "
@@ -459,6 +485,8 @@ class RayRun(Placing, Shell):
         actor = self.actors.get(worker)
         if actor is None or actor.ended:
             return
+        if not self.deferring and not self.tasks and self.lost_node(actor):
+            return  # its node died: the re-fit replaced it
         actor.ended = True
         if actor.bundle is not None:
             self.bundles[actor.bundle].holder = None

@@ -5,25 +5,40 @@ planned group into a Ray ask (`demand`), fails a run at once whose asks no node 
 hold and shares the cores the declared asks leave (`fit_asks`, see
 `fitwork.engine.ray.asks`), and reserves a placement group per planned node type
 (`reserve_groups`).
+
+It also re-fits a run to the nodes it has (`NodeFit`): a node that dies takes its replicas
+and its bundles with it; their replacements are asked of the nodes left, as many as those
+have room for (a unit left with none keeps one, its ask cut to the room there is), and a
+node that joins (or comes back) takes back the replicas the loss cost.  Each re-fit is a
+`Refit` in the run record, its reason naming the node, its prediction from the rates
+measured so far.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
 from ray.util.placement_group import placement_group
 
+from fitwork.engine.core import Exited, Resize, Spawn
 from fitwork.engine.options import RayOptions
 from fitwork.engine.ray.asks import CPU_STEP, Ask, never_placed, share
 from fitwork.errors import EngineError
 from fitwork.hardware.catalog import DeviceKind, device_kind
-from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL, cluster_resources
+from fitwork.hardware.ray_cluster import (
+    NODE_TYPE_LABEL,
+    cluster_resources,
+    free_per_node,
+    live_nodes,
+)
 from fitwork.placement import Group, Placement
 from fitwork.resources import Resources
+from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.unit import Unit
 
 
@@ -36,6 +51,8 @@ class Bundle:
     node_type: str
     shape: Resources
     holder: int | None = None
+    lost: bool = False
+    """Its node died: no replica is placed on it again (Ray could not hold it there)."""
 
 
 class Placing:
@@ -140,6 +157,27 @@ class Placing:
             self.bundles += [Bundle(group, i, node_type, shape)
                              for i, shape in enumerate(shapes)]
 
+    def lose_bundles(self, gone: set[str], holders: dict[int, str | None]) -> None:
+        """Mark lost every bundle on a node in ``gone`` (by its holder's node, else by the
+        group's table) and remove each group left with none (Ray would hold its place on
+        the nodes left, or wait for one that can take it whole)."""
+        from ray.util.placement_group import placement_group_table, remove_placement_group
+
+        for bundle in self.bundles:
+            node = holders.get(bundle.holder) if bundle.holder is not None else None
+            if node is None:
+                with contextlib.suppress(Exception):
+                    table = placement_group_table(bundle.group)
+                    node = (table.get("bundles_to_node_id") or {}).get(bundle.index)
+            if node is None or node in gone:
+                bundle.lost = True
+        for group in list(self.groups):
+            mine = [b for b in self.bundles if b.group is group]
+            if mine and all(b.lost for b in mine):
+                self.groups.remove(group)
+                with contextlib.suppress(Exception):
+                    remove_placement_group(group)
+
     def _ask(self, stage: int) -> str:
         """What one replica of a unit asks Ray for, in words."""
         groups = self.placement.of(self.names[stage]) or (None,)
@@ -153,4 +191,273 @@ class Placing:
         return "(unknown: Ray did not answer)"
 
 
-__all__ = ["Bundle", "Placing"]
+Room = dict[str, dict[str, float]]
+NODE_CHECK_S = 1.0  # how often a run reads the node table (a GCS call of ~1 ms)
+# what a Ray death report says of a replica whose node died (rather than of its own fault)
+NODE_DEATH = re.compile(r"node[_ ]death|node (?:\S+ )?(?:has )?died|node (?:is )?dead|"
+                        r"NodeDied", re.IGNORECASE)
+
+
+class NodeFit:
+    """Re-fitting a run to the nodes it has (a part of `RayRun`, whose books these are)."""
+
+    names: list[str]
+    nodes: list[dict[str, Any]]
+    last_nodes: list[dict[str, Any]]
+    node_ids: set[str]
+    nodes_read: float
+    lost_nodes: set[str]
+    actors: dict[int, Any]
+    initial: set[int]
+    deferred: dict[int, Spawn]
+    deferring: bool
+    fitted: dict[int, list[Resources]]
+    cut: set[int]
+    joined: set[str]
+    node_refits: list[Refit]
+    planned_counts: list[int]
+    core: Any
+    timeout: float
+    tasks: bool
+    hellos: dict[Any, int]
+    bundles: list[Bundle]
+
+    def check_nodes(self) -> None:
+        """Read the live nodes; re-fit to them where one died or joined since."""
+        try:
+            nodes = live_nodes(min(self.timeout, 10.0))
+        except Exception:  # a GCS that did not answer: read it next time
+            return
+        if not self.planned_counts and self.core is not None:
+            self.planned_counts = list(self.core.targets)  # what the run started with
+        ids = {n["NodeID"] for n in nodes}
+        gone, new = self.node_ids - ids, ids - self.node_ids
+        self.last_nodes, self.nodes, self.node_ids = self.nodes, nodes, ids
+        if gone:
+            self.lost_nodes |= gone
+            self.node_lost(gone)
+        if self.core is None or not self.lost_nodes:
+            return
+        self.joined |= new - self.lost_nodes
+        below = any(live < planned for live, planned in
+                    zip(self.counts().values(), self.planned_counts, strict=False))
+        if below or any(not self.actors[w].ended for w in self.cut):
+            self.grow()  # Ray's view of a new node's room may lag: tried at every reading
+
+    def lost_node(self, actor: Any) -> bool:
+        """Whether ``actor`` died with its node (and the re-fit has replaced it): a node's
+        death shows first as its replicas' deaths, so the node table is read now."""
+        self.nodes_read = self.clock()
+        self.check_nodes()
+        return bool(actor.ended)
+
+    def _node_died(self, worker: int, exc: BaseException) -> bool:
+        """Whether a replica that died starting died with its node (the re-fit replaces
+        it), not of its own fault."""
+        self.check_nodes()
+        if self.actors[worker].ended:  # on a node the check found dead
+            return True
+        if NODE_DEATH.search(str(exc)) or self.lost_nodes:
+            self._died(worker, f"its node died while it started ({type(exc).__name__})")
+            return True
+        return False
+
+    def record(self) -> RunRecord:
+        """The run record, with the re-fits to the nodes the run had among its re-fits."""
+        record = super().record()
+        if not self.node_refits:
+            return record
+        refits = sorted([*record.refits, *self.node_refits], key=lambda r: r.t_s)
+        return record.model_copy(update={"refits": refits})
+
+    def withdraw(self, worker: int, cause: str) -> None:
+        """End a replica that never said hello (and so holds nothing), cleanly: the core
+        asks for its replacement."""
+        actor = self.actors[worker]
+        actor.ended = True
+        if actor.bundle is not None:
+            self.bundles[actor.bundle].holder = None
+        self.hellos = {ref: w for ref, w in self.hellos.items() if w != worker}
+        with contextlib.suppress(Exception):
+            ray.kill(actor.handle, no_restart=True)
+        self.handle(Exited(worker, clean=True, now=self.clock(), cause=cause))
+
+    def counts(self) -> dict[str, int]:
+        """Replicas of each unit running and not on their way out (the core's count)."""
+        return {name: self.core.live(stage) for stage, name in enumerate(self.names)}
+
+    def cores(self) -> float:
+        """The cores of the live nodes."""
+        return sum(n["Resources"].get("CPU", 0.0) for n in self.nodes)
+
+    def room(self) -> Room:
+        """What each live node has free now (empty where Ray did not say)."""
+        with contextlib.suppress(Exception):
+            free = free_per_node(min(self.timeout, 10.0))
+            return {node: dict(amounts) for node, amounts in free.items()
+                    if node in self.node_ids}
+        return {}
+
+    def node_lost(self, gone: set[str]) -> None:
+        """Nodes died: their replicas are dead; replace them as the nodes left allow."""
+        before, cores_before = self.counts(), self.cores() + self.lost_cores(gone)
+        dead = [a for a in self.actors.values() if not a.ended and a.node in gone]
+        # replacements asked before the node table said so (its replicas' deaths show
+        # first) may wait for room there is no longer: they are fitted too
+        waiting = [a for a in self.actors.values() if not a.ended and not a.ready
+                   and a.worker not in self.initial]
+        self.lose_bundles(gone, {a.worker: a.node for a in self.actors.values()})
+        self.deferring = True  # the core asks for replacements: held until fitted
+        try:
+            for actor in dead:
+                self._died(actor.worker, f"its node {actor.node[:8]} died")
+            for actor in waiting:
+                self.withdraw(actor.worker, "withdrawn unplaced: a node died, re-fitted")
+        finally:
+            self.deferring = False
+        after = self.fit_deferred()
+        there = [a for a in self.actors.values() if a.node in gone and not a.retiring]
+        names = sorted({self.names[a.stage] for a in there})
+        reason = (f"node {', '.join(sorted(n[:8] for n in gone))} died with {len(there)} "
+                  f"replicas ({', '.join(names) or 'none'}): re-fitted to the "
+                  f"{len(self.nodes)} live nodes ({self.cores():g} cores)")
+        self.note_refit(reason, before, after, cores_before)
+
+    def lost_cores(self, gone: set[str]) -> float:
+        """The cores the nodes in ``gone`` had, as last read (0 where never read)."""
+        return sum(n["Resources"].get("CPU", 0.0) for n in self.last_nodes if n["NodeID"] in gone)
+
+    def fit_deferred(self) -> dict[str, int]:
+        """Fit the replacements the core asked for into the room the live nodes have: each
+        placed where it fits; a unit left with none keeps one (its cores cut to the room
+        there is); the rest are not replaced.  Returns the replica counts now."""
+        room, counts = self.room(), self.counts()
+        survivors = {name: counts[name] - sum(1 for s in self.deferred.values()
+                                              if self.names[s.stage] == name)
+                     for name in self.names}
+        placed: dict[int, list[Resources]] = {}
+        order = sorted(self.deferred.values(), key=lambda s: survivors[self.names[s.stage]])
+        for spawn in order:
+            name, ask = self.names[spawn.stage], self.demand(spawn.stage, spawn.group)
+            fitted = take_room(room, ask) if room else ask
+            if fitted is None and survivors[name] + len(placed.get(spawn.stage, [])) == 0:
+                fitted = take_room(room, ask, shrink=True) or replace(ask, cpu=0.0)
+            if fitted is not None:
+                placed.setdefault(spawn.stage, []).append(fitted)
+        now = self.clock()
+        for stage, name in enumerate(self.names):
+            wanted = survivors[name] + len(placed.get(stage, []))
+            if wanted < counts[name]:  # the core retires the newest: the replacements
+                self.handle(Resize(stage, wanted, now, "its node died"))
+        self.fitted = placed
+        self.flush_deferred()
+        return self.counts()
+
+    def flush_deferred(self) -> None:
+        """Start the replacements the re-fit kept; those it retired end unstarted."""
+        deferred, self.deferred = self.deferred, {}
+        for worker, spawn in deferred.items():
+            if self.core.workers[worker].retiring:
+                self.handle(Exited(worker, clean=True, now=self.clock(),
+                                   cause="not replaced: no room on the nodes left"))
+            else:
+                self.spawn(spawn)
+
+    def grow(self) -> None:
+        """After a loss, units the run holds fewer replicas of than planned grow back (and
+        a replica whose cores the loss cut gets a whole one beside it), as far as the room
+        the live nodes have allows: a node that joined, or room freed."""
+        before, room = self.counts(), self.room()
+        placed: dict[int, list[Resources]] = {}
+        cut = [self.actors[w].stage for w in self.cut if not self.actors[w].ended]
+        for stage, name in enumerate(self.names[:len(self.planned_counts)]):
+            groups = self.placement.of(name)
+            ask = self.demand(stage, groups[-1] if groups else None)
+            for _ in range(self.planned_counts[stage] - before[name] + cut.count(stage)):
+                fitted = take_room(room, ask)
+                if fitted is None:
+                    break
+                placed.setdefault(stage, []).append(fitted)
+        if not placed:
+            return
+        new, self.joined = self.joined, set()
+        cores_before = self.cores() - sum(n["Resources"].get("CPU", 0.0) for n in self.nodes
+                                          if n["NodeID"] in new)
+        self.fitted = placed
+        now = self.clock()
+        for stage, asks in placed.items():
+            self.handle(Resize(stage, before[self.names[stage]] + len(asks), now, "room"))
+        why = (f"node {', '.join(sorted(n[:8] for n in new))} joined" if new else
+               "room freed on the nodes left")
+        reason = (f"{why}: re-fitted to the "
+                  f"{len(self.nodes)} nodes ({self.cores():g} cores), back toward the plan's "
+                  f"{dict(zip(self.names, self.planned_counts, strict=True))}"
+                  + (f" (and a whole replica beside each of the {len(cut)} whose cores "
+                     "the loss cut, which go on sharing theirs)" if cut else ""))
+        self.note_refit(reason, before, self.counts(), cores_before)
+
+    def note_refit(self, reason: str, before: dict[str, int], after: dict[str, int],
+                   cores_before: float) -> None:
+        """Record a re-fit, predicted at the rates measured so far."""
+        core = self.core
+        books = (self.names, core.stage_items, core.stage_busy, core.stage_cpu)
+        self.node_refits.append(Refit(
+            t_s=self.clock() - core.t0, reason=reason, before=before, after=after,
+            predicted_before=predicted(*books, before, cores_before),
+            predicted_after=predicted(*books, after, self.cores())))
+
+    def fitted_ask(self, worker: int, stage: int, wanted: Resources) -> Resources:
+        """The ask a re-fit placed for a replica of ``stage``, else ``wanted``; a replica
+        whose cores it cut is noted (a node that joins takes a whole one in its place)."""
+        asks = self.fitted.get(stage)
+        ask = asks.pop(0) if asks else wanted
+        if ask.cpu + 1e-9 < wanted.cpu:
+            self.cut.add(worker)
+        return ask
+
+
+def amounts(ask: Resources) -> dict[str, float]:
+    """An ask in Ray's resource names."""
+    asked = {"CPU": ask.cpu, "GPU": ask.gpu, **ask.devices}
+    return {k: v for k, v in asked.items() if v}
+
+
+def take_room(room: Room, ask: Resources, shrink: bool = False) -> Resources | None:
+    """Place ``ask`` on the node of ``room`` with the most cores free that holds it, and
+    take it from that node's room: the ask placed, or None where no node holds it.  With
+    ``shrink`` the cores are cut to what the best node has free (to none: the replica
+    shares the cores there) where the rest of the ask fits."""
+    wanted = amounts(ask)
+    nodes = sorted(room.items(), key=lambda item: -item[1].get("CPU", 0.0))
+    for _, free in nodes:
+        others = all(free.get(k, 0.0) + 1e-9 >= v for k, v in wanted.items() if k != "CPU")
+        if not others:
+            continue
+        cpu = free.get("CPU", 0.0)
+        if cpu + 1e-9 < ask.cpu and not shrink:
+            continue
+        placed = ask if cpu + 1e-9 >= ask.cpu else \
+            replace(ask, cpu=math.floor(max(0.0, cpu) / CPU_STEP + 1e-9) * CPU_STEP)
+        for k, v in amounts(placed).items():
+            free[k] = free.get(k, 0.0) - v
+        return placed
+    return None
+
+
+def predicted(names: list[str], items: list[int], busy: list[float], cpu: list[float],
+              counts: dict[str, int], cores: float) -> float:
+    """Source items/s ``counts`` replicas sustain at the rates measured so far: each unit's
+    busy seconds per source item over its replicas, and the cores over the CPU per item."""
+    first = items[0] if items else 0
+    if not first:
+        return 0.0
+    bounds = [counts.get(name, 0) * first / busy[stage]
+              for stage, name in enumerate(names) if busy[stage] > 0]
+    per_item = sum(cpu) / first
+    if per_item > 0:
+        bounds.append(cores / per_item)
+    return min(bounds) if bounds else 0.0
+
+
+__all__ = ["NODE_CHECK_S", "NODE_DEATH", "Bundle", "NodeFit", "Placing", "amounts", "predicted",
+           "take_room"]

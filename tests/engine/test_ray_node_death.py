@@ -1,0 +1,222 @@
+"""A whole Ray node dies mid-run (three nodes on this host): every output once, re-fitted.
+
+Each node is its own ``ray start`` with its own temp dir and object store (capped), one CPU
+each, labelled with one node type.  The run's plan (fitted to that fleet) reserves a
+strictly packed placement group per planned node.  Once some outputs exist the run's own
+script kills one worker node whole (its raylet and every process under it, found by the
+node's temp dir: Ray's workers retitle themselves ``ray::...``), then, once the run has
+re-fitted to the two nodes left, starts a new node; the run must end with every output
+exactly once, both re-fits in its record, and replicas on the new node.
+
+The head is told to notice a dead node within ~2 s (``RAY_health_check_*``); with Ray's
+defaults it took ~14 s here, which only makes the run longer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                reason="Ray is not installed: pip install 'fitwork[ray]'")
+ROOT = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+ITEMS = 2400
+FAST_DETECTION = {"RAY_health_check_initial_delay_ms": "1000",
+                  "RAY_health_check_period_ms": "500",
+                  "RAY_health_check_timeout_ms": "1000",
+                  "RAY_health_check_failure_threshold": "3"}
+
+
+def node_processes(temp: str) -> list[psutil.Process]:
+    """A node's processes: those started with its temp dir, and everything under them."""
+    found: dict[int, psutil.Process] = {}
+    me = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    for process in psutil.process_iter(["cmdline"]):
+        args = process.info["cmdline"] or []
+        if process.pid in me or not any(a.startswith("--") and temp in a for a in args):
+            continue
+        with contextlib.suppress(psutil.Error):
+            for each in [process, *process.children(recursive=True)]:
+                found[each.pid] = each
+    return list(found.values())
+
+
+def start_node(address: str, temp: str, env: dict[str, str]) -> None:
+    """One worker node of one CPU, its own temp dir and object store."""
+    done = subprocess.run([RAY, "start", f"--address={address}", "--num-cpus=1",
+                           f"--temp-dir={temp}", "--object-store-memory=80000000",
+                           "--labels=fitwork.node-type=cpu", "--disable-usage-stats"],
+                          capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def three_nodes() -> Iterator[tuple[str, list[str]]]:
+    """A head and two worker nodes, one CPU each; the address and every node's temp dir
+    (a fourth for the node that joins)."""
+    temps = [tempfile.mkdtemp(prefix=f"fw-n{i}-") for i in range(4)]  # short: socket paths
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT),
+           **FAST_DETECTION}
+    port = 6900 + os.getpid() % 500
+    address = f"127.0.0.1:{port}"
+    try:
+        done = subprocess.run(
+            [RAY, "start", "--head", f"--port={port}", "--num-cpus=1", f"--temp-dir={temps[0]}",
+             "--object-store-memory=80000000", "--include-dashboard=false",
+             "--labels=fitwork.node-type=cpu", "--disable-usage-stats"],
+            capture_output=True, text=True, env=env, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        with ThreadPoolExecutor(2) as pool:  # the workers start side by side
+            list(pool.map(lambda temp: start_node(address, temp, env), temps[1:3]))
+        yield address, temps
+    finally:
+        for temp in temps:
+            for process in node_processes(temp):
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+SCRIPT = textwrap.dedent("""
+    import contextlib, json, os, subprocess, sys, time
+    import psutil, ray
+    import fitwork
+    from fitwork import Pipeline
+    from fitwork.fit.plan import fit
+    from fitwork.hardware.fleet import Fleet
+    from fitwork.hardware.ray_cluster import free_per_node
+    from fitwork.profiling.record import PipelineProfile, UnitProfile
+    from tests.engine.test_ray_node_death import ITEMS, node_processes, start_node
+
+    address, temps = sys.argv[1], json.loads(sys.argv[2])
+
+    events = {}
+    JOINED = temps[0] + "/joined"  # written once the new node took part: work speeds up
+
+    def work():  # ~30 ms an item through the five units until then (~6 s per 200)
+        time.sleep(0.002 if os.path.exists(JOINED) else 0.006)
+
+    def square(x):
+        work()
+        return x * x
+
+    def inc(x):
+        work()
+        return x + 1
+
+    def double(x):
+        work()
+        return 2 * x
+
+    def negate(x):
+        work()
+        return -x
+
+    def shift(x):
+        work()
+        return x + 1000
+
+    pipeline = Pipeline(square, inc, double, negate, shift, name="five")
+    units = [UnitProfile(name=u.name, kind="map", resources={"cpu": 1.0},
+                         device_class="cpu-x86", samples=8, wall_s=0.006, cpu_s=0.006,
+                         bytes_in=100.0, bytes_out=100.0, output_ratio=1.0, peak_rss=0)
+             for u in pipeline.units]
+    profile = PipelineProfile(fitwork_version="t", pipeline="five", host_class="cpu-x86",
+                              created_at=0, units=units)
+    fleet = Fleet.parse({"name": "three", "node_types": [
+        {"name": "cpu", "count": 3, "cores": 1, "memory": "4GiB"}]})
+    placement = fit(profile, fleet).placement()
+
+    def node_of(node_id):
+        for node in ray.nodes():
+            if node["NodeID"] == node_id:
+                return next(t for t in temps if t in node["ObjectStoreSocketName"])
+
+    def busy(temp):  # whether a node holds replicas (or reservations): less than a CPU free
+        free = free_per_node()
+        return any(free.get(node["NodeID"], {}).get("CPU", 0.0) < 0.999 for node in ray.nodes()
+                   if node["Alive"] and temp in node["ObjectStoreSocketName"])
+
+    outputs, joiner = [], None
+    t0 = time.monotonic()
+    with fitwork.run(pipeline, range(ITEMS), engine="ray", address=address,
+                     placement=placement) as result:
+        for output in result:
+            outputs.append(output)
+            if len(outputs) == 300:  # kill a worker node that holds replicas
+                victim = next(t for t in temps[1:3] if busy(t))
+                for process in node_processes(victim):
+                    with contextlib.suppress(psutil.Error):
+                        process.kill()
+                events["killed_s"], events["victim"] = time.monotonic() - t0, victim
+                events["victim_id"] = next(n["NodeID"] for n in ray.nodes()
+                                           if victim in n["ObjectStoreSocketName"])
+                joiner = subprocess.Popen([sys.executable, "-c",  # a new node joins
+                    "import sys, os; from tests.engine.test_ray_node_death import "
+                    "start_node; start_node(sys.argv[1], sys.argv[2], dict(os.environ))",
+                    address, temps[3]])
+            if joiner is not None and "joined_s" not in events and len(outputs) % 20 == 0 \\
+                    and busy(temps[3]):
+                events["joined_s"] = time.monotonic() - t0
+                open(JOINED, "w").close()
+    record = result.record
+    events["wall_s"] = time.monotonic() - t0
+    if joiner is not None:
+        joiner.wait(timeout=120)
+    nodes = {w.node: node_of(w.node) for w in record.workers if w.node}
+    print(json.dumps({"outputs": outputs, "events": events, "status": record.status,
+                      "refits": [r.model_dump() for r in record.refits],
+                      "workers": [[w.unit, nodes.get(w.node), w.exit_cause, w.ended_s]
+                                  for w in record.workers],
+                      "units": {u.name: u.items_in for u in record.units}}))
+""")
+
+
+def test_a_node_dies_mid_run_and_the_run_refits(three_nodes: tuple[str, list[str]]) -> None:
+    address, temps = three_nodes
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", SCRIPT, address, json.dumps(temps)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "RAY_AUTH_MODE": "disabled",
+                               "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    events = report["events"]
+    expected = sorted(-(2 * (x * x + 1)) + 1000 for x in range(ITEMS))
+    brief = {k: v for k, v in report.items() if k != "outputs"}
+    assert len(report["outputs"]) == ITEMS, (brief, done.stderr[-3000:])
+    assert sorted(report["outputs"]) == expected  # every output, each once
+    assert report["status"] == "completed"
+    victim = events["victim"]
+    died = [r for r in report["refits"] if "died" in r["reason"]]
+    assert died, report["refits"]
+    assert events["victim_id"][:8] in died[0]["reason"], died
+    assert all(count >= 1 for count in died[0]["after"].values()), died
+    there = [w for w in report["workers"] if w[1] == victim]
+    assert there and all(w[2] != "stopped" for w in there), there  # they died there
+    # the run did not wait on the dead node: it ended well within a replica's 120 s wait
+    assert events["wall_s"] - events["killed_s"] < 60, events
+    # the node that joined was used: replicas ran there, and a re-fit put them there (the
+    # one after the loss, where the new node was up by then, or one of its own)
+    assert any(w[1] == temps[3] for w in report["workers"]), report["workers"]
+    grown = [r for r in report["refits"] if "joined" in r["reason"]
+             and sum(r["after"].values()) > sum(r["before"].values())]
+    assert grown or died[0]["after"] == died[0]["before"], report["refits"]
+    print(f"node death run: {events}; re-fits: {report['refits']}; workers: "
+          f"{report['workers']}; test {time.monotonic() - started:.0f} s")
