@@ -82,7 +82,7 @@ def handover_ms(record: Any) -> float:
 
 
 def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
-        workers: int, spares: int = 2) -> tuple[float, int, Counter[int], float]:
+        workers: int, spares: int = 1) -> tuple[float, int, Counter[int], float]:
     """Wall seconds, worker restarts, the count of each row's output, and the median
     death-to-work milliseconds, for one run."""
     pipeline = Pipeline(decode, name="poison_bench")
@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU microseconds each row costs beyond reading it (default 0: "
                              "a light row of ~8 us; a decoder's row costs a millisecond or more)")
     parser.add_argument("--modes", default="driver-fed,sharded")
-    parser.add_argument("--spares", default="2,0",
+    parser.add_argument("--spares", default="1,0",
                         help="runs with bad rows: how many spare workers a unit that lost one "
-                             "keeps forked ahead, one run per count (default 2,0; 0: every "
+                             "keeps forked ahead, one run per count (default 1,0; 0: every "
                              "death forks and builds a new worker)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds per mode, each a clean run and the bad-row runs after "

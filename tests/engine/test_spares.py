@@ -55,7 +55,7 @@ def death_to_work(record: Any) -> list[float]:
     return gaps
 
 
-@pytest.mark.parametrize("spares", [LocalOptions().spares, 1, 0])
+@pytest.mark.parametrize("spares", [LocalOptions().spares, 2, 0])
 def test_a_death_after_the_first_is_a_hand_over(spares: int, tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()

@@ -52,7 +52,7 @@ def calls(logs: Path) -> int:
 
 
 @pytest.mark.parametrize("into", ["parts", "caller"])
-@pytest.mark.parametrize("spares", [2, 0])
+@pytest.mark.parametrize("spares", [1, 0])
 def test_a_death_mid_shard_redoes_only_rows_not_handed_on(into: str, spares: int,
                                                           tmp_path: Path) -> None:
     logs = tmp_path / "logs"

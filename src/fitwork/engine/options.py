@@ -62,7 +62,7 @@ class LocalOptions:
 
     channel_capacity: int = 8
     gpus: tuple[str, ...] | None = None
-    spares: int = 2
+    spares: int = 1
 
 
 @dataclass(frozen=True)
