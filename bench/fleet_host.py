@@ -50,7 +50,7 @@ def start(name: str, cwd: Path, tag: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "fitwork", "run", ref, "--input", f"{name}.jsonl",
          "--output", f"out-{tag}/{name}.jsonl", "--plan", f"{name}.plan.json", "--quiet",
-         "--record", f"out-{tag}/{name}.record.json", "--no-journal"],
+         "--record", f"out-{tag}/{name}.jsonl.record.json", "--no-journal"],
         cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(cwd)})
 
@@ -59,7 +59,7 @@ def rates(cwd: Path, tag: str) -> dict[str, float]:
     """Each pipeline's items over its own wall time, from its run record."""
     found = {}
     for name in NAMES:
-        record = RunRecord.load(cwd / f"out-{tag}" / f"{name}.record.json")
+        record = RunRecord.load(cwd / f"out-{tag}" / f"{name}.jsonl.record.json")
         found[name] = record.items_in / record.wall_s
     return found
 
