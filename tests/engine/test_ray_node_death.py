@@ -6,7 +6,8 @@ strictly packed placement group per planned node.  Once some outputs exist the r
 script kills one worker node whole (its raylet and every process under it, found by the
 node's temp dir: Ray's workers retitle themselves ``ray::...``), then, once the run has
 re-fitted to the two nodes left, starts a new node; the run must end with every output
-exactly once, both re-fits in its record, and replicas on the new node.
+exactly once, both re-fits in its record, and replicas on the new node; the deaths are
+said in fitwork's one line on stderr, and Ray's notices of them kept off stdout.
 
 The head is told to notice a dead node within ~2 s (``RAY_health_check_*``); with Ray's
 defaults it took ~14 s here, which only makes the run longer.
@@ -218,5 +219,11 @@ def test_a_node_dies_mid_run_and_the_run_refits(three_nodes: tuple[str, list[str
     grown = [r for r in report["refits"] if "joined" in r["reason"]
              and sum(r["after"].values()) > sum(r["before"].values())]
     assert grown or died[0]["after"] == died[0]["before"], report["refits"]
+    # the deaths fitwork handled are said in its own one line; Ray's notice of each (its
+    # multi-line "marked dead" / "A worker died" warnings) stays off the user's stdout
+    assert "marked dead" not in done.stdout and "A worker died" not in done.stdout, \
+        done.stdout[-2000:]
+    said = [line for line in done.stderr.splitlines() if "death(s) handled" in line]
+    assert len(said) == 1 and "1 node(s) lost" in said[0], done.stderr[-2000:]
     print(f"node death run: {events}; re-fits: {report['refits']}; workers: "
           f"{report['workers']}; test {time.monotonic() - started:.0f} s")

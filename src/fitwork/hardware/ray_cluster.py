@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -186,3 +187,70 @@ def free_per_node(timeout: float = 10.0) -> dict[str, dict[str, float]]:
     from ray._private import state
 
     return within(timeout, "the free resources per node", state.available_resources_per_node)
+
+
+# Ray's own notice of each worker or node death, printed on the driver's standard output
+# ("(raylet) A worker died or was killed while executing a task ... SYSTEM_ERROR ...");
+# each stays in Ray's logs (raylet.out, gcs_server.out) where it is written first.
+DEATH_NOTICE = re.compile(r"A worker died or was killed|has been marked dead because|"
+                          r"SYSTEM_ERROR|Worker exit type:", re.IGNORECASE)
+
+
+class DeathNotices:
+    """Keeps Ray's per-death notices off this driver's standard output while a fitwork
+    run that handles those deaths is going (`hold` / `let_go`), and counts them.
+
+    Ray prints its error channel through ``ray._private.worker.print_to_stdstream`` (the
+    worker's own log lines take another path, which is left alone); a wrapper around it
+    drops the death notices only, and only while some run holds it.
+    """
+
+    def __init__(self) -> None:
+        self.holders = 0
+        self.dropped = 0
+        self.original: Callable[..., Any] | None = None
+
+    def hold(self) -> None:
+        """From now on until `let_go`, Ray's death notices are not printed here."""
+        from ray._private import worker
+
+        if self.original is None:
+            self.original = worker.print_to_stdstream
+            worker.print_to_stdstream = self.print
+        self.holders += 1
+
+    def let_go(self, after: float = 5.0) -> None:
+        """Print them again, ``after`` seconds from now (Ray's notices of a run's last
+        deaths arrive a moment after the run has dealt with them)."""
+        def release() -> None:
+            self.holders = max(0, self.holders - 1)
+
+        timer = threading.Timer(after, release)
+        timer.daemon = True
+        timer.start()
+
+    def print(self, data: dict[str, Any], ignore_prefix: bool) -> None:
+        lines = data.get("lines") or []
+        if self.holders and data.get("pid") == "raylet" and any(
+                DEATH_NOTICE.search(str(line)) for line in lines):
+            self.dropped += 1
+            return
+        assert self.original is not None
+        self.original(data, ignore_prefix)
+
+
+DEATHS = DeathNotices()
+
+
+def deaths_line(names: list[str], core: Any, lost: set[str], refits: list[Any]) -> str:
+    """One line for the replica deaths a run handled (by unit) and the nodes it lost;
+    '' where none.  Ray's notice of each is in its logs, not on the user's output."""
+    if core is None or not core.restarts:
+        return ""
+    by_unit = ", ".join(f"{name} {count}" for name, count in
+                        zip(names, core.stage_deaths, strict=True) if count)
+    nodes = f"; {len(lost)} node(s) lost ({', '.join(sorted(n[:8] for n in lost))}), " \
+        f"{len(refits)} re-fit(s) in the run record" if lost else ""
+    return (f"fitwork: {core.restarts} Ray replica death(s) handled ({by_unit}){nodes}; "
+            f"{core.retries} retries, items kept; Ray's notice of each is in its logs "
+            "(ray logs raylet.out)")

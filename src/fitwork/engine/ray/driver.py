@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -63,8 +64,10 @@ from fitwork.engine.segment import Segment
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
+    DEATHS,
     NODE_TYPE_LABEL,
     connect,
+    deaths_line,
     live_nodes,
 )
 from fitwork.placement import Placement, allot
@@ -168,6 +171,7 @@ class RayRun(NodeFit, Placing, Shell):
         self.fitted: dict[int, list[Any]] = {}
         self.cut: set[int] = set()  # replicas whose cores a re-fit cut to the room left
         self.joined: set[str] = set()  # nodes that joined since the last re-fit to them
+        self.holding = False  # Ray's death notices, kept off stdout while this run goes
         self.node_refits: list[Refit] = []
         self.planned_counts: list[int] = []  # replicas per unit the run started with
 
@@ -175,6 +179,8 @@ class RayRun(NodeFit, Placing, Shell):
 
     def connect(self) -> None:
         connect(self.ray_options.address, self.ray_options.startup_timeout)
+        DEATHS.hold()  # the deaths this run handles are said in one line at its end
+        self.holding = True
         # Each unit crosses as bytes a replica loads itself, so a unit its workers cannot
         # load is said in one line, not a crash; one from __main__ or a file travels by
         # value (`Unit.__reduce__`), pickled once per run.
@@ -562,7 +568,14 @@ class RayRun(NodeFit, Placing, Shell):
                 self.handle(Exited(actor.worker, clean=True, now=now, cause="stopped"))
 
     def release(self) -> None:
-        """Kill every actor of this run and free its placement groups."""
+        """Kill every actor of this run and free its placement groups; say in one line
+        what deaths it handled."""
+        if self.holding:
+            self.holding = False
+            DEATHS.let_go()
+            said = deaths_line(self.names, self.core, self.lost_nodes, self.node_refits)
+            if said:
+                print(said, file=sys.stderr, flush=True)
         for actor in self.live_actors(ended=True):
             with contextlib.suppress(Exception):
                 ray.kill(actor.handle, no_restart=True)
