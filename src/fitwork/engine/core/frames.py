@@ -90,11 +90,15 @@ class Frame:
             return self.items
         items = [Item() for _ in range(self.count)]
         for offsets, paths, exps, delivered in self.log:
-            for j, offset in enumerate(offsets):
-                item = items[offset]
-                item.add(0, weight_of([exps[j]], 1) if exps else 1)
-                if delivered:
-                    item.paths.add(paths[j] if paths else ())
+            if delivered:
+                for j, offset in enumerate(offsets):
+                    items[offset].paths.add(paths[j] if paths else ())
+            start = 0  # a run of one item's entries adds its weight at once (a reader's rows)
+            for j in range(1, len(offsets) + 1):
+                if j == len(offsets) or offsets[j] != offsets[start]:
+                    run = exps[start:j] if exps else None
+                    items[offsets[start]].add(0, weight_of(run, j - start))
+                    start = j
         self.log = []
         self.items = items
         self.unsettled = 0
