@@ -227,3 +227,41 @@ def test_a_node_dies_mid_run_and_the_run_refits(three_nodes: tuple[str, list[str
     assert len(said) == 1 and "1 node(s) lost" in said[0], done.stderr[-2000:]
     print(f"node death run: {events}; re-fits: {report['refits']}; workers: "
           f"{report['workers']}; test {time.monotonic() - started:.0f} s")
+
+
+KILLER = textwrap.dedent("""
+    import sys
+    import ray
+    import fitwork
+    from fitwork import Pipeline
+    from tests.engine.units import die_once_on_13
+
+    ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False,
+             _temp_dir=sys.argv[1])  # log_to_driver on, as a user's would be
+    items = [(x, sys.argv[1] + "/died") for x in range(60)]
+    with fitwork.run(Pipeline(die_once_on_13, name="killer"), items, engine="ray") as result:
+        outputs = sorted(result)
+    print("outputs", outputs == list(range(60)), result.record.worker_restarts, flush=True)
+    ray.shutdown()
+""")
+
+
+def test_a_worker_death_is_one_line_of_fitworks_not_rays_notice() -> None:
+    temp = tempfile.mkdtemp(prefix="fw-k-")
+    try:
+        done = subprocess.run([sys.executable, "-c", KILLER, temp], cwd=ROOT,
+                              capture_output=True, text=True, timeout=180,
+                              env={**os.environ, "RAY_AUTH_MODE": "disabled",
+                                   "PYTHONPATH": str(ROOT)})
+    finally:
+        for process in node_processes(temp):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "outputs True 1" in done.stdout, done.stdout[-2000:]
+    assert "A worker died" not in done.stdout and "SYSTEM_ERROR" not in done.stdout, \
+        done.stdout[-3000:]
+    said = [line for line in done.stderr.splitlines() if "death(s) handled" in line]
+    assert said == [said[0]] and "1 Ray replica death(s) handled (die_once_on_13 1)" in said[0], \
+        done.stderr[-2000:]
