@@ -87,6 +87,9 @@ class FleetRecord(Document):
     planned: bool
     host_cores: int
     engine: str = "local"
+    started_at: float = 0.0
+    """Wall-clock time (seconds since the epoch) of the fleet run's start: every ``*_s``
+    here counts from it, and a pipeline's own record's ``started_at`` places it."""
     teams: dict[str, str]
     jobs: list[JobOutcome]
     decisions: list[Decision]
@@ -97,13 +100,13 @@ class FleetRecord(Document):
     @classmethod
     def build(cls, jobs: JobsFile, plan: FleetPlan | None, outcomes: list[JobOutcome],
               decisions: list[Decision], samples: list[Sample], cores: int,
-              engine: str = "local") -> FleetRecord:
+              engine: str = "local", started_at: float = 0.0) -> FleetRecord:
         """The record of a fleet run from the coordinator's books (``samples`` only where
         the pipelines' processes are this host's: not on Ray, whose workers are Ray's)."""
         order = {j.name: i for i, j in enumerate(jobs.jobs)}
         wall = max((o.ended_s or 0.0 for o in outcomes), default=0.0)
         return cls(fitwork_version=__version__, planned=plan is not None, host_cores=cores,
-                   engine=engine,
+                   engine=engine, started_at=started_at,
                    teams={j.name: j.team for j in jobs.jobs},
                    jobs=sorted(outcomes, key=lambda o: order.get(o.name, 0)),
                    decisions=decisions, samples=samples,

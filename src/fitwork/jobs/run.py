@@ -123,6 +123,7 @@ class _Fleet:
         self.samples: list[Sample] = []
         self.clock = time.monotonic
         self.t0 = self.clock()
+        self.wall0 = time.time()
         self.planned: dict[str, dict[str, int]] = {}
         self.rates: dict[str, float] = {}
         self.cores: dict[str, float] = {}
@@ -165,7 +166,7 @@ class _Fleet:
         self._sample()
         return FleetRecord.build(self.jobs, self.plan, list(self.done.values()),
                                  self.decisions, self.samples if self.engine == "local" else [],
-                                 psutil.cpu_count() or 1, self.engine)
+                                 psutil.cpu_count() or 1, self.engine, self.wall0)
 
     def _stop_all(self) -> None:
         """Interrupted: stop every pipeline still running as Ctrl-C stops one (its outputs
