@@ -99,8 +99,16 @@ def digest(n: int) -> int:
 def test_the_share_of_a_call_that_holds_the_interpreter_lock_is_measured() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("calls at once can only be told apart from one at a time on 2+ cores")
-    held = profile_pipeline(Pipeline(python_spin), range(16), samples=16,
-                            loaded=False).units[0]
+    # A busy host also takes a core from the pure-Python threads now and then, which reads
+    # as less CPU with calls at once (0.67 in about 1 profile of 4 here, at 6263859 too): up
+    # to three profiles, the highest reading kept (only a busier host moves it down).
+    spins = []
+    for _ in range(3):
+        spins.append(profile_pipeline(Pipeline(python_spin), range(16), samples=16,
+                                      loaded=False).units[0])
+        if (spins[-1].concurrent_cpu or 0.0) > 0.8:
+            break
+    held = max(spins, key=lambda u: u.concurrent_cpu or 0.0)
     # A busy shared host takes some of the hashing threads' cores, which reads as more of
     # the lock held (0.35-0.77 from one profile to the next here), or keeps the one thread
     # from a core long enough that no share is read: up to three profiles, the lowest share
