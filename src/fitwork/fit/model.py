@@ -13,6 +13,7 @@ throughput rows have coefficients near 1 whatever the rates.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,8 +83,10 @@ def choice_groups(problem: Problem) -> dict[int, list[int]]:
     return {g: sorted(ids) for g, ids in seen.items() if len(ids) > 1}
 
 
-class _Rows:
-    """Accumulates sparse rows ``lo <= sum coef·v <= hi``."""
+class Rows:
+    """Accumulates sparse rows ``lo <= sum coef·v <= hi`` (the co-fit's model builds on it
+    too): terms as a column -> coefficient mapping, or as (column, coefficient) pairs, where
+    a column named twice adds up."""
 
     def __init__(self) -> None:
         self.rows: list[int] = []
@@ -93,9 +96,12 @@ class _Rows:
         self.hi: list[float] = []
         self.names: list[str] = []
 
-    def add(self, name: str, terms: dict[int, float], lo: float, hi: float) -> None:
+    def add(self, name: str, terms: Mapping[int, float] | Iterable[tuple[int, float]],
+            lo: float, hi: float) -> None:
+        """One row, named ``name``."""
         row = len(self.lo)
-        for col, val in terms.items():
+        pairs = terms.items() if isinstance(terms, Mapping) else terms
+        for col, val in pairs:
             if val != 0.0:
                 self.rows.append(row)
                 self.cols.append(col)
@@ -103,6 +109,10 @@ class _Rows:
         self.lo.append(lo)
         self.hi.append(hi)
         self.names.append(name)
+
+    def matrix(self, width: int) -> sp.csr_array:
+        """The rows as a sparse matrix of ``width`` columns."""
+        return sp.csr_array((self.vals, (self.rows, self.cols)), shape=(len(self.lo), width))
 
 
 def _add(terms: dict[int, float], col: int, val: float) -> None:
@@ -171,7 +181,7 @@ def _variables(problem: Problem, lay: Layout, *, min_cost: bool, target: float |
     return c, integrality, lb, ub, t_scale
 
 
-def _flow_rows(rows: _Rows, problem: Problem, lay: Layout, t_scale: float) -> None:
+def _flow_rows(rows: Rows, problem: Problem, lay: Layout, t_scale: float) -> None:
     """Throughput rows (unit u's replicas carry m_u items per source item) and busy rows."""
     cands = problem.candidates
     for u, m in enumerate(problem.multiplicity):
@@ -185,7 +195,7 @@ def _flow_rows(rows: _Rows, problem: Problem, lay: Layout, t_scale: float) -> No
         rows.add(f"busy[{i}]", {lay.f(i): 1.0, lay.x(i): -1.0}, -np.inf, 0.0)
 
 
-def _capacity_rows(rows: _Rows, problem: Problem, lay: Layout, *, min_cost: bool,
+def _capacity_rows(rows: Rows, problem: Problem, lay: Layout, *, min_cost: bool,
                    derate: dict[tuple[int, str], float] | None) -> None:
     """Capacity per node type and resource, in nodes: sum demand/node_capacity · v <= nodes."""
     inf = np.inf
@@ -210,7 +220,7 @@ def _capacity_rows(rows: _Rows, problem: Problem, lay: Layout, *, min_cost: bool
                                                 lay.y(n): -float(cand.per_node)}, -inf, 0.0)
 
 
-def _limit_rows(rows: _Rows, problem: Problem, lay: Layout) -> None:
+def _limit_rows(rows: Rows, problem: Problem, lay: Layout) -> None:
     """External limits: calls in flight and calls per second of all replicas together."""
     for u, name in enumerate(problem.unit_names):
         most, per_s = problem.limits(u)
@@ -223,7 +233,7 @@ def _limit_rows(rows: _Rows, problem: Problem, lay: Layout) -> None:
                      {lay.f(i): k.calls * k.rate / per_s for i, k in mine}, -np.inf, 1.0)
 
 
-def _batch_rows(rows: _Rows, problem: Problem, lay: Layout, groups: dict[int, list[int]],
+def _batch_rows(rows: Rows, problem: Problem, lay: Layout, groups: dict[int, list[int]],
                 ub: np.ndarray) -> None:
     """Batch size: one option per (unit, class); a replica runs only on the chosen one."""
     column = {k: lay.z(j) for j, k in enumerate(lay.choices)}
@@ -246,11 +256,11 @@ def build_model(problem: Problem, *, min_cost: bool, target: float | None,
     choices = tuple(k for ids in groups.values() for k in ids)
     lay = Layout(len(problem.candidates), len(problem.node_types), min_cost, choices)
     c, integrality, lb, ub, t_scale = _variables(problem, lay, min_cost=min_cost, target=target)
-    rows = _Rows()
+    rows = Rows()
     _flow_rows(rows, problem, lay, t_scale)
     _capacity_rows(rows, problem, lay, min_cost=min_cost, derate=derate)
     _limit_rows(rows, problem, lay)
     _batch_rows(rows, problem, lay, groups, ub)
-    a = sp.csr_array((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.lo), lay.size))
+    a = rows.matrix(lay.size)
     return MilpModel(lay, c, integrality, lb, ub, a, np.array(rows.lo), np.array(rows.hi),
                      tuple(rows.names), t_scale)

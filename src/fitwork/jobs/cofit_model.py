@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from fitwork.fit.model import Rows
 from fitwork.jobs.cofit_types import JobSpec, Offer, Pool
 
 
@@ -111,27 +112,6 @@ class Outcome:
     seconds: float
 
 
-class _Rows:
-    """Sparse rows collected as triplets."""
-
-    def __init__(self) -> None:
-        self.r: list[int] = []
-        self.c: list[int] = []
-        self.v: list[float] = []
-        self.lb: list[float] = []
-        self.ub: list[float] = []
-
-    def add(self, entries: Sequence[tuple[int, float]], lb: float, ub: float) -> None:
-        """One row ``lb <= sum v·col <= ub``."""
-        row = len(self.lb)
-        for col, val in entries:
-            self.r.append(row)
-            self.c.append(col)
-            self.v.append(val)
-        self.lb.append(lb)
-        self.ub.append(ub)
-
-
 def _columns(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
              active: Sequence[int], integral: bool, goal: Goal) -> Layout:
     """Lay out the columns for the active jobs' offers."""
@@ -192,7 +172,7 @@ def _group(lay: Layout, offers: Sequence[Offer], by: str) -> dict[object, list[i
     return out
 
 
-def _capacity_rows(rows: _Rows, lay: Layout, offers: Sequence[Offer], pools: Sequence[Pool],
+def _capacity_rows(rows: Rows, lay: Layout, offers: Sequence[Offer], pools: Sequence[Pool],
                    min_cost: bool, fixed: np.ndarray | None) -> None:
     """Per pool and resource: what replicas hold and their load consumes fits."""
     by_pool = _group(lay, offers, "pool")
@@ -204,12 +184,12 @@ def _capacity_rows(rows: _Rows, lay: Layout, offers: Sequence[Offer], pools: Seq
                 continue
             if min_cost and lay.y0 is not None:
                 entries.append((lay.y0 + n, -1.0 / pool.count))
-                rows.add(entries, -np.inf, -constant)
+                rows.add("", entries, -np.inf, -constant)
             else:
-                rows.add(entries, -np.inf, 1.0 - constant)
+                rows.add("", entries, -np.inf, 1.0 - constant)
 
 
-def _unit_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Sequence[Offer],
+def _unit_rows(rows: Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Sequence[Offer],
                scale: Sequence[float]) -> None:
     """Per job and unit (and pool, for a job placed whole): the unit carries m·T."""
     groups: dict[tuple[int, int, int], list[int]] = {}
@@ -231,30 +211,30 @@ def _unit_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Sequen
                 norm = m * scale[p] * job.count
                 entries = [(lay.b(k), offers[lay.offers[k]].rate / norm)
                            for k in groups.get((p, u, n), [])]
-                rows.add([*entries, (t_col, -1.0)], 0.0, np.inf)
+                rows.add("", [*entries, (t_col, -1.0)], 0.0, np.inf)
         if p in places:
             parts = [(lay.whole[(p, n)], -1.0) for n in places[p]]
-            rows.add([(lay.s(index[p]), 1.0), *parts], 0.0, 0.0)
-            rows.add([(lay.choose[(p, n)], 1.0) for n in places[p]], -np.inf, 1.0)
+            rows.add("", [(lay.s(index[p]), 1.0), *parts], 0.0, 0.0)
+            rows.add("", [(lay.choose[(p, n)], 1.0) for n in places[p]], -np.inf, 1.0)
 
 
-def _link_rows(rows: _Rows, lay: Layout, offers: Sequence[Offer], pools: Sequence[Pool],
+def _link_rows(rows: Rows, lay: Layout, offers: Sequence[Offer], pools: Sequence[Pool],
                jobs: Sequence[JobSpec], min_cost: bool) -> None:
     """Busy <= replicas; replicas only on nodes in use; a whole job only on its chosen pool."""
     for k, o in enumerate(lay.offers):
         offer = offers[o]
         if lay.integral:
-            rows.add([(lay.b(k), 1.0), (lay.x(k), -1.0)], -np.inf, 0.0)
+            rows.add("", [(lay.b(k), 1.0), (lay.x(k), -1.0)], -np.inf, 0.0)
         if min_cost and lay.y0 is not None:
-            rows.add([(lay.x(k), 1.0), (lay.y0 + offer.pool, -float(offer.per_node))],
+            rows.add("", [(lay.x(k), 1.0), (lay.y0 + offer.pool, -float(offer.per_node))],
                      -np.inf, 0.0)
         pick = lay.choose.get((offer.job, offer.pool))
         if pick is not None and lay.integral:
             most = float(pools[offer.pool].count * offer.per_node)
-            rows.add([(lay.x(k), 1.0), (pick, -most)], -np.inf, 0.0)
+            rows.add("", [(lay.x(k), 1.0), (pick, -most)], -np.inf, 0.0)
 
 
-def _time_share_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec],
+def _time_share_rows(rows: Rows, lay: Layout, jobs: Sequence[JobSpec],
                      offers: Sequence[Offer], pools: Sequence[Pool],
                      fixed: np.ndarray | None) -> None:
     """A job placed whole uses of each pool at most its time share there of the pool (its
@@ -267,10 +247,10 @@ def _time_share_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec],
             entries, constant = _terms(lay, offers, mine.get((p, n), []), key,
                                        cap * pool.count, fixed)
             if entries:
-                rows.add([*entries, (col, -copies)], -np.inf, -constant)
+                rows.add("", [*entries, (col, -copies)], -np.inf, -constant)
 
 
-def _quota_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Sequence[Offer],
+def _quota_rows(rows: Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Sequence[Offer],
                 fixed: np.ndarray | None) -> None:
     """Per job and quota key: what its replicas hold plus what its load consumes, at most."""
     mine = _group(lay, offers, "job")
@@ -280,7 +260,7 @@ def _quota_rows(rows: _Rows, lay: Layout, jobs: Sequence[JobSpec], offers: Seque
             norm = most if most > 0 else 1.0
             entries, constant = _terms(lay, offers, mine.get(p, []), key, norm, fixed)
             if entries:
-                rows.add(entries, -np.inf, most / norm - constant)
+                rows.add("", entries, -np.inf, most / norm - constant)
 
 
 def build(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
@@ -290,7 +270,7 @@ def build(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
     """The model over the ``active`` jobs; ``lower`` holds ``s[p]`` at least that; ``fixed``
     (replicas per offer, relaxed models only) routes load over those replicas alone."""
     lay = _columns(jobs, offers, pools, active, integral, goal)
-    rows = _Rows()
+    rows = Rows()
     _capacity_rows(rows, lay, offers, pools, goal.min_cost, fixed)
     _unit_rows(rows, lay, jobs, offers, scale)
     _link_rows(rows, lay, offers, pools, jobs, goal.min_cost)
@@ -314,7 +294,7 @@ def build(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
     sense = -1.0
     if goal.fair and lay.z is not None:
         for i, p in enumerate(lay.jobs):
-            rows.add([(lay.s(i), 1.0), (lay.z, -jobs[p].weight)], 0.0, np.inf)
+            rows.add("", [(lay.s(i), 1.0), (lay.z, -jobs[p].weight)], 0.0, np.inf)
         if goal.z_floor is not None:
             lb[lay.z] = goal.z_floor
         else:
@@ -326,7 +306,7 @@ def build(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
             integrality[lay.y0 + n] = 1 if integral else 0
             c[lay.y0 + n] = pool.price_per_hour
     elif goal.s_floor is not None:
-        rows.add([(lay.s(i), goal.s_weight.get(p, 0.0)) for i, p in enumerate(lay.jobs)],
+        rows.add("", [(lay.s(i), goal.s_weight.get(p, 0.0)) for i, p in enumerate(lay.jobs)],
                  goal.s_floor, np.inf)
         for k, o in enumerate(lay.offers):  # the least load on offers not running now
             if warm is not None and warm[o] <= 0:
@@ -336,9 +316,8 @@ def build(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool
     elif not (goal.fair and goal.z_floor is None):
         for i, p in enumerate(lay.jobs):
             c[lay.s(i)] -= goal.s_weight.get(p, 0.0)
-    a = sp.csr_array((rows.v, (rows.r, rows.c)), shape=(len(rows.lb), lay.size))
-    return Model(lay, c, integrality, lb, ub, a, np.array(rows.lb), np.array(rows.ub),
-                 sense)
+    return Model(lay, c, integrality, lb, ub, rows.matrix(lay.size), np.array(rows.lo),
+                 np.array(rows.hi), sense)
 
 
 def solve(model: Model, *, time_limit: float, mip_gap: float) -> Outcome:
