@@ -23,8 +23,7 @@ from typing import Any
 
 import psutil
 
-from fitwork.engine.local.worker import Fatal, Worker, WorkerSpec, _die_with_parent
-from fitwork.engine.threads import limit_torch
+from fitwork.engine.local.worker import Fatal, Worker, WorkerSpec, prepare_process
 from fitwork.failure import describe
 from fitwork.workload.kernel import Kernel
 
@@ -33,13 +32,7 @@ _ID = struct.Struct("<q")
 
 def spare_main(spec: WorkerSpec, go: int) -> None:
     """A spare's entry point: build the unit, wait for a worker id, then serve as it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent()
-    os.environ.update(spec.env)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - a fresh lock after fork
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    limit_torch(spec.cores)
+    prepare_process(spec)
     kernel: Kernel | None = None
     error: tuple[str, str] | None = None
     try:

@@ -89,8 +89,9 @@ class WorkerSpec:
     sink: tuple[Sink, str] | None = None  # the last unit's: where it writes outputs, run id
 
 
-def worker_main(spec: WorkerSpec) -> None:
-    """Process entry point: detach from the terminal's signals and run until told to stop."""
+def prepare_process(spec: WorkerSpec) -> None:
+    """A forked worker's (or spare's) first steps: detach from the terminal's signals, die
+    with the driver, take the unit's environment, fresh stdio locks, torch held to its cores."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
@@ -98,6 +99,11 @@ def worker_main(spec: WorkerSpec) -> None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - a fresh lock after fork
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     limit_torch(spec.cores)
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Process entry point: detach from the terminal's signals and run until told to stop."""
+    prepare_process(spec)
     worker = Worker(spec)
     try:
         kernel = Kernel(spec.unit)
