@@ -126,33 +126,31 @@ def speedup(record: FleetRecord) -> str:
     return f"after {record.decisions[1].reason}: cores {moved}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=6000)
-    parser.add_argument("--trials", type=int, default=2)
-    args = parser.parse_args()
+def prepare(items: int) -> Path:
+    """A folder with the examples' pipelines and inputs, each profiled and planned alone,
+    and the jobs file naming those profiles."""
     cwd = Path(tempfile.mkdtemp(prefix="fleet-host-"))
     for name in (*(f"{n}.py" for n in NAMES), "make_inputs.py", "jobs.yaml"):
         shutil.copy(EXAMPLES / name, cwd / name)
-    subprocess.run([sys.executable, "make_inputs.py", str(args.items)], cwd=cwd, check=True)
-    began = time.perf_counter()
+    subprocess.run([sys.executable, "make_inputs.py", str(items)], cwd=cwd, check=True)
+    text = (cwd / "jobs.yaml").read_text()
     for name in NAMES:
         ref = "tokens:pipeline" if name == "tokens" else f"{name}.py:pipeline"
         fitwork("profile", ref, "--input", f"{name}.jsonl", "-o", f"{name}.profile.json",
                 cwd=cwd)
         fitwork("plan", ref, "--profile", f"{name}.profile.json", "-o", f"{name}.plan.json",
                 cwd=cwd)
-    text = (cwd / "jobs.yaml").read_text()
-    for name in NAMES:
         text = text.replace(f"output: out/{name}.jsonl",
                             f"output: out/{name}.jsonl\n    profile: {name}.profile.json")
     (cwd / "jobs.yaml").write_text(text)
-    planned = fitwork("plan", "--jobs", "jobs.yaml", "-o", "fleet.json", cwd=cwd)
-    print(planned.stdout)
-    plan = FleetPlan.load(cwd / "fleet.json")
+    return cwd
+
+
+def trials(cwd: Path, count: int) -> tuple[dict[str, list[dict[str, float]]], list[FleetRecord]]:
+    """Every contender ``count`` times, alternating its order: rates per run, fleet records."""
     rows: dict[str, list[dict[str, float]]] = {"alone": [], "status quo": [], "fitwork": []}
     records = []
-    for trial in range(args.trials):
+    for trial in range(count):
         order = ["alone", "status quo", "fitwork"] if trial % 2 == 0 else \
             ["fitwork", "status quo", "alone"]
         for which in order:
@@ -164,23 +162,30 @@ def main() -> None:
                 found, record = fleet(cwd, trial)
                 rows["fitwork"].append(found)
                 records.append(record)
+    return rows, records
+
+
+def print_rates(rows: dict[str, list[dict[str, float]]]) -> None:
+    """Each contender's rates and aggregate normalised throughput, and fitwork's ratio."""
     base = {n: statistics.median(r[n] for r in rows["alone"]) for n in NAMES}
-    print(f"{args.items:,} items per pipeline (tokens: half, 6 sentences each), "
-          f"{args.trials} trials alternating, {time.perf_counter() - began:.0f} s in all; "
-          f"host {os.cpu_count()} cores")
     print(f"{'contender':<12}" + "".join(f"{n + ' items/s':>20}" for n in NAMES)
           + f"{'sum rate/alone':>16}{'weighted':>10}")
     for which, found in rows.items():
         cells = "".join(f"{statistics.median(r[n] for r in found):>20,.1f}" for n in NAMES)
         sums = [normalised(r, base, False) for r in found]
         weighted = [normalised(r, base, True) for r in found]
-        trials = ", ".join(f"{s:.2f}" for s in sums)
+        each = ", ".join(f"{s:.2f}" for s in sums)
         print(f"{which:<12}{cells}{statistics.median(sums):>16.2f}"
-              f"{statistics.median(weighted):>10.2f}   trials {trials}")
+              f"{statistics.median(weighted):>10.2f}   trials {each}")
     quo = statistics.median(normalised(r, base, False) for r in rows["status quo"])
     ours = statistics.median(normalised(r, base, False) for r in rows["fitwork"])
     print(f"fitwork / status quo, aggregate normalised throughput: {ours / quo:.2f}x "
           "(aim >= 1.2x)")
+
+
+def print_plan_held(cwd: Path, plan: FleetPlan, records: list[FleetRecord]) -> None:
+    """Per pipeline, its planned rate against what it realized while all three ran; per
+    trial, the shares then, the cores gained at the first departure, the busiest stretch."""
     for j in plan.jobs:
         got = [g for record in records if (g := epoch_rate(cwd, record, j.name)) is not None]
         if not got:
@@ -201,6 +206,23 @@ def main() -> None:
         busiest = max(record.epochs, key=lambda e: e.realized_utilization)
         print(f"trial {i}: the busiest epoch used {busiest.realized_utilization:.0%} of the "
               f"host's cores (predicted {busiest.predicted_utilization or 0:.0%})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=6000)
+    parser.add_argument("--trials", type=int, default=2)
+    args = parser.parse_args()
+    began = time.perf_counter()
+    cwd = prepare(args.items)
+    planned = fitwork("plan", "--jobs", "jobs.yaml", "-o", "fleet.json", cwd=cwd)
+    print(planned.stdout)
+    rows, records = trials(cwd, args.trials)
+    print(f"{args.items:,} items per pipeline (tokens: half, 6 sentences each), "
+          f"{args.trials} trials alternating, {time.perf_counter() - began:.0f} s in all; "
+          f"host {os.cpu_count()} cores")
+    print_rates(rows)
+    print_plan_held(cwd, FleetPlan.load(cwd / "fleet.json"), records)
 
 
 if __name__ == "__main__":
