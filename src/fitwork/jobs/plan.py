@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -411,8 +410,3 @@ def _mfu(jobs: Sequence[JobPlan], owned: dict[str, float]) -> dict[str, float]:
         if amount and peak:
             figures[name] = rate / (peak * amount)
     return figures
-
-
-def load_fleet_plan(path: Path) -> FleetPlan:
-    """Read a fleet plan written by `fitwork plan --jobs`."""
-    return FleetPlan.load(path)

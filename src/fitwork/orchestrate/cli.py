@@ -283,14 +283,14 @@ def _deploy_jobs(plan_path: Path, jobs_path: Path, out_dir: Path, image: str,
     """``deploy k8s --jobs``: the fleet plan as Kueue queues and each job's RayJob."""
     from rich.console import Console
 
-    from fitwork.jobs.plan import load_fleet_plan
+    from fitwork.jobs.plan import FleetPlan
     from fitwork.jobs.spec import load_jobs
     from fitwork.orchestrate.kuberay import k8s_name
     from fitwork.orchestrate.kueue import Target, fleet_manifests
 
     try:
         jobs = load_jobs(jobs_path)
-        plan = load_fleet_plan(plan_path)
+        plan = FleetPlan.load(plan_path)
         target = Target(image=image, prefix=k8s_name(name or "fitwork", 40),
                         namespace=namespace, runs=_runs(jobs_path, [j.name for j in jobs.jobs]))
         written = fleet_manifests(plan, read_cluster(), target)
