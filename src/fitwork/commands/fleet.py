@@ -18,6 +18,10 @@ def fleet() -> None:
     """Describe the hardware to fit to."""
 
 
+SIM_POLICIES = ("fitwork", "job-level", "static", "job-level-fluid", "static-fluid")
+"""`fitwork fleet simulate --policy` (as `fitwork.jobs.simulate.POLICIES`, kept here so the
+command line loads no solver)."""
+
 _FLEET_OUTPUT = click.option(
     "--output", "-o", "output_path", type=click.Path(path_type=Path),
     help="Also write the fleet as YAML here (for `fitwork plan --fleet`).")
@@ -70,8 +74,12 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
 @click.option("--jobs", "trace_path", required=True, type=click.Path(path_type=Path),
               help="The pipeline trace: one JSON object per line (id, team, weight, "
                    "arrival_s, items, units).")
-@click.option("--policy", type=click.Choice(["fitwork", "job-level", "static"]),
-              default="fitwork", show_default=True, help="How the fleet is shared.")
+@click.option("--policy", type=click.Choice(list(SIM_POLICIES)), default="fitwork",
+              show_default=True,
+              help="How the fleet is shared: fitwork (units co-fitted across node types), "
+                   "job-level (whole-pipeline bundles, Gavel's placement), static (team "
+                   "slices, bundles), job-level-fluid / static-fluid (the same placements "
+                   "with fluid unit replicas).")
 @click.option("--arrival-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="Divide every arrival time by this (more load).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
