@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from fitwork.jobs.plan import FleetPlan
     from fitwork.jobs.spec import JobsFile
 
-__all__ = ["Decision", "Epoch", "FleetRecord", "JobOutcome", "Sample"]
+__all__ = ["Decision", "Epoch", "FleetRecord", "JobOutcome", "Sample", "ShareControl"]
 
 
 class JobOutcome(BaseModel):
@@ -57,6 +57,16 @@ class Sample(BaseModel):
     at_s: float
     cpu_s: dict[str, float]
     planned_cores: dict[str, float] = Field(default_factory=dict)
+    target_share: dict[str, float] = Field(default_factory=dict)
+    """The share controller's target for each pipeline then: its planned share renormalised
+    over the CPU-hungry pipelines (`fitwork.jobs.shares.targets`)."""
+
+
+class ShareControl(BaseModel):
+    """How the shares were held: the lever moved and how many times, per pipeline."""
+
+    lever: str
+    corrections: dict[str, int] = Field(default_factory=dict)
 
 
 class Epoch(BaseModel):
@@ -68,6 +78,7 @@ class Epoch(BaseModel):
     planned_share: dict[str, float]
     realized_share: dict[str, float]
     cores_used: dict[str, float]
+    target_share: dict[str, float] = Field(default_factory=dict)
     predicted_utilization: float | None
     realized_utilization: float
 
@@ -75,6 +86,11 @@ class Epoch(BaseModel):
         """Realized over planned share of ``name`` (nan where none was planned)."""
         planned = self.planned_share.get(name, math.nan)
         return self.realized_share.get(name, math.nan) / planned if planned else math.nan
+
+    def target_ratio(self, name: str) -> float:
+        """Realized over the controller's mean target share of ``name`` (nan if none)."""
+        target = self.target_share.get(name, math.nan)
+        return self.realized_share.get(name, math.nan) / target if target else math.nan
 
 
 class FleetRecord(Document):
@@ -96,11 +112,13 @@ class FleetRecord(Document):
     samples: list[Sample]
     epochs: list[Epoch]
     cost_per_team: dict[str, float] = Field(default_factory=dict)
+    share_control: ShareControl | None = None
 
     @classmethod
     def build(cls, jobs: JobsFile, plan: FleetPlan | None, outcomes: list[JobOutcome],
               decisions: list[Decision], samples: list[Sample], cores: int,
-              engine: str = "local", started_at: float = 0.0) -> FleetRecord:
+              engine: str = "local", started_at: float = 0.0,
+              share_control: ShareControl | None = None) -> FleetRecord:
         """The record of a fleet run from the coordinator's books (``samples`` only where
         the pipelines' processes are this host's: not on Ray, whose workers are Ray's)."""
         order = {j.name: i for i, j in enumerate(jobs.jobs)}
@@ -111,7 +129,8 @@ class FleetRecord(Document):
                    jobs=sorted(outcomes, key=lambda o: order.get(o.name, 0)),
                    decisions=decisions, samples=samples,
                    epochs=epochs(decisions, samples, cores),
-                   cost_per_team=plan.cost_over(wall) if plan is not None else {})
+                   cost_per_team=plan.cost_over(wall) if plan is not None else {},
+                   share_control=share_control)
 
     @property
     def exit_code(self) -> int:
@@ -130,6 +149,11 @@ class FleetRecord(Document):
             out.append(f"shares of the cores not measured on --engine {self.engine}: the "
                        "replicas are the engine's workers, not this host's processes; each "
                        "pipeline's record has its workers' CPU time")
+        if self.share_control is not None:
+            moved = ", ".join(f"{n} {c}" for n, c in sorted(
+                self.share_control.corrections.items())) or "none needed"
+            out.append(f"shares held by the {self.share_control.lever} lever; corrections: "
+                       f"{moved}")
         for e in self.epochs:
             if e.end_s - e.start_s < 1.0:
                 continue
@@ -161,11 +185,14 @@ def epochs(decisions: list[Decision], samples: list[Sample], cores: int) -> list
         total = sum(used.values())
         planned = {n: c for n, c in d.cores.items() if n in used and c > 0}
         ptotal = sum(planned.values())
+        aimed = [s.target_share for s in inside if s.target_share]
         found.append(Epoch(
             start_s=first.at_s, end_s=last.at_s, running=sorted(used),
             planned_share={n: c / ptotal for n, c in planned.items()} if ptotal else {},
             realized_share={n: u / total for n, u in used.items()} if total else {},
             cores_used=used,
+            target_share={n: sum(a.get(n, 0.0) for a in aimed) / len(aimed) for n in used}
+            if aimed else {},
             predicted_utilization=min(ptotal, cores) / cores if planned else None,
             realized_utilization=total / cores))
     return found

@@ -5,12 +5,14 @@ record and exit status are its own, and a crash, a poison row or a bad input in 
 no other.  This coordinator starts each at its ``start_after``, watches them, and on every
 arrival and departure re-fits the fleet plan over the pipelines then running
 (`fitwork.jobs.plan.refit`) and moves replicas to them live through their control files
-(`fitwork.jobs.control`), recording each decision with its reason.  The host's scheduler is
-told the plan's shares too: each pipeline's processes get the nice level that weighs one of
-them as the cores the plan gives one of its replicas (CFS weighs a process 1.25x per level),
-so where the pipelines contend for the cores each gets its planned share, and a share one
-leaves unused goes to the others.  Unplanned (no fleet plan), each pipeline runs its units'
-declared replicas and the levels follow the pipelines' weights.
+(`fitwork.jobs.control`), recording each decision with its reason.  Each pipeline runs in a
+session of its own, and on the local engines a feedback controller (`fitwork.jobs.shares`)
+holds each to its planned share of the cores (unplanned: to the pipelines' weights) while
+they contend, a share one leaves unused going to the others; it moves each session's
+scheduler weight (its autogroup nice level, no privilege needed) or, where that is not in
+effect, stops an over-consumer's process group for part of each period.  Each pipeline also
+starts at the nice level that weighs one of its processes as the cores the plan gives one of
+its replicas (a prior; raising a level needs no privilege).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import psutil
 
 from fitwork.jobs.control import write_control
 from fitwork.jobs.plan import FleetPlan, Refit, refit
-from fitwork.jobs.record import Decision, FleetRecord, JobOutcome, Sample
+from fitwork.jobs.record import Decision, FleetRecord, JobOutcome, Sample, ShareControl
+from fitwork.jobs.shares import ShareController, choose_lever
 from fitwork.jobs.spec import Job, JobsFile
 
 __all__ = ["run_many"]
@@ -58,7 +61,7 @@ class _Running:
     seq: int = 0
     ended: float | None = None
     tree: dict[int, psutil.Process] = field(default_factory=dict)
-    nice: int = 0
+    live: list[int] = field(default_factory=list)
 
     def cpu_seconds(self) -> float:
         """CPU seconds its process and every live descendant have used (and the exited
@@ -66,23 +69,15 @@ class _Running:
         try:
             root = self.tree.setdefault(self.process.pid, psutil.Process(self.process.pid))
             total = _cpu(root, children=True)
+            live = [root.pid]
             for child in root.children(recursive=True):
-                process = self.tree.setdefault(child.pid, child)
-                total += _cpu(process)
-                _renice(process, self.nice)
-            _renice(root, self.nice)
+                total += _cpu(self.tree.setdefault(child.pid, child))
+                live.append(child.pid)
+            self.live = live
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return self.cpu
         self.cpu = max(self.cpu, total)
         return self.cpu
-
-
-def _renice(process: psutil.Process, level: int) -> None:
-    """Set ``process``'s nice level where it differs (lowering it needs privileges: where
-    refused, it stays)."""
-    with contextlib.suppress(psutil.Error, OSError):
-        if process.nice() != level:
-            process.nice(level)
 
 
 def _cpu(process: psutil.Process, children: bool = False) -> float:
@@ -132,6 +127,8 @@ class _Fleet:
         self.waiting = [j for j in jobs.jobs if self._status(j) != "rejected"]
         self.seen: set[str] = set()  # waiting jobs whose start_after has come
         self.refitted: Refit | None = None
+        lever = choose_lever() if engine != "ray" else None
+        self.control = ShareController(lever) if lever is not None else None
         for j in jobs.jobs:
             if self._status(j) == "rejected":
                 assert plan is not None
@@ -162,11 +159,16 @@ class _Fleet:
                     last_sample = self.clock()
                 time.sleep(0.05)
         finally:
+            if self.control is not None:
+                self.control.close()  # every process group continued before it is stopped
             self._stop_all()
         self._sample()
+        control = None if self.control is None else ShareControl(
+            lever=self.control.lever.name, corrections=dict(self.control.corrections))
         return FleetRecord.build(self.jobs, self.plan, list(self.done.values()),
                                  self.decisions, self.samples if self.engine == "local" else [],
-                                 psutil.cpu_count() or 1, self.engine, self.wall0)
+                                 psutil.cpu_count() or 1, self.engine, self.wall0,
+                                 share_control=control)
 
     def _stop_all(self) -> None:
         """Interrupted: stop every pipeline still running as Ctrl-C stops one (its outputs
@@ -202,7 +204,6 @@ class _Fleet:
             self.levels = _levels({n: self.cores[n] / max(1, sum(self.planned[n].values()))
                                    for n in admitted})
         for name, r in self.running.items():
-            r.nice = self.levels.get(name, r.nice)
             if name in self.planned:
                 r.seq += 1
                 write_control(r.control, r.seq, self.planned[name])
@@ -260,14 +261,18 @@ class _Fleet:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=str(self.jobs.path.resolve().parent if self.jobs.path else Path.cwd()),
-            env=_env(self.jobs), preexec_fn=(lambda: os.nice(nice)) if nice else None)
-        self.running[job.name] = _Running(job, process, control, self.clock() - self.t0, log,
-                                          nice=nice)
+            env=_env(self.jobs), preexec_fn=(lambda: os.nice(nice)) if nice else None,
+            start_new_session=True)  # its own session: its own scheduler group and signals
+        self.running[job.name] = _Running(job, process, control, self.clock() - self.t0, log)
+        if self.control is not None:
+            self.control.add(job.name, process.pid)
         self.say(f"{job.name}: started (pid {process.pid}"
                  f"{f', nice {nice}' if nice else ''}); log in {log.name}")
 
     def _ended(self, r: _Running) -> None:
         r.cpu_seconds()
+        if self.control is not None:
+            self.control.remove(r.job.name)
         r.ended = self.clock() - self.t0
         r.log.close()
         del self.running[r.job.name]
@@ -286,10 +291,17 @@ class _Fleet:
         """One reading of every running pipeline's CPU seconds so far."""
         if not self.running:
             return
+        now = self.clock() - self.t0
+        cpu = {n: r.cpu_seconds() for n, r in self.running.items()}
+        planned = {n: self.cores[n] for n in self.running if n in self.cores} \
+            if self.plan is not None else {n: float(r.job.weight)
+                                           for n, r in self.running.items()}
+        wanted = {} if self.control is None else self.control.step(
+            now, cpu, {n: r.live for n, r in self.running.items()}, planned)
         self.samples.append(Sample(
-            at_s=self.clock() - self.t0,
-            cpu_s={n: r.cpu_seconds() for n, r in self.running.items()},
-            planned_cores={n: self.cores[n] for n in self.running if n in self.cores}))
+            at_s=now, cpu_s=cpu,
+            planned_cores={n: self.cores[n] for n in self.running if n in self.cores},
+            target_share={n: round(v, 4) for n, v in wanted.items()}))
 
 
 def _journal(job: Job) -> Path:
