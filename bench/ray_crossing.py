@@ -7,8 +7,9 @@ hands a frame to the next unit's (``process.remote(frame, ...)``, four calls in 
 The receiver sits on the sender's node (same) or on the other worker node (cross).  For
 each frame size, the cluster's CPU-seconds (every process of its nodes: raylets, object
 stores, workers) and the wall seconds per frame are read, same and cross by turns in both
-orders, the least of each kept.  A line through (bytes, CPU per frame) of each placement
-gives the fixed and the per-byte cost; the difference cross - same is what the cost model
+orders, the least of each kept.  Inline frames are compared as they are; for frames through the
+object store a line through (bytes, CPU per frame) of the differences cross - same gives
+the fixed and the per-byte cost of a crossing: what the cost model
 charges a frame that crosses nodes (`fitwork.engine.ray.costs.CROSS_NODE_FRAME_CPU_S`,
 `CROSS_NODE_BYTE_CPU_S`).  Arrays under Ray's 100 KiB inline limit travel inside the call;
 larger ones go through the object store (pulled by the receiver's node when it is another).
@@ -25,6 +26,10 @@ from typing import Any
 
 import numpy as np
 from ray_cluster_local import LocalCluster
+
+INLINE_MAX = 100 * 1024
+"""Ray passes an argument under this many bytes inside the call (its
+``max_direct_call_object_size``), larger ones through the object store."""
 
 
 def make_actors() -> tuple[Any, Any]:
@@ -106,18 +111,26 @@ def report(best: dict[str, dict[int, tuple[float, float]]], load: tuple[float, .
         (sc, sw), (xc, xw) = best["same"][nbytes], best["cross"][nbytes]
         print(f"{nbytes:>10,} {sc * 1e6:>12.0f} {xc * 1e6:>13.0f} {sw * 1e6:>13.0f} "
               f"{xw * 1e6:>14.0f}")
-    lines = {}
+    stored = [n for n in sizes if n >= INLINE_MAX]
+    inline = [n for n in sizes if n < INLINE_MAX]
     for where in ("same", "cross"):
-        lines[where] = {k: fit_line([float(n) for n in sizes], [best[where][n][i] for n in sizes])
-                        for i, k in ((0, "cpu"), (1, "wall"))}
-        (a, b), (wa, wb) = lines[where]["cpu"], lines[where]["wall"]
-        print(f"{where}: CPU {a * 1e6:.0f} us per frame + {b * 1e9:.3f} ns per byte; wall "
-              f"{wa * 1e6:.0f} us per frame + {wb * 1e9:.3f} ns per byte")
-    (sa, sb), (xa, xb) = lines["same"]["cpu"], lines["cross"]["cpu"]
-    (swa, swb), (xwa, xwb) = lines["same"]["wall"], lines["cross"]["wall"]
-    print(f"cross - same: CPU {(xa - sa) * 1e6:.0f} us per frame, {(xb - sb) * 1e9:.3f} ns per "
-          f"byte; wall {(xwa - swa) * 1e6:.0f} us per frame, {(xwb - swb) * 1e9:.3f} ns per "
-          f"byte  (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, shared host)")
+        if len(stored) >= 2:
+            (a, b), (wa, wb) = (fit_line([float(n) for n in stored],
+                                         [best[where][n][i] for n in stored]) for i in (0, 1))
+            print(f"{where}, through the object store: CPU {a * 1e6:.0f} us per frame + "
+                  f"{b * 1e9:.3f} ns per byte; wall {wa * 1e6:.0f} us + {wb * 1e9:.3f} ns/B")
+    if inline:
+        cpu = np.mean([best["cross"][n][0] - best["same"][n][0] for n in inline])
+        wall = np.mean([best["cross"][n][1] - best["same"][n][1] for n in inline])
+        print(f"cross - same, inline frames (< {INLINE_MAX:,} bytes): CPU {cpu * 1e6:.0f} us, "
+              f"wall {wall * 1e6:.0f} us per frame")
+    if len(stored) >= 2:
+        diff = [[best["cross"][n][i] - best["same"][n][i] for n in stored] for i in (0, 1)]
+        (a, b), (wa, wb) = (fit_line([float(n) for n in stored], d) for d in diff)
+        print(f"cross - same, through the object store: CPU {a * 1e6:.0f} us per frame + "
+              f"{b * 1e9:.3f} ns per byte; wall {wa * 1e6:.0f} us per frame + "
+              f"{wb * 1e9:.3f} ns per byte")
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (a shared host)")
 
 
 def sizes_arg(text: str) -> list[int]:
@@ -129,7 +142,7 @@ def main() -> None:
     """Start three nodes, measure both placements, print, stop the cluster."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=300, help="frames per measurement")
-    parser.add_argument("--sizes", type=sizes_arg, default=[1024, 65536, 524288, 2097152],
+    parser.add_argument("--sizes", type=sizes_arg, default=[1024, 65536, 262144, 1048576, 4194304],
                         help="frame sizes in bytes")
     parser.add_argument("--repeats", type=int, default=2, help="rounds, order flipped each")
     args = parser.parse_args()
