@@ -163,6 +163,20 @@ def test_static_bundles_sit_in_each_teams_slice(tmp_path: Path) -> None:
     assert got["fitwork"]["avg_completion_s"] == pytest.approx(50.0, rel=1e-6)
 
 
+def test_a_pipeline_no_node_type_holds_whole_is_rejected_by_bundles(tmp_path: Path) -> None:
+    # Two GPU units, one that runs only on a V100, one only on a K80: no node type has both,
+    # so no bundle holds the pipeline; fitwork places each unit on its own node type.
+    line = pipeline("p", "t", 0, 10)
+    line["units"].append({"name": "score", "rates": {"K80": 2.0}, "cpu": 1, "gpu": 1,
+                          "memory": "1GiB"})
+    bundled = simulate(tmp_path, SMALL_FLEET, [line], "job-level")
+    ours = simulate(tmp_path, SMALL_FLEET, [line], "fitwork")
+    assert bundled.returncode == 0 and ours.returncode == 0, bundled.stderr + ours.stderr
+    rejected = json.loads((tmp_path / "out-job-level.json").read_text())["rejected"]
+    assert list(rejected) == ["p"] and "no node type holds a bundle" in rejected["p"]
+    assert json.loads((tmp_path / "out-fitwork.json").read_text())["completed"] == 1
+
+
 def test_help_lists_every_policy(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "fitwork.cli", "fleet", "simulate", "--help"],
                           capture_output=True, text=True, timeout=60)
