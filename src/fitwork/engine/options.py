@@ -75,7 +75,9 @@ class RayOptions:
     ``in_flight`` is how many frames each replica may hold.  ``task_replicas=True`` runs a
     pipeline of one stateless unit (a plan that fused every stage, say) as Ray tasks on
     Ray's warm worker pool instead of actors: no replica start-up, the same books
-    (`fitwork.engine.ray.tasks`); other pipelines keep their actors.
+    (`fitwork.engine.ray.tasks`); other pipelines keep their actors.  ``keep_warm=S``
+    keeps the replicas alive ``S`` seconds after the run for the next run of the same
+    pipeline on that cluster to adopt (`fitwork.engine.ray.warm`).
     """
 
     address: str | None = None
@@ -83,6 +85,7 @@ class RayOptions:
     call_timeout: float = 30.0
     in_flight: int = 4
     task_replicas: bool = False
+    keep_warm: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ from fitwork.engine.ray.records import Hello, Reading, ReplicaSpec, Stats, Summa
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import pack
+from fitwork.engine.ray.warm import WarmPool
 from fitwork.engine.segment import Segment
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
@@ -71,7 +72,7 @@ from fitwork.hardware.ray_cluster import (
     live_nodes,
 )
 from fitwork.placement import Placement, allot
-from fitwork.telemetry.record import Refit
+from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
@@ -114,7 +115,7 @@ class Actor:
     ready: bool = False  # it said hello: its unit is built and it takes calls
 
 
-class RayRun(NodeFit, Placing, Shell):
+class RayRun(WarmPool, NodeFit, Placing, Shell):
     """One run on Ray: actors, frames in flight, and the core's books."""
 
     engine_name = "ray"
@@ -122,6 +123,7 @@ class RayRun(NodeFit, Placing, Shell):
 
     def __init__(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
                  options: RunOptions, ray_options: RayOptions) -> None:
+        self.marks: dict[str, float] = {"init": time.perf_counter()}  # start-up, by phase
         # frames into a batched unit hold a batch (see RunCore.sizes): in_flight of them is
         # room enough; an I/O unit may keep ``io`` calls going
         self.limits = [max(ray_options.in_flight, u.io)
@@ -178,7 +180,9 @@ class RayRun(NodeFit, Placing, Shell):
     # -- setting up ------------------------------------------------------------------------
 
     def connect(self) -> None:
+        self.mark("connect")
         connect(self.ray_options.address, self.ray_options.startup_timeout)
+        self.mark("connected")
         DEATHS.hold()  # the deaths this run handles are said in one line at its end
         self.holding = True
         # Each unit crosses as bytes a replica loads itself, so a unit its workers cannot
@@ -188,8 +192,11 @@ class RayRun(NodeFit, Placing, Shell):
         self.nodes = live_nodes(self.timeout)  # resources, labels, the host; re-read
         self.node_ids = {n["NodeID"] for n in self.nodes}  # each NODE_CHECK_S
         self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
+        self.mark("nodes read")
         self.fit_asks()
         self.prepare()
+        self.warm_open()  # with keep_warm: the parked replicas this run may adopt
+        self.mark("prepared")
 
     def prepare(self) -> None:
         """Before the first replica starts: reserve the planned node types' bundles."""
@@ -202,7 +209,15 @@ class RayRun(NodeFit, Placing, Shell):
         once each unit's replicas are placed and built, which the loop watches for (and
         says what went wrong if that takes longer than the start-up timeout)."""
         self.ready_by = self.clock() + self.ray_options.startup_timeout
-        return super().start()
+        result = super().start()
+        self.mark("spawned")
+        return result
+
+    def mark(self, phase: str, again: bool = False) -> None:
+        """Note when ``phase`` of the start-up was reached (its first time, unless
+        ``again``), for the record's ``ray_start`` breakdown."""
+        if again or phase not in self.marks:
+            self.marks[phase] = time.perf_counter()
 
     def _check_started(self) -> None:
         """Every unit has a replica that said hello: publish those and start feeding (the
@@ -213,6 +228,7 @@ class RayRun(NodeFit, Placing, Shell):
                 for stage in range(len(self.units))):
             self.publish()
             self.started = True
+            self.mark("feeding")
         late = [w for w in self.hellos.values() if w in self.initial]
         if not late:
             self.initial.clear()
@@ -290,13 +306,13 @@ class RayRun(NodeFit, Placing, Shell):
         replicas = max(1, self.placement.replicas(unit.name))
         sink = (self.options.sink, self.run_id, instruction.worker) \
             if self.options.sink is not None and stage == len(self.units) - 1 else None
-        handle = remote_class(Replica).options(**options).remote(ReplicaSpec(
+        handle, hello = self.start_replica(remote_class(Replica), stage, options, ReplicaSpec(
             self.blobs[stage], stage, self.names, self.limits, batch, wanted.cpu,
-            max(1, unit.io), self.timeout, replicas, sink))
+            max(1, unit.io), self.timeout, replicas, sink), bundle is not None)
         actor = Actor(instruction.worker, stage, handle, bundle)
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
-        self.hellos[handle.hello.remote()] = instruction.worker
+        self.hellos[hello] = instruction.worker
         if not self.started:
             self.initial.add(instruction.worker)  # held to the start-up timeout
 
@@ -436,10 +452,13 @@ class RayRun(NodeFit, Placing, Shell):
         """A replica said hello with its unit built: note where it runs, tell the core."""
         actor = self.actors[worker]
         actor.pid, actor.node, actor.ready = info.pid, info.node, True
+        self.mark("first hello")
+        self.mark("last hello", again=not self.started)
         self.handle(Ready(worker, info.pid, self.clock(), info.node, info.build_cpu_s))
 
     def _settle(self, ref: Any) -> None:
         worker, call, own_outputs = self.calls.pop(ref)
+        self.mark("first frame")
         actor = self.actors[worker]
         self.router.release(actor.handle)
         now = self.clock()
@@ -546,9 +565,19 @@ class RayRun(NodeFit, Placing, Shell):
             ray.kill(actor.handle, no_restart=True)
         self.handle(Exited(worker, clean=True, now=self.clock(), cause="retired"))
 
+    def record(self) -> RunRecord:
+        """The run record; its host says when each phase of the start-up was reached and
+        what a warm pool gave and kept (`WarmPool.start_notes`)."""
+        record = super().record()
+        record.host = {**(record.host or {}), **self.start_notes(self.marks)}
+        return record
+
     def stop_workers(self) -> None:
         """Collect every replica's last counters (within a deadline), and the hello of any
         that started too late to take part (so the record says where it ran)."""
+        self.mark("stopping")
+        self.parkable = [a.handle for a in self.live_actors()  # a warm pool's to keep
+                         if a.ready and not a.retiring and a.bundle is None]
         pending = {actor.handle.stats.remote(): actor.worker for actor in self.live_actors()}
         late = list(self.hellos)
         ready, _ = ray.wait([*late, *pending], num_returns=len(late) + len(pending),
@@ -576,9 +605,11 @@ class RayRun(NodeFit, Placing, Shell):
             said = deaths_line(self.names, self.core, self.lost_nodes, self.node_refits)
             if said:
                 print(said, file=sys.stderr, flush=True)
+        kept = self.warm_release()  # parked for the next run: not killed
         for actor in self.live_actors(ended=True):
-            with contextlib.suppress(Exception):
-                ray.kill(actor.handle, no_restart=True)
+            if key(actor.handle) not in kept:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor.handle, no_restart=True)
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)

@@ -20,6 +20,7 @@ the failures, and the counters of the replicas it went through.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -37,6 +38,7 @@ from fitwork.engine.parts import PartWriter, Written
 from fitwork.engine.ray.records import Hello, LostFrame, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
+from fitwork.engine.ray.warm import WarmState
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.serve import Alone, Busy, Runner
 from fitwork.engine.serving import Calls, Serving
@@ -53,7 +55,8 @@ class Replica:
     """One replica of one unit (wrapped with ``ray.remote`` by the driver)."""
 
     def __init__(self, spec: ReplicaSpec) -> None:
-        unit, stage, names, limits, batch_size, cores, slots, timeout, replicas, sink = spec
+        started = time.perf_counter()
+        unit, stage, names = spec.unit, spec.stage, spec.names
         self.error: str | None = None
         self.load_error: str | None = None  # the unit could not be unpickled here
         if isinstance(unit, bytes):  # loaded here, so a failure is said, not a crash
@@ -63,35 +66,87 @@ class Replica:
                 unit = Unit(_unloaded, names[stage])
             else:
                 unit = loaded
-        self.unit, self.stage, self.names = unit, stage, names
+        self.unit = unit
+        self.id: str = ray.get_runtime_context().get_actor_id() or ""
+        self.kernel: Kernel | None = None
+        self.lock = threading.Lock()
+        self.pool = WarmState()  # parked between runs (`park`, `claim`), or not
+        self.serving = Calls()
+        self.arm(spec, build=True)
+        self.build_s = time.perf_counter() - started  # what a warm start saves
+
+    def arm(self, spec: ReplicaSpec, build: bool) -> None:
+        """Set up for one run: counters, routes, gate, the replica loop, and (``build``)
+        the unit built (else the one built before is kept)."""
+        _, stage, names, limits, batch_size, cores, slots, timeout, replicas, sink = spec
+        self.stage, self.names = stage, names
         self.sink = sink  # the last unit's, in a run with a sink: sink, run id, worker id
         self.part: PartWriter | None = None
         self.part_lock = threading.Lock()
         self.last = stage == len(names) - 1
-        self.id: str = ray.get_runtime_context().get_actor_id() or ""
-        self.kernel: Kernel | None = None
         try:
             hold_threads(cores)
-            if self.load_error is None:
-                self.kernel = Kernel(unit)
+            if self.load_error is None and (build or self.kernel is None):
+                self.kernel = Kernel(self.unit)
         except Exception as exc:  # reported by hello(), in one line, by the driver
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
         self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
-        self.lock = threading.Lock()
         self.alone = Alone()
         self.busy = Busy()
         self.serving = Calls()  # frames to the replica's loop, which runs on a thread
         if self.kernel is not None:
-            gate = local_gate(unit.max_concurrency, unit.rate_limit, replicas)
-            runner = Runner(self.kernel, gate, self.busy, slots if unit.is_io else 0)
-            self.serving.start(Serving(runner, batch_size, unit.batch_wait))
+            gate = local_gate(self.unit.max_concurrency, self.unit.rate_limit, replicas)
+            runner = Runner(self.kernel, gate, self.busy, slots if self.unit.is_io else 0)
+            self.serving.start(Serving(runner, batch_size, self.unit.batch_wait))
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
         self.blocked_s = 0.0
         self.calls = 0
         self.last_call = time.monotonic()
         self.waiting = 0
-        self.seq = 0  # numbers each reading of the counters, so the driver keeps the newest
-        self.built_cpu = time.process_time()  # starting and building: not the unit's work
+        self.seq = getattr(self, "seq", 0)  # numbers each reading, so the driver keeps the
+        self.built_cpu = time.process_time()  # newest; starting, building: not unit work
+        self.contact = time.monotonic()  # the driver's last word (a warm pool's watch)
+
+    # -- a warm pool between runs (`fitwork.engine.ray.warm`) ------------------------------
+
+    def park(self, keep: float) -> bool:
+        """The run is over: drop what it set up and wait ``keep`` seconds for the next run
+        to `claim` this replica, then exit.  False if it holds calls still."""
+        with self.lock:
+            if self.calls:
+                return False
+            self.serving.close()
+            self.router = None
+            self.sink = self.part = None
+        self.pool.park(keep, self._exit)
+        return True
+
+    def claim(self, token: str) -> bool:
+        """Taken by the run ``token`` if parked and not taken yet (one run adopts it)."""
+        self.contact = time.monotonic()
+        return self.pool.claim(token)
+
+    def adopt(self, token: str, spec: ReplicaSpec, rebuild_under: float) -> Hello:
+        """Set up for the run that claimed this replica: everything fresh but the unit,
+        which is built again if its build took under ``rebuild_under`` seconds; its hello."""
+        if not self.pool.owned_by(token):
+            return Hello(os.getpid(), None, self.id, "not claimed by this run")
+        self.error = None
+        self.arm(spec, build=self.build_s < rebuild_under)
+        return self.hello()
+
+    def watch(self, orphan: float) -> None:
+        """A detached replica of a run with a warm pool: exit once ``orphan`` seconds pass
+        with no call while not parked (its run's driver died without a word)."""
+        self.pool.watch(orphan, lambda: time.monotonic() - self.contact, self._exit)
+
+    def _exit(self) -> None:
+        """End this actor (its name is then free): Ray kills it; if it has not within a
+        few seconds, the process ends itself."""
+        with contextlib.suppress(Exception):
+            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+        time.sleep(5.0)
+        os._exit(0)
 
     # -- identity and telemetry ------------------------------------------------------------
 
@@ -109,6 +164,7 @@ class Replica:
     def stats(self) -> Stats:
         """Counters so far, new busy intervals, and items waiting to be worked on."""
         with self.lock:
+            self.contact = time.monotonic()
             return Stats(self._counters(), self.busy.take(), self.waiting)
 
     def counters(self) -> Reading:
@@ -194,6 +250,7 @@ class Replica:
             self.bytes_in += frame_bytes(segments)
             self.waiting += count
             self.calls += 1
+            self.contact = time.monotonic()
         try:
             outputs: list[Segment] = []
             summary = Summary()

@@ -1,0 +1,262 @@
+"""A warm pool: a pipeline's replica actors kept alive between runs on a long-lived cluster.
+
+With ``keep_warm=S`` (``--keep-warm S``) a run's replicas are named, detached actors in a
+namespace keyed by the pipeline's units and their code (`namespace`), each named by its
+unit's stage and what it asks Ray for (`ask_key`).  When the run ends well, each replica
+`park`s: it drops everything the run set up (routes, counters, batches, the gate, a sink's
+part) and waits ``S`` seconds; the next run of the same pipeline on that cluster lists the
+namespace, claims the parked replicas at once (one run only can claim each), and adopts a
+claimed one wherever it would start a replica of that stage with that ask, instead of
+starting a new actor.  An adopted replica is set up afresh; its unit is built again when
+building it took under `REBUILD_UNDER_S` (functions, cheap classes), else the instance
+built for an earlier run is kept (a unit that loads a model), so a class unit that changes
+its own state call by call should not be kept warm.  A parked replica nobody claims exits
+after its time; one whose run's driver went silent (no call, no stats for `ORPHAN_S`)
+exits too.  Replicas placed in a node type's placement group are not kept (the group goes
+with the run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import marshal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fitwork.engine.ray.records import ReplicaSpec
+from fitwork.engine.ray.routing import key
+
+REBUILD_UNDER_S = 0.05
+"""An adopted replica builds its unit again when the first build took less than this."""
+ORPHAN_S = 120.0
+"""A replica kept for a warm pool exits after this long without a word from its driver."""
+PREFIX = "fitwork-warm-"
+
+
+class WarmState:
+    """A replica's side of the pool: parked or not, claimed by which run, when it exits."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.parked = False
+        self.token: str | None = None
+        self.deadline = 0.0
+        self.orphan = 0.0
+        self.quiet: Callable[[], float] = lambda: 0.0
+        self.exit: Callable[[], None] | None = None
+        self.watching = False
+
+    def park(self, keep: float, exit_: Callable[[], None]) -> None:
+        """Wait ``keep`` seconds to be claimed, then exit."""
+        with self.lock:
+            self.parked, self.token = True, None
+            self.deadline = time.monotonic() + keep
+        self._watch(exit_)
+
+    def claim(self, token: str) -> bool:
+        """Taken by run ``token`` if parked, unclaimed and not yet due to exit."""
+        with self.lock:
+            if not self.parked or self.token is not None or time.monotonic() >= self.deadline:
+                return False
+            self.parked, self.token = False, token
+            return True
+
+    def owned_by(self, token: str) -> bool:
+        """Whether run ``token`` claimed this replica."""
+        with self.lock:
+            return self.token == token
+
+    def watch(self, orphan: float, quiet: Callable[[], float], exit_: Callable[[], None]
+              ) -> None:
+        """Exit once ``quiet()`` (seconds since the driver's last word) passes ``orphan``
+        while not parked."""
+        with self.lock:
+            self.orphan, self.quiet = orphan, quiet
+        self._watch(exit_)
+
+    def _watch(self, exit_: Callable[[], None]) -> None:
+        with self.lock:
+            self.exit = exit_
+            if self.watching:
+                return
+            self.watching = True
+        threading.Thread(target=self._loop, daemon=True, name="fitwork-warm").start()
+
+    def due(self) -> bool:
+        """Whether this replica should exit now."""
+        with self.lock:
+            if self.parked:
+                return time.monotonic() >= self.deadline
+            return self.orphan > 0 and self.quiet() > self.orphan
+
+    def _loop(self) -> None:
+        while not self.due():
+            time.sleep(0.1)
+        assert self.exit is not None
+        self.exit()
+
+
+def _codes(value: Any, seen: set[int], depth: int = 0) -> Iterable[bytes]:
+    """The bytecode reachable from a unit's callable: its function's, a class's methods',
+    what closures and default arguments hold (a fused unit's stages), a few levels deep."""
+    if depth > 4 or id(value) in seen:
+        return
+    seen.add(id(value))
+    fn = getattr(value, "fn", None)  # a Unit
+    if fn is not None and not inspect.isfunction(value):
+        yield from _codes(fn, seen, depth + 1)
+    elif inspect.isfunction(value):
+        yield marshal.dumps(value.__code__)
+        for cell in value.__closure__ or ():
+            try:
+                yield from _codes(cell.cell_contents, seen, depth + 1)
+            except ValueError:  # an empty cell
+                continue
+        for default in value.__defaults__ or ():
+            yield from _codes(default, seen, depth + 1)
+    elif inspect.isclass(value):
+        for attribute in vars(value).values():
+            yield from _codes(getattr(attribute, "__func__", attribute), seen, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value[:64]:
+            yield from _codes(item, seen, depth + 1)
+
+
+def namespace(units: list[Any], blobs: list[bytes]) -> str:
+    """The pool's namespace: the units' names, their pickles and their code, hashed."""
+    digest = hashlib.sha256()
+    for unit, blob in zip(units, blobs, strict=True):
+        digest.update(unit.name.encode() + b"\0" + blob)
+        for code in _codes(unit, set()):
+            digest.update(code)
+    return PREFIX + digest.hexdigest()[:20]
+
+
+def ask_key(stage: int, options: dict[str, Any]) -> str:
+    """What a warm replica's name starts with: its stage and what it asks Ray for."""
+    asked = sorted((k, repr(v)) for k, v in options.items() if k != "scheduling_strategy")
+    return f"{stage}.{hashlib.sha256(repr(asked).encode()).hexdigest()[:12]}"
+
+
+def claim_all(space: str, token: str, timeout: float) -> dict[str, list[Any]]:
+    """Claim every parked replica in ``space`` for run ``token``, all at once: their
+    handles by ask key (see `ask_key`)."""
+    import ray
+
+    named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == space]
+    handles: dict[Any, tuple[str, Any]] = {}
+    for name in named:
+        try:
+            handle = ray.get_actor(name, namespace=space)
+        except ValueError:  # it exited meanwhile
+            continue
+        handles[handle.claim.remote(token)] = (name.rsplit(".", 1)[0], handle)
+    claimed: dict[str, list[Any]] = {}
+    if not handles:
+        return claimed
+    ready, _ = ray.wait(list(handles), num_returns=len(handles), timeout=timeout)
+    for ref in ready:
+        try:
+            taken = ray.get(ref, timeout=0)
+        except Exception:  # it died meanwhile
+            continue
+        if taken:
+            key_, handle = handles[ref]
+            claimed.setdefault(key_, []).append(handle)
+    return claimed
+
+
+def park_all(handles: list[Any], keep: float, timeout: float) -> list[Any]:
+    """Park each replica for ``keep`` seconds, all at once; those that would not park (or
+    did not say within ``timeout``), for the caller to kill."""
+    import ray
+
+    refs = {handle.park.remote(keep): handle for handle in handles}
+    if not refs:
+        return []
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+    parked = set()
+    for ref in ready:
+        try:
+            if ray.get(ref, timeout=0):
+                parked.add(ref)
+        except Exception:
+            continue
+    return [handle for ref, handle in refs.items() if ref not in parked]
+
+
+class WarmPool:
+    """The driver's side of a pool (a mixin of `fitwork.engine.ray.driver.RayRun`): claim
+    the parked replicas as the run connects, adopt them as it starts replicas, park its
+    own as it ends well; and the start-up's phases, timed, for the record."""
+
+    ray_options: Any
+    units: list[Any]
+    blobs: list[bytes]
+    run_id: str
+    timeout: float
+    tasks: bool
+    status: str
+
+    def warm_open(self) -> None:
+        """With ``keep_warm``: claim every replica the pool holds for this pipeline."""
+        self.warm_space: str | None = None
+        self.claimed: dict[str, list[Any]] = {}
+        self.adopted: list[str] = []
+        self.kept: list[str] = []
+        self.parkable: list[Any] = []
+        if self.ray_options.keep_warm > 0 and not self.tasks:
+            self.warm_space = namespace(self.units, self.blobs)
+            self.claimed = claim_all(self.warm_space, self.run_id, self.timeout)
+
+    def start_replica(self, remote: Any, stage: int, options: dict[str, Any],
+                      spec: ReplicaSpec, placed: bool) -> tuple[Any, Any]:
+        """A replica of ``stage``: a claimed warm one adopted, else a new actor (named and
+        detached, with a pool; not one ``placed`` in a group); its handle and the
+        reference its hello comes by."""
+        if self.warm_space is None or placed:
+            handle = remote.options(**options).remote(spec)
+            return handle, handle.hello.remote()
+        wanted = ask_key(stage, options)
+        held = self.claimed.get(wanted)
+        if held:
+            handle = held.pop()
+            self.adopted.append(key(handle))
+            return handle, handle.adopt.remote(self.run_id, spec, REBUILD_UNDER_S)
+        handle = remote.options(**options, name=f"{wanted}.{uuid.uuid4().hex[:12]}",
+                                namespace=self.warm_space, lifetime="detached").remote(spec)
+        handle.watch.remote(ORPHAN_S)
+        return handle, handle.hello.remote()
+
+    def warm_release(self) -> set[str]:
+        """Park the replicas this run ended with (if it ended well) and the claimed ones
+        it did not need; the keys of those parked (the rest the caller kills)."""
+        if getattr(self, "warm_space", None) is None:
+            return set()
+        spare = [handle for held in self.claimed.values() for handle in held]
+        keep = (self.parkable if self.status == "completed" else []) + spare
+        self.claimed = {}
+        refused = {key(h) for h in park_all(keep, self.ray_options.keep_warm, self.timeout)}
+        self.kept = [key(h) for h in keep if key(h) not in refused]
+        return set(self.kept)
+
+    def start_notes(self, marks: dict[str, float]) -> dict[str, Any]:
+        """For the record's host: when each phase of the start-up was reached (seconds from
+        the run's creation) and, with a pool, the replicas adopted and kept."""
+        t0 = marks["init"]
+        notes: dict[str, Any] = {
+            "ray_start": {phase: round(at - t0, 4) for phase, at in marks.items()}}
+        if getattr(self, "warm_space", None) is not None:
+            notes["warm_pool"] = {"namespace": self.warm_space, "adopted": len(self.adopted),
+                                  "adopted_ids": sorted(self.adopted),
+                                  "kept": len(self.kept), "kept_ids": sorted(self.kept)}
+        return notes
+
+
+__all__ = ["ORPHAN_S", "REBUILD_UNDER_S", "WarmPool", "WarmState", "ask_key", "claim_all",
+           "namespace", "park_all"]
