@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Any, NoReturn
@@ -75,6 +76,10 @@ from fitwork.report.metrics import combine_progress, exporter_for, metrics_optio
 @click.option("--ray-tasks", is_flag=True,
               help="With --engine ray: run a pipeline of one stateless unit (a plan that "
                    "fused every stage) as Ray tasks on Ray's warm workers, not actors.")
+@click.option("--keep-warm", type=click.FloatRange(min=0), default=0.0, metavar="SECONDS",
+              help="With --engine ray on a long-lived cluster (--ray-address): keep the "
+                   "replicas alive SECONDS after the run, so the next run of the same "
+                   "pipeline there adopts them instead of starting new ones.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
               help="Run only the first N input items (a quick look).")
@@ -107,7 +112,7 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
         workers: tuple[str, ...], ordered: bool, dead_letter: Path | None,
         record_path: Path | None, max_failures: int | None, plan_path: Path | None,
         node_type: str | None, adapt: bool, monolithic: bool, engine: str,
-        ray_address: str | None, ray_tasks: bool,
+        ray_address: str | None, ray_tasks: bool, keep_warm: float,
         quiet: bool, limit: int | None, journal_path: Path | None, no_journal: bool,
         resume: bool, metrics_port: int | None, metrics_host: str,
         decompose: str | None, csv_strings: bool = False, mode: str | None = None,
@@ -132,6 +137,9 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
     replicas = parse_workers(workers)
     settings = UnitSettings.parse(cpus, batch, io)
     _refuse_pairs(ray_tasks, engine, settings, adapt)
+    if keep_warm and (engine != "ray" or not (ray_address or os.environ.get("RAY_ADDRESS"))):
+        raise click.UsageError("--keep-warm keeps replicas on a cluster that outlives the "
+                               "run: add --engine ray --ray-address ADDRESS")
     pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
     sharded = names_directory(output_text)
     if ordered and sharded:
@@ -155,7 +163,8 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
     options: dict[str, Any] = {}
     if engine == "ray":
         options = ({"address": ray_address} if ray_address else {}) | (
-            {"task_replicas": True} if ray_tasks else {})
+            {"task_replicas": True} if ray_tasks else {}) | (
+            {"keep_warm": keep_warm} if keep_warm else {})
     asked = dict(workers=replicas, ordered=ordered, dead_letter=dead_letter,
                  max_failures=max_failures, engine=engine, journal=where, resume=resume,
                  append=mode == "append", limit=limit, **options)
