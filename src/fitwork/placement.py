@@ -232,8 +232,3 @@ class Placement:
                 f"({', '.join(names)}) is supported")
         return pipeline.fused(name=self.units[0],
                               io=max((g.io or 0 for g in self.groups), default=0))
-
-    @classmethod
-    def of_groups(cls, groups: Iterable[Group], source: Source = "plan") -> Placement:
-        """A placement of the given groups."""
-        return cls(tuple(groups), source)

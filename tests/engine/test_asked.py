@@ -11,22 +11,22 @@ from tests.engine.units import double, visible_devices
 
 def test_a_groups_resources_are_what_each_replica_asks_averaged_over_its_replicas() -> None:
     declared = Resources(cpu=1.0)
-    placement = Placement.of_groups([
+    placement = Placement((
         Group("double", 2, resources=Resources(cpu=0.5)),
         Group("double", 1, device_class="L4", resources=Resources(cpu=1.0, gpu=0.5)),
-    ])
+    ), "plan")
     asked = placement.asked("double", declared)
     assert asked.cpu == pytest.approx(2 / 3) and asked.gpu == pytest.approx(0.5 / 3)
     assert placement.asked("other", declared) == declared  # no group: the unit's own
-    bare = Placement.of_groups([Group("double", 2)])  # groups that carry none: the unit's
+    bare = Placement((Group("double", 2),), "plan")  # groups that carry none: the unit's
     assert bare.asked("double", declared) == declared
 
 
 @pytest.mark.parametrize("engine", ["local", "sim"])
 def test_a_planned_run_records_the_cores_its_replicas_asked_for(engine: str) -> None:
     # the unit declares one core; the plan's group asks half a core per replica
-    placement = Placement.of_groups([Group("double", 2, rate=1e6,
-                                           resources=Resources(cpu=0.5))])
+    placement = Placement((Group("double", 2, rate=1e6, resources=Resources(cpu=0.5)),),
+                          "plan")
     with fitwork.run(Pipeline(double), range(400), engine=engine,
                      placement=placement) as result:
         assert sorted(result) == [2 * x for x in range(400)]
@@ -39,8 +39,8 @@ def test_a_planned_run_records_the_cores_its_replicas_asked_for(engine: str) -> 
 
 def test_a_local_replica_takes_a_gpu_when_its_group_asks_for_one() -> None:
     # the unit declares no GPU; a plan's group on a GPU class asks half of one per replica
-    placement = Placement.of_groups([Group("visible_devices", 2, device_class="L4",
-                                           resources=Resources(cpu=1.0, gpu=0.5))])
+    placement = Placement((Group("visible_devices", 2, device_class="L4",
+                                 resources=Resources(cpu=1.0, gpu=0.5)),), "plan")
     with fitwork.run(Pipeline(visible_devices), range(40), engine="local",
                      placement=placement, gpus=("0", "1")) as result:
         seen = {gpu for _, gpu in result}

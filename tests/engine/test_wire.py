@@ -54,11 +54,11 @@ def test_a_held_file_has_its_name_only_once_ready_and_a_dead_writers_are_swept()
 
 def test_channel_credits_bound_what_waits() -> None:
     channel = Channel(multiprocessing.get_context("fork"), capacity=2)
-    assert channel.try_put(b"I1") and channel.try_put(b"I2")
-    assert not channel.try_put(b"I3")
+    assert channel.put(b"I1", timeout=0) and channel.put(b"I2", timeout=0)
+    assert not channel.put(b"I3", timeout=0)
     assert channel.in_use() == 2
     assert channel.get(timeout=1) == b"I1"
-    assert channel.try_put(b"I3")
+    assert channel.put(b"I3", timeout=0)
     channel.put_stop()
     assert [channel.get(timeout=1) for _ in range(3)] == [b"I2", b"I3", STOP]
     assert channel.get(timeout=0.01) is None

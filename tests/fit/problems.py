@@ -238,3 +238,8 @@ def check_plan(result: FitResult, units: Sequence[UnitDemand], node_types: Seque
         assert count == len(holding) <= types[name].count
     for u in result.utilization:
         assert -EPS <= u.utilization <= 1 + EPS, u
+
+
+def replica_counts(result: FitResult) -> dict[tuple[str, str, str], int]:
+    """A fit's replicas keyed by ``(unit, device_class, node_type)``."""
+    return {(p.unit, p.device_class, p.node_type): p.replicas for p in result.replicas}

@@ -44,7 +44,7 @@ def placement(result: FitResult) -> Placement:
     groups = [Group("source", 1, rate=1e9)]
     groups += [Group(p.unit, p.replicas, device_class=p.device_class, node_type=p.node_type,
                      rate=p.rate) for p in result.replicas if p.replicas]
-    return Placement.of_groups(groups)
+    return Placement(tuple(groups), "plan")
 
 
 def simulated_throughput(units: list[UnitDemand], result: FitResult, items: int) -> Any:

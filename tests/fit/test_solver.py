@@ -21,7 +21,7 @@ from fitwork.fit import (
 )
 from fitwork.fit.candidates import build_problem
 from fitwork.fit.model import build_model
-from tests.fit.problems import check_plan
+from tests.fit.problems import check_plan, replica_counts
 
 GIB = 2**30
 TIMES = "\u00d7"  # the multiplication sign the messages print
@@ -104,7 +104,7 @@ def test_fitted_plan_keeps_gpus_several_times_busier_than_the_monolithic_baselin
     assert fitted.cost_per_million is not None and base.cost_per_million is not None
     assert fitted.cost_per_million < base.cost_per_million
     # The model runs on accelerators only; decode and post-processing stay on cores.
-    counts = fitted.replica_counts()
+    counts = replica_counts(fitted)
     assert all(cls != "cpu-x86" for (unit, cls, _) in counts if unit == "model")
     # Cores, consumed as the load uses them, are what holds throughput: pre uses the most.
     assert fitted.bottleneck == "pre"
@@ -121,7 +121,7 @@ def test_monolithic_rate_runs_every_stage_in_sequence() -> None:
     base = monolithic(units, fleet, mip_gap=0.0)
     # One fused replica: 1/10 + 2/40 = 0.15 s per source item, busy on a core all of it
     # (the stages run in turn); the cores' 4 core-seconds per second carry 4 / 0.15.
-    assert base.replica_counts() == {("monolithic", "cpu-x86", "n"): 4}
+    assert replica_counts(base) == {("monolithic", "cpu-x86", "n"): 4}
     assert base.throughput == pytest.approx(4 / 0.15)
     assert base.utilization_of("cpu-x86") == pytest.approx(1.0)
     fitted = solve(units, fleet, mip_gap=0.0)
@@ -129,7 +129,7 @@ def test_monolithic_rate_runs_every_stage_in_sequence() -> None:
     # Fluid cores: a's 0.1 and b's 2 x 0.025 core-seconds per source item share the same
     # 4 cores, so splitting gives the same 4 / 0.15 with 3 + 2 processes on 4 cores.
     assert fitted.throughput == pytest.approx(4 / 0.15)
-    assert fitted.replica_counts() == {("a", "cpu-x86", "n"): 3, ("b", "cpu-x86", "n"): 2}
+    assert replica_counts(fitted) == {("a", "cpu-x86", "n"): 3, ("b", "cpu-x86", "n"): 2}
 
 
 def test_min_cost_meets_the_target_for_no_more_than_the_max_throughput_plan() -> None:
@@ -193,7 +193,7 @@ def test_fractional_shares_pack_whole_replicas_per_device() -> None:
                                                             device_share=0.3)})
     fleet = [NodeType(name="g", count=2, cores=8, memory=8 * GIB, devices={"gpu": 1})]
     plan = solve([unit], fleet, mip_gap=0.0)
-    assert plan.replica_counts() == {("m", "gpu", "g"): 6}  # 3 per device, not 3.33
+    assert replica_counts(plan) == {("m", "gpu", "g"): 6}  # 3 per device, not 3.33
     assert plan.throughput == pytest.approx(60.0)
 
 
@@ -202,7 +202,7 @@ def test_cpu_classes_run_only_on_nodes_with_that_cpu() -> None:
     fleet = [NodeType(name="x86", count=4, cores=64, memory=64 * GIB),
              NodeType(name="arm", count=1, cores=8, memory=64 * GIB, cpu_class="cpu-arm")]
     plan = solve([unit], fleet, mip_gap=0.0)
-    assert plan.replica_counts() == {("arm-only", "cpu-arm", "arm"): 8}
+    assert replica_counts(plan) == {("arm-only", "cpu-arm", "arm"): 8}
     assert {n.node_type: n.nodes_used for n in plan.nodes} == {"x86": 0, "arm": 1}
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 import fitwork
 from fitwork import InputError, Pipeline, unit
@@ -33,7 +31,6 @@ from fitwork.telemetry.utilization import (
     plan_flops,
     run_figures,
     sampled_busy,
-    throughput_series,
     unit_classes,
 )
 
@@ -261,44 +258,6 @@ def test_plan_gives_the_flops_and_the_bound() -> None:
     assert run_figures(fused, plan).of("cpu-x86").flops == pytest.approx(100 * 2e8)
 
 
-def worker(unit_name: str, spans: list[tuple[float, float]], worker_id: int = 0
-           ) -> WorkerRecord:
-    return WorkerRecord(worker_id=worker_id, unit=unit_name, pid=1, started_s=0.0,
-                        busy_s=sum(e - s for s, e in spans), busy_intervals=spans)
-
-
-def test_throughput_series_spreads_completions_over_the_last_busy_unit() -> None:
-    units = [UnitRecord(name="a", kind="map", replicas=1, resources={"cpu": 1}, busy_s=4.0),
-             UnitRecord(name="b", kind="map", replicas=2, resources={"cpu": 1}, busy_s=2.0),
-             UnitRecord(name="idle", kind="filter", replicas=1, resources={"cpu": 1})]
-    workers = [worker("a", [(0.0, 4.0)]), worker("b", [(0.5, 1.5)], 1),
-               worker("b", [(3.0, 3.5), (3.75, 4.25)], 2)]
-    record = make_record(units, wall_s=4.0, workers=workers, completed=40)
-    assert throughput_series(record, 1.0) == [
-        (0.0, 10.0), (1.0, 10.0), (2.0, 0.0), (3.0, 20.0)]
-    assert throughput_series(make_record(units[:1], wall_s=4.0), 2.0) == [(0.0, 0.0),
-                                                                           (2.0, 0.0)]
-    with pytest.raises(ValueError, match="must be > 0"):
-        throughput_series(record, 0.0)
-
-
-spans = st.lists(st.tuples(st.floats(0, 10), st.floats(0, 3)).map(lambda s: (s[0], s[0] + s[1])),
-                 min_size=1, max_size=20)
-
-
-@given(spans=spans, width=st.floats(0.05, 5), completed=st.integers(1, 10_000))
-def test_throughput_series_adds_up_to_the_completed_items(
-        spans: list[tuple[float, float]], width: float, completed: int) -> None:
-    busy = sum(e - s for s, e in spans)
-    units = [UnitRecord(name="u", kind="map", replicas=1, resources={"cpu": 1}, busy_s=busy)]
-    record = make_record(units, wall_s=10.0, workers=[worker("u", spans)], completed=completed)
-    series = throughput_series(record, width)
-    assert [t for t, _ in series] == pytest.approx([i * width for i in range(len(series))])
-    assert all(rate >= 0 for _, rate in series)
-    if busy > 0:
-        assert sum(rate * width for _, rate in series) == pytest.approx(completed)
-
-
 @unit(cpu=0.5)
 def wait_a_little(x: int) -> int:
     time.sleep(0.002)
@@ -326,6 +285,3 @@ def test_figures_of_a_real_run() -> None:
     assert cpu.mfu == pytest.approx(100 * 4000.0 / (peak * 1.5 * record.wall_s))
     assert 0 < cpu.mfu < 1
     assert figures.capacity_utilization == pytest.approx(record.throughput / 10_000.0)
-    series = throughput_series(record, record.wall_s / 10)
-    assert len(series) in (10, 11)
-    assert sum(rate for _, rate in series) * record.wall_s / 10 == pytest.approx(100)

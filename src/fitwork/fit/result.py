@@ -140,10 +140,6 @@ class FitResult(BaseModel):
         gap = f"{self.gap:.1%}" if self.gap >= 1e-3 else f"{self.gap * 100:.2g}%"
         return f"{self.status.replace('_', ' ')} (gap {gap})"
 
-    def replica_counts(self) -> dict[tuple[str, str, str], int]:
-        """Replicas keyed by ``(unit, device_class, node_type)``."""
-        return {(p.unit, p.device_class, p.node_type): p.replicas for p in self.replicas}
-
     def utilization_of(self, device_class: str) -> float:
         """Predicted utilization of ``device_class`` (0.0 when the plan allocates none)."""
         for entry in self.utilization:

@@ -155,11 +155,6 @@ class RateSpread(BaseModel):
     busy: float
     basis: str
 
-    @property
-    def busy_host(self) -> bool:
-        """Whether the profile was taken on a busy host (`BUSY_HOST`)."""
-        return self.busy >= BUSY_HOST
-
 
 class UnitProfile(BaseModel):
     """One unit, measured alone on sample items (figures are per input item).
@@ -424,6 +419,11 @@ class PipelineProfile(Document):
     peak RSS over its start, measured on the samples; None where not measured (one unit,
     or the measurement failed).  The units' own ``peak_rss`` count the libraries they share
     once each."""
+    share_readings: dict[int, list[float]] = Field(default_factory=dict)
+    """Readings of the share of the host's cores ``k`` processes spinning at once got, by
+    ``k`` (`fitwork.profiling.shares`): what a plan of several busy threads may count on
+    where the host's other work is shared with fairly; empty where not read (``--alone``,
+    or a profile made before it was read)."""
 
     def under_load(self) -> PipelineProfile:
         """This profile with every unit `UnitProfile.loaded`: what the fit plans from."""

@@ -36,7 +36,6 @@ SN40L's or a Gaudi2's FP32 rate) has no MFU figure.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -404,30 +403,3 @@ def run_figures(record: RunRecord, plan: Plan | None = None,
         capacity_realized=None if bound is None else ratio(record.throughput, bound),
         capacity_basis=basis,
         capacity_note="" if bound is None else capacity_note(record.throughput, bound))
-
-
-def throughput_series(record: RunRecord, width: float) -> list[tuple[float, float]]:
-    """Source items completed per second in each ``width``-second bucket from 0 to wall.
-
-    The record keeps busy intervals, not completion times, so this spreads the last unit
-    that did any work over its workers' busy time at a constant rate (items per busy
-    second), scaled so the buckets add up to the run's completed source items.  Returns
-    ``(bucket start, items/s)`` for every bucket.
-    """
-    if width <= 0:
-        raise ValueError(f"bucket width {width} must be > 0")
-    count = max(1, math.ceil(record.wall_s / width))
-    busy = [0.0] * count
-    done = [u for u in record.units if u.busy_s > 0]
-    spans = [s for w in record.workers if done and w.unit == done[-1].name
-             for s in w.busy_intervals]
-    for start, end in spans:
-        start, end = max(0.0, start), max(0.0, end)
-        for index in range(min(count - 1, int(start // width)), count):
-            low, high = index * width, (index + 1) * width if index < count - 1 else math.inf
-            busy[index] += max(0.0, min(end, high) - max(start, low))
-            if end <= high:
-                break
-    total = sum(busy)
-    return [(i * width, ratio(seconds, total) * record.items_completed / width)
-            for i, seconds in enumerate(busy)]

@@ -47,13 +47,6 @@ class Channel:
         self.send_end.send(data)
         return True
 
-    def try_put(self, data: bytes) -> bool:
-        """Send only if a credit is free right now."""
-        if not self.credits.acquire(False):
-            return False
-        self.send_end.send(data)
-        return True
-
     def put_stop(self) -> None:
         """Send a stop marker past the credits (the channel is drained by then)."""
         self.send_end.send(STOP)
