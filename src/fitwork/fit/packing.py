@@ -9,7 +9,9 @@ way, and per device its slot (shares up to 1 share a device; a larger share take
 devices) and its time.  A group's fluid load is split evenly over its replicas (the router
 spreads a unit's items over its replicas, and an engine asks the same for each).  Arrays
 per node keep it fast at a thousand nodes.  `split` turns fluid load that did not fit into
-more, smaller replicas.
+more, smaller replicas.  `colocate` then moves replicas between a type's nodes so units that
+send each other many bytes per second share nodes where the room allows (a frame that
+crosses nodes goes through the object stores, `fitwork.engine.ray.costs.crossing_share`).
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ def pack(problem: Problem, replicas: np.ndarray, flows: np.ndarray,
             if sum(other[1].values()) < sum(best[1].values()):
                 best = other
         placed, left, missing, count = best
+        if available > 1:
+            placed, count = colocate(problem, n, available, groups, placed, flows)
         for i, where in placed.items():
             nodes[i] = tuple(sorted(where))
         for i, k in left.items():
@@ -425,3 +429,104 @@ def _take_devices(room: _Node, device_class: str, need: Need, nodes: np.ndarray,
         slots[nodes, d] -= put * need["slot"]
         time[nodes, d] -= put * need["time"]
         left = left - put
+
+
+COLOCATE_NODES = 64
+"""Nodes of one type up to which `colocate` tries moves (each move looks at every pair)."""
+COLOCATE_MOVES = 256
+"""The most replicas `colocate` moves on one node type."""
+
+
+Edge = tuple[int, int, float]
+
+
+def chatty_edges(problem: Problem, n: int, flows: np.ndarray) -> list[Edge]:
+    """(candidate, next unit's candidate, bytes/s between them) for each pair on node type
+    ``n``: a unit's items go to the next unit's candidates in proportion to their flows."""
+    cands = problem.candidates
+    into: dict[int, float] = {}
+    for k, cand in enumerate(cands):
+        into[cand.unit] = into.get(cand.unit, 0.0) + float(flows[k])
+    edges = []
+    for i, a in enumerate(cands):
+        if a.node != n or flows[i] <= 0 or a.bytes_out <= 0:
+            continue
+        for k, b in enumerate(cands):
+            if b.node == n and b.unit == a.unit + 1 and flows[k] > 0:
+                edges.append((i, k, float(flows[i]) * a.bytes_out * float(flows[k])
+                              / into[b.unit]))
+    return edges
+
+
+def crossing_bytes(edges: list[Edge], counts: dict[int, np.ndarray]) -> float:
+    """Bytes/s that cross nodes: each edge's bytes times the share of its frames whose
+    receiver is on another node (the router spreads them over the receiving replicas
+    whatever their node)."""
+    total = 0.0
+    for i, k, rate in edges:
+        a, b = counts[i], counts[k]
+        total += rate * (1.0 - float(a @ b) / max(float(a.sum() * b.sum()), _EPS))
+    return total
+
+
+def colocate(problem: Problem, n: int, available: int,
+             groups: list[tuple[float, int, int, Need]], placed: dict[int, list[int]],
+             flows: np.ndarray) -> tuple[dict[int, list[int]], int]:
+    """Move replicas of node type ``n`` between the nodes that hold anything, one at a
+    time, each time the move that cuts the bytes/s crossing nodes (`crossing_bytes`) the
+    most, onto a node with room for the replica, until none cuts them.  Replicas on devices
+    stay put.  Returns where each candidate's replicas are, and how many nodes hold any."""
+    edges = chatty_edges(problem, n, flows)
+    counts = {i: np.bincount(np.asarray(where, dtype=int), minlength=available).astype(float)
+              for i, where in placed.items()}
+    used = int(np.count_nonzero(sum(counts.values(), np.zeros(available))))
+    if not edges or available > COLOCATE_NODES or \
+            any(i not in counts or k not in counts for i, k, _ in edges):
+        return placed, used
+    needs = {i: need for _, i, _, need in groups}
+    room = _rooms(problem, n, available)
+    for i, where in placed.items():
+        nodes, per = np.unique(np.asarray(where, dtype=int), return_counts=True)
+        _put_many(room, problem.candidates[i].device_class, needs[i], nodes, per)
+    movable = sorted({c for i, k, _ in edges for c in (i, k)
+                      if needs[c]["slot"] <= 0 and needs[c]["time"] <= 0})
+    hold = np.flatnonzero(sum(counts.values(), np.zeros(available)) > 0)
+    for _ in range(COLOCATE_MOVES):
+        move = _best_move(problem, edges, counts, needs, room, movable, hold)
+        if move is None:
+            break
+        i, src, dst = move
+        cls = problem.candidates[i].device_class
+        _put_many(room, cls, needs[i], np.array([src, dst]), np.array([-1, 1]))
+        counts[i][src] -= 1
+        counts[i][dst] += 1
+    out = {i: np.repeat(np.arange(available), c.astype(int)).tolist()
+           for i, c in counts.items()}
+    return out, int(np.count_nonzero(sum(counts.values(), np.zeros(available))))
+
+
+def _best_move(problem: Problem, edges: list[Edge], counts: dict[int, np.ndarray],
+               needs: dict[int, Need], room: _Node, movable: list[int],
+               hold: np.ndarray) -> tuple[int, int, int] | None:
+    """The (candidate, from node, to node) move that cuts crossing bytes the most (by more
+    than a millionth of them), or None."""
+    now = crossing_bytes(edges, counts)
+    best, found = now * (1.0 - 1e-6), None
+    for i in movable:
+        mine = [e for e in edges if i in (e[0], e[1])]
+        base = crossing_bytes(mine, counts)
+        fits = _node_fits(room, problem.candidates[i].device_class, needs[i])
+        if fits is None:
+            continue
+        for src in np.flatnonzero(counts[i] > 0):
+            for dst in hold:
+                if dst == src or fits[dst] < 1:
+                    continue
+                counts[i][src] -= 1
+                counts[i][dst] += 1
+                after = now - base + crossing_bytes(mine, counts)
+                counts[i][src] += 1
+                counts[i][dst] -= 1
+                if after < best:
+                    best, found = after, (i, int(src), int(dst))
+    return found

@@ -287,11 +287,7 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         stage, group = instruction.stage, instruction.group
         unit = self.units[stage]
         wanted = self.demand(stage, group)
-        bundle = None
-        if group is not None and group.node_type is not None:
-            bundle = next((i for i, b in enumerate(self.bundles)
-                           if b.node_type == group.node_type and b.holder is None
-                           and not b.lost and b.shape == wanted), None)
+        bundle = self.pick_bundle(stage, group, wanted)  # its planned node's, if any
         # No runtime_env: an actor with one of its own waits for a fresh worker process
         # (twice the start-up here); the replica holds its thread pools itself.
         options: dict[str, Any] = {"max_concurrency": 64, "max_restarts": 0, **(

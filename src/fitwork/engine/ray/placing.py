@@ -4,7 +4,8 @@
 planned group into a Ray ask (`demand`), fails a run at once whose asks no node could ever
 hold and shares the cores the declared asks leave (`fit_asks`, see
 `fitwork.engine.ray.asks`), and reserves a placement group per planned node type
-(`reserve_groups`).
+(`reserve_groups`), each bundle held for the unit the plan put there (`pick_bundle`: a
+replica runs on the node its plan chose, beside the units it exchanges frames with).
 
 It also re-fits a run to the nodes it has (`NodeFit`): a node that dies takes its replicas
 and its bundles with it; their replacements are asked of the nodes left, as many as those
@@ -52,6 +53,8 @@ class Bundle:
     shape: Resources
     holder: int | None = None
     lost: bool = False
+    unit: str | None = None
+    """The unit whose replica the plan put here (its node is the group's)."""
     """Its node died: no replica is placed on it again (Ray could not hold it there)."""
 
 
@@ -123,7 +126,7 @@ class Placing:
         placement group made and removed per run cost ~1 s of start-up to runs back to
         back: Ray retried the next run's group after its view of the freed cores caught up).
         """
-        by_node: dict[tuple[str, int | None], list[Resources]] = {}
+        by_node: dict[tuple[str, int | None], list[tuple[str, Resources]]] = {}
         for stage, name in enumerate(self.names):
             for group in self.placement.of(name):
                 if group.node_type is not None:
@@ -131,10 +134,10 @@ class Placing:
                     nodes = group.nodes if len(group.nodes) == group.replicas else \
                         (None,) * group.replicas
                     for node in nodes:
-                        by_node.setdefault((group.node_type, node), []).append(shape)
+                        by_node.setdefault((group.node_type, node), []).append((name, shape))
         startup = self.ray_options.startup_timeout
-        for (node_type, node), shapes in by_node.items():
-            bundles = []
+        for (node_type, node), held in by_node.items():
+            bundles, shapes = [], [shape for _, shape in held]
             for shape in shapes:
                 asked = {"CPU": shape.cpu, "GPU": shape.gpu, **shape.devices}
                 bundles.append({k: v for k, v in asked.items() if v} or {"CPU": 0.01})
@@ -154,8 +157,21 @@ class Placing:
                     f"node type {node_type!r}{where} could not be reserved within "
                     f"{startup:.0f} s: it needs {bundles}; the cluster has (in all) "
                     f"{self._available()}; plan for this cluster's fleet (`fitwork fleet ray`)")
-            self.bundles += [Bundle(group, i, node_type, shape)
-                             for i, shape in enumerate(shapes)]
+            self.bundles += [Bundle(group, i, node_type, shape, unit=name)
+                             for i, (name, shape) in enumerate(held)]
+
+    def pick_bundle(self, stage: int, group: Group | None, wanted: Resources) -> int | None:
+        """The free bundle a new replica of ``stage`` takes: one the plan reserved for this
+        unit (so it runs on the node the plan put it on, beside the units it sends to),
+        else any of its node type and shape; None where the unit's group has no node type
+        or no bundle is free."""
+        if group is None or group.node_type is None:
+            return None
+        free = [i for i, b in enumerate(self.bundles)
+                if b.node_type == group.node_type and b.holder is None and not b.lost
+                and b.shape == wanted]
+        mine = [i for i in free if self.bundles[i].unit == self.names[stage]]
+        return next(iter(mine or free), None)
 
     def lose_bundles(self, gone: set[str], holders: dict[int, str | None]) -> None:
         """Mark lost every bundle on a node in ``gone`` (by its holder's node, else by the
