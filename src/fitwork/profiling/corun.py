@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fitwork.placement import allot
 from fitwork.profiling.pools import hold_pools
-from fitwork.resources import allotted_threads
 from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
 
@@ -145,13 +145,13 @@ def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any, theirs: lis
     it for that many seconds and send back (CPU seconds, items), until the pipe closes."""
     for end in theirs:
         end.close()
-    hold_pools(allotted_threads(unit.resources.cpu))
+    hold_pools(allot(unit, None).threads)
     call = Kernel(unit).caller()
     n = len(inputs)
     batches = [[inputs[(i + j) % n] for j in range(batch_size)] for i in range(0, n, batch_size)]
     with contextlib.suppress(Exception):
         call(batches[0])
-    hold_pools(allotted_threads(unit.resources.cpu))
+    hold_pools(allot(unit, None).threads)
     pipe.send("ready")
     cycled = itertools.cycle(batches)
     while True:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from fitwork.placement import allot
 from fitwork.profiling.pools import hold_pools
-from fitwork.resources import allotted_threads
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
 
@@ -15,7 +15,7 @@ def in_turn(units: Sequence[Unit], items: Iterable[Any]) -> Iterator[list[list[i
     """Build every unit in this process (its pools held to the widest unit's cores), then
     take ``items`` through them one at a time, outputs dropped: per item, for each unit, how
     many outputs each value it got gave (a failed call gives none)."""
-    hold_pools(allotted_threads(max(u.resources.cpu for u in units)))
+    hold_pools(max(allot(u, None).threads for u in units))
     calls = [(kernel, kernel.caller()) for kernel in map(Kernel, units)]
     for item in items:
         values, counts = [item], []

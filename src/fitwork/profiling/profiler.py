@@ -45,6 +45,7 @@ from typing import Any, Literal
 from fitwork.errors import FitworkError
 from fitwork.forked import ChildFailed, forked_ints, run_forked
 from fitwork.hardware.discover import usable_cores
+from fitwork.placement import allot
 from fitwork.profiling.classes import MeasuredOn, measured_on
 from fitwork.profiling.corun import loaded_factor, worth_measuring
 from fitwork.profiling.in_turn import in_turn
@@ -63,10 +64,10 @@ from fitwork.profiling.record import (
     host_load,
     others_share,
 )
+from fitwork.profiling.shares import share_readings
 from fitwork.profiling.timers import Timers
 from fitwork.profiling.torch_count import count as torch_count
 from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale, wire_seconds_per_byte
-from fitwork.resources import allotted_threads
 from fitwork.telemetry.host_speed import host_speed
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.version import __version__
@@ -104,7 +105,8 @@ def profile_pipeline(
     unit that no sample survives fails the profile.
 
     With ``loaded`` (the default), a unit that works the CPU is also timed with a copy of
-    it on every core at once (`fitwork.profiling.corun`): its ``loaded_factor``.
+    it on every core at once (`fitwork.profiling.corun`): its ``loaded_factor``; and the
+    share of the host several processes get at once is read (`fitwork.profiling.shares`).
     """
     source = iter(items)
     inputs = list(itertools.islice(source, samples))
@@ -129,6 +131,7 @@ def profile_pipeline(
                     "samples, so the units after it cannot be measured; give more samples")
         profiles = counted_ratios(pipeline.units, profiles, source)
         fused = _fused_memory(pipeline, first) if len(pipeline.units) > 1 else None
+    shares = share_readings() if loaded else {}
     large = max((max(u.bytes_in, u.bytes_out) for u in profiles), default=0) >= LARGE_ITEM
     # the scale is derived from the reading as stored, so a profile's two figures agree
     ns = round(wire_seconds_per_byte() * 1e9, 4) if large else None
@@ -137,7 +140,7 @@ def profile_pipeline(
                            classes_from=on.found_from, created_at=time.time(),
                            wire_scale=1.0 if ns is None else wire_scale(ns * 1e-9),
                            wire_ns_per_byte=ns, fused_rss=fused,
-                           host_speed=round(speed, 1))
+                           host_speed=round(speed, 1), share_readings=shares)
 
 
 FUSED_TIMEOUT_S = 120.0
@@ -826,7 +829,7 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
                  ) -> tuple[UnitProfile, list[Any]]:
     """Measure ``unit`` on ``inputs`` in this process; returns its profile and its outputs."""
     peak = _peak_since_start()
-    threads = allotted_threads(unit.resources.cpu)
+    threads = allot(unit, None).threads
     hold_pools(threads)  # as a replica is held, before the unit builds (torch reads it)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     kernel = Kernel(unit)
