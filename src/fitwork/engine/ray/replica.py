@@ -86,8 +86,9 @@ class Replica:
         self.last = stage == len(names) - 1
         try:
             hold_threads(cores)
-            if self.load_error is None and (build or self.kernel is None):
-                self.kernel = Kernel(self.unit)
+            if self.load_error is None:  # a warm replica may keep the instance it built
+                kept = None if build or self.kernel is None else self.kernel.fn
+                self.kernel = Kernel(self.unit, kept)
         except Exception as exc:  # reported by hello(), in one line, by the driver
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
         self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
@@ -132,6 +133,12 @@ class Replica:
         if not self.pool.owned_by(token):
             return Hello(os.getpid(), None, self.id, "not claimed by this run")
         self.error = None
+        if isinstance(spec.unit, bytes):  # this run's settings of the same code
+            loaded = load_unit(spec.unit, spec.names[spec.stage])
+            if isinstance(loaded, str):
+                self.load_error = loaded
+            else:
+                self.unit = loaded
         self.arm(spec, build=self.build_s < rebuild_under)
         return self.hello()
 

@@ -126,11 +126,12 @@ def _codes(value: Any, seen: set[int], depth: int = 0) -> Iterable[bytes]:
             yield from _codes(item, seen, depth + 1)
 
 
-def namespace(units: list[Any], blobs: list[bytes]) -> str:
-    """The pool's namespace: the units' names, their pickles and their code, hashed."""
+def namespace(units: list[Any]) -> str:
+    """The pool's namespace: the units' names and their code, hashed (not their pickles:
+    a class pickled by value carries an id of its own in every driver process)."""
     digest = hashlib.sha256()
-    for unit, blob in zip(units, blobs, strict=True):
-        digest.update(unit.name.encode() + b"\0" + blob)
+    for unit in units:
+        digest.update(unit.name.encode() + b"\0")
         for code in _codes(unit, set()):
             digest.update(code)
     return PREFIX + digest.hexdigest()[:20]
@@ -211,7 +212,7 @@ class WarmPool:
         self.kept: list[str] = []
         self.parkable: list[Any] = []
         if self.ray_options.keep_warm > 0 and not self.tasks:
-            self.warm_space = namespace(self.units, self.blobs)
+            self.warm_space = namespace(self.units)
             self.claimed = claim_all(self.warm_space, self.run_id, self.timeout)
 
     def start_replica(self, remote: Any, stage: int, options: dict[str, Any],

@@ -1,0 +1,132 @@
+"""A warm pool on a long-lived Ray cluster: a run keeps its replicas, the next adopts them.
+
+A one-node Ray cluster held by a process of its own (its own temp dir), and ``fitwork run
+--engine ray --ray-address ... --keep-warm S`` twice through the real CLI, each run a
+driver process of its own: the second run's record says it adopted the replicas the first
+kept (the same actor ids), both runs' outputs are exact, a class unit that notes its first
+call gives each run a fresh instance, and the pool is gone once its time has passed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                reason="Ray is not installed: pip install 'fitwork[ray]'")
+FITWORK = str(Path(sys.executable).with_name("fitwork"))
+ITEMS = 300
+KEEP_S = 8.0
+
+HOLDER = textwrap.dedent("""
+    import sys, ray
+    context = ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+                       log_to_driver=False, _temp_dir=sys.argv[1])
+    print(context.address_info["gcs_address"], flush=True)
+    sys.stdin.read()  # the cluster lives until the test closes this pipe
+    ray.shutdown()
+""")
+
+PIPE = textwrap.dedent("""
+    from fitwork import Pipeline, unit
+
+    def square(x):
+        return x * x
+
+    class Stamp:
+        '''Marks the first item this instance sees: a kept instance would mark none.'''
+
+        def __init__(self):
+            self.first = True
+
+        def __call__(self, x):
+            first, self.first = self.first, False
+            return [x + 1, first]
+
+    pipeline = Pipeline(unit(square, cpu=0.5), unit(Stamp, name="stamp", cpu=0.5),
+                        name="warm")
+""")
+
+NAMED = textwrap.dedent("""
+    import json, sys, time, ray
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    deadline = time.monotonic() + float(sys.argv[3])
+    while True:
+        named = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a["namespace"] == sys.argv[2]]
+        if not named or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    print(json.dumps(named))
+""")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "RAY_AUTH_MODE": "disabled"}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """The address of a 2-CPU Ray cluster on this host, held by a process of its own."""
+    temp = tempfile.mkdtemp(prefix="fw-warm-")  # short: Unix socket paths are < 108 bytes
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, temp], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=_env())
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        address = holder.stdout.readline().strip()
+        assert address, "the Ray cluster did not start"
+        yield address
+    finally:
+        holder.stdin.close()
+        try:
+            holder.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+
+
+def _warm_run(folder: Path, address: str, name: str) -> tuple[list[list[int]], dict]:
+    """One CLI run kept warm; its outputs (in input order) and its record's warm pool."""
+    done = subprocess.run(
+        [FITWORK, "run", "pipe.py:pipeline", "--engine", "ray", "--ray-address", address,
+         "--input", "in.jsonl", "--output", f"{name}.jsonl", "--record", f"{name}.json",
+         "--workers", "stamp=1", "--ordered", "--keep-warm", str(KEEP_S), "-q"],
+        cwd=folder, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = [json.loads(line) for line in (folder / f"{name}.jsonl").read_text().splitlines()]
+    record = json.loads((folder / f"{name}.json").read_text())
+    return outputs, record["host"]["warm_pool"]
+
+
+@pytest.mark.timeout(180)
+def test_a_second_run_adopts_the_warm_replicas_and_the_pool_leaves_after_its_time(
+        cluster: str, tmp_path: Path) -> None:
+    (tmp_path / "pipe.py").write_text(PIPE)
+    (tmp_path / "in.jsonl").write_text("".join(f"{i}\n" for i in range(ITEMS)))
+    expected = [[i * i + 1, False] for i in range(ITEMS)]
+
+    first, pool = _warm_run(tmp_path, cluster, "first")
+    assert pool["adopted"] == 0 and pool["kept"] == 2, pool
+    second, again = _warm_run(tmp_path, cluster, "second")
+    assert again["namespace"] == pool["namespace"]
+    assert again["adopted"] == 2 and again["adopted_ids"] == pool["kept_ids"], (pool, again)
+    for outputs in (first, second):  # exact, and a fresh Stamp: one first item each run
+        assert [[x, False] for x, _ in outputs] == expected
+        assert sum(1 for _, first_call in outputs if first_call) == 1
+
+    started = time.monotonic()
+    listed = subprocess.run([sys.executable, "-c", NAMED, cluster, again["namespace"],
+                             str(KEEP_S + 10)], capture_output=True, text=True,
+                            timeout=60, env=_env())
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert json.loads(listed.stdout.strip().splitlines()[-1]) == []  # gone after its time
+    assert time.monotonic() - started < KEEP_S + 10
