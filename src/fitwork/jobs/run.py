@@ -265,9 +265,17 @@ class _Fleet:
             start_new_session=True)  # its own session: its own scheduler group and signals
         self.running[job.name] = _Running(job, process, control, self.clock() - self.t0, log)
         if self.control is not None:
-            self.control.add(job.name, process.pid)
+            self.control.add(job.name, process.pid, self._prior(job.name))
         self.say(f"{job.name}: started (pid {process.pid}"
                  f"{f', nice {nice}' if nice else ''}); log in {log.name}")
+
+    def _prior(self, name: str) -> float:
+        """``name``'s first weight for the share controller: its planned cores (unplanned:
+        its weight) over the most any admitted pipeline has."""
+        shares = self.cores if self.plan is not None else \
+            {j.name: j.weight for j in self.jobs.jobs}
+        top = max(shares.values(), default=0.0)
+        return shares.get(name, 0.0) / top if top > 0 else 1.0
 
     def _ended(self, r: _Running) -> None:
         r.cpu_seconds()

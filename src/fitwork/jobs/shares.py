@@ -254,10 +254,12 @@ class ShareController:
         self.corrections: Counter[str] = Counter()
         self.last_targets: dict[str, float] = {}
 
-    def add(self, name: str, pid: int) -> None:
-        """A pipeline started, its process ``pid`` the leader of its session and group."""
+    def add(self, name: str, pid: int, prior: float = 1.0) -> None:
+        """A pipeline started, its process ``pid`` the leader of its session and group;
+        ``prior`` its first weight (the heaviest 1), until its use is measured."""
         self.lever.add(name, pid)
-        self.weights[name] = 1.0
+        self.weights[name] = min(1.0, max(1e-3, prior))
+        self._apply([name])
 
     def remove(self, name: str) -> None:
         """A pipeline ended: let its processes run."""
@@ -281,6 +283,9 @@ class ShareController:
         span = now - then
         live = [n for n in cpu_s if n in self.weights and n in cpu0 and planned.get(n, 0) > 0]
         if span <= 0 or len(live) < 2:
+            if len(live) < 2:  # alone (or none measured yet): nobody to share with
+                self.weights.update({n: 1.0 for n in self.weights})
+                self._apply(list(self.weights))
             self.last_targets = {}
             return {}
         used = {n: max(0.0, cpu_s[n] - cpu0[n]) / span for n in live}
@@ -310,6 +315,9 @@ class ShareController:
         heaviest = max(self.weights[n] for n in live)
         for n in live:
             self.weights[n] = max(1e-3, self.weights[n] / heaviest)
-        for n in self.lever.apply({n: self.weights[n] for n in live}):
+        self._apply(live)
+
+    def _apply(self, names: list[str]) -> None:
+        for n in self.lever.apply({n: self.weights[n] for n in names}):
             self.corrections[n] += 1
 
