@@ -24,8 +24,8 @@ from fitwork.jobs.record import FleetRecord
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 ENV = {"SCORING_ROUNDS": "3000", "TOKENS_WORK": "6000", "LOOKUP_WAIT_S": "0.01"}
 SHARE_REACH = 0.10
-"""How far (in share of the cores used) a pipeline's realized share may sit from its planned
-share in the stretch where all three run."""
+"""How far, relative, a pipeline's realized share of the cores the three use may sit from its
+planned share in the stretch where all three run (issue 36's ±10%)."""
 
 
 def _copy(tmp: Path, count: int) -> Path:
@@ -117,8 +117,14 @@ def test_a_jobs_file_planned_and_run_by_the_cli(tmp_path: Path) -> None:
     together = [e for e in record.epochs if len(e.running) == 3]
     assert together, record.epochs
     main = max(together, key=lambda e: e.end_s - e.start_s)
+    assert record.share_control is not None and record.share_control.lever in (
+        "autogroup", "duty"), record.share_control
     for name, planned_share in main.planned_share.items():
-        assert abs(main.realized_share[name] - planned_share) <= SHARE_REACH, (name, main)
+        # against the controller's target: the planned share renormalised over the
+        # pipelines that were CPU-hungry; where that is the plan's (all hungry), the plan's
+        assert abs(main.target_ratio(name) - 1) <= SHARE_REACH, (name, main)
+        if abs(main.target_share[name] / planned_share - 1) <= SHARE_REACH / 2:
+            assert abs(main.share_ratio(name) - 1) <= SHARE_REACH, (name, main)
     assert all(e.realized_utilization <= 1.0 + 1e-6 for e in record.epochs)
 
 

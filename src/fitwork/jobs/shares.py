@@ -304,17 +304,15 @@ class ShareController:
     def _correct(self, live: list[str], used: Mapping[str, float], total: float,
                  demand: Mapping[str, float], wanted: Mapping[str, float]) -> None:
         """Move each hungry pipeline's weight by its error; a sated one runs unweighed."""
-        for n in live:
+        sated = {n for n in live
+                 if demand[n] * 0.999 <= wanted[n] * total and used[n] < wanted[n] * total}
+        for n in set(live) - sated:
             share = used[n] / total
-            sated = demand[n] * 0.999 <= wanted[n] * total and share < wanted[n]
-            if sated:
-                self.weights[n] = 1.0
-            elif share > 0 and abs(wanted[n] / share - 1) > DEADBAND:
-                ratio = min(2.0, max(0.5, wanted[n] / share))
-                self.weights[n] *= ratio ** GAIN
-        heaviest = max(self.weights[n] for n in live)
+            if share > 0 and abs(wanted[n] / share - 1) > DEADBAND:
+                self.weights[n] *= min(2.0, max(0.5, wanted[n] / share)) ** GAIN
+        heaviest = max((self.weights[n] for n in live if n not in sated), default=1.0)
         for n in live:
-            self.weights[n] = max(1e-3, self.weights[n] / heaviest)
+            self.weights[n] = 1.0 if n in sated else max(1e-3, self.weights[n] / heaviest)
         self._apply(live)
 
     def _apply(self, names: list[str]) -> None:
