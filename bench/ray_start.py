@@ -3,8 +3,8 @@
 One script, one Ray cluster of this host started here (as ``bench/ray_engines.py`` starts
 it), the pipelines and plans of ``bench/ray_engines.py``: the light pipeline over 4,000
 items and the heavy one over 160, each through fitwork's plan on the local engine and on
-Ray (actors, a cold start each run; and, with ``--keep-warm``, a run that adopts the warm
-pool the run before it left).  Contenders run in both orders by turns (ABC, then CBA);
+Ray (actors, a cold start each run; task replicas on Ray's prestarted workers; and, with
+``--keep-warm``, actors adopted from the warm pool the run before left).  Contenders run in both orders by turns (ABC, then CBA);
 each run's items/s and the CPU-seconds of the whole process tree are printed, the ratios
 of Ray to local in each order, the load average beside them, and each Ray run's start-up
 breakdown from its record (``host["ray_start"]``: seconds from the run's creation to its
@@ -53,11 +53,14 @@ def ray_run(name: str, items: int, plan: Any, label: str, **options: Any) -> flo
 
 
 def contenders(name: str, items: int, plan: Any, warm: float) -> list[rig.Contender]:
-    """Local, Ray cold, and (``warm`` > 0) Ray adopting the pool a run before it left."""
+    """Local, Ray cold (actors; task replicas on Ray's prestarted workers), and (``warm``
+    > 0) Ray adopting the pool a run before it left."""
     config = rig.plan_config(plan)
     found = [rig.Contender("local", config, lambda: rig.run_local(name, items, None, plan)),
              rig.Contender("ray", f"{config}, actors",
                            lambda: ray_run(name, items, plan, "ray"))]
+    found.append(rig.Contender("ray tasks", f"{config}, task_replicas=True", lambda: ray_run(
+        name, items, plan, "ray tasks", task_replicas=True)))
     if warm > 0:
         found.append(rig.Contender(
             "ray warm", f"{config}, actors kept warm {warm:g} s", lambda: ray_run(

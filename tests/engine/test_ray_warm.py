@@ -130,3 +130,20 @@ def test_a_second_run_adopts_the_warm_replicas_and_the_pool_leaves_after_its_tim
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert json.loads(listed.stdout.strip().splitlines()[-1]) == []  # gone after its time
     assert time.monotonic() - started < KEEP_S + 10
+
+
+def test_the_prediction_after_a_ray_run_takes_the_start_up_it_measured() -> None:
+    from types import SimpleNamespace
+
+    from fitwork.engine.ray.costs import for_record, predicted, startup_seconds
+
+    def record(start: dict[str, float]) -> SimpleNamespace:
+        return SimpleNamespace(workers=[1, 2], worker_restarts=0, units=[1],
+                               items_completed=4000, host={"cores": 2.0, "ray_start": start})
+
+    steady = predicted(20_000.0, 4000, 0, 1, 2.0)
+    warm, said = for_record(20_000.0, record({"feeding": 0.02}))
+    assert warm == pytest.approx(4000 / (0.02 + 4000 / steady))
+    assert "0.02 s as measured" in said
+    cold, _ = for_record(20_000.0, record({}))  # no measurement: the model's start-up
+    assert cold == pytest.approx(4000 / (startup_seconds(2, 2.0) + 4000 / steady))

@@ -152,10 +152,14 @@ def for_record(rate: float, record: Any) -> tuple[float, str]:
     cores = float((getattr(record, "host", None) or {}).get("cores") or 1.0)
     units = len(getattr(record, "units", ())) or 1
     items = int(getattr(record, "items_completed", 0))
-    value = predicted(rate, items, replicas, units, cores)
+    # the start-up the run measured (its replicas up: `fitwork.engine.ray.warm`), else ours
+    measured = ((getattr(record, "host", None) or {}).get("ray_start") or {}).get("feeding")
+    start = startup_seconds(replicas, cores) if measured is None else float(measured)
+    steady = predicted(rate, items, 0, units, cores)  # no start-up: the steady part alone
+    value = items / (start + items / steady) if rate > 0 and items > 0 else rate
     return value, (f" ({rate:,.1f} steady, less Ray's start-up of {replicas} replicas "
-                   f"on {cores:g} cores, ~{startup_seconds(replicas, cores):.1f} s, and its "
-                   f"cost per call, for {items:,} items)")
+                   f"on {cores:g} cores, {start:.2f} s{' as measured' * (measured is not None)}"
+                   f", and its cost per call, for {items:,} items)")
 
 
 __all__ = ["ACTOR_START_CPU_S", "CALL_CPU_S", "CROSS_NODE_BYTE_CPU_S", "CROSS_NODE_FRAME_CPU_S",

@@ -573,7 +573,7 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         that started too late to take part (so the record says where it ran)."""
         self.mark("stopping")
         self.parkable = [a.handle for a in self.live_actors()  # a warm pool's to keep
-                         if a.ready and not a.retiring and a.bundle is None]
+                         if not a.retiring and a.bundle is None]
         pending = {actor.handle.stats.remote(): actor.worker for actor in self.live_actors()}
         late = list(self.hellos)
         ready, _ = ray.wait([*late, *pending], num_returns=len(late) + len(pending),

@@ -35,6 +35,8 @@ REBUILD_UNDER_S = 0.05
 ORPHAN_S = 120.0
 """A replica kept for a warm pool exits after this long without a word from its driver."""
 PREFIX = "fitwork-warm-"
+PARK_WAIT_S = 1.0
+"""How long the end of a run waits for its built replicas to say they parked."""
 
 
 class WarmState:
@@ -174,21 +176,22 @@ def claim_all(space: str, token: str, timeout: float) -> dict[str, list[Any]]:
 
 def park_all(handles: list[Any], keep: float, timeout: float) -> list[Any]:
     """Park each replica for ``keep`` seconds, all at once; those that would not park (or
-    did not say within ``timeout``), for the caller to kill."""
+    died), for the caller to kill.  One still building its unit (it started late in a
+    short run) parks once built: its call waits in line, and nobody waits for it here."""
     import ray
 
     refs = {handle.park.remote(keep): handle for handle in handles}
     if not refs:
         return []
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-    parked = set()
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=min(timeout, PARK_WAIT_S))
+    refused = []
     for ref in ready:
         try:
-            if ray.get(ref, timeout=0):
-                parked.add(ref)
+            if not ray.get(ref, timeout=0):
+                refused.append(refs[ref])
         except Exception:
-            continue
-    return [handle for ref, handle in refs.items() if ref not in parked]
+            refused.append(refs[ref])
+    return refused
 
 
 class WarmPool:
