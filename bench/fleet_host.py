@@ -11,19 +11,35 @@ weighs each by its weight.  From the fleet record: each pipeline's realized shar
 cores against its planned share while all three run, and how the others' cores grew once the
 first finished (the re-fit).  Everything through the CLI, in subprocesses, as a user runs it.
 
-    python bench/fleet_host.py [--items 6000] [--trials 2]
+Shares, per pipeline and trial, while all three run: realized ÷ planned (the aim: within
+±10%).  Locally, from the fleet record's samples of each pipeline's processes (and the share
+controller's target beside it: the planned share renormalised over the CPU-hungry
+pipelines).  On both engines also from each pipeline's own run record: its CPU seconds per
+item times the items it finished in that stretch (on Ray the only way: its replicas are
+Ray's workers, not the coordinator's processes).
+
+``--engine ray`` starts a Ray cluster of two nodes on this host (a head and one worker node,
+one CPU and an 80 MB object store each, each its own temp dir, token authentication with a
+fresh token), runs every contender on it (`--engine ray --ray-address`), and stops it.
+
+    python bench/fleet_host.py [--items 6000] [--trials 2] [--engine local|ray]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import secrets
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fitwork.jobs.plan import FleetPlan
@@ -33,6 +49,8 @@ from fitwork.telemetry.record import RunRecord
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "jobs"
 NAMES = ("scoring", "tokens", "lookup")
 WEIGHTS = {"scoring": 2.0, "tokens": 1.0, "lookup": 1.0}
+ENGINE: list[str] = []
+"""The engine flags every `fitwork run` here gets (``--engine ray --ray-address A`` on Ray)."""
 
 
 def fitwork(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -50,7 +68,7 @@ def start(name: str, cwd: Path, tag: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "fitwork", "run", ref, "--input", f"{name}.jsonl",
          "--output", f"out-{tag}/{name}.jsonl", "--plan", f"{name}.plan.json", "--quiet",
-         "--record", f"out-{tag}/{name}.jsonl.record.json", "--no-journal"],
+         "--record", f"out-{tag}/{name}.jsonl.record.json", "--no-journal", *ENGINE],
         cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(cwd)})
 
@@ -86,29 +104,77 @@ def fleet(cwd: Path, trial: int) -> tuple[dict[str, float], FleetRecord]:
     jobs = (cwd / "jobs.yaml").read_text().replace("out/", f"out-{tag}/")
     (cwd / f"jobs-{tag}.yaml").write_text(jobs)
     fitwork("run", "--jobs", f"jobs-{tag}.yaml", "--plan", "fleet.json", "--fleet-record",
-            f"{tag}.json", cwd=cwd)
+            f"{tag}.json", *ENGINE, cwd=cwd)
     return rates(cwd, tag), FleetRecord.load(cwd / f"{tag}.json")
 
 
-def epoch_rate(cwd: Path, record: FleetRecord, name: str) -> float | None:
-    """``name``'s source items/s while all three ran (the longest such stretch), from its
-    own run record's completions placed on the fleet run's clock."""
-    together = [e for e in record.epochs if len(e.running) == 3]
+def own_record(cwd: Path, record: FleetRecord, name: str) -> RunRecord | None:
+    """``name``'s own run record (None if it wrote none)."""
     outcome = next(o for o in record.jobs if o.name == name)
-    if not together or outcome.record is None:
+    if outcome.record is None or not (cwd / outcome.record).exists():
         return None
-    main = max(together, key=lambda e: e.end_s - e.start_s)
-    own = RunRecord.load(cwd / outcome.record if not Path(outcome.record).is_absolute()
-                         else outcome.record)
+    return RunRecord.load(cwd / outcome.record)
+
+
+def done_by(cwd: Path, record: FleetRecord, name: str) -> tuple[list[tuple[float, int]],
+                                                                   RunRecord | None]:
+    """``name``'s completions (time on the fleet run's clock, count so far) and its record."""
+    own = own_record(cwd, record, name)
+    if own is None:
+        return [], None
     offset = own.started_at - record.started_at
-    points = list(zip(own.completions.times_s, own.completions.completed, strict=True))
+    return [(t + offset, c) for t, c in zip(own.completions.times_s,
+                                            own.completions.completed, strict=True)], own
+
+
+def together(cwd: Path, record: FleetRecord) -> tuple[float, float] | None:
+    """The stretch in which all three ran: locally the longest epoch with three running; on
+    Ray (no samples) from each one's first completion to the first departure."""
+    epochs = [e for e in record.epochs if len(e.running) == 3]
+    if epochs:
+        main = max(epochs, key=lambda e: e.end_s - e.start_s)
+        return main.start_s, main.end_s
+    firsts = [next((t for t, c in done_by(cwd, record, n)[0] if c > 0), None) for n in NAMES]
+    ends = [o.ended_s for o in record.jobs if o.ended_s is not None]
+    if None in firsts or not ends:
+        return None
+    start, end = max(t for t in firsts if t is not None), min(ends)
+    return (start, end) if end - start > 1.0 else None
+
+
+def epoch_rate(cwd: Path, record: FleetRecord, name: str) -> float | None:
+    """``name``'s source items/s while all three ran, from its own run record's
+    completions placed on the fleet run's clock."""
+    window = together(cwd, record)
+    points, _ = done_by(cwd, record, name)
+    if window is None or not points:
+        return None
 
     def done_at(at: float) -> float:
-        before = [c for t, c in points if t + offset <= at]
+        before = [c for t, c in points if t <= at]
         return float(before[-1]) if before else 0.0
 
-    span = main.end_s - main.start_s
-    return (done_at(main.end_s) - done_at(main.start_s)) / span if span > 1.0 else None
+    return (done_at(window[1]) - done_at(window[0])) / (window[1] - window[0])
+
+
+def record_shares(cwd: Path, record: FleetRecord) -> dict[str, float]:
+    """Each pipeline's share of the cores the three used while all three ran, from its own
+    run record: its workers' CPU seconds per item times its items/s in that stretch."""
+    cores = {}
+    for name in NAMES:
+        rate, own = epoch_rate(cwd, record, name), own_record(cwd, record, name)
+        if rate is None or own is None or not own.items_in:
+            return {}
+        cores[name] = sum(w.cpu_s for w in own.workers) / own.items_in * rate
+    total = sum(cores.values())
+    return {n: c / total for n, c in cores.items()} if total > 0 else {}
+
+
+def planned_shares(record: FleetRecord) -> dict[str, float]:
+    """Each pipeline's planned share while all three run: the first decision's cores."""
+    cores = {n: c for n, c in record.decisions[0].cores.items() if n in NAMES and c > 0}
+    total = sum(cores.values())
+    return {n: c / total for n, c in cores.items()} if total > 0 else {}
 
 
 def normalised(found: dict[str, float], base: dict[str, float], weighted: bool) -> float:
@@ -196,31 +262,114 @@ def print_plan_held(cwd: Path, plan: FleetPlan, records: list[FleetRecord]) -> N
               f"while all three run; realized {', '.join(f'{g:,.1f}' for g in got)} in that "
               f"stretch ({inside}/{len(got)} inside the range; "
               f"{', '.join(f'{g / j.rate:.2f}x' for g in got)} the plan)")
+    print_shares(cwd, records)
     for i, record in enumerate(records):
-        together = [e for e in record.epochs if len(e.running) == 3]
-        for e in together[:1]:
-            shares = ", ".join(f"{n} {e.realized_share[n]:.0%} vs {e.planned_share.get(n, 0):.0%}"
-                               f" ({e.share_ratio(n):.2f}x)" for n in e.running)
-            print(f"trial {i}: shares while all three run (realized vs planned): {shares}")
         print(f"trial {i}: {speedup(record)}")
-        busiest = max(record.epochs, key=lambda e: e.realized_utilization)
-        print(f"trial {i}: the busiest epoch used {busiest.realized_utilization:.0%} of the "
-              f"host's cores (predicted {busiest.predicted_utilization or 0:.0%})")
+        if record.share_control is not None:
+            print(f"trial {i}: shares held by the {record.share_control.lever} lever, "
+                  f"corrections {record.share_control.corrections}")
+        if record.epochs:
+            busiest = max(record.epochs, key=lambda e: e.realized_utilization)
+            print(f"trial {i}: the busiest epoch used {busiest.realized_utilization:.0%} of "
+                  f"the host's cores (predicted {busiest.predicted_utilization or 0:.0%})")
+
+
+def print_shares(cwd: Path, records: list[FleetRecord]) -> None:
+    """Per trial and pipeline, while all three ran: planned share, realized ÷ planned as
+    sampled (local), the controller's target ÷ planned, and realized ÷ planned from the
+    pipeline's own record."""
+    print("shares while all three run: realized / planned (aim 0.90-1.10)")
+    print(f"{'trial':<6}{'pipeline':<10}{'planned':>8}{'sampled':>9}{'target':>8}"
+          f"{'records':>9}")
+    held = checked = 0
+    for i, record in enumerate(records):
+        planned = planned_shares(record)
+        epochs = [e for e in record.epochs if len(e.running) == 3]
+        main = max(epochs, key=lambda e: e.end_s - e.start_s) if epochs else None
+        estimated = record_shares(cwd, record)
+        for name in NAMES:
+            if name not in planned:
+                continue
+            cells = []
+            sampled = main.realized_share.get(name) if main else None
+            target = main.target_share.get(name) if main else None
+            for value in (sampled, target, estimated.get(name)):
+                cells.append(f"{value / planned[name]:.2f}x" if value else "-")
+            measured = sampled if sampled is not None else estimated.get(name)
+            if measured is not None:
+                checked += 1
+                held += abs(measured / planned[name] - 1) <= 0.10
+            print(f"{i:<6}{name:<10}{planned[name]:>8.0%}{cells[0]:>9}{cells[1]:>8}"
+                  f"{cells[2]:>9}")
+    print(f"{held}/{checked} inside ±10% of the plan (sampled where sampled, else from "
+          "records; records count the workers' CPU, not the drivers')")
+
+
+def _cluster_processes(token: str) -> list[int]:
+    """This host's processes with ``token`` in their environment: this cluster's, found
+    without reading any command line (Ray's processes retitle themselves)."""
+    mark = f"RAY_AUTH_TOKEN={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if mark in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def two_nodes() -> Iterator[str]:
+    """A Ray head and one worker node on this host (one CPU, an 80 MB object store and a
+    temp dir each, token authentication with a fresh token); its address.  Every `fitwork`
+    started here meanwhile joins it with that token."""
+    token = secrets.token_hex(32)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    os.environ.pop("RAY_ADDRESS", None)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ray = str(Path(sys.executable).with_name("ray"))
+    common = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats",
+              "--node-ip-address=127.0.0.1"]
+    try:
+        for first in (True, False):
+            where = ["--head", f"--port={port}", "--include-dashboard=false"] if first \
+                else [f"--address=127.0.0.1:{port}"]
+            temp = tempfile.mkdtemp(prefix="fwh-" if first else "fww-")  # short: socket paths
+            done = subprocess.run([ray, "start", *where, f"--temp-dir={temp}", *common],
+                                  capture_output=True, text=True, timeout=180)
+            if done.returncode != 0:
+                raise SystemExit(f"ray start failed:\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        for _ in range(3):
+            for pid in _cluster_processes(token):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=6000)
     parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--engine", choices=("local", "ray"), default="local")
     args = parser.parse_args()
     began = time.perf_counter()
+    load = os.getloadavg()[0]
     cwd = prepare(args.items)
     planned = fitwork("plan", "--jobs", "jobs.yaml", "-o", "fleet.json", cwd=cwd)
     print(planned.stdout)
-    rows, records = trials(cwd, args.trials)
+    with two_nodes() if args.engine == "ray" else contextlib.nullcontext("") as address:
+        if address:
+            ENGINE.extend(["--engine", "ray", "--ray-address", address])
+            print(f"a Ray cluster of two nodes on this host at {address} (1 CPU each)")
+        rows, records = trials(cwd, args.trials)
     print(f"{args.items:,} items per pipeline (tokens: half, 6 sentences each), "
-          f"{args.trials} trials alternating, {time.perf_counter() - began:.0f} s in all; "
-          f"host {os.cpu_count()} cores")
+          f"{args.trials} trials alternating on --engine {args.engine}, "
+          f"{time.perf_counter() - began:.0f} s in all; host {os.cpu_count()} cores, load "
+          f"average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print_rates(rows)
     print_plan_held(cwd, FleetPlan.load(cwd / "fleet.json"), records)
 
