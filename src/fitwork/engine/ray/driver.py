@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -56,7 +55,15 @@ from fitwork.engine.core import (
 from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.placing import NODE_CHECK_S, Bundle, NodeFit, Placing
-from fitwork.engine.ray.records import Hello, Reading, ReplicaSpec, Stats, Summary
+from fitwork.engine.ray.records import (
+    LOAD_FIX,
+    Hello,
+    Reading,
+    ReplicaSpec,
+    Stats,
+    Summary,
+    death_cause,
+)
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import pack
@@ -72,7 +79,7 @@ from fitwork.hardware.ray_cluster import (
     live_nodes,
 )
 from fitwork.placement import Placement, allot
-from fitwork.telemetry.record import Refit, RunRecord
+from fitwork.telemetry.record import Refit
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
@@ -212,12 +219,6 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         result = super().start()
         self.mark("spawned")
         return result
-
-    def mark(self, phase: str, again: bool = False) -> None:
-        """Note when ``phase`` of the start-up was reached (its first time, unless
-        ``again``), for the record's ``ray_start`` breakdown."""
-        if again or phase not in self.marks:
-            self.marks[phase] = time.perf_counter()
 
     def _check_started(self) -> None:
         """Every unit has a replica that said hello: publish those and start feeding (the
@@ -561,13 +562,6 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
             ray.kill(actor.handle, no_restart=True)
         self.handle(Exited(worker, clean=True, now=self.clock(), cause="retired"))
 
-    def record(self) -> RunRecord:
-        """The run record; its host says when each phase of the start-up was reached and
-        what a warm pool gave and kept (`WarmPool.start_notes`)."""
-        record = super().record()
-        record.host = {**(record.host or {}), **self.start_notes(self.marks)}
-        return record
-
     def stop_workers(self) -> None:
         """Collect every replica's last counters (within a deadline), and the hello of any
         that started too late to take part (so the record says where it ran)."""
@@ -611,21 +605,6 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
                 remove_placement_group(group)
 
 
-LOAD_FIX = ("every module a unit's code imports must be importable on the cluster's nodes "
-            "(install it there, or pass a runtime_env to ray.init); a unit defined in the "
-            "pipeline's own file or script travels with it")
-
-
-def death_cause(exc: BaseException) -> str:
-    """The line of a Ray death report that names the exception behind it (Ray's reports
-    run to dozens of lines), else the report's type."""
-    named = [line.strip() for line in str(exc).splitlines()
-             if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b:?", line.strip())
-             and not line.strip().startswith(("ray.exceptions.", "RayTaskError"))]
-    cause = named[-1] if named else type(exc).__name__
-    return cause[:300]
-
-
 def _running(pid: int) -> bool:
     """Whether process ``pid`` of this host is running (not gone, not a zombie)."""
     try:
@@ -634,4 +613,4 @@ def _running(pid: int) -> bool:
         return False
 
 
-__all__ = ["RayRun"]
+__all__ = ["LOAD_FIX", "RayRun"]

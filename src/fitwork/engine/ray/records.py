@@ -9,6 +9,7 @@ pipeline).  They cross processes pickled by Ray, as the dicts did.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -135,5 +136,20 @@ def total(into: Counters, delta: Counters) -> Counters:
     return Counters._make(a + b for a, b in zip(into, delta, strict=True))
 
 
-__all__ = ["Hello", "LostFrame", "Reading", "ReplicaSpec", "Stats", "Summary", "difference",
-           "newest", "total"]
+LOAD_FIX = ("every module a unit's code imports must be importable on the cluster's nodes "
+            "(install it there, or pass a runtime_env to ray.init); a unit defined in the "
+            "pipeline's own file or script travels with it")
+
+
+def death_cause(exc: BaseException) -> str:
+    """The line of a Ray death report that names the exception behind it (Ray's reports
+    run to dozens of lines), else the report's type."""
+    named = [line.strip() for line in str(exc).splitlines()
+             if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b:?", line.strip())
+             and not line.strip().startswith(("ray.exceptions.", "RayTaskError"))]
+    cause = named[-1] if named else type(exc).__name__
+    return cause[:300]
+
+
+__all__ = ["LOAD_FIX", "Hello", "LostFrame", "Reading", "ReplicaSpec", "Stats", "Summary",
+           "death_cause", "difference", "newest", "total"]

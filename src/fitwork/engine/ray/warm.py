@@ -25,10 +25,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fitwork.engine.ray.records import ReplicaSpec
 from fitwork.engine.ray.routing import key
+
+if TYPE_CHECKING:
+    from fitwork.engine.shell import Shell
+    from fitwork.telemetry.record import RunRecord
+
+    _Driver = Shell
+else:
+    _Driver = object
 
 REBUILD_UNDER_S = 0.05
 """An adopted replica builds its unit again when the first build took less than this."""
@@ -194,18 +202,29 @@ def park_all(handles: list[Any], keep: float, timeout: float) -> list[Any]:
     return refused
 
 
-class WarmPool:
+class WarmPool(_Driver):
     """The driver's side of a pool (a mixin of `fitwork.engine.ray.driver.RayRun`): claim
     the parked replicas as the run connects, adopt them as it starts replicas, park its
     own as it ends well; and the start-up's phases, timed, for the record."""
 
     ray_options: Any
-    units: list[Any]
     blobs: list[bytes]
-    run_id: str
     timeout: float
     tasks: bool
-    status: str
+    marks: dict[str, float]
+
+    def mark(self, phase: str, again: bool = False) -> None:
+        """Note when ``phase`` of the start-up was reached (its first time, unless
+        ``again``), for the record's ``ray_start`` breakdown."""
+        if again or phase not in self.marks:
+            self.marks[phase] = time.perf_counter()
+
+    def record(self) -> RunRecord:
+        """The run record; its host says when each phase of the start-up was reached and
+        what a warm pool gave and kept (`start_notes`)."""
+        record = super().record()
+        record.host = {**(record.host or {}), **self.start_notes(self.marks)}
+        return record
 
     def warm_open(self) -> None:
         """With ``keep_warm``: claim every replica the pool holds for this pipeline."""
