@@ -1,0 +1,120 @@
+"""How much of the host k runnable processes get at once: what a plan's core ceiling grows with.
+
+The run-queue wait and the readings of the cores others left (`fitwork.profiling.record`)
+are taken by one process: they say what ONE runnable process gets beside the host's other
+work.  A plan's replicas are several.  Linux shares a contended core among the runnable
+threads of a scheduling group fairly, so beside one other process spinning on a 2-core host
+one process gets 1 core, four get 1.6 and eight 1.8; beside other sessions' work, with the
+kernel's autogroups on (each session one group, the groups shared among fairly), more
+processes of this session get little more.  Which holds, and how much, is read here rather
+than assumed: ``k`` processes forked from the profiler spin together for a window, each
+reports its CPU over its wall time, and their sum over the cores is the share of the host
+``k`` runnable processes got, for ``k`` in `counts`, `ROUNDS` times over, interleaved, so
+a moment of other load lowers one reading of each count, not all of one.  A plan of ``n``
+busy threads is then planned at what ``n`` got (`fitwork.fit.inputs.share_ceiling`).  Where
+the host's other processes used under `QUIET` of it during the first reading (one process),
+the host is taken as free and that reading is the only one: a plan there may use every core
+whatever its count, and profiles (the test suite's many) stay as quick as before.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from multiprocessing.connection import Connection
+
+from fitwork.profiling.record import host_busy_seconds
+
+WINDOW_S = 0.15
+"""Seconds each probe process spins for, in each reading (15 of the kernel's ticks)."""
+ROUNDS = 3
+"""Readings of every count, interleaved."""
+MOST_PROCESSES = 16
+"""The most processes one reading starts."""
+JOIN_S = 10.0
+"""The most seconds a reading waits for its processes to report."""
+QUIET = 0.05
+"""The share of the host other processes may use during the first reading for the host to
+count as free (no further readings)."""
+
+
+def counts(cores: int) -> tuple[int, ...]:
+    """The process counts read: one, one per core, two and four per core (at most
+    `MOST_PROCESSES`)."""
+    return tuple(sorted({min(k, MOST_PROCESSES) for k in (1, cores, 2 * cores, 4 * cores)}))
+
+
+def _spin(seconds: float, conn: Connection) -> None:
+    """Spin for ``seconds``; send back the CPU and wall seconds this process spent."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    end = wall0 + seconds
+    while time.perf_counter() < end:
+        pass
+    conn.send((time.process_time() - cpu0, time.perf_counter() - wall0))
+    conn.close()
+
+
+def share_of(k: int, cores: int, seconds: float = WINDOW_S) -> tuple[float, float] | None:
+    """The share of ``cores`` that ``k`` processes spinning at once got (each one's CPU over
+    its own wall time, summed), and the share other processes used meanwhile (1.0 where
+    the platform does not say); ``None`` where a process did not report."""
+    ctx = multiprocessing.get_context("fork")
+    host0, wall0 = host_busy_seconds(), time.perf_counter()
+    pipes, procs = [], []
+    for _ in range(k):
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_spin, args=(seconds, send), daemon=True)
+        proc.start()
+        send.close()
+        pipes.append(recv)
+        procs.append(proc)
+    got = spent = 0.0
+    try:
+        for recv in pipes:
+            if not recv.poll(JOIN_S):
+                return None
+            cpu, wall = recv.recv()
+            got += cpu / wall if wall > 0 else 0.0
+            spent += cpu
+    except (EOFError, OSError):
+        return None
+    finally:
+        for proc in procs:
+            proc.join(JOIN_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    host, wall = host_busy_seconds(), time.perf_counter() - wall0
+    others = 1.0 if host is None or host0 is None or wall <= 0 else \
+        max(0.0, host - host0 - spent) / wall / max(cores, 1)
+    return min(1.0, got / max(cores, 1)), min(1.0, others)
+
+
+def host_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
+
+
+def share_readings(cores: int | None = None, rounds: int = ROUNDS,
+                   seconds: float = WINDOW_S) -> dict[int, list[float]]:
+    """Every reading of the share of the host's cores ``k`` runnable processes got, by
+    ``k`` (`counts`), ``rounds`` each, interleaved; a count no reading came back for is
+    left out, and on a free host (`QUIET`) only the first reading is taken."""
+    cores = cores or host_cores()
+    found: dict[int, list[float]] = {}
+    for r in range(rounds):
+        for k in counts(cores):
+            read = share_of(k, cores, seconds)
+            if read is None:
+                continue
+            found.setdefault(k, []).append(round(read[0], 4))
+            if r == 0 and k == 1 and read[1] < QUIET:
+                return found
+    return found
+
+
+__all__ = ["counts", "host_cores", "share_of", "share_readings"]
