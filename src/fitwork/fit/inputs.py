@@ -10,11 +10,12 @@ budget from the profile's run-queue wait (`core_ceiling`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fitwork.fit.candidates import format_node
 from fitwork.fit.cost import Precision, RateEstimate, batch_rates, unit_rates
 from fitwork.fit.errors import UnitFitsNowhere
+from fitwork.fit.result import FitResult
 from fitwork.fit.spec import ClassDemand, UnitDemand, is_cpu_class
 from fitwork.fit.spec import NodeType as SolverNode
 from fitwork.hardware.catalog import Catalog, DeviceClass
@@ -210,6 +211,71 @@ def core_ceiling(profile: PipelineProfile) -> float:
     if free:
         ceiling = min(ceiling, quantile(free, FREE_QUANTILE))
     return max(FLOOR, ceiling)
+
+
+BUSY_CORES = 0.05
+"""A replica planned under this many cores of CPU work mostly waits: it adds no thread
+competing for the cores (`busy_threads`)."""
+SETTLE_STEPS = 6
+"""The most re-solves `settled_ceiling` takes to reach a ceiling the plan bears out."""
+
+
+def share_ceiling(profile: PipelineProfile, threads: float) -> float:
+    """The core ceiling a plan of ``threads`` busy threads may count on.
+
+    `core_ceiling` is what one process met.  Where the host's other work is shared with
+    fairly, more runnable threads get more of it (beside one process spinning on 2 cores,
+    four get 1.6 of them where one gets 1); the profile reads how much `k` processes got at
+    once (`PipelineProfile.share_readings`, `fitwork.profiling.shares`), each count's
+    readings taken at `FREE_QUANTILE` as the free readings are.  The ceiling is the larger
+    of the one-process figure and what ``threads`` processes got (linear between the counts
+    read, the last count's held beyond it, never above 1)."""
+    base = core_ceiling(profile)
+    got = {k: quantile([(v, 1.0) for v in values], FREE_QUANTILE)
+           for k, values in profile.share_readings.items() if values}
+    if not got:
+        return base
+    counts = sorted(got)
+    if threads <= counts[0]:
+        share = got[counts[0]]
+    elif threads >= counts[-1]:
+        share = got[counts[-1]]
+    else:
+        high = next(k for k in counts if k >= threads)
+        low = max(k for k in counts if k < threads)
+        share = got[low] + (got[high] - got[low]) * (threads - low) / (high - low)
+    return min(1.0, max(base, share))
+
+
+def busy_threads(result: FitResult) -> float:
+    """Threads a solved side keeps runnable at most: each replica's calls at once (its
+    ``threads``, else 1), counting only replicas planned at least `BUSY_CORES` of CPU."""
+    return float(sum(p.replicas * (p.threads or 1) for p in result.replicas
+                     if p.cores >= BUSY_CORES and is_cpu_class(p.device_class)))
+
+
+def settled_ceiling(profile: PipelineProfile, solve_at: Callable[[float], FitResult]
+                    ) -> tuple[float, FitResult]:
+    """The highest ceiling a side's own plan bears out, and that plan.
+
+    A plan's share of a busy host grows with the threads it keeps runnable
+    (`share_ceiling`), and the threads it runs grow with the share it is planned at.  From
+    the share the most processes read got, each step solves at the ceiling (``solve_at``),
+    counts the plan's threads (`busy_threads`) and lowers the ceiling to what they get,
+    until the plan bears its ceiling out (at most `SETTLE_STEPS` re-solves).  Starting from
+    the one-process figure instead stops at its plan: one replica planned at one process's
+    share gets just that share, and never shows that four would get more (the demo beside
+    a spinning core, issue 37: 0.29x the best monolith of four).  Without share readings it
+    is `core_ceiling` and one solve."""
+    ceiling = share_ceiling(profile, max(profile.share_readings, default=1))
+    result = solve_at(ceiling)
+    for _ in range(SETTLE_STEPS):
+        borne = share_ceiling(profile, busy_threads(result))
+        if borne >= ceiling - 1e-3:
+            break
+        ceiling = borne
+        result = solve_at(ceiling)
+    return ceiling, result
 
 
 def free_readings(profile: PipelineProfile) -> list[tuple[float, float]]:

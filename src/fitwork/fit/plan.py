@@ -32,12 +32,12 @@ from fitwork.fit.errors import FitInputError, TargetUnreachable
 from fitwork.fit.heldout import widened
 from fitwork.fit.inputs import (
     HOP_SECONDS,
-    core_ceiling,
     demands,
     edge_seconds,
     fleet_classes,
     fused_memory,
     sequential,
+    settled_ceiling,
     solver_nodes,
     waiting_seconds,
 )
@@ -352,18 +352,20 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
                                                 fleet=fleet)
     stages, _, _, _ = demands(profile, classes, known, precision=precision,
                               efficiency=efficiency, hop=0.0, fleet=fleet)
-    ceiling = core_ceiling(profile)
+    # each side at the ceiling its own threads bear out on this host (`settled_ceiling`)
+    ceiling, fitted = settled_ceiling(profile, lambda c: solve(
+        units, solver_nodes(fleet, known, c), objective=objective, target=target,
+        time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency))
     nodes = solver_nodes(fleet, known, ceiling)
-    fitted = solve(units, nodes, objective=objective, target=target, time_limit=time_limit,
-                   mip_gap=mip_gap, max_latency=max_latency)
     if fitted.throughput <= 0:
         raise _no_plan(fleet, units)
     best = fitted if objective == "max_throughput" else solve(
         units, nodes, time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency)
-    base = monolithic(sequential(stages, [*rates, *swept], profile), nodes, time_limit=time_limit,
-                      mip_gap=mip_gap, hop_seconds=hop_seconds,
-                      edge_seconds=edge_seconds(profile) if hop_seconds else 0.0,
-                      waiting=waiting_seconds(profile), memory=fused_memory(profile))
+    whole_ceiling, base = settled_ceiling(profile, lambda c: monolithic(
+        sequential(stages, [*rates, *swept], profile), solver_nodes(fleet, known, c),
+        time_limit=time_limit, mip_gap=mip_gap, hop_seconds=hop_seconds,
+        edge_seconds=edge_seconds(profile) if hop_seconds else 0.0,
+        waiting=waiting_seconds(profile), memory=fused_memory(profile)))
     flops = {u.name: u.flops for u in profile.units}
     most = max(best.bound, best.throughput, base.throughput)
     spreads = {u.name: u.ratio_spread() for u in profile.units}
@@ -374,6 +376,8 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
     # the two layouts apart.
     error = layout_spread() if layout_error is None else layout_error
     split, whole = _widened(split, error), _widened(whole, error)
+    if fuse:
+        ceiling, nodes = whole_ceiling, solver_nodes(fleet, known, whole_ceiling)
     return Plan(
         fitwork_version=__version__, pipeline=profile.pipeline, units=[u.name for u in units],
         fleet=fleet, objective=objective, target=target, rates=rates,
