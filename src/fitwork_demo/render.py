@@ -84,7 +84,8 @@ def verdict(sweep: Sweep) -> list[Text]:
     startup, first = plan.run_overhead()
     pages = max((t.record.items_completed for t in fitted.trials), default=0)
     lines.append(Text(
-        f"  plan: {fitted.layout.config}; predicted {plan.fitted.throughput:.2f} items/s "
+        f"  plan: {fitted.layout.config}, at {plan.core_ceiling:.0%} of the host's cores; "
+        f"predicted {plan.fitted.throughput:.2f} items/s "
         f"fitted, {plan.monolithic.throughput:.2f} monolithic (x{monolith_replicas(plan)}), "
         f"steady; for a run of {pages} pages {fitted.layout.predicted_run or 0:.2f} "
         f"fitted (its replicas building their units {startup:.2f} s, the first page through "

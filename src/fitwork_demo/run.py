@@ -400,10 +400,11 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 
 
 def plan_config(plan: Plan) -> str:
-    """What the plan runs, in words: units, replicas, batch sizes (or the fused unit)."""
+    """What the plan runs, in words: units, replicas, threads, batch sizes (or the fused
+    unit)."""
     groups = plan.placement().groups
-    parts = [f"{g.unit} x{g.replicas}" + (f" (batch {g.batch_size})" if g.batch_size else "")
-             for g in groups]
+    parts = [f"{g.unit} x{g.replicas}" + (f" x {g.io} threads" if g.io and g.io > 1 else "")
+             + (f" (batch {g.batch_size})" if g.batch_size else "") for g in groups]
     text = ", ".join(parts)
     return f"fused: {text} (the plan chose not to split)" if plan.fused else text
 
