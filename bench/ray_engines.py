@@ -29,6 +29,10 @@ helper times its own runs, so its figures exclude nothing the others include.
 
     .venv/bin/python bench/ray_engines.py [--items N] [--heavy-items N] [--repeats N]
 
+With ``--nodes 3`` it starts a cluster of three Ray nodes on this host instead and measures
+fitwork's plan (actors and task replicas) against the best tuned Ray Data cold and warm, in
+both orders (``ray_nodes.py``).
+
 The defaults take a few minutes on 2 cores; the sweeps of earlier reports were
 ``--items 20000 --heavy-items 400 --batch-sizes 64,256,1024,4096 --heavy-batch-sizes
 4,16,64 --fitwork-batch-sizes 256,1024 --fitwork-heavy-batch-sizes 4,16``.
@@ -585,7 +589,13 @@ def main() -> None:
                         help="runs of each contender, by turns in ABC and CBA order; the "
                              "best of each order is kept (min 2: once each way)")
     parser.add_argument("--skip", choices=("light", "heavy"), help="leave one pipeline out")
+    import ray_nodes  # the multi-node bench: --nodes N (this directory is on sys.path)
+
+    ray_nodes.add_arguments(parser)
     args = parser.parse_args()
+    if args.nodes > 1:
+        ray_nodes.main(args)
+        return
     repeats = max(2, args.repeats)
     cores = os.cpu_count() or 2
     import ray

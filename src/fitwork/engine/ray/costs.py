@@ -135,13 +135,27 @@ def steady_rate(rate: float, units: int) -> float:
     return rate / (1.0 + max(1, units) * CALL_CPU_S / FRAME_TIME)
 
 
-def predicted(rate: float, items: int, replicas: int, units: int, cores: float) -> float:
+def predicted(rate: float, items: int, replicas: int, units: int, cores: float,
+              crossing: float = 0.0) -> float:
     """The throughput (items over wall time) a plan's steady ``rate`` comes to on Ray for a
     run of ``items`` items with ``replicas`` replica actors of ``units`` units on ``cores``
-    cores: the start-up, then the items at the steady rate less the calls' share."""
+    cores: the start-up, then the items at the steady rate less the calls' share and less
+    ``crossing`` CPU-seconds per item of frames crossing nodes (`crossing_cpu`)."""
     if rate <= 0 or items <= 0:
         return rate
-    return items / (startup_seconds(replicas, cores) + items / steady_rate(rate, units))
+    steady = crossed_rate(steady_rate(rate, units), crossing, cores)
+    return items / (startup_seconds(replicas, cores) + items / steady)
+
+
+def plan_crossing(plan: Any, placement: Any | None = None) -> float:
+    """`crossing_cpu` of a plan's placement (its fitted side's, unless given): the bytes
+    each unit sends per item and the items it handles per source item from the plan's
+    solver inputs (the largest a unit sends on any class)."""
+    placement = placement if placement is not None else plan.placement()
+    sends = {d.name: max((c.bytes_out_per_item for c in d.classes.values()), default=0.0)
+             for d in plan.demands}
+    order = [u for u in plan.units if any(g.unit == u for g in placement.groups)]
+    return crossing_cpu(placement, order, sends, dict(plan.multiplicity))
 
 
 def for_record(rate: float, record: Any) -> tuple[float, str]:
@@ -164,4 +178,5 @@ def for_record(rate: float, record: Any) -> tuple[float, str]:
 
 __all__ = ["ACTOR_START_CPU_S", "CALL_CPU_S", "CROSS_NODE_BYTE_CPU_S", "CROSS_NODE_FRAME_CPU_S",
            "FRAME_TIME", "INLINE_MAX", "crossed_rate", "crossing_cpu", "crossing_share",
-           "for_record", "frame_crossing_cpu", "predicted", "startup_seconds", "steady_rate"]
+           "for_record", "frame_crossing_cpu", "plan_crossing", "predicted", "startup_seconds",
+           "steady_rate"]
