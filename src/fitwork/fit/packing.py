@@ -431,9 +431,10 @@ def _take_devices(room: _Node, device_class: str, need: Need, nodes: np.ndarray,
         left = left - put
 
 
-COLOCATE_NODES = 64
-"""Nodes of one type up to which `colocate` tries moves (each move looks at every pair)."""
-COLOCATE_MOVES = 256
+COLOCATE_NODES = 16
+"""Nodes of one type up to which `colocate` tries moves (each move looks at every pair of
+nodes for every replica group that sends or takes bytes: a few ms a move at 16)."""
+COLOCATE_MOVES = 64
 """The most replicas `colocate` moves on one node type."""
 
 
@@ -481,6 +482,7 @@ def colocate(problem: Problem, n: int, available: int,
               for i, where in placed.items()}
     used = int(np.count_nonzero(sum(counts.values(), np.zeros(available))))
     if not edges or available > COLOCATE_NODES or \
+            sum(len(w) for w in placed.values()) > SPREAD_AT_MOST or \
             any(i not in counts or k not in counts for i, k, _ in edges):
         return placed, used
     needs = {i: need for _, i, _, need in groups}
