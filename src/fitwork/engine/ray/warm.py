@@ -40,8 +40,10 @@ else:
 
 REBUILD_UNDER_S = 0.05
 """An adopted replica builds its unit again when the first build took less than this."""
-ORPHAN_S = 120.0
-"""A replica kept for a warm pool exits after this long without a word from its driver."""
+ORPHAN_S = 600.0
+"""A replica kept for a warm pool exits after this long without a word from its driver
+(a call, a stats reading: a run asks each replica for its counters every sample interval
+while its caller iterates; one paused longer loses its replicas and starts new ones)."""
 PREFIX = "fitwork-warm-"
 PARK_WAIT_S = 1.0
 """How long the end of a run waits for its built replicas to say they parked."""
