@@ -274,8 +274,8 @@ class _Fleet:
         its weight) over the most any admitted pipeline has."""
         shares = self.cores if self.plan is not None else \
             {j.name: j.weight for j in self.jobs.jobs}
-        top = max(shares.values(), default=0.0)
-        return shares.get(name, 0.0) / top if top > 0 else 1.0
+        top, own = max(shares.values(), default=0.0), shares.get(name, 0.0)
+        return own / top if top > 0 and own > 0 else 1.0  # none planned: not held back
 
     def _ended(self, r: _Running) -> None:
         r.cpu_seconds()
