@@ -147,3 +147,39 @@ def test_the_prediction_after_a_ray_run_takes_the_start_up_it_measured() -> None
     assert "0.02 s as measured" in said
     cold, _ = for_record(20_000.0, record({}))  # no measurement: the model's start-up
     assert cold == pytest.approx(4000 / (startup_seconds(2, 2.0) + 4000 / steady))
+
+
+def _hold(x: int) -> int:
+    return x + 1
+
+
+def _other(x: int) -> int:
+    return 2 * x
+
+
+@pytest.mark.timeout(180)
+def test_a_run_the_cluster_has_no_room_for_frees_the_cores_an_idle_pool_holds(
+        ray_cluster: object) -> None:
+    """A pool parked on every core of the cluster gives them back to another pipeline's
+    run at once, not after its time (the run would wait out its start-up timeout)."""
+    import ray
+
+    import fitwork
+    from fitwork import Pipeline, unit
+
+    cores = ray.cluster_resources()["CPU"]
+    holding = Pipeline(unit(_hold, cpu=cores / 2), unit(_other, cpu=cores / 2), name="hold")
+    with fitwork.run(holding, range(50), engine="ray", keep_warm=120.0) as result:
+        assert sorted(result) == [2 * (x + 1) for x in range(50)]
+    assert result.record.host["warm_pool"]["kept"] == 2
+    assert ray.available_resources().get("CPU", 0.0) < cores / 2  # parked, holding
+
+    started = time.monotonic()
+    other = Pipeline(unit(_other, cpu=cores / 2), name="other")
+    with fitwork.run(other, range(50), engine="ray", startup_timeout=20.0) as result:
+        assert sorted(result) == [2 * x for x in range(50)]
+    assert time.monotonic() - started < 20.0
+    space = result.record.host.get("warm_pool", {}).get("namespace")
+    assert space is None  # kept no pool of its own
+    assert not [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"].startswith("fitwork-warm-")]

@@ -203,6 +203,7 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         self.fit_asks()
         self.prepare()
         self.warm_open()  # with keep_warm: the parked replicas this run may adopt
+        self.make_room()  # idle pools give back cores this run needs
         self.mark("prepared")
 
     def prepare(self) -> None:

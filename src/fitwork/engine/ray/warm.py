@@ -18,6 +18,7 @@ with the run).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import marshal
@@ -45,6 +46,7 @@ ORPHAN_S = 600.0
 (a call, a stats reading: a run asks each replica for its counters every sample interval
 while its caller iterates; one paused longer loses its replicas and starts new ones)."""
 PREFIX = "fitwork-warm-"
+ASKED = {"num_cpus": "CPU", "num_gpus": "GPU"}
 PARK_WAIT_S = 1.0
 """How long the end of a run waits for its built replicas to say they parked."""
 
@@ -238,6 +240,32 @@ class WarmPool(_Driver):
         if self.ray_options.keep_warm > 0 and not self.tasks:
             self.warm_space = namespace(self.units)
             self.claimed = claim_all(self.warm_space, self.run_id, self.timeout)
+
+    def make_room(self) -> None:
+        """Free the cores idle pools hold (other pipelines' parked replicas, or this one's
+        when this run keeps none) if the cluster lacks what this run's replicas ask."""
+        import ray
+
+        demand = getattr(self, "demand")  # noqa: B009  (`Placing.demand`, a sibling mixin)
+        needed: dict[str, float] = {}
+        for stage, name in enumerate(self.names):
+            adopted = sum(len(h) for k, h in self.claimed.items() if k.startswith(f"{stage}."))
+            for group in self.placement.of(name) or (None,):
+                count = max(0, (group.replicas if group is not None else 1) - adopted)
+                adopted = max(0, adopted - (group.replicas if group is not None else 1))
+                for kind, amount in demand(stage, group).to_ray().items():
+                    if kind in ("num_cpus", "num_gpus"):
+                        needed[kind] = needed.get(kind, 0.0) + amount * count
+        free = ray.available_resources()
+        if all(free.get(ASKED[k], 0.0) + 1e-9 >= v for k, v in needed.items()):
+            return
+        spaces = {a["namespace"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if str(a.get("namespace", "")).startswith(PREFIX)}
+        for space in spaces:  # a claim takes only idle (parked) ones
+            for handle in (h for held in claim_all(space, f"evict-{self.run_id}",
+                                                     self.timeout).values() for h in held):
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
 
     def start_replica(self, remote: Any, stage: int, options: dict[str, Any],
                       spec: ReplicaSpec, placed: bool) -> tuple[Any, Any]:
