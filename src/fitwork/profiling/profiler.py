@@ -64,7 +64,7 @@ from fitwork.profiling.record import (
     host_load,
     others_share,
 )
-from fitwork.profiling.shares import share_readings
+from fitwork.profiling.shares import pipeline_duty, share_readings
 from fitwork.profiling.timers import Timers
 from fitwork.profiling.torch_count import count as torch_count
 from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale, wire_seconds_per_byte
@@ -131,7 +131,7 @@ def profile_pipeline(
                     "samples, so the units after it cannot be measured; give more samples")
         profiles = counted_ratios(pipeline.units, profiles, source)
         fused = _fused_memory(pipeline, first) if len(pipeline.units) > 1 else None
-    shares = share_readings() if loaded else {}
+    shares = share_readings(duty=_duty(profiles)) if loaded else {}
     large = max((max(u.bytes_in, u.bytes_out) for u in profiles), default=0) >= LARGE_ITEM
     # the scale is derived from the reading as stored, so a profile's two figures agree
     ns = round(wire_seconds_per_byte() * 1e9, 4) if large else None
@@ -141,6 +141,16 @@ def profile_pipeline(
                            wire_scale=1.0 if ns is None else wire_scale(ns * 1e-9),
                            wire_ns_per_byte=ns, fused_rss=fused,
                            host_speed=round(speed, 1), share_readings=shares)
+
+
+def _duty(profiles: list[UnitProfile]) -> float:
+    """The share of its time a replica running the units in turn works the CPU (each unit
+    weighted by the items it takes per source item): what the share probe imitates."""
+    m, stages = 1.0, []
+    for u in profiles:
+        stages.append((m * u.cpu_s, m * u.wall_s, m * u.queued_s))
+        m *= u.output_ratio
+    return pipeline_duty(stages)
 
 
 FUSED_TIMEOUT_S = 120.0
