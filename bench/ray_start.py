@@ -4,20 +4,22 @@ One script, one Ray cluster of this host started here (as ``bench/ray_engines.py
 it), the pipelines and plans of ``bench/ray_engines.py``: the light pipeline over 4,000
 items and the heavy one over 160, each through fitwork's plan on the local engine and on
 Ray (actors, a cold start each run; task replicas on Ray's prestarted workers; and, with
-``--keep-warm``, actors adopted from the warm pool the run before left).  Contenders run in both orders by turns (ABC, then CBA);
-each run's items/s and the CPU-seconds of the whole process tree are printed, the ratios
-of Ray to local in each order, the load average beside them, and each Ray run's start-up
-breakdown from its record (``host["ray_start"]``: seconds from the run's creation to its
-connection, its nodes read, its replicas asked for, the first and last replica up, the
-first frame settled).  Outside the run: ``ray.init`` (once per process) and the plan
-loaded from its file, timed here.
+``--keep-warm``, actors adopted from the warm pool the run before left).  Contenders run
+in both orders by turns (ABC, then CBA); printed: each one's items/s and the CPU-seconds
+of the whole process tree, the ratios of Ray to local in each order, the load average, and
+each Ray run's start-up breakdown from its record (``host["ray_start"]``: seconds from the
+run's creation to its connection, its nodes read, its replicas asked for, the first and
+last replica up, the first frame settled).  Outside the run: ``ray.init`` (once per
+process) and the plan loaded from its file, timed here.
 
     .venv/bin/python bench/ray_start.py [--items 4000] [--heavy-items 160] [--repeats 2]
+        [--keep-warm 60]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import shutil
@@ -31,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ray_engines as rig
+import ray_engines as rig  # type: ignore[import-not-found]  # a sibling script
 
 import fitwork
 from fitwork.fit.plan import Plan
@@ -116,11 +118,12 @@ def main() -> None:
 
     cores = os.cpu_count() or 2
     temp_dir = tempfile.mkdtemp(prefix="fwstart-")
-    plans = {}
+    plans: dict[str, Plan] = {}
     for name, sample in (("light", 256), ("heavy", 32)):
         path = Path(temp_dir) / f"{name}.plan.json"
         rig.planned(rig.PIPELINES[name], sample).save(path)
-        plans[name] = timed(f"plan {name} loaded from its file", lambda p=path: Plan.load(p))
+        plans[name] = timed(f"plan {name} loaded from its file", functools.partial(Plan.load,
+                                                                                    path))
     rig.HELPER.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
     rig.HELPER[0].submit(time.sleep, 0).result()
     rig.CPU.append(rig.TreeCPU())

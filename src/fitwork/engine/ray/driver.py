@@ -201,9 +201,9 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         self.has_gpus = any(n["Resources"].get("GPU", 0) > 0 for n in self.nodes)
         self.mark("nodes read")
         self.fit_asks()
-        self.prepare()
         self.warm_open()  # with keep_warm: the parked replicas this run may adopt
-        self.make_room()  # idle pools give back cores this run needs
+        self.make_room()  # idle pools give back cores this run needs (or its groups)
+        self.prepare()
         self.mark("prepared")
 
     def prepare(self) -> None:
