@@ -24,7 +24,9 @@ of the cluster and of this driver.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ class Cell:
     """Runs of one contender in one (pipeline, mode, order): (items/s, CPU-s, predicted)."""
 
     runs: list[tuple[float, float, float | None]] = field(default_factory=list)
+    hung: int = 0
 
     def best(self) -> tuple[float, float, float | None]:
         return max(self.runs, key=lambda r: r[0]) if self.runs else (0.0, 0.0, None)
@@ -104,11 +107,33 @@ def predicted(setup: Setup, cores: float) -> float:
                            cores, costs.plan_crossing(setup.plan))
 
 
-def timed(cluster: LocalCluster, run: Callable[[], float]) -> tuple[float, float, float]:
-    """(total, seconds, CPU-s of the cluster and this driver) of one run."""
+class Hung(Exception):
+    """A run that did not end within the bench's ``--run-timeout``."""
+
+
+def timed(cluster: LocalCluster, run: Callable[[], float], timeout: float
+          ) -> tuple[float, float, float]:
+    """(total, seconds, CPU-s of the cluster and this driver) of one run; `Hung` if it
+    takes longer than ``timeout`` (it is left to die with its cluster)."""
     before = cluster.cpu_seconds() + driver_cpu()
     start = time.perf_counter()
-    total = run()
+    out: list[float] = []
+    failed: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            out.append(run())
+        except BaseException as error:  # said in the main thread
+            failed.append(error)
+
+    worker = threading.Thread(target=body, daemon=True, name="contender")
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise Hung(f"no end within {timeout:.0f} s")
+    if failed:
+        raise failed[0]
+    total = out[0]
     seconds = time.perf_counter() - start
     time.sleep(0.25)  # the sampler's last look at workers that just ended
     return total, seconds, cluster.cpu_seconds() + driver_cpu() - before
@@ -154,7 +179,8 @@ def contenders(setup: Setup, sizes: list[int]) -> list[tuple[str, Runner, bool]]
 class Table:
     """Every run's figures by (pipeline, mode, order, contender); totals checked."""
 
-    def __init__(self, cores: float) -> None:
+    def __init__(self, cores: float, timeout: float = 180.0) -> None:
+        self.timeout = timeout
         self.cells: dict[tuple[str, str, str, str], Cell] = {}
         self.totals: dict[str, float] = {}
         self.cores = cores
@@ -169,17 +195,30 @@ class Table:
         guess = predicted(setup, self.cores) if fitwork_run else None
         self.cells.setdefault(key, Cell()).runs.append((setup.items / seconds, cpu, guess))
 
+    def hang(self, key: tuple[str, str, str, str], error: Hung) -> None:
+        """A run that hung: counted in its cell, said at once."""
+        self.cells.setdefault(key, Cell()).hung += 1
+        print(f"  {' '.join(key)}: HUNG ({error}); its cluster is stopped", flush=True)
 
-def warm(table: Table, setup: Setup, cluster: LocalCluster, repeats: int) -> None:
-    """One cluster; every contender in ABC then CBA order, by turns."""
+
+def warm(table: Table, setup: Setup, remake: Callable[[], LocalCluster], repeats: int) -> None:
+    """One cluster; every contender in ABC then CBA order, by turns (a run that hangs is
+    counted and the rest go on on a new cluster, said so)."""
+    cluster = remake()
     address = connect(cluster)
     try:
         runs = contenders(setup, sorted(setup.ray_data))
         for turn in range(repeats):
             order = "ABC" if turn % 2 == 0 else "CBA"
             for name, runner, mine in runs if order == "ABC" else runs[::-1]:
-                table.add((setup.name, "warm", order, name), setup,
-                          timed(cluster, runner(address)), mine)
+                key = (setup.name, "warm", order, name)
+                try:
+                    table.add(key, setup, timed(cluster, runner(address), table.timeout), mine)
+                except Hung as error:  # the rest of the warm runs on a new cluster
+                    table.hang(key, error)
+                    disconnect(cluster)
+                    cluster = remake()
+                    address = connect(cluster)
     finally:
         disconnect(cluster)
 
@@ -195,9 +234,11 @@ def cold(table: Table, setup: Setup, make: Callable[[], LocalCluster], size: int
             started = time.perf_counter()
             address = connect(cluster)
             table.starts.append(time.perf_counter() - started)
+            key = (setup.name, "cold", order, name)
             try:
-                table.add((setup.name, "cold", order, name), setup,
-                          timed(cluster, runner(address)), mine)
+                table.add(key, setup, timed(cluster, runner(address), table.timeout), mine)
+            except Hung as error:
+                table.hang(key, error)
             finally:
                 disconnect(cluster)
 
@@ -225,20 +266,22 @@ def report(table: Table, setup: Setup, load: tuple[float, float, float]) -> dict
     rows = sorted({k[3] for k in table.cells if k[0] == name},
                   key=lambda r: (not r.startswith("fitwork"), r))
     for row in rows:
-        cells = [table.cells.get((name, m, o, row), Cell()).best() for m, o in COLUMNS]
-        print(f"  {row:<22}" + "".join(f"{rate:>13,.0f} {cpu:>8.1f}" if rate else f"{'-':>22}"
-                                       for rate, cpu, _ in cells))
+        cells = [table.cells.get((name, m, o, row), Cell()) for m, o in COLUMNS]
+        print(f"  {row:<22}" + "".join(
+            f"{c.best()[0]:>13,.0f} {c.best()[1]:>8.1f}" if c.runs else
+            f"{'hung' if c.hung else '-':>22}" for c in cells))
     worst: dict[str, float] = {}
     for row in (r for r in rows if r.startswith("fitwork")):
         ratios, fits = [], []
         for mode, order in COLUMNS:
             rate, _, guess = table.cells.get((name, mode, order, row), Cell()).best()
             _, baseline = best_ray_data(table, name, mode, order)
-            ratios.append(rate / baseline if baseline else 0.0)
+            ratios.append(rate / baseline if baseline else math.inf)  # none: Ray Data hung
             fits.append(f"{rate / guess:.2f}" if guess else "-")
         worst[row] = min(ratios)
         print(f"  {row} / best Ray Data: " + ", ".join(
-            f"{m} {o} {r:.2f}x" for (m, o), r in zip(COLUMNS, ratios, strict=True))
+            f"{m} {o} " + (f"{r:.2f}x" if math.isfinite(r) else "n/a (Ray Data hung)")
+            for (m, o), r in zip(COLUMNS, ratios, strict=True))
             + f"; worst {min(ratios):.2f}x")
         print(f"  {row} realized / predicted: " + ", ".join(
             f"{m} {o} {f}" for (m, o), f in zip(COLUMNS, fits, strict=True))
@@ -276,7 +319,7 @@ def main(args: argparse.Namespace) -> None:
         return LocalCluster(args.nodes, cpus=args.node_cpus, store=args.node_store_mib * 2**20)
 
     cpus = args.nodes * args.node_cpus
-    table = Table(cpus)
+    table = Table(cpus, args.run_timeout)
     print(f"fitwork vs tuned Ray Data on {args.nodes} Ray nodes of {args.node_cpus:g} CPU "
           f"each ({args.node_store_mib} MiB object store each), all on this host "
           f"({os.cpu_count()} cores): warm (one cluster) and cold (a fresh cluster per run), "
@@ -290,7 +333,7 @@ def main(args: argparse.Namespace) -> None:
             continue
         setup = Setup(name, items, plan_for(name, sample, args.nodes, args.node_cpus),
                       ray_data_stages(name, sizes, int(cpus)))
-        warm(table, setup, make(), max(2, args.repeats))
+        warm(table, setup, make, max(2, args.repeats))
         tuned = max(best_ray_data(table, name, "warm", o)[::-1] for o in ("ABC", "CBA"))[1]
         size = int(tuned.rsplit("=", 1)[1]) if "=" in tuned else sizes[0]
         cold(table, setup, make, size, max(2, args.cold_repeats))
@@ -318,5 +361,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="items, light pipeline, with --nodes above 1")
     parser.add_argument("--nodes-heavy-items", type=int, default=40,
                         help="items, heavy pipeline, with --nodes above 1")
+    parser.add_argument("--run-timeout", type=float, default=120.0,
+                        help="seconds after which a run counts as hung (multi-node)")
     parser.add_argument("--cold-repeats", type=int, default=2,
                         help="cold runs of each contender, by turns in ABC and CBA order")
