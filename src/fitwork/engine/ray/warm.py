@@ -47,6 +47,8 @@ ORPHAN_S = 600.0
 while its caller iterates; one paused longer loses its replicas and starts new ones)."""
 PREFIX = "fitwork-warm-"
 ASKED = {"num_cpus": "CPU", "num_gpus": "GPU"}
+RESOURCES = ("num_cpus", "num_gpus", "memory", "resources")
+"""The actor options a warm replica is matched by (`fitwork.resources.Resources.to_ray`)."""
 PARK_WAIT_S = 1.0
 """How long the end of a run waits for its built replicas to say they parked."""
 
@@ -152,8 +154,9 @@ def namespace(units: list[Any]) -> str:
 
 
 def ask_key(stage: int, options: dict[str, Any]) -> str:
-    """What a warm replica's name starts with: its stage and what it asks Ray for."""
-    asked = sorted((k, repr(v)) for k, v in options.items() if k != "scheduling_strategy")
+    """What a warm replica's name starts with: its stage and what it asks Ray for (its
+    resources; not how its actor is run)."""
+    asked = sorted((k, repr(v)) for k, v in options.items() if k in RESOURCES)
     return f"{stage}.{hashlib.sha256(repr(asked).encode()).hexdigest()[:12]}"
 
 
@@ -242,30 +245,34 @@ class WarmPool(_Driver):
             self.claimed = claim_all(self.warm_space, self.run_id, self.timeout)
 
     def make_room(self) -> None:
-        """Free the cores idle pools hold (other pipelines' parked replicas, or this one's
-        when this run keeps none) if the cluster lacks what this run's replicas ask."""
+        """If the cluster lacks what this run's new replicas ask (those it adopts aside),
+        free the cores idle pools hold: other pipelines' parked replicas, and this one's
+        that this run claimed but will not adopt (a plan of another shape)."""
         import ray
 
         demand = getattr(self, "demand")  # noqa: B009  (`Placing.demand`, a sibling mixin)
         needed: dict[str, float] = {}
+        spare = {k: list(held) for k, held in self.claimed.items()}
         for stage, name in enumerate(self.names):
-            adopted = sum(len(h) for k, h in self.claimed.items() if k.startswith(f"{stage}."))
             for group in self.placement.of(name) or (None,):
-                count = max(0, (group.replicas if group is not None else 1) - adopted)
-                adopted = max(0, adopted - (group.replicas if group is not None else 1))
-                for kind, amount in demand(stage, group).to_ray().items():
-                    if kind in ("num_cpus", "num_gpus"):
-                        needed[kind] = needed.get(kind, 0.0) + amount * count
+                asked = demand(stage, group).to_ray()
+                held = spare.pop(ask_key(stage, asked), [])
+                count = max(0, (group.replicas if group is not None else 1) - len(held))
+                for kind in ("num_cpus", "num_gpus"):
+                    needed[kind] = needed.get(kind, 0.0) + asked.get(kind, 0.0) * count
         free = ray.available_resources()
         if all(free.get(ASKED[k], 0.0) + 1e-9 >= v for k, v in needed.items()):
             return
+        idle = [h for held in spare.values() for h in held]  # this run's, of another shape
+        self.claimed = {k: h for k, h in self.claimed.items() if k not in spare}
         spaces = {a["namespace"] for a in ray.util.list_named_actors(all_namespaces=True)
                   if str(a.get("namespace", "")).startswith(PREFIX)}
-        for space in spaces:  # a claim takes only idle (parked) ones
-            for handle in (h for held in claim_all(space, f"evict-{self.run_id}",
-                                                     self.timeout).values() for h in held):
-                with contextlib.suppress(Exception):
-                    ray.kill(handle, no_restart=True)
+        for space in spaces - {self.warm_space}:  # a claim takes only idle (parked) ones
+            idle += [h for held in claim_all(space, f"evict-{self.run_id}",
+                                             self.timeout).values() for h in held]
+        for handle in idle:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
 
     def start_replica(self, remote: Any, stage: int, options: dict[str, Any],
                       spec: ReplicaSpec, placed: bool) -> tuple[Any, Any]:
