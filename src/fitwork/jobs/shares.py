@@ -40,7 +40,7 @@ from typing import Literal, Protocol
 
 __all__ = ["ShareController", "choose_lever", "targets"]
 
-GAIN = 0.6
+GAIN = 0.5
 """How much of the measured error one correction takes out (in log of the weight)."""
 DEADBAND = 0.03
 """Share errors under this fraction of the target are left alone."""
@@ -304,8 +304,7 @@ class ShareController:
     def _correct(self, live: list[str], used: Mapping[str, float], total: float,
                  demand: Mapping[str, float], wanted: Mapping[str, float]) -> None:
         """Move each hungry pipeline's weight by its error; a sated one runs unweighed."""
-        sated = {n for n in live
-                 if demand[n] * 0.999 <= wanted[n] * total and used[n] < wanted[n] * total}
+        sated = {n for n in live if demand[n] * 0.999 <= wanted[n] * total}  # all it asks
         for n in set(live) - sated:
             share = used[n] / total
             if share > 0 and abs(wanted[n] / share - 1) > DEADBAND:
