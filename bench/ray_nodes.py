@@ -146,6 +146,8 @@ def connect(cluster: LocalCluster) -> str:
     import ray
     import ray.data
 
+    if ray.is_initialized():  # a hung run's thread may have touched Ray since
+        ray.shutdown()
     address = cluster.start()
     ray.init(address=address, log_to_driver=False)
     context = ray.data.DataContext.get_current()
@@ -311,6 +313,7 @@ def plan_for(name: str, sample: int, nodes: int, cpus: float) -> Any:
 
 def main(args: argparse.Namespace) -> None:
     """Warm then cold, light then heavy; the tables and the headline."""
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"  # a hung run's thread must not start a Ray
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])  # Ray's workers import these
