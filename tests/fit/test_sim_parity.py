@@ -62,7 +62,7 @@ def simulated_throughput(units: list[UnitDemand], result: FitResult, items: int)
     return (done[high] - done[low]) / (times[high] - times[low])
 
 
-@settings(max_examples=20, deadline=None, derandomize=True,
+@settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(units=pipelines(), node_types=fleets())
 def test_every_plan_is_realized_by_the_simulated_run_within_two_percent(
