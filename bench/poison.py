@@ -6,9 +6,13 @@ number; a marker file per row, made before the kill, lets the next worker that m
 live.  The same rows run on the local engine driver-fed (a JSON Lines file read by this
 process) and sharded (`Source.files` into `Sink.files` parts), each once with no bad rows
 and once with them per ``--spares`` count (spare workers forked ahead; 0: none), in
-``--rounds`` rounds.  Printed per run: rows/s of both, their ratio, worker restarts, rows
-lost and doubled (both must be 0: every row's output is counted), ms each death cost and
-the median ms from a death to its replacement's first call; per mode, the median ratio.
+``--rounds`` rounds, the clean run first in even rounds and last in odd ones.  Printed per
+run: rows/s of both, their ratio, worker restarts, rows lost and doubled (both must be 0:
+every row's output is counted), wall ms each death cost, the median ms from a death to its
+replacement's first call, and the load average; under it, where a death's cost went: the
+driver's and the workers' extra CPU ms per death, the processes the driver forked, retry
+frames, records fed again and outputs made again per death, and rows per fresh frame
+(against the clean run's); per mode, the median ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,55 +86,125 @@ def handover_ms(record: Any) -> float:
     return statistics.median(gaps) * 1e3 if gaps else 0.0
 
 
+FORKS = [0]  # processes this one forked (the driver runs here): counted at each fork
+os.register_at_fork(before=lambda: FORKS.__setitem__(0, FORKS[0] + 1))
+
+
+@dataclass
+class Outcome:
+    """One run: wall seconds, each row's output count, and where its time went."""
+
+    wall: float
+    seen: Counter[int]
+    restarts: int = 0
+    handover_ms: float = 0.0
+    driver_cpu: float = 0.0  # CPU seconds of this process (the driver) in the run
+    worker_cpu: float = 0.0  # of its children: workers, spares, zygotes (reaped)
+    forks: int = 0  # processes the driver forked
+    frames: int = 0  # fresh frames fed (retries not counted)
+    retries: int = 0  # retry frames (groups, singles, pieces)
+    fed_twice: int = 0  # records fed again in retry frames
+    twice: int = 0  # outputs made again (delivered by a dead worker, or read again)
+
+
+def core_of(result: Any) -> Any:
+    """The run core behind a result (a sharded run's is inside the output's run)."""
+    run = result._run
+    inner = getattr(run, "result", None)
+    return inner._run.core if inner is not None else run.core
+
+
 def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
-        workers: int, spares: int = 1) -> tuple[float, int, Counter[int], float]:
-    """Wall seconds, worker restarts, the count of each row's output, and the median
-    death-to-work milliseconds, for one run."""
+        workers: int, spares: int = 1) -> Outcome:
+    """One run, timed, its outputs counted and its death costs read from its core."""
     pipeline = Pipeline(decode, name="poison_bench")
+    forks, cpu = FORKS[0], os.times()
     start = time.perf_counter()
+    out = workdir / f"out-{time.monotonic_ns()}"
     if mode == "driver-fed":
         with fitwork.run(pipeline, read_items(path), engine="local",
                          workers={"decode": workers}, spares=spares) as result:
-            seen = Counter(out["n"] for out in result)
+            seen = Counter(row["n"] for row in result)
     else:
-        out = workdir / f"out-{time.monotonic_ns()}"
         with fitwork.run(pipeline, Source.files(str(path), split_bytes=split_bytes),
                          engine="local", workers={"decode": workers}, spares=spares,
                          output=fitwork.Sink.files(out)) as result:
             for _ in result:
                 pass
-        wall = time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = os.times()
+    if mode != "driver-fed":
         seen = Counter(int(row["n"]) for row in read_parts(out))
-        return wall, result.record.worker_restarts, seen, handover_ms(result.record)
-    return (time.perf_counter() - start, result.record.worker_restarts, seen,
-            handover_ms(result.record))
+    record, core = result.record, core_of(result)
+    fresh = next(core.frame_ids) - 1 - core.retries
+    return Outcome(
+        wall, seen, record.worker_restarts, handover_ms(record),
+        driver_cpu=after.user + after.system - cpu.user - cpu.system,
+        worker_cpu=(after.children_user + after.children_system
+                    - cpu.children_user - cpu.children_system),
+        forks=FORKS[0] - forks, frames=fresh, retries=core.retries,
+        fed_twice=core.fed_records - core.fed,
+        twice=sum(u.items_out for u in record.units) - record.outputs)
+
+
+HEAD = (f"{'mode':<11} {'order':<10} {'spares':>6} {'clean rows/s':>13} {'bad rows/s':>11} "
+        f"{'ratio':>6} {'restarts':>9} {'lost':>5} {'doubled':>8} {'ms/death':>9} "
+        f"{'to work ms':>10} {'load':>5}")
+COST = (f"{'':<11} {'per death:':<10} {'driver ms':>9} {'workers ms':>10} {'forks':>6} "
+        f"{'retries':>8} {'fed again':>9} {'out again':>9} {'rows/frame':>10} "
+        f"{'(clean)':>8}")
+
+
+def breakdown(bad: Outcome, clean: Outcome, items: int) -> str:
+    """Where a death's cost went: extra CPU of the driver and of the workers, per death,
+    the processes the driver forked, retry frames, records fed again and outputs made
+    again per death, and rows per fresh frame (bad run, then the clean run's)."""
+    deaths = max(1, bad.restarts)
+    return (f"{'':<11} {'per death:':<10} "
+            f"{(bad.driver_cpu - clean.driver_cpu) / deaths * 1e3:>9.1f} "
+            f"{(bad.worker_cpu - clean.worker_cpu) / deaths * 1e3:>10.1f} "
+            f"{bad.forks:>6} {bad.retries / deaths:>8.2f} {bad.fed_twice / deaths:>9.1f} "
+            f"{bad.twice / deaths:>9.1f} {items / max(1, bad.frames):>10.0f} "
+            f"{items / max(1, clean.frames):>8.0f}")
 
 
 def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
-              per_million: int, want: Counter[int], ratios: dict[str, list[float]]) -> bool:
-    """A clean run, then one with bad rows per ``--spares`` setting, each printed; each
-    ratio noted under its setting.  True if any run lost or doubled a row."""
+              per_million: int, want: Counter[int], ratios: dict[str, list[float]],
+              clean_first: bool) -> bool:
+    """A clean run and one with bad rows per ``--spares`` setting (the clean one first, or
+    last: both orders), each printed with its breakdown; each ratio noted under its
+    setting.  True if any run lost or doubled a row."""
     marks = workdir / f"marks-{mode}"
     marks.mkdir(exist_ok=True)
     os.environ[MARKS] = str(marks)
-    os.environ[BAD] = "0"
-    clean, _, seen, _ = run(mode, path, args.items, workdir, args.split_bytes, args.workers)
-    assert seen == want, "the clean run lost or doubled rows"
+
+    def clean_run() -> Outcome:
+        os.environ[BAD] = "0"
+        outcome = run(mode, path, args.items, workdir, args.split_bytes, args.workers)
+        assert outcome.seen == want, "the clean run lost or doubled rows"
+        return outcome
+
+    clean = clean_run() if clean_first else None
     os.environ[BAD] = str(per_million)
-    failed = False
+    bads: list[tuple[str, Outcome, float]] = []
     for spares in args.spares.split(","):
         for mark in marks.iterdir():  # every once-killer kills again
             mark.unlink()
-        wall, restarts, seen, gap = run(mode, path, args.items, workdir, args.split_bytes,
-                                        args.workers, int(spares))
-        lost = sum((want - seen).values())
-        doubled = sum((seen - want).values())
+        bads.append((spares, run(mode, path, args.items, workdir, args.split_bytes,
+                                 args.workers, int(spares)), os.getloadavg()[0]))
+    clean = clean or clean_run()
+    failed = False
+    for spares, bad, load in bads:
+        lost = sum((want - bad.seen).values())
+        doubled = sum((bad.seen - want).values())
         failed |= bool(lost or doubled)
-        ratios.setdefault(spares, []).append(clean / wall)
-        per_death = (wall - clean) / restarts * 1e3 if restarts else 0.0
-        print(f"{mode:<11} {spares:>6} {args.items / clean:>13,.0f} "
-              f"{args.items / wall:>11,.0f} {clean / wall:>6.2f} {restarts:>9} "
-              f"{lost:>5} {doubled:>8} {per_death:>13.1f} {gap:>10.1f}", flush=True)
+        ratios.setdefault(spares, []).append(clean.wall / bad.wall)
+        per_death = (bad.wall - clean.wall) / bad.restarts * 1e3 if bad.restarts else 0.0
+        print(f"{mode:<11} {'clean 1st' if clean_first else 'clean 2nd':<10} {spares:>6} "
+              f"{args.items / clean.wall:>13,.0f} {args.items / bad.wall:>11,.0f} "
+              f"{clean.wall / bad.wall:>6.2f} {bad.restarts:>9} {lost:>5} {doubled:>8} "
+              f"{per_death:>9.1f} {bad.handover_ms:>10.1f} {load:>5.1f}")
+        print(breakdown(bad, clean, args.items), flush=True)
     return failed
 
 
@@ -150,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs with bad rows: how many spare workers a unit that lost one "
                              "keeps forked ahead, one run per count (default 1,0; 0: every "
                              "death forks and builds a new worker)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="rounds per mode, each a clean run and the bad-row runs after "
-                             "it (default 1); the median ratio is printed (a shared host's "
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds per mode, each a clean run and the bad-row runs, the "
+                             "clean run first in even rounds and last in odd ones (default "
+                             "2: both orders); the median ratio is printed (a shared host's "
                              "load moves a single run's speed several-fold)")
     args = parser.parse_args(argv)
     per_million = round(args.bad * 1_000_000)
@@ -168,14 +244,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.work_us} us of extra CPU a row")
         print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
               f"({os.cpu_count()} cores)")
-        print(f"{'mode':<11} {'spares':>6} {'clean rows/s':>13} {'bad rows/s':>11} {'ratio':>6} "
-              f"{'restarts':>9} {'lost':>5} {'doubled':>8} {'ms per death':>13} "
-              f"{'to work ms':>10}")
+        print(HEAD)
+        print(COST)
         failed = False
         for mode in args.modes.split(","):
             ratios: dict[str, list[float]] = {}
-            for _ in range(args.rounds):
-                failed |= one_round(mode, path, workdir, args, per_million, want, ratios)
+            for turn in range(args.rounds):
+                failed |= one_round(mode, path, workdir, args, per_million, want, ratios,
+                                    clean_first=turn % 2 == 0)
             print(f"{mode:<11} median of {args.rounds} rounds (each against its own clean "
                   "run): " + ", ".join(f"spares {k} {statistics.median(v):.2f}x"
                                        for k, v in ratios.items()), flush=True)

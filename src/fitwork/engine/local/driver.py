@@ -12,7 +12,8 @@ channel, reads the last one, and hands every control message to the run core
 (`fitwork.engine.core`), which keeps the books and decides; the driver carries out what it
 says (fork a replacement, stop a replica, top up credits).  A worker that exits unasked
 is reported to the core, which retries what it held; its unit keeps a spare from then on,
-forked and built ahead, which the next replacement is handed (`fitwork.engine.local.spare`).
+forked and built ahead, which the next replacement is handed (`fitwork.engine.local.spare`),
+each forked by the stage's zygote rather than the driver (`fitwork.engine.local.zygote`).
 A kill can only lose a frame in the instant between receiving it and reporting it; the core
 notices the pipeline gone quiet with items pending and has the driver top the channel
 credits back up.
@@ -47,6 +48,7 @@ from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.spare import Spare, fork_spare
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
+from fitwork.engine.local.zygote import Forked, Zygote
 from fitwork.engine.options import LocalOptions, RunOptions
 from fitwork.engine.parts import Written
 from fitwork.engine.segment import typed
@@ -133,6 +135,9 @@ class LocalRun(Shell):
         self.spare_stages: set[int] = set()
         self.spares: dict[int, list[Spare]] = {}  # oldest first
         self.spare_records: list[WorkerRecord] = []  # spares let go unused, for the record
+        self.zygotes: dict[int, Zygote] = {}  # per stage with spares: what forks them
+        self.spares_want: dict[int, int] = {}  # per stage: spares it keeps (`spares_wanted`)
+        self.old_zygotes: list[Zygote] = []  # told to quit: they leave with their last child
 
     # -- sending and workers ---------------------------------------------------------------
 
@@ -171,14 +176,61 @@ class LocalRun(Shell):
         # (a replica given a GPU takes the next in turn: a spare would hold the wrong one)
         if (stage in self.spare_stages and not spec.env
                 and not (self.core is not None and self.core.stopping)):
-            kept = self.spares.setdefault(stage, [])
-            while len(kept) < int(self.local.spares):
-                with self.pools.forking(cores):
+            self.ask_spares(spec)
+
+    def ask_spares(self, spec: WorkerSpec) -> None:
+        """Have ``spec``'s stage keep ``LocalOptions.spares`` spares: asked of its zygote
+        (forked once, the first time; again if the stage's spec changed), so the driver
+        does not fork one per death (`fitwork.engine.local.zygote`); forked here only
+        where a zygote cannot be had (no ``os.pidfd_open``)."""
+        stage, want = spec.stage, self.spares_wanted(spec.stage)
+        kept = self.spares.setdefault(stage, [])
+        if not hasattr(os, "pidfd_open"):
+            while len(kept) < want:
+                with self.pools.forking(spec.cores):
                     kept.append(fork_spare(self.ctx, spec, self.clock()))
+            return
+        zygote = self.zygotes.get(stage)
+        if zygote is not None and not zygote.fits(spec):  # its workers live on: no kill
+            zygote.quit()
+            self.old_zygotes.append(self.zygotes.pop(stage))
+            while zygote.made:
+                self.let_go(zygote.made.pop())
+            zygote = None
+        if zygote is None:
+            with self.pools.forking(spec.cores):
+                zygote = self.zygotes[stage] = Zygote(self.ctx, spec)
+            self.selector.register(zygote.sock, selectors.EVENT_READ)
+        while len(kept) + len(zygote.made) + zygote.asked < want:
+            zygote.ask()
+
+    def spares_wanted(self, stage: int) -> int:
+        """Spares ``stage`` keeps: ``LocalOptions.spares``, one more each time a death of
+        it found none ready since its zygote was forked (`start_worker`), up to that plus
+        one per replica.  A spare covers one death while the zygote forks and builds the
+        next (tens of ms on a busy host); deaths closer than that each found none and were
+        forked by the driver (rows that kill once, 15 deaths a second in
+        ``bench/poison.py``: 30-40 of 202 with one spare, 2-3 with this rule).  Where
+        deaths are rarer than the zygote's turn, the stage keeps what it was told."""
+        return self.spares_want.get(stage, int(self.local.spares))
+
+    def collect_spares(self) -> None:
+        """Take the spares the zygotes have forked (and the exit codes they reported)."""
+        for zygote in self.old_zygotes:
+            zygote.collect(self.clock())
+            while zygote.made:
+                self.let_go(zygote.made.pop())
+        for stage, zygote in self.zygotes.items():
+            zygote.collect(self.clock())
+            if zygote.made:
+                self.spares.setdefault(stage, []).extend(zygote.made)
+                zygote.made = []
 
     def start_worker(self, spec: WorkerSpec) -> Any:
         """The process of a new worker: its stage's spare, handed over, if it has one that
         fits; else one forked now (it builds its unit before it serves)."""
+        if spec.stage in self.zygotes:
+            self.collect_spares()
         kept = self.spares.get(spec.stage, [])
         while kept:
             spare = kept.pop(0)
@@ -186,6 +238,10 @@ class LocalRun(Shell):
                 spare.hand_over(spec.worker_id)  # built already: it serves at once
                 return spare.process
             self.let_go(spare)
+        zygote = self.zygotes.get(spec.stage)
+        if zygote is not None and self.local.spares:  # a death outran its spares
+            cap = int(self.local.spares) + self.placement.replicas(self.names[spec.stage])
+            self.spares_want[spec.stage] = min(cap, self.spares_wanted(spec.stage) + 1)
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
                                    name=f"fitwork-{spec.unit.name}-{spec.worker_id}")
         with self.pools.forking(spec.cores):  # the child starts with its pools held to its cores
@@ -193,7 +249,10 @@ class LocalRun(Shell):
         return process
 
     def let_spares_go(self) -> None:
-        """Stop every spare (the run is ending)."""
+        """Stop every spare (the run is ending); the zygotes fork no more."""
+        self.collect_spares()
+        for zygote in self.zygotes.values():
+            zygote.quit()
         for kept in self.spares.values():
             while kept:
                 self.let_go(kept.pop())
@@ -265,8 +324,15 @@ class LocalRun(Shell):
         for key, _ in self.selector.select(self.options.sample_interval):
             if key.data is not None:  # a worker's sentinel: it exited
                 self.exited.add(key.data)
+                handle = self.handles.get(key.data)
+                if handle is not None and isinstance(handle.process, Forked):
+                    # a pidfd stays readable until its zygote's report of the exit code
+                    # comes (its socket wakes this wait): unwatched, it spins no turns
+                    self.selector.unregister(key.fileobj)
 
     def pump(self) -> None:
+        if self.zygotes or self.old_zygotes:
+            self.collect_spares()
         self.drain_control()
         self.drain_sink()
         self.drain_control()  # a worker's report precedes its outputs downstream
@@ -327,7 +393,8 @@ class LocalRun(Shell):
                 continue  # its sentinel closed a moment before the exit can be collected
             self.exited.discard(worker)
             handle.reported = True
-            self.selector.unregister(handle.process.sentinel)
+            with contextlib.suppress(KeyError, ValueError):  # a zygote's: unwatched already
+                self.selector.unregister(handle.process.sentinel)
             code = handle.process.exitcode
             cause = self.killed_for.pop(handle.worker_id, None) or (
                 f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}")
@@ -366,6 +433,11 @@ class LocalRun(Shell):
                     os.kill(handle.process.pid, signal.SIGKILL)
         for handle in self.handles.values():
             handle.process.join(timeout=5)
+        for zygote in [*self.zygotes.values(), *self.old_zygotes]:  # their workers are gone
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(zygote.sock)
+            zygote.close()
+        self.zygotes, self.old_zygotes = {}, []
         self.pools.release()
         self.wire.sweep()
         self.selector.close()
