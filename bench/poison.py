@@ -11,8 +11,8 @@ run: rows/s of both, their ratio, worker restarts, rows lost and doubled (both m
 every row's output is counted), wall ms each death cost, the median ms from a death to its
 replacement's first call, and the load average; under it, where a death's cost went: the
 driver's and the workers' extra CPU ms per death, the processes the driver forked, retry
-frames, records fed again and outputs made again per death, and rows per fresh frame
-(against the clean run's); per mode, the median ratio.
+frames and records fed again per death, and rows per fresh frame (against the clean
+run's); per mode, the median ratio.
 """
 
 from __future__ import annotations
@@ -73,15 +73,15 @@ def write_input(path: Path, items: int) -> None:
 
 def handover_ms(record: Any) -> float:
     """Median milliseconds from a worker's death to its replacement's first call (a start,
-    or a spare's hand-over), from the run record."""
+    or a spare's hand-over), from the run record.  A replacement that died before it
+    reported a call (its busy intervals come with its first frame done) is left out."""
     live = sorted((w for w in record.workers if w.worker_id >= 0), key=lambda w: w.started_s)
     gaps = []
     for dead in live:
         if dead.exit_code in (None, 0) or dead.ended_s is None:
             continue
-        after = [w for w in live if w.started_s >= dead.ended_s and w.unit == dead.unit
-                 and w.busy_intervals]
-        if after:
+        after = [w for w in live if w.started_s >= dead.ended_s and w.unit == dead.unit]
+        if after and after[0].busy_intervals:
             gaps.append(after[0].busy_intervals[0][0] - dead.ended_s)
     return statistics.median(gaps) * 1e3 if gaps else 0.0
 
@@ -104,7 +104,6 @@ class Outcome:
     frames: int = 0  # fresh frames fed (retries not counted)
     retries: int = 0  # retry frames (groups, singles, pieces)
     fed_twice: int = 0  # records fed again in retry frames
-    twice: int = 0  # outputs made again (delivered by a dead worker, or read again)
 
 
 def core_of(result: Any) -> Any:
@@ -143,29 +142,29 @@ def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
         worker_cpu=(after.children_user + after.children_system
                     - cpu.children_user - cpu.children_system),
         forks=FORKS[0] - forks, frames=fresh, retries=core.retries,
-        fed_twice=core.fed_records - core.fed,
-        twice=sum(u.items_out for u in record.units) - record.outputs)
+        fed_twice=core.fed_records - core.fed)
 
 
 HEAD = (f"{'mode':<11} {'order':<10} {'spares':>6} {'clean rows/s':>13} {'bad rows/s':>11} "
         f"{'ratio':>6} {'restarts':>9} {'lost':>5} {'doubled':>8} {'ms/death':>9} "
         f"{'to work ms':>10} {'load':>5}")
 COST = (f"{'':<11} {'per death:':<10} {'driver ms':>9} {'workers ms':>10} {'forks':>6} "
-        f"{'retries':>8} {'fed again':>9} {'out again':>9} {'rows/frame':>10} "
-        f"{'(clean)':>8}")
+        f"{'retries':>8} {'fed again':>9} {'rows/frame':>10} {'(clean)':>8}")
 
 
-def breakdown(bad: Outcome, clean: Outcome, items: int) -> str:
+def breakdown(mode: str, bad: Outcome, clean: Outcome, items: int) -> str:
     """Where a death's cost went: extra CPU of the driver and of the workers, per death,
-    the processes the driver forked, retry frames, records fed again and outputs made
-    again per death, and rows per fresh frame (bad run, then the clean run's)."""
+    the processes the driver forked, retry frames and records fed again per death (a
+    sharded run's records are shards and pieces of them), and rows per fresh frame (bad
+    run, then the clean run's; a sharded run's frames hold shards: not shown)."""
     deaths = max(1, bad.restarts)
+    sizes = (f"{items / max(1, bad.frames):>10.0f} {items / max(1, clean.frames):>8.0f}"
+             if mode == "driver-fed" else f"{'-':>10} {'-':>8}")
     return (f"{'':<11} {'per death:':<10} "
             f"{(bad.driver_cpu - clean.driver_cpu) / deaths * 1e3:>9.1f} "
             f"{(bad.worker_cpu - clean.worker_cpu) / deaths * 1e3:>10.1f} "
             f"{bad.forks:>6} {bad.retries / deaths:>8.2f} {bad.fed_twice / deaths:>9.1f} "
-            f"{bad.twice / deaths:>9.1f} {items / max(1, bad.frames):>10.0f} "
-            f"{items / max(1, clean.frames):>8.0f}")
+            f"{sizes}")
 
 
 def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
@@ -204,7 +203,7 @@ def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
               f"{args.items / clean.wall:>13,.0f} {args.items / bad.wall:>11,.0f} "
               f"{clean.wall / bad.wall:>6.2f} {bad.restarts:>9} {lost:>5} {doubled:>8} "
               f"{per_death:>9.1f} {bad.handover_ms:>10.1f} {load:>5.1f}")
-        print(breakdown(bad, clean, args.items), flush=True)
+        print(breakdown(mode, bad, clean, args.items), flush=True)
     return failed
 
 

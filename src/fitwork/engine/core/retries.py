@@ -24,6 +24,13 @@ alone, and a range whose worker dies is split in two again (a range open at its 
 length nobody knows yet, is split at its ``width``, and the open rest gets twice that), so a
 row that kills is alone after about log2(rows) deaths, reading the shard about twice per
 level; then, like a single, it is poison once it has killed ``max_attempts`` workers alone.
+A shard's first death is not split, as a frame's is not: its rows not yet delivered go
+again as one open piece, split only if it dies too.  Each piece reads its shard from the
+start, passing the rows before it unparsed, so splitting at once read a shard about twice
+more per death (its open half mostly past the shard's end, holding nothing: ``width`` is
+half the largest shard's rows rounded up to a power of 2), ~10 ms of a worker's CPU a death
+in ``bench/poison.py``'s sharded runs, where every killer kills once; a row that kills every
+time pays one death more before it is alone.
 The dead letter names the shard and the row. Any other row of a killing range is read again
 in a smaller one, and the paths it delivered before are not emitted twice; a range starts
 after the rows its item has delivered (`delivered_rows`: a local reader streams its rows
@@ -149,12 +156,11 @@ class Retries:
             self._send_group(frame, held, unit, why, now)
             return
         for offset in held:
-            if self.slices:
+            if self.slices:  # the rows not delivered, as one piece: bisected if it dies
                 items[offset].attempt = 1
                 width = max(1, self.shard_rows // 2)
                 lo = delivered_rows(items[offset])  # rows delivered: not read again
-                self._send_piece(frame, offset, Piece(lo, lo + width, width, 1), 0, now)
-                self._send_piece(frame, offset, Piece(lo + width, None, 2 * width, 1), 0, now)
+                self._send_piece(frame, offset, Piece(lo, None, width, 1), 0, now)
             else:
                 self._retry_or_poison(frame, offset, unit, why, now,
                                       alone=blame and frame.count == 1)
@@ -163,7 +169,14 @@ class Retries:
                     now: float, blame: bool = True) -> None:
         """A worker died holding rows ``piece`` of an item: split them, or retry the row it
         holds alone (poison once it has killed ``max_attempts`` workers).  Without
-        ``blame`` the rows not yet delivered go again as one piece, on the same attempt."""
+        ``blame`` the rows not yet delivered go again as one piece, on the same attempt.
+
+        A piece that delivered rows before it died (a streaming reader's chunks) got past
+        the row that killed the worker before it: a reader streams a chunk only once its
+        last row is through, and a piece starts where the delivered rows end, so a row
+        that kills every time kills again before the piece's first chunk.  Its death is
+        another row's, a first death of the rows left, which go again as one piece, not
+        split: a shard with many rows that kill once is not read over and over in halves."""
         item = owner.itemize()[index]
         piece = frame.piece
         assert piece is not None
@@ -175,6 +188,8 @@ class Retries:
             pass  # every row of it was delivered before its worker died
         elif not blame:
             self._send_piece(owner, index, piece._replace(lo=start), frame.attempt, now)
+        elif start > lo and (hi is None or hi - start > 1):  # another row killed it
+            self._send_piece(owner, index, Piece(start, hi, width, deaths), 0, now)
         elif hi is None:
             self._send_piece(owner, index, Piece(start, start + width, width, deaths), 0, now)
             self._send_piece(owner, index, Piece(start + width, None, 2 * width, deaths), 0,
