@@ -190,3 +190,40 @@ def test_deaths_after_the_first_are_forked_by_the_zygote_not_the_driver(
     assert forks <= 2 + 1 + 10, forks  # workers, the zygote, a few it was late with
     handed = [w for w in result.record.workers if w.worker_id >= 0]
     assert len(handed) == 2 + 30  # each death was replaced, by a spare or a fork
+
+
+def spaced(n: int) -> bool:
+    """Rows that kill once, 300 rows apart: more than a streamed chunk (128 rows) apart."""
+    return n % 300 == 101
+
+
+@unit(cpu=0.5, name="spaced")
+def spaced_killer(row: dict[str, Any]) -> int:
+    n = int(row["n"])
+    if spaced(n):
+        try:
+            os.close(os.open(os.path.join(row["marks"], str(n)), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+
+def test_a_shard_with_many_once_killers_is_retried_once_a_death(tmp_path: Path) -> None:
+    """A streaming reader's piece that died after delivering rows was killed by another
+    row: what it had not delivered goes again as one piece, not in halves that each read
+    the shard again (two retry frames a death before)."""
+    marks, inputs = tmp_path / "marks", tmp_path / "in"
+    marks.mkdir()
+    inputs.mkdir()
+    write_rows(inputs / "rows.jsonl", range(3000), marks)
+    source = Source.files(str(inputs), split_bytes=200_000)  # ~1,500 rows a shard
+    with fitwork.run(Pipeline(spaced_killer), source, engine="local",
+                     workers={"spaced": 2}, output=fitwork.Sink.files(tmp_path / "out"),
+                     max_attempts=3) as result:
+        list(result)
+    assert Counter(int(r) for r in read_parts(tmp_path / "out")) == Counter(range(3000))
+    record = result.record
+    assert record.worker_restarts == sum(1 for n in range(3000) if spaced(n)) == 10
+    assert record.retries == record.worker_restarts, (record.retries, record.worker_restarts)
