@@ -227,3 +227,27 @@ def test_a_shard_with_many_once_killers_is_retried_once_a_death(tmp_path: Path) 
     record = result.record
     assert record.worker_restarts == sum(1 for n in range(3000) if spaced(n)) == 10
     assert record.retries == record.worker_restarts, (record.retries, record.worker_restarts)
+
+
+@pytest.mark.timeout(120)
+def test_a_zygote_killed_mid_run_costs_only_a_new_one(tmp_path: Path) -> None:
+    """The workers and spares a zygote forked die with it (PR_SET_PDEATHSIG): their exits,
+    which it can no longer report, are deaths all the same, and the next spawn forks a new
+    zygote; every row once."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    rows = [{"n": n, "marks": str(marks)} for n in range(3000) if not always(n)]
+    killed: list[int] = []
+    outputs = []
+    with fitwork.run(Pipeline(crashy), rows, engine="local", workers={"crashy": 2}) as result:
+        for out in result:
+            outputs.append(out)
+            zygotes = result._run.zygotes
+            if not killed and zygotes and len(outputs) > 500:
+                killed.append(zygotes[0].process.pid)
+                os.kill(killed[0], signal.SIGKILL)
+        run = result._run
+    assert killed, "no zygote was forked"
+    assert Counter(outputs) == Counter(row["n"] for row in rows)  # exactly once
+    assert result.record.status == "completed" and result.record.worker_restarts >= 30
+    assert run.zygotes == {} and run.old_zygotes == []  # all let go at the end

@@ -225,6 +225,9 @@ class LocalRun(Shell):
             if zygote.made:
                 self.spares.setdefault(stage, []).extend(zygote.made)
                 zygote.made = []
+        for zygote in [*self.old_zygotes, *self.zygotes.values()]:
+            if zygote.ended and zygote.sock in self.selector.get_map():
+                self.selector.unregister(zygote.sock)  # gone (a current one is replaced)
 
     def start_worker(self, spec: WorkerSpec) -> Any:
         """The process of a new worker: its stage's spare, handed over, if it has one that

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import socket
 import struct
 import time
@@ -101,11 +102,22 @@ class Forked:
     @property
     def exitcode(self) -> int | None:
         """Its exit code (negative: the signal that killed it), None while it runs or the
-        zygote has not yet said."""
+        zygote has not yet said.  A zygote that is gone says no more: a process of it that
+        has exited unreported died with it (``PR_SET_PDEATHSIG``), as SIGKILL."""
         codes = self.zygote.codes
         if self.pid not in codes:
             self.zygote.collect()
+            if self.pid not in codes and self.zygote.gone() and self._exited():
+                self.zygote.collect()  # a report sent just before the zygote left
+                codes.setdefault(self.pid, -signal.SIGKILL)
         return codes.get(self.pid)
+
+    def _exited(self) -> bool:
+        """Whether the process has exited (its pidfd is readable)."""
+        if self.sentinel < 0:
+            return True
+        ready, _, _ = select.select([self.sentinel], [], [], 0)
+        return bool(ready)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until its exit code is known, at most ``timeout`` seconds."""
@@ -140,6 +152,7 @@ class Zygote:
         self.made: list[Spare] = []  # spares forked and not yet taken by the driver
         self.asked = 0  # spares asked for and not yet come
         self.closed = False
+        self.ended = False  # its socket reached its end (the driver stops watching it)
 
     def ask(self) -> None:
         """Ask for one more spare (it comes in `collect`)."""
@@ -155,8 +168,9 @@ class Zygote:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                return
-            if not data:
+                data = b""
+            if not data:  # the zygote is gone: its socket would read as ready forever
+                self.ended = True
                 return
             kind, pid, code = _REPORT.unpack(data)
             if kind == _EXITED:
@@ -186,7 +200,7 @@ class Zygote:
         self.process.join(timeout=timeout)
         if self.process.exitcode is None:
             with contextlib.suppress(ProcessLookupError, OSError):
-                os.kill(self.process.pid, 9)
+                os.kill(self.process.pid, signal.SIGKILL)
             self.process.join(timeout=5)
         for spare in self.made:
             spare.close()
