@@ -25,7 +25,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 ENV = {"SCORING_ROUNDS": "3000", "TOKENS_WORK": "6000", "LOOKUP_WAIT_S": "0.01"}
 SHARE_REACH = 0.10
 """How far, relative, a pipeline's realized share of the cores the three use may sit from its
-planned share in the stretch where all three run (issue 36's ±10%)."""
+planned share in the stretch where all three run (issue 36's ±10%); in a stretch shorter than
+`SETTLE_S` (a quiet host finishes these inputs fast), the controller's first second of
+readings weighs too much, and the reach is 0.10 of the cores used, absolute."""
+SETTLE_S = 4.0
+"""A stretch this long holds four of the share controller's 1 s windows."""
 
 
 def _copy(tmp: Path, count: int) -> Path:
@@ -119,11 +123,16 @@ def test_a_jobs_file_planned_and_run_by_the_cli(tmp_path: Path) -> None:
     main = max(together, key=lambda e: e.end_s - e.start_s)
     assert record.share_control is not None and record.share_control.lever in (
         "autogroup", "duty"), record.share_control
+    settled = main.end_s - main.start_s >= SETTLE_S
     for name, planned_share in main.planned_share.items():
         # against the controller's target: the planned share renormalised over the
         # pipelines that were CPU-hungry; where that is the plan's (all hungry), the plan's
+        target = main.target_share[name]
+        if not settled:
+            assert abs(main.realized_share[name] - target) <= SHARE_REACH, (name, main)
+            continue
         assert abs(main.target_ratio(name) - 1) <= SHARE_REACH, (name, main)
-        if abs(main.target_share[name] / planned_share - 1) <= SHARE_REACH / 2:
+        if abs(target / planned_share - 1) <= SHARE_REACH / 2:
             assert abs(main.share_ratio(name) - 1) <= SHARE_REACH, (name, main)
     assert all(e.realized_utilization <= 1.0 + 1e-6 for e in record.epochs)
 
