@@ -2,15 +2,18 @@
 
 Each node is its own ``ray start`` (the head, then the workers side by side) with its own
 temp dir, a capped object store and its CPUs, labelled with one node type, as
-tests/engine/test_ray_node_death.py starts them.  Its processes are found by the temp dir
-they were started with (Ray's workers retitle themselves, so not by name), and only those
-are stopped; CPU-seconds are read over them and their children (the workers) while it runs.
+tests/engine/test_ray_node_death.py starts them; token authentication with a fresh token
+unless ``RAY_AUTH_MODE`` says otherwise (this process and its children join with it).
+Its processes are found by the temp dir they were started with (Ray's workers retitle
+themselves, so not by name), and only those are stopped; CPU-seconds are read over them and
+their children (the workers) while it runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -41,7 +44,9 @@ class LocalCluster:
         self.count, self.cpus, self.store = nodes, cpus, store
         self.temps: list[str] = []
         self.address = ""
-        self.env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+        if "RAY_AUTH_MODE" not in os.environ:  # token auth, as every cluster fitwork starts
+            os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+        self.env = dict(os.environ)  # this process joins with the same token
         self.seen: dict[tuple[int, float], float] = {}
         self.roots: list[psutil.Process] = []
         self.lock = threading.Lock()
