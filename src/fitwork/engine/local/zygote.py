@@ -195,16 +195,23 @@ class Zygote:
             self.sock.send(b"q")
 
     def close(self, timeout: float = 5.0) -> None:
-        """Wait for the zygote to leave (killed if it does not), close the socket."""
+        """Wait for the zygote to leave (killed if it does not), close the socket.  A
+        spare it forked after the driver last looked is let go as it comes: its pipe
+        closed, it exits, and so can the zygote."""
         self.quit()
-        self.process.join(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while self.process.exitcode is None and time.monotonic() < deadline:
+            self.collect()
+            while self.made:
+                spare = self.made.pop()
+                with contextlib.suppress(OSError):
+                    os.close(spare.go)
+                spare.process.close()
+            self.process.join(timeout=0.02)
         if self.process.exitcode is None:
             with contextlib.suppress(ProcessLookupError, OSError):
                 os.kill(self.process.pid, signal.SIGKILL)
             self.process.join(timeout=5)
-        for spare in self.made:
-            spare.close()
-        self.made = []
         self.closed = True
         self.sock.close()
 
