@@ -52,7 +52,7 @@ def test_a_long_run_with_deaths_and_a_slow_reader_stays_flat() -> None:
     record = result.record
     assert got == items and len(killed) >= 4 and record.worker_restarts >= 2
     samples = record.process_samples
-    assert len(samples) >= 6 and all(s.driver_rss > 0 for s in samples)
+    assert len(samples) >= 5 and all(s.driver_rss > 0 for s in samples)
     # 4 workers, and pad's spare once it lost one (sampled too: its memory is the run's)
     assert max(s.workers for s in samples[:-1]) == 4 + LocalOptions().spares
     third = len(samples) // 3

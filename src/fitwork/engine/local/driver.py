@@ -63,6 +63,8 @@ FRAME_TIME = 0.005
 QUIET = 1.0
 REAP_SCAN = 0.5
 """Seconds between checks of every worker for an exit its sentinel did not show."""
+CLOSE_DEATHS = 0.25
+"""Deaths of a stage this many seconds apart or closer may outrun its zygote (`spares_wanted`)."""
 
 
 class LocalEngine:
@@ -137,6 +139,7 @@ class LocalRun(Shell):
         self.spare_records: list[WorkerRecord] = []  # spares let go unused, for the record
         self.zygotes: dict[int, Zygote] = {}  # per stage with spares: what forks them
         self.spares_want: dict[int, int] = {}  # per stage: spares it keeps (`spares_wanted`)
+        self.deaths: dict[int, tuple[float, float]] = {}  # per stage: its last two deaths
         self.old_zygotes: list[Zygote] = []  # told to quit: they leave with their last child
 
     # -- sending and workers ---------------------------------------------------------------
@@ -206,12 +209,13 @@ class LocalRun(Shell):
 
     def spares_wanted(self, stage: int) -> int:
         """Spares ``stage`` keeps: ``LocalOptions.spares``, one more each time a death of
-        it found none ready since its zygote was forked (`start_worker`), up to that plus
-        one per replica.  A spare covers one death while the zygote forks and builds the
-        next (tens of ms on a busy host); deaths closer than that each found none and were
-        forked by the driver (rows that kill once, 15 deaths a second in
-        ``bench/poison.py``: 30-40 of 202 with one spare, 2-3 with this rule).  Where
-        deaths are rarer than the zygote's turn, the stage keeps what it was told."""
+        it found none ready within `CLOSE_DEATHS` of the one before (`start_worker`), up
+        to that plus one per replica.  A spare covers one death while the zygote forks and
+        builds the next (tens of ms on a busy host); deaths closer than that each found
+        none and were forked by the driver (rows that kill once, 15 deaths a second in
+        ``bench/poison.py``: 30-40 of 202 with one spare, 2-3 with this rule).  A death
+        long after the last that found none met a zygote slow for another reason (a
+        loaded host), which more spares would not cure: the stage keeps what it was told."""
         return self.spares_want.get(stage, int(self.local.spares))
 
     def collect_spares(self) -> None:
@@ -242,7 +246,8 @@ class LocalRun(Shell):
                 return spare.process
             self.let_go(spare)
         zygote = self.zygotes.get(spec.stage)
-        if zygote is not None and self.local.spares:  # a death outran its spares
+        before, last = self.deaths.get(spec.stage, (-1e9, 0.0))
+        if zygote is not None and self.local.spares and last - before <= CLOSE_DEATHS:
             cap = int(self.local.spares) + self.placement.replicas(self.names[spec.stage])
             self.spares_want[spec.stage] = min(cap, self.spares_wanted(spec.stage) + 1)
         process = self.ctx.Process(target=worker_main, args=(spec,), daemon=True,
@@ -409,6 +414,8 @@ class LocalRun(Shell):
                 self.wire.sweep_unsent(handle.pid)
                 if self.local.spares:  # its stage keeps a spare from now on
                     self.spare_stages.add(handle.stage)
+                    last = self.deaths.get(handle.stage, (-1e9, -1e9))[1]
+                    self.deaths[handle.stage] = (last, self.clock())
             self.handle(Exited(handle.worker_id, clean=handle.final, now=self.clock(),
                                cause=cause, code=code))
 
