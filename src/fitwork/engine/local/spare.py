@@ -4,7 +4,8 @@ Once a stage has lost a worker, the driver keeps spares for it (``LocalOptions.s
 1 by default): each a process forked with that stage's `WorkerSpec` that builds its unit,
 then blocks on a pipe of its own.  The next `Spawn` for the stage writes the new worker's
 id into the oldest spare's pipe and that spare serves as that worker (its `Ready` says
-when, and what its build cost); the driver forks the next spare behind it.  A spare's
+when, and what its build cost); the stage's zygote forks the next spare behind it
+(`fitwork.engine.local.zygote`; the driver, where a zygote cannot be had).  A spare's
 memory is sampled with the workers' (as ``<unit> (spare)``), and one never handed over is
 in the run's record as a worker of id -1 with the CPU it spent building its unit
 (`Spare.cpu_seconds`, read when the driver lets it go), counted in its unit's.
