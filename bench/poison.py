@@ -33,7 +33,7 @@ from typing import Any
 import fitwork
 from fitwork import Pipeline, Source, unit
 from fitwork.engine.parts import read_parts
-from fitwork.io import read_items
+from fitwork.io.inputs import read_items
 
 MARKS = "FITWORK_BENCH_POISON_MARKS"
 BAD = "FITWORK_BENCH_POISON_PER_MILLION"

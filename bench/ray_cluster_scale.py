@@ -27,7 +27,8 @@ from typing import Any
 import fitwork
 from fitwork import Pipeline, unit
 from fitwork.engine.parts import read_parts
-from fitwork.io import open_writer, read_items
+from fitwork.io.inputs import read_items
+from fitwork.io.writers import open_writer
 
 RAY = str(Path(sys.executable).with_name("ray"))
 

@@ -26,7 +26,8 @@ from typing import Any
 import fitwork
 from fitwork import Pipeline, unit
 from fitwork.engine.parts import read_parts
-from fitwork.io import open_writer, read_items
+from fitwork.io.inputs import read_items
+from fitwork.io.writers import open_writer
 
 
 @unit(cpu=0.5)

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 import fitwork
-import fitwork.io
+import fitwork.io.inputs
 from fitwork import Pipeline, unit
 from fitwork.errors import InputError
-from fitwork.io import Unreadable, read_items
-from fitwork.journal import JOURNAL_FILE, Journal, JournalError, identity, load
+from fitwork.io.inputs import read_items
+from fitwork.io.journal import JOURNAL_FILE, Journal, JournalError, identity, load
+from fitwork.io.unreadable import Unreadable
 
 PIPELINE = """
 import time
@@ -179,9 +180,9 @@ def read_items_of(data: bytes, **kwargs: str) -> list:
 
 
 def test_an_over_long_line_is_skipped_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fitwork.io
+    import fitwork.io.inputs
 
-    monkeypatch.setattr(fitwork.io, "MAX_LINE_BYTES", 16)
+    monkeypatch.setattr(fitwork.io.inputs, "MAX_LINE_BYTES", 16)
     items = read_items_of(b'{"n": 0}\n{"n": "' + b"x" * 50 + b'"}\n{"n": 2}\n',
                           bad_input="dead-letter")
     assert items[0] == {"n": 0} and items[2] == {"n": 2}
@@ -325,7 +326,7 @@ def value_of(row: dict) -> int:
 def test_the_python_api_dead_letters_what_read_items_could_not_read(
         tmp_path: Path, engine: str) -> None:
     jsonl_with_bad_lines(tmp_path / "in.jsonl", 200, {3: b"{\n", 150: b"[1, 2\n"})
-    items = fitwork.io.read_items(tmp_path / "in.jsonl", bad_input="dead-letter")
+    items = fitwork.io.inputs.read_items(tmp_path / "in.jsonl", bad_input="dead-letter")
     dead = tmp_path / "dead.jsonl"
     with fitwork.run(Pipeline(value_of), items, engine=engine, ordered=True,
                      dead_letter=dead, max_failures=2) as result:
@@ -333,4 +334,4 @@ def test_the_python_api_dead_letters_what_read_items_could_not_read(
     assert result.record.failures == 2
     assert [(d["item"], d["input"]["line"]) for d in dead_letters(dead)] == [(3, 4), (150, 151)]
     with pytest.raises(InputError, match="bad_input='skip': must be one of error, dead-letter"):
-        fitwork.io.read_items(tmp_path / "in.jsonl", bad_input="skip")
+        fitwork.io.inputs.read_items(tmp_path / "in.jsonl", bad_input="skip")

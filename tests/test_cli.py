@@ -101,7 +101,7 @@ def test_a_command_imports_only_what_it_needs() -> None:
     code = ("import sys\n"
             "from fitwork.cli import main\n"
             "main(['run', '--help'], standalone_mode=False)\n"
-            "loaded = {'fitwork.llm', 'fitwork.orchestrate.cli', 'fitwork_demo.cli',\n"
+            "loaded = {'fitwork.llm', 'fitwork.commands.orchestrate', 'fitwork_demo.cli',\n"
             "          'scipy.stats'} & set(sys.modules)\n"
             "assert not loaded, loaded")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -236,7 +236,7 @@ def test_a_start_that_did_no_item_leaves_nothing_that_blocks_the_next(project: P
                     cwd=project)
     assert again.returncode == 0, again.stderr
     # a journal of a run killed before its first item (only the header) is taken over
-    from fitwork.journal import Journal, identity
+    from fitwork.io.journal import Journal, identity
 
     Journal.start(project / "k.jsonl.journal",
                   identity("pipe", project / "in.jsonl", project / "k.jsonl")).close()

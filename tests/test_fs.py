@@ -1,4 +1,4 @@
-"""Inputs by glob and by URL: `fitwork.fs` and `read_items` over fsspec's memory store."""
+"""Inputs by glob and by URL: `fitwork.io.fs` and `read_items` over fsspec's memory store."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from fitwork.errors import InputError
-from fitwork.fs import FSSPEC_EXTRA, expand, is_glob, is_url, open_input
-from fitwork.io import count_items, read_items
+from fitwork.io.fs import FSSPEC_EXTRA, expand, is_glob, is_url, open_input
+from fitwork.io.inputs import count_items, read_items
 
 fsspec = pytest.importorskip("fsspec")
 

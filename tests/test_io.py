@@ -1,4 +1,4 @@
-"""Tests for `fitwork.io`: each input format, each output format, and the errors' wording."""
+"""Tests for `fitwork.io.inputs`: each input format, each output format, and the errors' wording."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import fitwork.io as fio
+import fitwork.io.inputs as fio
 from fitwork.errors import InputError
-from fitwork.io import OutputWriter, count_items, open_writer, read_items
+from fitwork.io.inputs import count_items, read_items
+from fitwork.io.writers import OutputWriter, open_writer
 
 
 def _lines(path: Path) -> list[Any]:
@@ -433,7 +434,7 @@ def test_parquet_writer_refuses_a_field_missing_from_the_first_batch(tmp_path: P
 
 
 def test_the_output_digest_ignores_order_and_sees_any_difference() -> None:
-    from fitwork.io import OutputDigest
+    from fitwork.io.writers import OutputDigest
 
     def digest(values: list) -> str:
         made = OutputDigest()

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fitwork.io import csv_value, read_items
+from fitwork.io.inputs import read_items
+from fitwork.io.readers import csv_value
 
 NUMBERS = st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False))
 TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=20)

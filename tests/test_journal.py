@@ -20,7 +20,7 @@ import pytest
 from fitwork.engine.local.wire import shm_dir
 from fitwork.engine.parts import read_parts
 from fitwork.errors import InputError
-from fitwork.journal import (
+from fitwork.io.journal import (
     JOURNAL_FILE,
     Done,
     Journal,
@@ -297,7 +297,7 @@ def test_a_torn_last_line_is_ignored_and_a_corrupt_one_is_named(tmp_path: Path) 
 
 def test_a_parquet_output_resumes_from_its_committed_parts(tmp_path: Path) -> None:
     pyarrow_parquet = pytest.importorskip("pyarrow.parquet")
-    from fitwork.io import open_writer
+    from fitwork.io.writers import open_writer
 
     out = tmp_path / "out.parquet"
     first = open_writer(out, journaled=True)
@@ -336,7 +336,7 @@ def test_a_resumed_run_checkpoints_before_it_has_read_as_far_as_the_items_done(
     """Done before: items 0-1 and 6-9 (a gap, as unordered runs leave).  The resumed run's
     first checkpoints come before its reader has reached item 9: the last recorded read
     still vouches for what is done, and a later checkpoint records the new furthest read."""
-    from fitwork.io import read_items
+    from fitwork.io.inputs import read_items
 
     source = tmp_path / "in.jsonl"
     source.write_text("".join(f'{{"n": {n}}}\n' for n in range(20)))

@@ -13,26 +13,23 @@ LAYERS = {
     # 0 values: import nothing of fitwork above this line
     "fitwork.errors": 0, "fitwork.version": 0, "fitwork.resources": 0,
     "fitwork.failure": 0, "fitwork.document": 0, "fitwork.forked": 0,
-    "fitwork.unreadable": 0, "fitwork.hardware.units": 0,
+    "fitwork.io.unreadable": 0, "fitwork.hardware.units": 0,
     # 1 units and placements; 2 the run record
     "fitwork.workload": 1, "fitwork.placement": 1,
     "fitwork.telemetry.record": 2, "fitwork.telemetry.figures": 2,
     # 3 hardware, input and output
-    "fitwork.hardware": 3, "fitwork.io": 3, "fitwork.shards": 3, "fitwork.fs": 3,
-    "fitwork.formats": 3, "fitwork.readers": 3, "fitwork.writers": 3,
+    "fitwork.hardware": 3, "fitwork.io": 3,
     # 4 measurement; 5 decomposition; 6 fit; 7 engines
     "fitwork.telemetry": 4, "fitwork.profiling": 4,
     "fitwork.decomposition": 5,
     "fitwork.fit": 6,
     "fitwork.engine": 7,
     # 8 running one pipeline or many; 9 reports and orchestrators; 10 LLM serving
-    "fitwork.runner": 8, "fitwork.journal": 8, "fitwork.journaled": 8, "fitwork.jobs": 8,
+    "fitwork.runner": 8, "fitwork.io.journaled": 8, "fitwork.jobs": 8,
     "fitwork.report": 9, "fitwork.orchestrate": 9,
     "fitwork.llm": 10,
     # 11 the command line (wherever its modules sit) and the public API
-    "fitwork.cli": 11, "fitwork.cli_options": 11, "fitwork.commands": 11,
-    "fitwork.decomposition.cli": 11, "fitwork.jobs.cli": 11, "fitwork.llm.cli": 11,
-    "fitwork.orchestrate.cli": 11, "fitwork.report.cli_report": 11, "fitwork": 11,
+    "fitwork.cli": 11, "fitwork.commands": 11, "fitwork.jobs.cli": 11, "fitwork": 11,
     # 12 programs on the public API
     "fitwork_demo": 12,
 }

@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
     from fitwork.hardware.catalog import catalog
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
+    from fitwork.io.shards import Source
+    from fitwork.io.writers import OutputDigest
     from fitwork.jobs.api import plan_jobs, run_many
     from fitwork.jobs.plan import FleetPlan
     from fitwork.jobs.record import FleetRecord
@@ -46,11 +48,9 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
     from fitwork.report.verdict import Headline
     from fitwork.resources import Resources
     from fitwork.runner import run
-    from fitwork.shards import Source
     from fitwork.telemetry.record import Progress, RunRecord
     from fitwork.telemetry.utilization import RunFigures, run_figures
     from fitwork.workload import Kind, Pipeline, Retry, Unit, unit
-    from fitwork.writers import OutputDigest
 
 # Every public name loads on first use: `import fitwork` is cheap, and so is a replica
 # process that imports one engine module (the package is imported first, by Python).
@@ -69,7 +69,7 @@ _LAZY = {
     "Placement": "fitwork.placement",
     "Resources": "fitwork.resources",
     "run": "fitwork.runner",
-    "Source": "fitwork.shards",
+    "Source": "fitwork.io.shards",
     "Progress": "fitwork.telemetry.record",
     "RunRecord": "fitwork.telemetry.record",
     "Kind": "fitwork.workload",
@@ -99,7 +99,7 @@ _LAZY = {
     "render_fleet_report": "fitwork.report.fleet",
     # what a program that measures its runs needs beside `run` (the demo is one): the
     # outputs' digest, the run's figures and the verdict a report states, ONNX FLOPs
-    "OutputDigest": "fitwork.writers",
+    "OutputDigest": "fitwork.io.writers",
     "RunFigures": "fitwork.telemetry.utilization",
     "run_figures": "fitwork.telemetry.utilization",
     "Headline": "fitwork.report.verdict",

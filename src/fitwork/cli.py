@@ -21,7 +21,7 @@ def _attribute(path: str) -> click.Command:
 def _fleet() -> click.Command:
     """`fitwork fleet`, with Kubernetes and Slurm (`fitwork.orchestrate`'s) under it."""
     from fitwork.commands.fleet import fleet
-    from fitwork.orchestrate.cli import fleet_k8s, fleet_slurm
+    from fitwork.commands.orchestrate import fleet_k8s, fleet_slurm
 
     fleet.add_command(fleet_k8s)
     fleet.add_command(fleet_slurm)
@@ -30,8 +30,8 @@ def _fleet() -> click.Command:
 
 def _report() -> click.Command:
     """`fitwork report`, with its --llm section (wired here only)."""
-    from fitwork.llm.cli import with_llm_section
-    from fitwork.report.cli_report import report
+    from fitwork.commands.llm import with_llm_section
+    from fitwork.commands.report import report
 
     return with_llm_section(report)
 
@@ -41,10 +41,10 @@ COMMANDS = {
     "profile": lambda: _attribute("fitwork.commands.fit:profile"),
     "plan": lambda: _attribute("fitwork.commands.fit:plan"),
     "fleet": _fleet,
-    "decompose": lambda: _attribute("fitwork.decomposition.cli:decompose_command"),
+    "decompose": lambda: _attribute("fitwork.commands.decompose:decompose_command"),
     "demo": lambda: _attribute("fitwork_demo.cli:demo"),
-    "deploy": lambda: _attribute("fitwork.orchestrate.cli:deploy"),
-    "llm": lambda: _attribute("fitwork.llm.cli:llm"),
+    "deploy": lambda: _attribute("fitwork.commands.orchestrate:deploy"),
+    "llm": lambda: _attribute("fitwork.commands.llm:llm"),
     "report": _report,
 }
 """Each command's name and how to load it: a run imports what `run` needs, not scipy's

@@ -13,8 +13,8 @@ from fitwork.engine.options import RunOptions, engine_options
 from fitwork.engine.parts import Sink
 from fitwork.engine.registry import get_engine
 from fitwork.errors import UnitDefinitionError
+from fitwork.io.shards import READER, Source
 from fitwork.placement import Group, Placement
-from fitwork.shards import READER, Source
 from fitwork.workload.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def run(pipeline: Pipeline, source: Iterable[Any] | str | Path, *, engine: str =
     ``spans=True`` releases outputs a frame at a time with the source items they cover
     (`RunResult.settled_spans`); ``dead_letter_keep=N`` keeps the dead-letter file's first
     N bytes and appends to it; ``limit=N`` runs the first N items.  A path as ``source`` is
-    read with `fitwork.io.read_items`; a `fitwork.Source` has reader replicas read its
+    read with `fitwork.io.inputs.read_items`; a `fitwork.Source` has reader replicas read its
     shards.
 
     ``output`` is the one way a run writes its outputs itself, its record carrying their
@@ -52,13 +52,13 @@ def run(pipeline: Pipeline, source: Iterable[Any] | str | Path, *, engine: str =
     it after a crash, running only the items not done and keeping each output once (the
     digest is then the whole output's); ``append=True`` writes after what a JSON Lines
     output holds.  Such a run starts when first used (iterated, entered, or asked for its
-    record), and yields each output once written (`fitwork.journaled`).
+    record), and yields each output once written (`fitwork.io.journaled`).
     """
     if "sink" in options:
         raise UnitDefinitionError("sink= is output= now: pass output=fitwork.Sink.files(DIR) "
                                   "(or output='DIR/'), the one way a run writes outputs")
     if isinstance(source, str | Path):
-        from fitwork.io import read_items
+        from fitwork.io.inputs import read_items
 
         source = read_items(source)
     launch = _arrange(pipeline, engine, placement, workers, adapt, options,
@@ -70,7 +70,7 @@ def run(pipeline: Pipeline, source: Iterable[Any] | str | Path, *, engine: str =
     if output is None and journal is None and not (resume or append):
         return launch(source if limit is None else itertools.islice(source, limit), None,
                       spans, dead_letter_keep)
-    from fitwork.journaled import Run
+    from fitwork.io.journaled import Run
 
     return Run(launch, pipeline, source, output,
                journal=Path(journal) if journal is not None else None, resume=resume,

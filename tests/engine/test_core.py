@@ -40,8 +40,8 @@ from fitwork.engine.core import (
 )
 from fitwork.engine.segment import Segment, settle, split
 from fitwork.engine.shell import stages_of
+from fitwork.io.shards import Slice
 from fitwork.placement import Placement
-from fitwork.shards import Slice
 from fitwork.workload.kernel import Failed, Kernel
 
 

@@ -18,8 +18,8 @@ import pytest
 import fitwork
 from fitwork import Pipeline, Source, unit
 from fitwork.engine.parts import read_parts
-from fitwork.io import read_items
-from fitwork.shards import Shard, read_shard
+from fitwork.io.inputs import read_items
+from fitwork.io.shards import Shard, read_shard
 
 ROWS = 400
 

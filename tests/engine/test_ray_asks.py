@@ -82,7 +82,7 @@ def test_a_ray_prediction_prices_start_up_and_calls() -> None:
 
 def test_cores_set_for_a_run_are_declared_and_estimated_ones_are_not() -> None:
     from fitwork import decompose
-    from fitwork.cli_options import UnitSettings
+    from fitwork.commands.options import UnitSettings
 
     def f(x: int) -> int:
         return x

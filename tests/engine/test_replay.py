@@ -47,10 +47,10 @@ from fitwork.engine.segment import Return, Segment
 from fitwork.engine.shell import stages_of
 from fitwork.errors import TooManyFailures
 from fitwork.failure import Failure
+from fitwork.io.shards import Slice
+from fitwork.io.unreadable import Unreadable
 from fitwork.placement import Group, Placement
-from fitwork.shards import Slice
 from fitwork.telemetry.record import CoreLog, Progress, RunRecord, UnitProgress
-from fitwork.unreadable import Unreadable
 from tests.engine.replay import assert_replays, logged, replayed
 from tests.engine.test_core import UNITS, AdversarialEngine
 from tests.engine.units import die_on_13

@@ -15,7 +15,7 @@ import pytest
 
 import fitwork
 from fitwork.engine.parts import MANIFEST, read_parts
-from fitwork.shards import Shard, Source, file_shards, read_shard
+from fitwork.io.shards import Shard, Source, file_shards, read_shard
 from tests.engine import shard_units as s
 
 PAD = "x" * 120  # wide rows, so the driver's own traffic is small beside the data

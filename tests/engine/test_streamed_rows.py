@@ -1,4 +1,4 @@
-"""A local reader hands a shard's rows on as it reads them (`fitwork.shards.STREAM_ROWS`
+"""A local reader hands a shard's rows on as it reads them (`fitwork.io.shards.STREAM_ROWS`
 at a time) and the run core hears of them, so a death mid-shard redoes only the rows after
 the last chunk handed on, not the shard: exactly once, into parts and to the caller."""
 
@@ -16,7 +16,7 @@ import pytest
 import fitwork
 from fitwork import Pipeline, Source, unit
 from fitwork.engine.parts import read_parts
-from fitwork.shards import (
+from fitwork.io.shards import (
     STREAM_ROWS,
     Slice,
     file_shards,

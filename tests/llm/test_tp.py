@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fitwork.commands.llm import _show as show
 from fitwork.fit import FitResult, UnitDemand, solve
 from fitwork.fit.inputs import solver_nodes
 from fitwork.hardware.catalog import catalog
 from fitwork.hardware.fleet import Fleet
-from fitwork.llm.cli import _show as show
 from fitwork.llm.options import SLO, Mix
 from fitwork.llm.plan import plan_colocated, plan_split, split_units
 from fitwork.llm.trace import Trace

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from fitwork.report.cli_report import report
+from fitwork.commands.report import report
 from fitwork.report.html import headline, render_report
 from fitwork.report.terminal import summary
 from fitwork.telemetry.record import (

@@ -18,11 +18,11 @@ from click.testing import CliRunner
 
 import fitwork
 from fitwork import InputError, Pipeline, RunRecord, unit
+from fitwork.commands.report import report
 from fitwork.fit.plan import Plan, fit
 from fitwork.hardware.catalog import catalog
 from fitwork.hardware.discover import discover_local
 from fitwork.profiling import profile_pipeline
-from fitwork.report.cli_report import report
 from fitwork.report.html import (
     SECTIONS,
     cost_per_million,

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fitwork.io as fio
+import fitwork.io.inputs as fio
 from fitwork.errors import InputError
-from fitwork.io import read_items
+from fitwork.io.inputs import read_items
 
 EXAMPLES = int(os.environ.get("FITWORK_FUZZ_EXAMPLES", "0"))
 """Set FITWORK_FUZZ_EXAMPLES to search further than the few examples each test runs by default."""

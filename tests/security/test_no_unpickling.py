@@ -15,7 +15,8 @@ from fitwork.decomposition.report import Decomposition
 from fitwork.errors import FitworkError
 from fitwork.fit.plan import Plan
 from fitwork.hardware.fleet import Fleet
-from fitwork.io import pyarrow_reads_safely, read_items
+from fitwork.io.formats import pyarrow_reads_safely
+from fitwork.io.inputs import read_items
 from fitwork.profiling import PipelineProfile
 from fitwork.telemetry.record import RunRecord
 

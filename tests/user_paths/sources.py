@@ -77,7 +77,7 @@ RUNNER = textwrap.dedent('''
     from pathlib import Path
 
     import fitwork
-    import fitwork.io
+    import fitwork.io.inputs
 
 
     def main(pipeline):
@@ -93,7 +93,7 @@ RUNNER = textwrap.dedent('''
             source = fitwork.Source.files(str(Path(case["input"]) / "*.jsonl"))
             sink = fitwork.Sink.files(case["output"])
         else:
-            source = fitwork.io.read_items(case["input"], csv_types=True)
+            source = fitwork.io.inputs.read_items(case["input"], csv_types=True)
         engine = "ray" if case["engine"].startswith("ray") else "local"
         with fitwork.run(pipeline, source, engine=engine, placement=placement, output=sink,
                          dead_letter=case["dead_letter"], **options) as result:

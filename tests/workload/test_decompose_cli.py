@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 import fitwork
+from fitwork.commands.decompose import AUTO, decompose_command, load_pipeline_for
 from fitwork.decomposition import Decomposition
-from fitwork.decomposition.cli import AUTO, decompose_command, load_pipeline_for
 from fitwork.errors import PipelineLoadError
 from fitwork.profiling import PipelineProfile
 

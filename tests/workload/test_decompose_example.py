@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import fitwork
-from fitwork.decomposition.cli import decompose_command
+from fitwork.commands.decompose import decompose_command
 from fitwork.fit.plan import FUSE_MARGIN
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -69,7 +69,7 @@ def test_the_decompose_command_runs_on_the_example(monolith: ModuleType) -> None
 
 
 def test_the_plain_function_keeps_its_context_when_loaded_whole(monolith: ModuleType) -> None:
-    from fitwork.decomposition.cli import load_pipeline_for
+    from fitwork.commands.decompose import load_pipeline_for
 
     pipeline = load_pipeline_for(f"{EXAMPLES / 'monolith.py'}:classify", None)
     assert len(pipeline.units) == 1 and pipeline.context is not None

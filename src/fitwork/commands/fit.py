@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
-from fitwork.cli_options import UnitSettings, chosen, conflicting_paths, csv_strings_option
 from fitwork.commands.common import fail
-from fitwork.decomposition.cli import AUTO, decompose_option, load_pipeline_for, resolve_reference
+from fitwork.commands.decompose import AUTO, decompose_option, load_pipeline_for, resolve_reference
+from fitwork.commands.options import UnitSettings, chosen, conflicting_paths, csv_strings_option
 from fitwork.errors import FitworkError
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def profile(pipeline_ref: str | None, input_path: Path, samples: int, output_pat
             csv_strings: bool = False) -> None:
     """Measure each unit alone on sample items and save a profile."""
     from fitwork.fit.candidates import format_bytes
-    from fitwork.io import read_items
+    from fitwork.io.inputs import read_items
     from fitwork.profiling import profile_pipeline
     from fitwork.profiling.classes import split_classes
     from fitwork.report.terminal import profile_table, stdout_console

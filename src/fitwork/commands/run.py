@@ -11,9 +11,21 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from fitwork.cli_options import UnitSettings, csv_strings_option, output_mode_option, unit_options
 from fitwork.commands.common import Null, Terminated, fail, on_sigterm, parse_workers
+from fitwork.commands.decompose import (
+    AUTO,
+    decompose_option,
+    load_pipeline_for,
+    resolve_reference,
+    sample_items,
+)
 from fitwork.commands.fit import batch_changes
+from fitwork.commands.options import (
+    UnitSettings,
+    csv_strings_option,
+    output_mode_option,
+    unit_options,
+)
 from fitwork.commands.run_output import (
     STDOUT,
     claim_stdout,
@@ -23,13 +35,6 @@ from fitwork.commands.run_output import (
     say_decomposed,
     stdout_closed,
     summarise,
-)
-from fitwork.decomposition.cli import (
-    AUTO,
-    decompose_option,
-    load_pipeline_for,
-    resolve_reference,
-    sample_items,
 )
 from fitwork.engine.registry import ENGINES
 from fitwork.errors import FitworkError
@@ -120,7 +125,7 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
         io: tuple[str, ...] = (), bad_input: str = "error", jobs_path: Path | None = None,
         fleet_record: Path | None = None, control: Path | None = None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
-    from fitwork.journaled import names_directory
+    from fitwork.io.journaled import names_directory
 
     if jobs_path is not None:
         from fitwork.jobs.cli import run_jobs_command
@@ -262,13 +267,13 @@ def _source(input_text: str, output: Path, sharded: bool, limit: int | None,
             csv_strings: bool, bad_input: str) -> Any:
     """The input: shards the replicas read (a directory output), or items read here."""
     if sharded:
-        from fitwork.shards import Source
+        from fitwork.io.shards import Source
 
         if limit is not None:
             raise click.UsageError(f"--limit with --output {output}: a quick look reads "
                                    "through the driver; give a file --output (out.jsonl)")
         return Source.files(input_text, csv_types=not csv_strings, bad_input=bad_input)
-    from fitwork.io import read_items
+    from fitwork.io.inputs import read_items
 
     return read_items(Path(input_text), csv_types=not csv_strings, bad_input=bad_input)
 
@@ -276,18 +281,18 @@ def _source(input_text: str, output: Path, sharded: bool, limit: int | None,
 def _total(source: Any, input_text: str, limit: int | None, resume: bool,
            where: Path | None) -> int | None:
     """How many items (or shards) the progress bar counts to: those not done yet."""
-    from fitwork.shards import Source
+    from fitwork.io.shards import Source
 
     if isinstance(source, Source):
         total = source.count
     else:
-        from fitwork.io import count_items
+        from fitwork.io.inputs import count_items
 
         total = count_items(Path(input_text))
         if limit is not None and total is not None:
             total = min(total, limit)
     if total is not None and resume and where is not None:
-        from fitwork.journal import load
+        from fitwork.io.journal import load
 
         total = max(0, total - load(where).done.count)
     return total
@@ -311,7 +316,7 @@ def _job(pipeline: Any, source: Any, output: Any, sharded: bool, placement: Any,
          adapt: bool, progress: _Relay, asked: dict[str, Any]) -> Any:
     """The run into the output, not started: `fitwork.run` with ``output=``."""
     from fitwork.engine.parts import Sink
-    from fitwork.journaled import Run
+    from fitwork.io.journaled import Run
     from fitwork.runner import run as run_pipeline
 
     job = run_pipeline(pipeline, source, placement=placement, adapt=adapt, progress=progress,

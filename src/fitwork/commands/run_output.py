@@ -13,9 +13,9 @@ from typing import IO, Any, NoReturn
 import click
 from rich.console import Console
 
-from fitwork.cli_options import conflicting_paths, holds_outputs
 from fitwork.commands.common import fail
-from fitwork.decomposition.cli import AUTO
+from fitwork.commands.decompose import AUTO
+from fitwork.commands.options import conflicting_paths, holds_outputs
 
 STDOUT = "-"
 """``--output -``: JSON Lines to stdout."""
@@ -63,7 +63,7 @@ def prepare_output(output: Path, directory: bool, mode: str | None, resume: bool
     A journal left by a run that did no item is removed (with a note): it would only block
     this run.  ``--mode overwrite`` also drops an unfinished run's journal: it starts over.
     """
-    from fitwork.journal import JOURNAL_FILE
+    from fitwork.io.journal import JOURNAL_FILE
 
     if resume:
         if mode is not None:
@@ -98,7 +98,7 @@ def prepare_output(output: Path, directory: bool, mode: str | None, resume: bool
 
 def did_nothing(journal: Path, output: Path, directory: bool) -> bool:
     """Whether the journal's run recorded no item done and left no output past its start."""
-    from fitwork.journal import JournalError, load
+    from fitwork.io.journal import JournalError, load
 
     try:
         state = load(journal)

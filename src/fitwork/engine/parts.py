@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from fitwork.errors import InputError
-from fitwork.io import json_default, sync_directory
+from fitwork.io.writers import json_default, sync_directory
 
 MANIFEST = "_manifest.json"
 FORMATS = ("jsonl", "csv")

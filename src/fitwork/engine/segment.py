@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from fitwork.errors import EngineError
 from fitwork.failure import Failure
-from fitwork.shards import Children, Slice
+from fitwork.io.shards import Children, Slice
 from fitwork.workload.kernel import ChildFailed, Failed, Kernel
 from fitwork.workload.unit import Kind
 

@@ -55,10 +55,10 @@ from fitwork.engine.core.account import assemble
 from fitwork.engine.options import RunOptions
 from fitwork.engine.parts import PartBooks, Written
 from fitwork.failure import Failure
+from fitwork.io.unreadable import feed_alone, holds_unreadable
 from fitwork.placement import Placement
 from fitwork.telemetry.processes import ProcessBook, Worker
 from fitwork.telemetry.record import DeviceSample, RunRecord, RunStatus
-from fitwork.unreadable import feed_alone, holds_unreadable
 from fitwork.workload.pipeline import Pipeline
 
 TAKE_CHUNK = 1

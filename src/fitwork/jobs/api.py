@@ -41,7 +41,7 @@ def profiler(samples: int, say: Callable[[str], None] | None = None
     """Profile a job on the spot, as `fitwork profile` would (its first items as samples),
     saying so through ``say``."""
     def profile_job(job: Job) -> PipelineProfile:
-        from fitwork.io import read_items
+        from fitwork.io.inputs import read_items
         from fitwork.profiling import profile_pipeline
         from fitwork.workload.loader import load_pipeline
 

@@ -20,10 +20,10 @@ from fitwork.engine.core.instructions import INSTRUCTIONS, Instruction
 from fitwork.engine.core.policy import Policy
 from fitwork.engine.segment import Return, Segment
 from fitwork.failure import Failure
+from fitwork.io.shards import Slice
+from fitwork.io.unreadable import Unreadable
 from fitwork.placement import Group, Placement
-from fitwork.shards import Slice
 from fitwork.telemetry.record import Progress, UnitProgress
-from fitwork.unreadable import Unreadable
 
 
 class Started(NamedTuple):

@@ -7,7 +7,7 @@ of its items must be retried, the frame *itemizes*: the log is replayed into per
 handled item by item. A retry is a frame of its own with an ``origin`` pointing at the item
 it stands for (a single), or at several items of one frame (a ``group``: its item ``k``
 stands for item ``group[k]`` of the origin). An item of a sharded source's reader is retried
-as *pieces* instead: frames of one `fitwork.shards.Slice` of it each (``piece``), settled
+as *pieces* instead: frames of one `fitwork.io.shards.Slice` of it each (``piece``), settled
 when their own weight comes back, the item once its last live piece is.
 """
 

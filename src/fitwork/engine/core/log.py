@@ -32,8 +32,8 @@ from fitwork.engine.core.codec import (
 from fitwork.engine.core.events import EVENTS, Arrived, Done, Fed
 from fitwork.engine.core.instructions import DeadLetter, Emit, Instruction, Send
 from fitwork.engine.segment import Segment
-from fitwork.shards import Slice
-from fitwork.unreadable import Unreadable
+from fitwork.io.shards import Slice
+from fitwork.io.unreadable import Unreadable
 
 LOG_ENTRIES = 10_000
 """Stimuli and instructions a core keeps (the last ones).  A local or Ray run takes a few

@@ -78,9 +78,9 @@ from fitwork.engine.core.workers import WorkerBooks
 from fitwork.engine.segment import fresh
 from fitwork.errors import EngineError
 from fitwork.failure import Failure
+from fitwork.io.unreadable import Unreadable
 from fitwork.placement import Group, Placement
 from fitwork.telemetry.record import Progress, UnitProgress
-from fitwork.unreadable import Unreadable
 
 POISON_STREAK = 16
 """Rows isolated as poison with no item completed in between before a run gives up."""

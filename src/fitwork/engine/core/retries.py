@@ -49,7 +49,7 @@ from fitwork.engine.core.policy import Policy
 from fitwork.engine.segment import fresh
 from fitwork.errors import TooManyFailures
 from fitwork.failure import Failure, portable
-from fitwork.shards import Slice
+from fitwork.io.shards import Slice
 
 KEEP_FAILURES = 1000
 """Failures the run's record keeps (each is dead-lettered all the same)."""

@@ -1,7 +1,7 @@
 """A local reader replica hands a shard's rows on as it reads them, and says so.
 
-A reader (`fitwork.shards.Source.reader`) given a ``stream`` sends every
-`fitwork.shards.STREAM_ROWS` children to it mid-shard (`fitwork.shards.streamed`).  Here
+A reader (`fitwork.io.shards.Source.reader`) given a ``stream`` sends every
+`fitwork.io.shards.STREAM_ROWS` children to it mid-shard (`fitwork.io.shards.streamed`).  Here
 each such chunk is settled as the children of the shard with half the weight still its
 (exponent ``e + c`` for the ``c``-th chunk, numbered from the chunk's first row), sent on
 at once (into the next channel, or written to the replica's part with a `Written` to the
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fitwork.engine.parts import Written
 from fitwork.engine.segment import Segment
 from fitwork.engine.serving import Finished
-from fitwork.shards import Slice
+from fitwork.io.shards import Slice
 from fitwork.workload.kernel import Failed, Kernel
 
 if TYPE_CHECKING:

@@ -226,7 +226,7 @@ class Source:
 
 def data_files(patterns: Iterable[str | Path]) -> list[str]:
     """The data files the patterns name, in order, each pattern's matches sorted."""
-    from fitwork.fs import expand, is_glob, is_url
+    from fitwork.io.fs import expand, is_glob, is_url
 
     found: list[str] = []
     for pattern in patterns:
@@ -271,7 +271,7 @@ def file_shards(path: str, split_bytes: int, typed: bool = True) -> list[Shard]:
 
 
 def _size(path: str) -> int:
-    from fitwork.fs import is_url
+    from fitwork.io.fs import is_url
 
     try:
         if is_url(path):
@@ -286,8 +286,8 @@ def _size(path: str) -> int:
 
 def _parquet_shards(path: str, split_bytes: int) -> list[Shard]:
     """Runs of whole row groups of at most ``split_bytes`` (compressed) each."""
-    from fitwork.formats import import_pyarrow
-    from fitwork.fs import open_input
+    from fitwork.io.formats import import_pyarrow
+    from fitwork.io.fs import open_input
 
     pyarrow, parquet = import_pyarrow(f"input {path}")
     try:
@@ -314,7 +314,7 @@ def read_shard(shard: Shard) -> Iterator[Any]:
         return _jsonl_range(shard)
     if shard.format == "parquet":
         return _parquet_groups(shard)
-    from fitwork.io import read_items
+    from fitwork.io.inputs import read_items
 
     return read_items(shard.path, csv_types=shard.typed)
 
@@ -327,8 +327,8 @@ def read_shard_tolerant(shard: Shard) -> Iterator[Any]:
         return _jsonl_range(shard, tolerant=True)
     if shard.format == "parquet":
         return _parquet_groups(shard, tolerant=True)
-    from fitwork.io import read_items
-    from fitwork.unreadable import Unreadable
+    from fitwork.io.inputs import read_items
+    from fitwork.io.unreadable import Unreadable
 
     return (_unreadable(row.where(), row.error) if type(row) is Unreadable else row
             for row in read_items(shard.path, csv_types=shard.typed, bad_input="dead-letter"))
@@ -355,7 +355,7 @@ def _jsonl_range(shard: Shard, tolerant: bool = False, skip: int = 0) -> Iterato
     """The JSON values of the lines that start in ``[start, stop)``: a reader skips the line
     the range begins inside of (the range before owns it) and reads past ``stop`` to finish
     its own last line.  The first ``skip`` rows (lines not blank) are passed unparsed."""
-    from fitwork.fs import open_input
+    from fitwork.io.fs import open_input
 
     with open_input(shard.path) as handle:
         position = shard.start
@@ -407,8 +407,8 @@ def _jsonl_range(shard: Shard, tolerant: bool = False, skip: int = 0) -> Iterato
 
 def _parquet_groups(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
     """The rows of row groups ``[start, stop)`` of a Parquet file, a batch at a time."""
-    from fitwork.formats import import_pyarrow
-    from fitwork.fs import open_input
+    from fitwork.io.formats import import_pyarrow
+    from fitwork.io.fs import open_input
 
     pyarrow, parquet = import_pyarrow(f"input {shard.path}")
     row = 0
@@ -432,7 +432,7 @@ def _parquet_groups(shard: Shard, tolerant: bool = False) -> Iterator[Any]:
 def _parquet_groups_tolerant(shard: Shard, pyarrow: Any, parquet: Any) -> Iterator[Any]:
     """`_parquet_groups` a row group at a time: one that fails to read is one
     `ChildFailed` (from the row it failed at to the group's end), and the next is read."""
-    from fitwork.fs import open_input
+    from fitwork.io.fs import open_input
 
     errors = (pyarrow.ArrowException, OSError, ValueError)
     with open_input(shard.path) as handle:

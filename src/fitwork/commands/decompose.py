@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from fitwork.cli_options import csv_strings_option
+from fitwork.commands.options import csv_strings_option
 from fitwork.decomposition.decomposer import MAX_SAMPLES, decompose
 from fitwork.decomposition.render import render
 from fitwork.decomposition.report import Decomposition
@@ -105,8 +105,8 @@ def sample_items(input_text: str | Path, csv_types: bool, rows: bool | None = No
     False: its items as `read_items` yields them (a directory: its files' paths).  ``None``
     (`fitwork decompose`, which has no output to tell): rows where the input is a directory
     holding data files (``.jsonl``, ``.csv``, ``.parquet``), else its items."""
-    from fitwork.io import read_items
-    from fitwork.shards import FORMATS, Source
+    from fitwork.io.inputs import read_items
+    from fitwork.io.shards import FORMATS, Source
 
     path = Path(input_text)
     if rows is None:

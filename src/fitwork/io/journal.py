@@ -8,7 +8,7 @@ belongs to (pipeline, input, output, fitwork version), then one line per checkpo
 A checkpoint is taken where the outputs written so far end a span (`RunResult.
 settled_spans`): every source item in the spans of this and earlier lines is done, and the
 output up to position P holds exactly their N outputs (P is a JSON Lines output's size in
-bytes, or a Parquet output's count of committed part files; see `fitwork.io.open_writer`).
+bytes, or a Parquet output's count of committed part files; see `fitwork.io.writers.open_writer`).
 The output is made durable (fsync) before the line is written, and the line before the
 next one starts, so after a crash the last whole line is true: a resumed run cuts the
 output back to P and feeds only the items no line names.  Items in flight at the crash
@@ -17,7 +17,7 @@ output exactly once.  Dead letters are
 kept whole (a failure of an item in flight at the crash may be written again).
 
 The input is identified by what the run had read up to its last checkpoint, where the
-run reads it through `fitwork.io.read_items` and its items end at byte offsets (JSON Lines
+run reads it through `fitwork.io.inputs.read_items` and its items end at byte offsets (JSON Lines
 and CSV files, and globs or URLs of them): each line also holds
 ``"read": [file, offset, hash]``, a BLAKE2b hash of the input's bytes up to the end of the
 furthest item done (``file`` counts the input's files in reading order; ``offset`` is in
@@ -42,13 +42,14 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from fitwork.errors import InputError
-from fitwork.io import InputReader, sync_directory
+from fitwork.io.readers import InputReader
+from fitwork.io.writers import sync_directory
 from fitwork.version import __version__
 
 JOURNAL_FILE = "journal.jsonl"
 JOURNAL_VERSION = 3
 """Bumped when the line format changes; a journal of another version is refused.  3: an
-input read by `fitwork.io.read_items` is identified by the prefix the run had read."""
+input read by `fitwork.io.inputs.read_items` is identified by the prefix the run had read."""
 CHECKPOINT_SECONDS = 1.0
 """How often a run takes a checkpoint (at the first span boundary after this long)."""
 SAMPLE_BYTES = 1 << 20
@@ -64,7 +65,7 @@ def input_identity(path: Path) -> dict[str, Any]:
     its entries' names and sizes (a directory)."""
     digest = hashlib.blake2b(digest_size=16)
     if not path.exists():  # a glob or a URL: the names and sizes of what it matches
-        from fitwork.fs import expand, open_input
+        from fitwork.io.fs import expand, open_input
 
         entries = expand(str(path), files_only=True)
         for entry in entries:
@@ -127,7 +128,7 @@ class Prefix:
         self.handle: Any = None
 
     def _open(self) -> Any:
-        from fitwork.fs import is_url, open_input
+        from fitwork.io.fs import is_url, open_input
 
         name = self.files[self.file]
         return open_input(name, "rb", f"input {name}") if is_url(name) else open(name, "rb")

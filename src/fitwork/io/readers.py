@@ -1,5 +1,5 @@
 """The readers of one input file by format (JSON Lines, CSV, Parquet) and of a directory,
-each given an opener; `fitwork.io.read_items` picks one and opens the file."""
+each given an opener; `fitwork.io.inputs.read_items` picks one and opens the file."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any
 
 from fitwork.errors import InputError
-from fitwork.formats import one_line, os_reason
-from fitwork.unreadable import Unreadable
+from fitwork.io.formats import one_line, os_reason
+from fitwork.io.unreadable import Unreadable
 
 if TYPE_CHECKING:
     from _csv import Reader as CsvReader

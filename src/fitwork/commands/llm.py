@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from fitwork.cli_options import chosen
+from fitwork.commands.options import chosen
 from fitwork.errors import FitworkError
 
 if TYPE_CHECKING:  # imported when a command runs, so `fitwork --help` stays light

@@ -2,9 +2,9 @@
 
 Into a file (JSON Lines or Parquet) written here, or a directory whose parts the last
 unit's replicas write (`fitwork.Sink`); its record carries the digest of the outputs it
-wrote (`fitwork.io.OutputDigest`: a directory's are read back from its parts once sealed,
+wrote (`fitwork.io.inputs.OutputDigest`: a directory's are read back from its parts once sealed,
 so the same outputs give the same digest either way).  With a journal, checkpoints are
-taken as outputs become durable (`fitwork.journal.Checkpoints`, one way for both kinds of
+taken as outputs become durable (`fitwork.io.journal.Checkpoints`, one way for both kinds of
 output), and ``resume=True`` continues an interrupted run: only the items (or shards) no
 checkpoint names run, and the output keeps every output once.  A run that stops having
 done no item removes its journal and the empty output it made, so it can simply run again.
@@ -27,11 +27,17 @@ from typing import IO, TYPE_CHECKING, Any, TypeGuard
 from fitwork.engine.contract import RunResult
 from fitwork.engine.parts import MANIFEST, Sink
 from fitwork.errors import UnitDefinitionError
-from fitwork.fs import is_glob
-from fitwork.io import InputReader, OutputDigest, OutputWriter, open_writer
-from fitwork.journal import JOURNAL_VERSION, Checkpoints, Journal, identity
-from fitwork.shards import Source
-from fitwork.writers import JsonLinesStream, kept_outputs
+from fitwork.io.fs import is_glob
+from fitwork.io.journal import JOURNAL_VERSION, Checkpoints, Journal, identity
+from fitwork.io.readers import InputReader
+from fitwork.io.shards import Source
+from fitwork.io.writers import (
+    JsonLinesStream,
+    OutputDigest,
+    OutputWriter,
+    kept_outputs,
+    open_writer,
+)
 
 if TYPE_CHECKING:
     from fitwork.runner import Launch
@@ -426,7 +432,7 @@ def _check(run: _Output) -> None:
     if run.directory is not None and not named:
         raise UnitDefinitionError(
             "journal= needs an input it can identify on resume: a path, what "
-            "fitwork.io.read_items returns, or a fitwork.Source")
+            "fitwork.io.inputs.read_items returns, or a fitwork.Source")
 
 
 def _header(run: _Output, appended: int | None) -> dict[str, Any]:

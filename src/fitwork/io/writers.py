@@ -19,7 +19,7 @@ from typing import IO, Any
 import numpy as np
 
 from fitwork.errors import InputError
-from fitwork.formats import file_format, import_pyarrow, one_line, os_reason
+from fitwork.io.formats import file_format, import_pyarrow, one_line, os_reason
 
 PARQUET_BATCH_ROWS = 10_000
 FLUSH_EVERY = 100

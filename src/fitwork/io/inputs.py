@@ -1,8 +1,7 @@
-"""Read run inputs (JSON Lines, CSV, a directory, Parquet; globs, URLs) and write outputs.
+"""Read run inputs (JSON Lines, CSV, a directory, Parquet; globs, URLs).
 
 Reading one input (a file, a directory, a glob, a URL) is decided and opened here; the
-format readers are in `fitwork.readers`, the output writers in `fitwork.writers`, both
-re-exported from here.
+format readers are in `fitwork.io.readers`, the output writers in `fitwork.io.writers`.
 """
 
 from __future__ import annotations
@@ -16,45 +15,23 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from fitwork.errors import InputError
-from fitwork.formats import (
-    PARQUET_EXTRA,
-    PYARROW_SAFE_SINCE,
+from fitwork.io.formats import (
     file_format,
     import_pyarrow,
     os_reason,
     pyarrow_reads_safely,
 )
-from fitwork.fs import expand, is_glob, is_url, open_input
-from fitwork.readers import (
+from fitwork.io.fs import expand, is_glob, is_url, open_input
+from fitwork.io.readers import (
     InputReader,
     Opener,
     Reading,
     count_lines,
-    csv_value,
     read_csv,
     read_directory,
     read_jsonl,
     read_parquet,
 )
-from fitwork.unreadable import Unreadable
-from fitwork.writers import (
-    FLUSH_EVERY,
-    PARQUET_BATCH_ROWS,
-    JsonLinesWriter,
-    OutputDigest,
-    OutputWriter,
-    ParquetOutputWriter,
-    PartedParquetWriter,
-    json_default,
-    open_writer,
-    sync_directory,
-)
-
-__all__ = ["BAD_INPUT", "FLUSH_EVERY", "PARQUET_BATCH_ROWS", "PARQUET_EXTRA",
-           "PYARROW_SAFE_SINCE", "InputReader", "JsonLinesWriter", "OutputDigest",
-           "OutputWriter", "ParquetOutputWriter", "PartedParquetWriter", "Unreadable",
-           "count_items", "csv_value", "json_default", "open_writer", "pyarrow_reads_safely",
-           "read_items", "sync_directory"]
 
 BadInput = Literal["error", "dead-letter"]
 BAD_INPUT: tuple[str, ...] = ("error", "dead-letter")

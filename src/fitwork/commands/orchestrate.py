@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 import yaml
 
-from fitwork.cli_options import chosen
+from fitwork.commands.options import chosen
 from fitwork.errors import FitworkError
 from fitwork.orchestrate.cluster import ClusterError, ClusterFleet
 
