@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections import Counter
 from collections.abc import Iterator
@@ -19,19 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.held_ray import env, held_cluster
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed: pip install 'fitwork[ray]'")
 FITWORK = str(Path(sys.executable).with_name("fitwork"))
 ITEMS = 120
-
-HOLDER = textwrap.dedent("""
-    import sys, ray
-    context = ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
-                       log_to_driver=False, _temp_dir=sys.argv[1])
-    print(context.address_info["gcs_address"], flush=True)
-    sys.stdin.read()  # the cluster lives until the test closes this pipe
-    ray.shutdown()
-""")
 
 FIVE = textwrap.dedent("""
     from fitwork import Pipeline
@@ -134,30 +125,15 @@ UNLOADABLE = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def two_cores() -> Iterator[str]:
     """The address of a 2-CPU Ray cluster on this host, held by a process of its own."""
-    temp = tempfile.mkdtemp(prefix="fw-ray2-")  # short: Unix socket paths are < 108 bytes
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, temp], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=_env())
-    assert holder.stdout is not None and holder.stdin is not None
-    try:
-        address = holder.stdout.readline().strip()
-        assert address, "the Ray cluster did not start"
+    with held_cluster("fw-ray2-") as address:
         yield address
-    finally:
-        holder.stdin.close()
-        try:
-            holder.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            holder.kill()
-            holder.wait()
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "RAY_AUTH_MODE": "disabled"}
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=_env())
+                          env=env())
 
 
 def _inputs(folder: Path) -> Path:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -22,20 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.held_ray import env, held_cluster
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed: pip install 'fitwork[ray]'")
 FITWORK = str(Path(sys.executable).with_name("fitwork"))
 ITEMS = 300
 KEEP_S = 8.0
-
-HOLDER = textwrap.dedent("""
-    import sys, ray
-    context = ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
-                       log_to_driver=False, _temp_dir=sys.argv[1])
-    print(context.address_info["gcs_address"], flush=True)
-    sys.stdin.read()  # the cluster lives until the test closes this pipe
-    ray.shutdown()
-""")
 
 PIPE = textwrap.dedent("""
     from fitwork import Pipeline, unit
@@ -71,27 +62,13 @@ NAMED = textwrap.dedent("""
 """)
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "RAY_AUTH_MODE": "disabled"}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """The address of a 2-CPU Ray cluster on this host, held by a process of its own."""
-    temp = tempfile.mkdtemp(prefix="fw-warm-")  # short: Unix socket paths are < 108 bytes
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, temp], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=_env())
-    assert holder.stdout is not None and holder.stdin is not None
-    try:
-        address = holder.stdout.readline().strip()
-        assert address, "the Ray cluster did not start"
+    with held_cluster("fw-warm-") as address:
         yield address
-    finally:
-        holder.stdin.close()
-        try:
-            holder.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            holder.kill()
 
 
 def _warm_run(folder: Path, address: str, name: str) -> tuple[list[list[int]], dict]:
@@ -100,7 +77,7 @@ def _warm_run(folder: Path, address: str, name: str) -> tuple[list[list[int]], d
         [FITWORK, "run", "pipe.py:pipeline", "--engine", "ray", "--ray-address", address,
          "--input", "in.jsonl", "--output", f"{name}.jsonl", "--record", f"{name}.json",
          "--workers", "stamp=1", "--ordered", "--keep-warm", str(KEEP_S), "-q"],
-        cwd=folder, capture_output=True, text=True, timeout=120, env=_env())
+        cwd=folder, capture_output=True, text=True, timeout=120, env=env())
     assert done.returncode == 0, done.stderr[-3000:]
     outputs = [json.loads(line) for line in (folder / f"{name}.jsonl").read_text().splitlines()]
     record = json.loads((folder / f"{name}.json").read_text())
@@ -126,7 +103,7 @@ def test_a_second_run_adopts_the_warm_replicas_and_the_pool_leaves_after_its_tim
     started = time.monotonic()
     listed = subprocess.run([sys.executable, "-c", NAMED, cluster, again["namespace"],
                              str(KEEP_S + 10)], capture_output=True, text=True,
-                            timeout=60, env=_env())
+                            timeout=60, env=env())
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert json.loads(listed.stdout.strip().splitlines()[-1]) == []  # gone after its time
     assert time.monotonic() - started < KEEP_S + 10
