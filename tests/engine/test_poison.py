@@ -40,13 +40,18 @@ def crash(row: dict[str, Any]) -> int:
     if always(n):
         os.kill(os.getpid(), signal.SIGKILL)
     if once(n):
-        try:  # the marker is made before the kill: the next worker to meet it lives
-            os.close(os.open(os.path.join(row["marks"], str(n)), os.O_CREAT | os.O_EXCL))
-        except FileExistsError:
-            pass
-        else:
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_the_first(row["marks"], n)
     return n
+
+
+def kill_the_first(marks: str, n: int) -> None:
+    """Kill this process if it is the first to meet row ``n`` (a marker file in ``marks``
+    is made before the kill: the next worker to meet the row lives)."""
+    try:
+        os.close(os.open(os.path.join(marks, str(n)), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @unit(cpu=0.5, name="crashy")
@@ -201,12 +206,7 @@ def spaced(n: int) -> bool:
 def spaced_killer(row: dict[str, Any]) -> int:
     n = int(row["n"])
     if spaced(n):
-        try:
-            os.close(os.open(os.path.join(row["marks"], str(n)), os.O_CREAT | os.O_EXCL))
-        except FileExistsError:
-            pass
-        else:
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_the_first(row["marks"], n)
     return n
 
 
