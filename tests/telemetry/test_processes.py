@@ -53,8 +53,12 @@ def test_a_long_run_with_deaths_and_a_slow_reader_stays_flat() -> None:
     assert got == items and len(killed) >= 4 and record.worker_restarts >= 2
     samples = record.process_samples
     assert len(samples) >= 5 and all(s.driver_rss > 0 for s in samples)
-    # 4 workers, and pad's spare once it lost one (sampled too: its memory is the run's)
-    assert max(s.workers for s in samples[:-1]) == 4 + LocalOptions().spares
+    # 4 workers, and pad's spares once it lost one, when a sample falls after the zygote
+    # handed them over (a 0.1 s sample can miss one): LocalOptions().spares, one more for each
+    # of pad's 2 replicas where deaths came closer than its zygote forks
+    # (`LocalRun.spares_wanted`; 20,000 light items pass in less). Never more.
+    most = max(s.workers for s in samples[:-1])
+    assert 4 <= most <= 4 + LocalOptions().spares + 2
     third = len(samples) // 3
     early, late = samples[:third], samples[-third - 1:-1]
     # the driver's memory, open files and threads do not grow with the items it has seen
