@@ -330,10 +330,16 @@ class QuietHost:
         return (self.now, sum(self.core.stage_cpu), 0.0, self.cores)  # type: ignore[attr-defined]
 
 
-def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free() -> None:
+@pytest.mark.parametrize(("max_frames", "held"), [(0, False), (64, True), (64, False)],
+                         ids=["no-room", "no-credit", "source-free"])
+def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free(
+        max_frames: int, held: bool) -> None:
     """Issue 37: the profile saw others hold 90% of the cores (ceiling 0.1), so the plan
     runs one replica a unit; at run time others hold none, the source waits on the
-    pipeline, and the re-fit must grow the replicas, not only keep them."""
+    pipeline, and the re-fit must grow the replicas, not only keep them.  The source
+    waits where the core has no room, or where the engine had no credit for the driver's
+    last feed (``held``: a local run's channel fills long before the core's frames run
+    out); a source not held back is not waiting, and nothing grows."""
     from fitwork.engine.core import Measured, Policy, Resize, RunCore, Spawn
     from fitwork.engine.core.events import Counters
     from fitwork.engine.shell import stages_of
@@ -351,7 +357,8 @@ def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free() -
     assert plan.core_ceiling == pytest.approx(0.1)
     placement = plan.placement()
     planned = placement.counts()
-    core = RunCore(stages_of(PIPELINE, placement), placement, Policy(max_frames=0), "r", 0.0)
+    core = RunCore(stages_of(PIPELINE, placement), placement, Policy(max_frames=max_frames),
+                   "r", 0.0)
     workers = {s.worker: s.stage for s in core.start() if isinstance(s, Spawn)}
     replanner = PlanReplanner(plan, placement)
     host = QuietHost(core, 2)
@@ -369,7 +376,7 @@ def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free() -
             done[worker] = (items, done[worker][1] + 0.25)
             core.handle(Measured(worker, Counters(items_in=int(items), busy_s=done[worker][1],
                                                   cpu_s=int(items) * cpu[name]), now))
-        proposal = adapter.observe(core, now)
+        proposal = adapter.observe(core, now, held=held)
         if proposal:
             grown = grown or proposal
             for stage, name in enumerate(core.names):
@@ -377,6 +384,9 @@ def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free() -
                     if isinstance(spawn, Spawn):
                         workers[spawn.worker] = spawn.stage
                         done[spawn.worker] = (0.0, 0.0)
+    if max_frames and not held:  # room and a credit to spare: the source is not waiting
+        assert grown is None and not adapter.refits, adapter.refits
+        return
     assert grown is not None, adapter.refits
     first = adapter.refits[0]
     assert "others left 100% of the host's cores" in first.reason
@@ -400,7 +410,10 @@ def test_a_real_run_planned_at_a_low_ceiling_reads_the_host_and_grows_where_it_i
     units = [u.model_copy(update={"batches": [b.model_copy(update={
         "others_share": 0.9, "others_readings": [0.9] * 4}) for b in u.batches]})
         for u in profiled.units]
-    plan = fit(profiled.model_copy(update={"units": units}), two, fuse=False)
+    # the readings of how much 1-8 processes get are the quiet host's: dropped, as a profile
+    # that read others holding 90% would not have them
+    plan = fit(profiled.model_copy(update={"units": units, "share_readings": {}}), two,
+               fuse=False)
     assert plan.core_ceiling == pytest.approx(0.1)
     before = plan.placement().counts()
     load0 = os.getloadavg()[0]
@@ -416,5 +429,6 @@ def test_a_real_run_planned_at_a_low_ceiling_reads_the_host_and_grows_where_it_i
         assert all(int(left) / 100 >= 0.1 + AdaptPolicy().grow - 0.005
                    for left in said.findall(refit.reason))
     if load < 0.5 * (os.cpu_count() or 1):  # a quiet host: the plan must not stay at 10%
-        assert grew, record.refits
+        # (a re-fit for a unit off its rate also re-solves at the share read: either grows)
+        assert grew and all("others left" in r.reason for r in grew), record.refits
         assert max(record.replicas.counts["score"]) > before["score"]

@@ -168,8 +168,10 @@ class Adapter:
         self.refits: list[Refit] = []
         self.off_since: float | None = None
 
-    def observe(self, core: RunCore, now: float) -> dict[str, int] | None:
-        """Take a reading; return the replica counts to resize to, or None."""
+    def observe(self, core: RunCore, now: float, held: bool = False) -> dict[str, int] | None:
+        """Take a reading; return the replica counts to resize to, or None.  ``held``: the
+        driver's last feed stopped for want of an engine credit (a local run's channel),
+        which waits on the pipeline as a core with no room does."""
         items, busy, used = list(core.stage_items), list(core.stage_busy), list(core.stage_cpu)
         waited = sum(core.stage_queued)
         self.history.append((now, items, busy, used, waited, core.completed))
@@ -183,7 +185,7 @@ class Adapter:
             return None
         measured, cpu = self._measured(core.names, items, busy, used)
         counts = {name: core.live(stage) for stage, name in enumerate(core.names)}
-        saturated = core.room() == 0 and not core.source_done
+        saturated = (held or core.room() == 0) and not core.source_done
         free = self._free_share(used)
         reason = self._reason(measured, cpu, counts, (core.completed - done0) / span,
                               saturated) or self._freed(free, saturated)

@@ -152,6 +152,7 @@ class Shell:
         self.retries: deque[Send] = deque()
         self.resizes: list[tuple[str, int]] = []
         self.reserved: Any = None
+        self.held = False  # the last feed stopped for want of room or a credit (`feed`)
         self.status: RunStatus = "completed"
         self.error: str | None = None
         self.started_at = time.time()
@@ -353,6 +354,7 @@ class Shell:
     def feed(self) -> None:
         """Send retries first (each alone), then new source items while the core has room."""
         assert self.core is not None
+        self.held = True  # the source waits on the pipeline, until it is fed all it gives
         while self.retries:
             token = self.reserve(alone=True)
             if token is None:
@@ -363,7 +365,7 @@ class Shell:
             if count <= 0:
                 return
             token = self.reserve(alone=False)
-            if token is None:
+            if token is None:  # the engine's credits, not the core's room, held it back
                 return
             self.reserved = token
             fed = self.take(count)
@@ -372,6 +374,7 @@ class Shell:
                 self.unreserve(self.reserved)
                 self.reserved = None
             if fed.end or self.retries or not fed.items:
+                self.held = bool(self.retries)
                 return
 
     def take(self, count: int) -> Fed:
@@ -481,7 +484,7 @@ class Shell:
         if now - self.last_adapt < self.policy.sample_interval:
             return
         self.last_adapt = now
-        counts = self.adapter.observe(self.core, now)
+        counts = self.adapter.observe(self.core, now, held=self.held)
         for unit, replicas in (counts or {}).items():
             self.handle(Resize(self.names.index(unit), replicas, now))
 
