@@ -185,7 +185,7 @@ class Placing:
                 with contextlib.suppress(Exception):
                     table = placement_group_table(bundle.group)
                     node = (table.get("bundles_to_node_id") or {}).get(bundle.index)
-            if node is None or node in gone:
+            if not node or node in gone:  # "": Ray is re-placing it (its node died)
                 bundle.lost = True
         for group in list(self.groups):
             mine = [b for b in self.bundles if b.group is group]
