@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
 from collections.abc import Iterator
 
@@ -88,7 +89,9 @@ def test_a_split_plan_charges_what_moving_large_arrays_costs() -> None:
     # 24 samples and a run's difference each move by 20-30% from one minute to the next on
     # a shared 2-core host (others' processes on its cores and caches): up to five rounds,
     # each profiled, planned and run afresh, the plan's and the runs' CPU compared in total
-    # (the lower of each would favour the run, whose difference of two runs spreads more).
+    # (the lower of each would favour the run, whose difference of two runs spreads more),
+    # as the ratio of their medians: one round's profile taken in a noisy minute (0.0056 s
+    # against 0.0039-0.0041 in the four others) moved the ratio of sums to 1.17.
     planned: list[float] = []
     run: list[float] = []
     for _ in range(5):
@@ -96,7 +99,7 @@ def test_a_split_plan_charges_what_moving_large_arrays_costs() -> None:
             charged, spent = planned_and_run(pipeline)
         planned.append(charged)
         run.append(spent)
-        ratio = sum(planned) / sum(run)
+        ratio = statistics.median(planned) / statistics.median(run)
         if abs(ratio - 1) <= 0.15:
             break
     assert abs(ratio - 1) <= 0.15, (planned, run)
