@@ -361,11 +361,12 @@ def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_t
         raise _no_plan(fleet, units)
     best = fitted if objective == "max_throughput" else solve(
         units, nodes, time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency)
+    chain, edge = sequential(stages, [*rates, *swept], profile), edge_seconds(profile)
+    waiting, memory = waiting_seconds(profile), fused_memory(profile)  # once, not per solve
     whole_ceiling, base = settled_ceiling(profile, lambda c: monolithic(
-        sequential(stages, [*rates, *swept], profile), solver_nodes(fleet, known, c),
-        time_limit=time_limit, mip_gap=mip_gap, hop_seconds=hop_seconds,
-        edge_seconds=edge_seconds(profile) if hop_seconds else 0.0,
-        waiting=waiting_seconds(profile), memory=fused_memory(profile)))
+        chain, solver_nodes(fleet, known, c), time_limit=time_limit, mip_gap=mip_gap,
+        hop_seconds=hop_seconds, edge_seconds=edge if hop_seconds else 0.0,
+        waiting=waiting, memory=memory))
     flops = {u.name: u.flops for u in profile.units}
     most = max(best.bound, best.throughput, base.throughput)
     spreads = {u.name: u.ratio_spread() for u in profile.units}
