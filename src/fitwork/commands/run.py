@@ -141,19 +141,14 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
     to_stdout = output_text == STDOUT
     replicas = parse_workers(workers)
     settings = UnitSettings.parse(cpus, batch, io)
-    _refuse_pairs(ray_tasks, engine, settings, adapt)
-    if keep_warm and (engine != "ray" or not (ray_address or os.environ.get("RAY_ADDRESS"))):
-        raise click.UsageError("--keep-warm keeps replicas on a cluster that outlives the "
-                               "run: add --engine ray --ray-address ADDRESS")
+    _refuse_pairs(ray_tasks, engine, settings, adapt, keep_warm, ray_address)
     pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
     sharded = names_directory(output_text)
     if ordered and sharded:
         fail(f"--ordered with --output {output_text}: the replicas write the parts of a "
              "directory output each on its own, so no input order is kept; drop --ordered, "
              "or give a file --output (out.jsonl) to have the outputs in input order", code=2)
-    dead_letter = dead_letter or (output_path / "_dead-letters.jsonl" if sharded else
-                                  Path("dead-letters.jsonl") if to_stdout else
-                                  output_path.with_name(output_path.name + ".dead-letters.jsonl"))
+    dead_letter = dead_letter or _dead_letters(output_path, sharded, to_stdout)
     where = None if to_stdout and _stdout_alone(journal_path, resume, mode) else \
         journal_dir(journal_path, no_journal, resume, output_path)
     refuse_overwriting_inputs(pipeline_ref, Path(input_text), plan_path, decompose, output_path,
@@ -165,14 +160,10 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
     if not to_stdout:
         prepare_output(output_path, sharded, mode, resume, where, errors)
     stream = claim_stdout() if to_stdout else None
-    options: dict[str, Any] = {}
-    if engine == "ray":
-        options = ({"address": ray_address} if ray_address else {}) | (
-            {"task_replicas": True} if ray_tasks else {}) | (
-            {"keep_warm": keep_warm} if keep_warm else {})
     asked = dict(workers=replicas, ordered=ordered, dead_letter=dead_letter,
                  max_failures=max_failures, engine=engine, journal=where, resume=resume,
-                 append=mode == "append", limit=limit, **options)
+                 append=mode == "append", limit=limit,
+                 **_ray_options(engine, ray_address, ray_tasks, keep_warm))
     signal.signal(signal.SIGTERM, on_sigterm)
     job: Any = None
     try:
@@ -214,13 +205,36 @@ def _stdout_alone(journal: Path | None, resume: bool, mode: str | None) -> bool:
     return True
 
 
-def _refuse_pairs(ray_tasks: bool, engine: str, settings: UnitSettings, adapt: bool) -> None:
+def _refuse_pairs(ray_tasks: bool, engine: str, settings: UnitSettings, adapt: bool,
+                  keep_warm: float, ray_address: str | None) -> None:
     """Flags that do not go together: a usage error naming them."""
     if ray_tasks and engine != "ray":
         raise click.UsageError("--ray-tasks runs on Ray: add --engine ray")
     if settings and adapt:
         raise click.UsageError("--cpus/--batch/--io with --adapt: a re-fit would change "
                                "them again; drop --adapt or the per-unit flags")
+    if keep_warm and (engine != "ray" or not (ray_address or os.environ.get("RAY_ADDRESS"))):
+        raise click.UsageError("--keep-warm keeps replicas on a cluster that outlives the "
+                               "run: add --engine ray --ray-address ADDRESS")
+
+
+def _dead_letters(output: Path, sharded: bool, to_stdout: bool) -> Path:
+    """Where dead letters go unless --dead-letter says: in a directory output, in the working
+    directory when the outputs go to stdout, else beside the output file."""
+    if sharded:
+        return output / "_dead-letters.jsonl"
+    if to_stdout:
+        return Path("dead-letters.jsonl")
+    return output.with_name(output.name + ".dead-letters.jsonl")
+
+
+def _ray_options(engine: str, address: str | None, tasks: bool, keep_warm: float
+                 ) -> dict[str, Any]:
+    """The Ray engine's options the flags asked for (none on another engine)."""
+    if engine != "ray":
+        return {}
+    return ({"address": address} if address else {}) | (
+        {"task_replicas": True} if tasks else {}) | ({"keep_warm": keep_warm} if keep_warm else {})
 
 
 def _load(pipeline_ref: str, decompose: str | None, input_text: str, csv_strings: bool,
