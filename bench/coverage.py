@@ -116,7 +116,7 @@ def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
 
     import fitwork
     from fitwork.fit.layout_error import layout_spread
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
 
     try:
         profile = fitwork.profile_pipeline(spec.pipeline,
@@ -126,7 +126,7 @@ def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
         print(f"  {spec.name:<14} skipped: {str(failed)[:120]}", flush=True)
         return None
     spread = layout_spread(exclude=spec.name)  # this pipeline's own rows left out
-    plan = fit(profile, fleet, layout_error=spread)
+    plan = plan_for(profile, fleet, layout_error=spread)
     # long enough at the predicted rate that start-up is a small part of the run; judged
     # against what the plan predicts for a run of that many items (its replicas' builds
     # and the first item's way through included: ten replicas loading a 69 MiB model each

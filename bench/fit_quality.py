@@ -54,7 +54,7 @@ import psutil
 import fitwork
 from fitwork import Pipeline, unit
 from fitwork.fit.monolithic import FUSED
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import Plan, plan_for
 from fitwork.placement import Group, Placement
 from fitwork.profiling.record import PipelineProfile
 from fitwork.telemetry.host_speed import host_speed
@@ -963,7 +963,7 @@ def at_load(profile: PipelineProfile, fleet: fitwork.Fleet, others: float,
     clean = unqueued(profile)
     units = [u.model_copy(update={"batches": [b.model_copy(update={"others_share": share})
                                               for b in u.batches]}) for u in clean.units]
-    return fit(clean.model_copy(update={"units": units}), fleet)
+    return plan_for(clean.model_copy(update={"units": units}), fleet)
 
 
 WHAT_IF_HOP_S = 10e-6  # a seventh of the engine charge per frame per crossing the fit uses
@@ -973,9 +973,9 @@ def what_ifs(profile: PipelineProfile, fleet: fitwork.Fleet) -> dict[str, Plan]:
     """The plans the model would make with the profile's run-queue wait taken out, and with
     that and a smaller engine charge per crossing (diagnostics, not contenders by default)."""
     clean = unqueued(profile)
-    return {"no queue wait": fit(clean, fleet),
+    return {"no queue wait": plan_for(clean, fleet),
             f"no queue wait, {WHAT_IF_HOP_S * 1e6:.0f} us/frame":
-                fit(clean, fleet, hop_seconds=WHAT_IF_HOP_S)}
+                plan_for(clean, fleet, hop_seconds=WHAT_IF_HOP_S)}
 
 
 def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
@@ -992,7 +992,7 @@ def bench(spec: Spec, args: argparse.Namespace, fleet: fitwork.Fleet,
     # as a user's input file: its first samples timed, more of it for the output ratios
     profile = fitwork.profile_pipeline(spec.pipeline, range(10_000, 10_000 + PROFILE_INPUT),
                                        samples=args.samples)
-    plan = fit(profile, fleet)
+    plan = plan_for(profile, fleet)
     profile_speed = profile.host_speed or math.nan  # the probe as the profile began
     say(f"  profile of {args.samples} samples and fit: {time.perf_counter() - start:.1f} s")
     for u in profile.units:

@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import fitwork
 from fitwork import Pipeline, unit
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.discover import discover_local
 from fitwork.profiling import profile_pipeline
 
@@ -58,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()[0]
     pipeline = Pipeline(prepare, slow_call, finish, name="waits")
-    plan = fit(profile_pipeline(pipeline, range(16), samples=16), discover_local(), fuse=False)
+    plan = plan_for(profile_pipeline(pipeline, range(16), samples=16), discover_local(), fuse=False)
     print(f"plan: {plan.placement().counts()}, core ceiling {plan.core_ceiling:.2f}; predicted "
           f"fitted {plan.fitted.throughput:.1f} items/s, monolithic "
           f"{plan.monolithic.throughput:.1f}")

@@ -83,10 +83,10 @@ def planned_chain() -> Any:
     """The plan fitwork makes for the chain on this host (profiled on a small sample):
     what `fitwork plan` then `fitwork run --plan` would run.  Made once, before any timed
     run, as a tuned chunksize is chosen before the Pool runs."""
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
 
     profile = fitwork.profile_pipeline(CHAIN, range(256), samples=256)
-    return fit(profile, fitwork.discover_local())
+    return plan_for(profile, fitwork.discover_local())
 
 
 def run_pool(items: int, chunksize: int, method: str) -> Measure:

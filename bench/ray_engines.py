@@ -271,10 +271,10 @@ def planned(pipeline: Pipeline, sample: int) -> Any:
     """fitwork's plan for ``pipeline`` on this host, profiled on ``sample`` items: what
     ``fitwork plan`` then ``fitwork run --plan`` would run.  Made once, before any timed
     run, as Ray Data's batch size is chosen before its runs."""
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
 
     profile = fitwork.profile_pipeline(pipeline, range(sample), samples=sample)
-    return fit(profile, fitwork.discover_local())
+    return plan_for(profile, fitwork.discover_local())
 
 
 def layout(plan: Any) -> str:

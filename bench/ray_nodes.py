@@ -295,7 +295,7 @@ def plan_for(name: str, sample: int, nodes: int, cpus: float) -> Any:
     """fitwork's plan for ``name`` on ``nodes`` nodes of ``cpus`` CPUs (the cluster's own
     node type), from a profile taken on this host."""
     from fitwork.fit.errors import FitInputError
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
     from fitwork.hardware.fleet import Fleet
 
     memory = int(psutil.virtual_memory().total // (2 * nodes))
@@ -305,7 +305,7 @@ def plan_for(name: str, sample: int, nodes: int, cpus: float) -> Any:
         profile = fitwork.profile_pipeline(bench.PIPELINES[name], range(sample),
                                            samples=sample)
         try:
-            return fit(profile, fleet)
+            return plan_for(profile, fleet)
         except FitInputError as error:
             print(f"{name}: profile {attempt + 1} gave no plan ({error}); profiling again")
     raise SystemExit(f"{name}: no plan for {nodes} nodes of {cpus:g} CPU from 3 profiles")

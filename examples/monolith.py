@@ -112,13 +112,13 @@ def compare(count: int = 300, samples: int = 12, latency_ms: float = 40.0) -> di
 
 
 def _compare(count: int, samples: int) -> dict[str, Any]:
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
     from fitwork.hardware.discover import discover_local
 
     started = time.perf_counter()
     pipeline: DecomposedPipeline = decompose(classify, sample=items(samples))
     assert pipeline.profile is not None
-    plan = fit(pipeline.profile, discover_local())
+    plan = plan_for(pipeline.profile, discover_local())
     workers = plan.placement().counts()
     mono = plan.monolithic.result.replicas
     mono_replicas = sum(p.replicas for p in mono)

@@ -18,7 +18,7 @@ def test_exported_functions_stay_functions_after_their_packages_load() -> None:
             "assert callable(fitwork.plan_for) and callable(fitwork.decompose)\n"
             "assert callable(fitwork.run) and callable(fitwork.profile_pipeline)\n"
             "from fitwork import plan_for, decompose\n"
-            "assert plan_for.__name__ == 'fit' and decompose.__name__ == 'decompose'")
+            "assert plan_for.__name__ == 'plan_for' and decompose.__name__ == 'decompose'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -27,8 +27,7 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
         UnitDefinitionError,
     )
     from fitwork.failure import Failure
-    from fitwork.fit.plan import Plan
-    from fitwork.fit.plan import fit as plan_for
+    from fitwork.fit.plan import Plan, plan_for
     from fitwork.hardware.catalog import catalog
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
@@ -86,7 +85,7 @@ _LAZY = {
     "profile_pipeline": "fitwork.profiling",
     "PipelineProfile": "fitwork.profiling",
     "profiling_now": "fitwork.profiling.marked",
-    "plan_for": "fitwork.fit.plan:fit",  # `fitwork.fit` is the package
+    "plan_for": "fitwork.fit.plan:plan_for",
     "Plan": "fitwork.fit.plan",
     "Fleet": "fitwork.hardware.fleet",
     "plan_jobs": "fitwork.jobs.api",

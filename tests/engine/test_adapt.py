@@ -13,7 +13,7 @@ import pytest
 import fitwork
 from fitwork import Pipeline, unit
 from fitwork.engine.adapt import Adapter, AdaptPolicy
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.placement import Group, Placement
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
@@ -62,13 +62,13 @@ def steady_rate(record: fitwork.RunRecord, start: float, end: float) -> float:
 
 
 def test_a_unit_four_times_slower_after_a_third_is_re_fitted_and_throughput_recovers() -> None:
-    plan = fit(profile(0.002), FLEET, fuse=False)
+    plan = plan_for(profile(0.002), FLEET, fuse=False)
     rates = {g.unit: g.rate for g in plan.placement().groups}
     slow = rates["work"] / 4
     items = list(range(12_000))
     change = len(items) / plan.fitted.throughput / 3  # a third of the way through
     schedule = {"work": [(change, slow)]}
-    fresh = fit(profile(0.008), FLEET, fuse=False).fitted.throughput
+    fresh = plan_for(profile(0.008), FLEET, fuse=False).fitted.throughput
 
     with fitwork.run(PIPELINE, items, engine="sim", placement=plan, schedule=schedule,
                      adapt=True) as adapting:
@@ -180,7 +180,7 @@ def test_a_unit_slowed_by_waiting_for_cores_gets_no_more_replicas() -> None:
         {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
     busy = profile(0.010).model_copy(update={"units": [
         u.model_copy(update={"reserve": False}) for u in profile(0.010).units]})
-    plan = fit(busy, two, fuse=False)
+    plan = plan_for(busy, two, fuse=False)
     placement = plan.placement()
     core = RunCore(stages_of(PIPELINE, placement), placement, Policy(), "r", 0.0)
     workers = {s.worker: s.stage for s in core.start() if isinstance(s, Spawn)}
@@ -228,7 +228,7 @@ def test_a_real_run_of_rows_costlier_than_the_profiled_ones_is_re_fitted_with_it
     two = Fleet.parse({"name": "two", "node_types": [
         {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
     profiled = fitwork.profile_pipeline(pipeline, [{"cost": 0.0002}] * 24, samples=24)
-    plan = fit(profiled, two, fuse=False)
+    plan = plan_for(profiled, two, fuse=False)
     before = plan.placement().counts()
     with fitwork.run(pipeline, [{"cost": 0.003}] * 2400, placement=plan,
                      adapt=True) as adapting:
@@ -269,7 +269,7 @@ def test_a_fused_plan_is_re_fitted_as_the_one_unit_it_runs() -> None:
     two = Fleet.parse({"name": "two", "node_types": [
         {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
     profiled = fitwork.profile_pipeline(pipeline, [{"wait": 0.002}] * 24, samples=24)
-    plan = fit(profiled, two)
+    plan = plan_for(profiled, two)
     assert plan.fused, plan.tie  # light stages: the plan runs them as one unit
     before = plan.placement().counts()
     # The wait is set by the calls the plan runs at once, so the planned layout carries at
@@ -353,7 +353,7 @@ def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free(
                                  others_share=0.9, others_readings=[0.9] * 8)
         units.append(u.model_copy(update={"reserve": False, "batches": [batch]}))
     busy = profile(0.004).model_copy(update={"units": units})
-    plan = fit(busy, two, fuse=False)
+    plan = plan_for(busy, two, fuse=False)
     assert plan.core_ceiling == pytest.approx(0.1)
     placement = plan.placement()
     planned = placement.counts()
@@ -412,7 +412,7 @@ def test_a_real_run_planned_at_a_low_ceiling_reads_the_host_and_grows_where_it_i
         for u in profiled.units]
     # the readings of how much 1-8 processes get are the quiet host's: dropped, as a profile
     # that read others holding 90% would not have them
-    plan = fit(profiled.model_copy(update={"units": units, "share_readings": {}}), two,
+    plan = plan_for(profiled.model_copy(update={"units": units, "share_readings": {}}), two,
                fuse=False)
     assert plan.core_ceiling == pytest.approx(0.1)
     before = plan.placement().counts()

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile, UnitProfile
 
@@ -103,7 +103,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_a_plan_places_each_replica_on_its_node_type(two_nodes: str) -> None:
-    plan = fit(profile(), FLEET)
+    plan = plan_for(profile(), FLEET)
     placement = plan.placement()
     placements = {u: [(g.device_class, g.node_type, g.replicas) for g in placement.of(u)]
                   for u in placement.units}

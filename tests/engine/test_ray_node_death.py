@@ -99,7 +99,7 @@ SCRIPT = textwrap.dedent("""
     import psutil, ray
     import fitwork
     from fitwork import Pipeline
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
     from fitwork.hardware.fleet import Fleet
     from fitwork.hardware.ray_cluster import free_per_node
     from fitwork.profiling.record import PipelineProfile, UnitProfile
@@ -142,7 +142,7 @@ SCRIPT = textwrap.dedent("""
                               created_at=0, units=units)
     fleet = Fleet.parse({"name": "three", "node_types": [
         {"name": "cpu", "count": 3, "cores": 1, "memory": "4GiB"}]})
-    placement = fit(profile, fleet).placement()
+    placement = plan_for(profile, fleet).placement()
 
     def node_of(node_id):
         for node in ray.nodes():

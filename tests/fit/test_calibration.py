@@ -13,7 +13,7 @@ from fitwork.fit.calibration import (
     splitwise_settings,
     transfer_table,
 )
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile, UnitProfile
 from fitwork.report.terminal import plan_table
@@ -132,7 +132,7 @@ def llm_profile(**model: object) -> PipelineProfile:
 
 
 def test_a_plan_states_a_range_and_which_rates_were_measured() -> None:
-    plan = fit(llm_profile(), FLEET, fuse=False)  # the split side's range is under test
+    plan = plan_for(llm_profile(), FLEET, fuse=False)  # the split side's range is under test
     side = plan.fitted
     low, high = side.throughput_range
     assert low < side.throughput < high
@@ -150,7 +150,7 @@ def test_a_plan_of_measured_rates_only_has_a_range() -> None:
     fleet = Fleet.parse({"name": "a100", "node_types": [
         {"name": "a100", "count": 1, "cores": 32, "memory": "512GiB",
          "devices": {"A100-80GB": 8}}]})
-    plan = fit(llm_profile(), fleet)
+    plan = plan_for(llm_profile(), fleet)
     low, high = plan.fitted.throughput_range
     assert low < plan.fitted.throughput < high  # a measured rate varies too (at least 10%)
     assert plan.fitted.transferred == []
@@ -158,7 +158,7 @@ def test_a_plan_of_measured_rates_only_has_a_range() -> None:
 
 def test_the_plan_table_shows_the_range_and_the_rate_errors() -> None:
     console = Console(record=True, width=200)
-    console.print(plan_table(fit(llm_profile(), FLEET, fuse=False)))
+    console.print(plan_table(plan_for(llm_profile(), FLEET, fuse=False)))
     text = console.export_text()
     assert "predicted range (p10-p90)" in text
     assert "units measured / transferred" in text

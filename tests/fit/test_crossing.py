@@ -15,7 +15,7 @@ import pytest
 import fitwork
 from fitwork import Pipeline, unit
 from fitwork.fit.inputs import byte_seconds
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import Plan, plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.wire_cost import (
     REFERENCE_SECONDS_PER_BYTE,
@@ -109,7 +109,7 @@ def planned_and_run(pipeline: Pipeline) -> tuple[float, float]:
     """Profile, plan for two cores and run: the plan's CPU per item and the run's."""
     profile = fitwork.profile_pipeline(pipeline, range(24), samples=24)
     assert profile.units[1].bytes_in > 1 << 20
-    plan = fit(profile, TWO_CORES, fuse=False)
+    plan = plan_for(profile, TWO_CORES, fuse=False)
     work = sum(u.cpu_s for u in profile.units)
     # The bytes are a good part of what a split costs here: three crossings of the tile
     # (in to normalise, in to summary, and the seed's and the float's, which are nothing).
@@ -141,7 +141,7 @@ def test_the_byte_charges_follow_this_host_s_cpu_per_byte() -> None:
     slow = profile.model_copy(update={"wire_scale": 2.0})
     moved = sum(byte_seconds(u.bytes_in) for u in profile.units[1:])
     moved += byte_seconds(profile.units[-1].bytes_out) + byte_seconds(profile.units[0].bytes_in)
-    one, two = (fit(p, TWO_CORES, fuse=False) for p in (base, slow))
+    one, two = (plan_for(p, TWO_CORES, fuse=False) for p in (base, slow))
     charged = [planned_cpu(p) for p in (one, two)]
     assert charged[1] - charged[0] == pytest.approx(moved, rel=0.05)
     # a profile of small items is not probed

@@ -22,7 +22,7 @@ from fitwork.fit.inputs import (
     core_ceiling,
     crossing_seconds,
 )
-from fitwork.fit.plan import MEMORY_MARGIN, TIE_MARGIN, Plan, fit, refit
+from fitwork.fit.plan import MEMORY_MARGIN, TIE_MARGIN, Plan, plan_for, refit
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import PipelineProfile, profile_pipeline
 from fitwork.profiling.record import BatchMeasurement, UnitProfile
@@ -54,7 +54,7 @@ def square(x: int) -> int:
 def test_three_undeclared_units_plan_on_two_cores_and_run_as_fast_as_the_monolith() -> None:
     pipeline = Pipeline(parse, slow, square, name="three")
     profiled = profile_pipeline(pipeline, [str(i) for i in range(16)], samples=16)
-    plan = fit(profiled, TWO_CORES)
+    plan = plan_for(profiled, TWO_CORES)
     fitted, mono = plan.fitted.result, plan.monolithic.result
     split = (plan.split or plan.fitted).result
     workers = {p.unit: p.replicas for p in split.replicas if p.replicas}
@@ -120,7 +120,7 @@ def demo_profile(queued: float = 0.0) -> PipelineProfile:
 
 
 def test_two_model_replicas_share_two_cores_with_the_io_units() -> None:
-    plan = fit(demo_profile(), TWO_CORES, fuse=False)
+    plan = plan_for(demo_profile(), TWO_CORES, fuse=False)
     workers = plan.placement().counts()
     # What a person lays out by hand: two OCR processes, the I/O units beside them.
     assert workers == {"fetch": 1, "ocr": 2, "store": 1}
@@ -151,7 +151,7 @@ def test_a_replica_is_planned_no_more_cores_than_one_process_keeps_busy(
     # Without a measured figure a plain unit's replica keeps one core busy (its declared
     # cpu=1); the plan that gave score_skewed one replica of 1.51 cores now gives it more
     # replicas, each within what one process can do.
-    plan = fit(skewed_profile(parallelism), TWO_CORES, fuse=False)
+    plan = plan_for(skewed_profile(parallelism), TWO_CORES, fuse=False)
     bound = parallelism or 1.0
     # The driver's CPU for the frames a replica takes rides on the replica's cores (it is
     # spent on the node, not in the replica's process): at most DRIVER_SECONDS per item.
@@ -171,21 +171,21 @@ def test_a_tie_within_the_plans_uncertainty_goes_to_the_fused_layout_by_a_stated
         ) -> None:
     # The demo's layout on two cores: the fused processes hide the I/O as well as the split
     # replicas do (more processes than cores), so both predict about the same.
-    tied = fit(demo_profile(), TWO_CORES)
+    tied = plan_for(demo_profile(), TWO_CORES)
     split = tied.split
     assert split is not None and tied.fused and tied.uncertainty >= TIE_MARGIN
     assert abs(split.throughput / tied.monolithic.throughput - 1) <= tied.uncertainty
     assert tied.tie is not None and "runs fused" in tied.tie
     assert f"{1 + tied.uncertainty:.2f}x" in tied.tie  # TIE_MARGIN and the sides' difference
     assert tied.fitted.throughput == tied.monolithic.throughput
-    kept = fit(demo_profile(), TWO_CORES, fuse=False)
+    kept = plan_for(demo_profile(), TWO_CORES, fuse=False)
     assert not kept.fused and kept.tie is not None and "--no-fuse" in kept.tie
     # Where the split layout wins beyond the margin, it runs split and there is no tie.
-    io = fit(demo_profile(), Fleet.parse({"name": "one", "node_types": [
+    io = plan_for(demo_profile(), Fleet.parse({"name": "one", "node_types": [
         {"name": "one", "cores": 16, "memory": "64GiB"}]}))
     if io.split is None:
         assert io.tie is None or "runs fused" in io.tie
-    wide = fit(synthetic_profile(), Fleet.from_yaml(MIXED))
+    wide = plan_for(synthetic_profile(), Fleet.from_yaml(MIXED))
     assert not wide.fused and wide.tie is None
     assert wide.fitted.throughput > (1 + wide.uncertainty) * wide.monolithic.throughput
 
@@ -197,7 +197,7 @@ def test_a_tie_goes_to_the_split_layout_where_the_fused_one_holds_twice_its_memo
     heavy = demo_profile()
     ocr = next(u for u in heavy.units if u.name == "ocr")
     ocr.call_memory = 300 << 20
-    plan = fit(heavy, TWO_CORES)
+    plan = plan_for(heavy, TWO_CORES)
     split, fused = plan.fitted, plan.monolithic
     assert plan.tie is not None and "runs split (it holds less memory)" in plan.tie
     assert not plan.fused and plan.split is None and plan.placement().counts()["ocr"] >= 1
@@ -205,7 +205,7 @@ def test_a_tie_goes_to_the_split_layout_where_the_fused_one_holds_twice_its_memo
     held = [sum(n.memory_used for n in side.result.nodes) for side in (split, fused)]
     assert held[0] * MEMORY_MARGIN <= held[1]
     # Light calls leave the two layouts' memory alike: the tie stays with the fused one.
-    assert fit(demo_profile(), TWO_CORES).fused
+    assert plan_for(demo_profile(), TWO_CORES).fused
 
 
 def test_the_ceiling_comes_from_the_measured_run_queue_wait() -> None:
@@ -213,11 +213,11 @@ def test_the_ceiling_comes_from_the_measured_run_queue_wait() -> None:
     waited = demo_profile(queued=0.004)
     q = 3 * 0.004 / (0.002 + 0.160 + 0.002 + 3 * 0.004)
     assert core_ceiling(waited) == pytest.approx(1 - q)
-    plan = fit(waited, TWO_CORES)
+    plan = plan_for(waited, TWO_CORES)
     assert plan.core_ceiling == pytest.approx(1 - q)
     usage = plan.fitted.result.nodes[0]
     assert usage.cores_fluid <= (1 - q) * 2 + 1e-6
-    assert plan.fitted.throughput < fit(demo_profile(), TWO_CORES).fitted.throughput
+    assert plan.fitted.throughput < plan_for(demo_profile(), TWO_CORES).fitted.throughput
 
 
 def test_a_reservation_is_honoured_exactly() -> None:
@@ -304,8 +304,8 @@ def sweep_profile() -> PipelineProfile:
 def test_a_plan_picks_batch_sizes_from_the_profiled_sweep() -> None:
     fleet = Fleet.parse({"name": "one", "node_types": [
         {"name": "box", "cores": 4, "memory": "16GiB"}]})
-    free = fit(sweep_profile(), fleet)
-    tight = fit(sweep_profile(), fleet, max_latency=0.02)
+    free = plan_for(sweep_profile(), fleet)
+    tight = plan_for(sweep_profile(), fleet, max_latency=0.02)
     batch = {p.unit: p.batch_size for p in free.fitted.result.replicas}
     assert batch["embed"] == 16 and {p.unit: p.batch_size for p in
                                      tight.fitted.result.replicas}["embed"] == 4
@@ -327,19 +327,19 @@ def test_a_batch_size_is_planned_only_where_it_pays_beyond_the_margin() -> None:
     flat.units[1].batches = [BatchMeasurement(batch_size=b, items=32, wall_s=w, cpu_s=w)
                              for b, w in ((1, 0.0100), (2, 0.0097), (16, 0.0098))]
     flat.units[1].wall_s = flat.units[1].cpu_s = 0.0098
-    batch = {p.unit: p.batch_size for p in fit(flat, fleet, fuse=False).fitted.result.replicas}
+    batch = {p.unit: p.batch_size for p in plan_for(flat, fleet, fuse=False).fitted.result.replicas}
     assert batch["embed"] == 1
     # The sweep above (2.5x faster at 16) still batches; so does one just past the margin.
     past = sweep_profile().model_copy(deep=True)
     past.units[1].batches = [BatchMeasurement(batch_size=b, items=32, wall_s=w, cpu_s=w)
                              for b, w in ((1, 0.0100), (16, 0.0100 / (1 + BATCH_GAIN) / 1.02))]
     for profile in (sweep_profile(), past):
-        planned = fit(profile, fleet, fuse=False).fitted.result.replicas
+        planned = plan_for(profile, fleet, fuse=False).fitted.result.replicas
         assert {p.unit: p.batch_size for p in planned}["embed"] == 16
 
 
 def test_the_placement_carries_what_engines_ask_for() -> None:
-    plan = fit(synthetic_profile(), Fleet.from_yaml(MIXED))
+    plan = plan_for(synthetic_profile(), Fleet.from_yaml(MIXED))
     for side in ("fitted", "monolithic"):
         rows = {(p.unit, p.device_class, p.node_type): p
                 for p in getattr(plan, side).result.replicas}
@@ -359,8 +359,8 @@ def test_the_placement_carries_what_engines_ask_for() -> None:
 
 def test_no_plan_holds_a_replica_that_carries_no_load() -> None:
     fleet = Fleet.from_yaml(MIXED)
-    plan = fit(synthetic_profile(), fleet)
-    cheap = fit(synthetic_profile(), fleet, objective="min_cost",
+    plan = plan_for(synthetic_profile(), fleet)
+    cheap = plan_for(synthetic_profile(), fleet, objective="min_cost",
                 target=0.3 * plan.fitted.throughput)
     for side in (plan.fitted, plan.monolithic, cheap.fitted):
         for p in side.result.replicas:
@@ -369,7 +369,7 @@ def test_no_plan_holds_a_replica_that_carries_no_load() -> None:
 
 
 def test_refit_replaces_the_measured_rates_and_solves_again() -> None:
-    plan = fit(demo_profile(), TWO_CORES, fuse=False)
+    plan = plan_for(demo_profile(), TWO_CORES, fuse=False)
     before = {g.unit: g for g in plan.placement().groups}
     slower = refit(plan, {"ocr": before["ocr"].rate / 2})
     assert slower.source == "refit"
@@ -420,7 +420,7 @@ def test_a_fleet_without_the_device_a_unit_needs_says_so_in_one_line() -> None:
     from fitwork.fit import UnitFitsNowhere
 
     with pytest.raises(UnitFitsNowhere) as caught:
-        fit(synthetic_profile(), TWO_CORES)
+        plan_for(synthetic_profile(), TWO_CORES)
     assert caught.value.unit == "model" and "\n" not in str(caught.value)
     assert str(caught.value).startswith(
         "unit 'model' fits no node: needs 0.25 of an accelerator; the largest node offers "
@@ -432,7 +432,7 @@ def test_a_fleet_without_the_device_a_unit_needs_says_so_in_one_line() -> None:
     with pytest.raises(UnitFitsNowhere, match=r"^unit 'model' fits no node: needs L4: needs "
                                               r"40.0 GiB of device memory per replica; .*the "
                                               r"largest node offers 8 cores, 16 GiB"):
-        fit(profile, small)
+        plan_for(profile, small)
 
 
 def test_the_engine_charge_per_item_follows_the_frames_the_engines_send() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 from fitwork.fit.layout_error import layout_spread, residuals
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile, call_spread
 from fitwork.report.terminal import plan_table
@@ -66,8 +66,8 @@ def test_the_shipped_spread_holds_about_eight_in_ten_of_runs_it_was_not_built_fr
 
 
 def test_a_plan_is_widened_by_the_models_miss_after_its_layout_is_chosen() -> None:
-    bare = fit(profile(), HOST, layout_error=0.0)
-    plan = fit(profile(), HOST)
+    bare = plan_for(profile(), HOST, layout_error=0.0)
+    plan = plan_for(profile(), HOST)
     assert plan.layout_error == layout_spread() and bare.layout_error == 0.0
     # the same layout, chosen by the same rule, only its stated range wider
     assert plan.fused == bare.fused and plan.uncertainty == bare.uncertainty
@@ -84,7 +84,7 @@ def test_a_plan_is_widened_by_the_models_miss_after_its_layout_is_chosen() -> No
 def test_the_plan_table_says_its_range_holds_the_models_miss() -> None:
     def shown(layout_error: float | None) -> str:
         console = Console(record=True, width=250)
-        console.print(plan_table(fit(profile(), HOST, layout_error=layout_error)))
+        console.print(plan_table(plan_for(profile(), HOST, layout_error=layout_error)))
         return console.export_text()
 
     assert f"model's own miss on whole plans (±{math.expm1(layout_spread()):.0%}" in shown(None)

@@ -12,7 +12,7 @@ import pytest
 
 import fitwork
 from fitwork import InputError, Pipeline, unit
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import Plan, plan_for
 from fitwork.hardware.discover import discover_local
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import PipelineProfile, profile_pipeline
@@ -41,7 +41,7 @@ def synthetic_profile() -> PipelineProfile:
 
 
 def test_fitted_plan_keeps_the_gpus_several_times_busier_than_monolithic() -> None:
-    plan = fit(synthetic_profile(), MIXED)
+    plan = plan_for(synthetic_profile(), MIXED)
     gpu_classes = ("V100", "H100-SXM")
     fitted = plan.fitted.result.utilization_of("H100-SXM")
     mono = plan.monolithic.result.utilization_of("H100-SXM")
@@ -62,7 +62,7 @@ def test_fitted_plan_keeps_the_gpus_several_times_busier_than_monolithic() -> No
 
 
 def test_plan_round_trip_and_workers(tmp_path: Path) -> None:
-    plan = fit(synthetic_profile(), MIXED)
+    plan = plan_for(synthetic_profile(), MIXED)
     plan.save(tmp_path / "plan.json")
     loaded = Plan.load(tmp_path / "plan.json")
     assert loaded == plan
@@ -108,7 +108,7 @@ def test_a_plan_for_this_host_runs_and_the_simulated_engine_realizes_it() -> Non
     is a bench figure, bench/host_plan.py, since a shared 2-core host moves it by 20%)."""
     pipeline = Pipeline(prepare, slow_call, finish, name="waits")
     profiled = profile_pipeline(pipeline, range(16), samples=16)
-    plan = fit(profiled, discover_local(), fuse=False)  # the split layout is under test
+    plan = plan_for(profiled, discover_local(), fuse=False)  # the split layout is under test
     workers = plan.placement().counts()
     # The waiting unit gets replicas to hide its sleep; cores are planned as the load uses
     # them (fluid), within the ceiling, however many processes that makes.  (On a host so
@@ -204,32 +204,32 @@ def cpu_only(memory: int = 0) -> PipelineProfile:
 def test_more_units_than_cores_still_plan_on_a_small_host() -> None:
     # Three units declaring a core each on 2 cores: cores are consumed as measured, so the
     # processes share them.
-    plan = fit(cpu_only(), TINY, fuse=False)
+    plan = plan_for(cpu_only(), TINY, fuse=False)
     assert plan.fitted.throughput > 0
     assert set(plan.placement().counts()) == {"decode", "post", "again"}
     # Nothing here waits or batches, so the split layout gains nothing the fused one lacks
     # in items/s: the two tie, and the split one runs because each fused replica holds
     # every unit's memory (the tie rule's second clause).
-    chosen = fit(cpu_only(), TINY)
+    chosen = plan_for(cpu_only(), TINY)
     assert chosen.tie is not None and "runs split (it holds less memory)" in chosen.tie
     assert not chosen.fused and chosen.fitted.throughput == plan.fitted.throughput
     # Where the units hold nothing, the two layouts tie on memory too: fused.
     light = cpu_only().model_copy(deep=True)
     for u in light.units:
         u.peak_rss = 1 << 20
-    assert fit(light, TINY).fused
+    assert plan_for(light, TINY).fused
 
 
 def test_either_side_of_a_tie_can_be_run() -> None:
     light = cpu_only().model_copy(deep=True)
     for u in light.units:
         u.peak_rss = 1 << 20
-    plan = fit(light, TINY)
+    plan = plan_for(light, TINY)
     assert plan.fused and plan.tie is not None and plan.split is not None
     fused, split = plan.placement(), plan.placement(side="split")
     assert fused.fusion and fused.groups == plan.placement(side="monolithic").groups
     assert not split.fusion and set(split.counts()) == {"decode", "post", "again"}
-    kept = fit(light, TINY, fuse=False)  # runs split: its split side is what it runs
+    kept = plan_for(light, TINY, fuse=False)  # runs split: its split side is what it runs
     assert kept.placement(side="split") == kept.placement()
     from fitwork.errors import InputError
 
@@ -244,14 +244,14 @@ def test_a_fleet_too_small_for_one_replica_of_each_unit_says_what_to_change() ->
                                             r"unit holds memory \(decode 3 GiB, post 3 GiB, "
                                             r"again 3 GiB\) beyond what one node holds \(at "
                                             r"most 8 GiB\)"):
-        fit(cpu_only(3 << 30), TINY)
+        plan_for(cpu_only(3 << 30), TINY)
 
 
 def test_a_unit_larger_than_every_node_is_named_in_one_line() -> None:
     from fitwork.fit import UnitFitsNowhere
 
     with pytest.raises(UnitFitsNowhere) as caught:
-        fit(cpu_only(12 << 30), TINY)
+        plan_for(cpu_only(12 << 30), TINY)
     message = str(caught.value)
     assert "\n" not in message and caught.value.unit == "decode"
     assert message.startswith("unit 'decode' fits no node: needs 12 GiB memory on cpu-x86; "

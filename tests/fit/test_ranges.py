@@ -9,7 +9,7 @@ from rich.console import Console
 from fitwork.fit.calibration import calibration
 from fitwork.fit.cost import unit_rates
 from fitwork.fit.coverage import coverage_table
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.catalog import catalog
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import (
@@ -84,7 +84,7 @@ def test_a_plan_on_an_uncalibrated_amd_class_says_not_calibrated() -> None:
          "devices": {"MI250X": 8}}]})
     profile = PipelineProfile(fitwork_version="test", pipeline="llm", host_class="A100-80GB",
                               created_at=0.0, units=[decode()])
-    plan = fit(profile, fleet)
+    plan = plan_for(profile, fleet)
     low, high = plan.fitted.throughput_range
     assert high / low > 2.0
     console = Console(record=True, width=250)
@@ -116,7 +116,7 @@ def test_a_measured_only_plan_has_a_range_and_warns_of_a_busy_host() -> None:
         {"name": "host", "count": 1, "cores": 2, "memory": "8GiB"}]})
     profile = PipelineProfile(fitwork_version="test", pipeline="p", host_class="cpu-x86",
                               created_at=0.0, units=[cpu_unit(0.004)])
-    plan = fit(profile, fleet)
+    plan = plan_for(profile, fleet)
     for side in (plan.fitted, plan.monolithic):
         low, high = side.throughput_range
         assert low < side.throughput < high
@@ -136,7 +136,7 @@ def test_a_plans_range_is_carried_through_its_bottleneck_not_widened() -> None:
     profile = PipelineProfile(fitwork_version="test", pipeline="p", host_class="cpu-x86",
                               created_at=0.0, units=[fast, slow])
     # the rates' draws alone: the model's own miss (`layout_error`) widens every plan alike
-    plan = fit(profile, fleet, fuse=False, layout_error=0.0)
+    plan = plan_for(profile, fleet, fuse=False, layout_error=0.0)
     side = plan.fitted
     low, high = side.throughput_range
     assert low < side.throughput < high

@@ -11,7 +11,7 @@ import pytest
 
 from fitwork import Pipeline, unit
 from fitwork.fit.inputs import busy_threads, core_ceiling, share_ceiling
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.profiling import profile_pipeline
 from fitwork.profiling.shares import share_readings
 from tests.fit.test_fluid import TWO_CORES, demo_profile
@@ -35,10 +35,10 @@ def side(plan_: object) -> object:
 def test_a_plan_beside_a_spinning_core_grows_to_what_its_threads_get() -> None:
     alone = demo_profile(queued=QUEUED)
     assert core_ceiling(alone) == pytest.approx(0.5)
-    before = fit(alone, TWO_CORES)
+    before = plan_for(alone, TWO_CORES)
     assert before.core_ceiling == pytest.approx(0.5)  # no share readings: one process's
     beside = alone.model_copy(update={"share_readings": fair_shares(others=1)})
-    plan = fit(beside, TWO_CORES)
+    plan = plan_for(beside, TWO_CORES)
     threads = busy_threads(plan.fitted.result)
     # One process got half the host, so a plan held to that ran one OCR replica and lost
     # to monoliths of four processes, which got 1.6 cores (issue 37: 0.29x).
@@ -52,7 +52,7 @@ def test_a_share_more_threads_would_need_is_not_planned_without_them() -> None:
     alone = demo_profile(queued=QUEUED)
     # Only sixteen processes would get most of the host: a plan of a few is held to theirs.
     steep = {1: [0.5], 2: [0.52], 4: [0.55], 16: [0.95]}
-    plan = fit(alone.model_copy(update={"share_readings": steep}), TWO_CORES)
+    plan = plan_for(alone.model_copy(update={"share_readings": steep}), TWO_CORES)
     threads = busy_threads(plan.fitted.result)
     assert share_ceiling(alone.model_copy(update={"share_readings": steep}), threads) \
         >= plan.core_ceiling - 1e-3
@@ -60,8 +60,9 @@ def test_a_share_more_threads_would_need_is_not_planned_without_them() -> None:
     # Where more processes get no more (other sessions' work, shared among sessions), the
     # plan is the one-process plan.
     flat = alone.model_copy(update={"share_readings": {k: [0.5] for k in (1, 2, 4, 8)}})
-    assert fit(flat, TWO_CORES).core_ceiling == pytest.approx(0.5)
-    assert fit(flat, TWO_CORES).placement().counts() == fit(alone, TWO_CORES).placement().counts()
+    assert plan_for(flat, TWO_CORES).core_ceiling == pytest.approx(0.5)
+    counts = plan_for(alone, TWO_CORES).placement().counts()
+    assert plan_for(flat, TWO_CORES).placement().counts() == counts
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def test_processes_beside_a_spinner_get_more_of_the_host_the_more_they_are(
     assert got[8] >= 1.25 * got[1], got
     profiled = profile_pipeline(Pipeline(crunch, name="crunch"), list(range(8)), samples=8)
     assert set(profiled.share_readings) == {1, 2, 4, 8}
-    plan = fit(profiled, TWO_CORES)
+    plan = plan_for(profiled, TWO_CORES)
     threads = busy_threads(plan.fitted.result)
     print(f"one process's ceiling {core_ceiling(profiled):.2f}, plan's {plan.core_ceiling:.2f}"
           f" with {threads:g} busy threads")

@@ -109,11 +109,11 @@ def test_a_plan_within_the_gap_asked_for_but_short_of_its_bound_states_its_gap()
 def test_the_plan_table_prints_the_solvers_word() -> None:
     from rich.console import Console
 
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
     from fitwork.report.terminal import plan_table
     from tests.fit.test_layout_error import HOST, profile
 
-    plan = fit(profile(), HOST)
+    plan = plan_for(profile(), HOST)
     console = Console(record=True, width=250)
     console.print(plan_table(plan))
     text = console.export_text()

@@ -106,7 +106,7 @@ def test_on_ray_a_replica_s_build_is_kept_apart_from_its_work(tmp_path: Path,
 
 
 def test_a_short_run_is_charged_the_engine_s_start_of_each_replica() -> None:
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
     from fitwork.fit.startup import REPLICA_START_S, RUN_START_S, startup_seconds
     from tests.fit.test_fluid import TWO_CORES
     from tests.fit.test_plan import synthetic_profile
@@ -117,7 +117,7 @@ def test_a_short_run_is_charged_the_engine_s_start_of_each_replica() -> None:
         u.model_copy(update={"build_cpu_s": 0.3, "build_wall_s": 0.35}) if u.name == "model"
         else u for u in cpu_only.units]})
     for profile, builds in ((cpu_only, False), (built, True)):
-        plan = fit(profile, TWO_CORES)
+        plan = plan_for(profile, TWO_CORES)
         for side in ("fitted", "monolithic"):
             groups = plan.placement(side=side).groups
             replicas = sum(g.replicas for g in groups)

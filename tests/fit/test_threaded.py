@@ -20,7 +20,7 @@ from fitwork.fit.monolithic import (
     fused_problem,
     threaded_rate,
 )
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.fit.result import FitResult
 from fitwork.fit.solver import solve_problem
 from fitwork.placement import Group, Placement
@@ -147,9 +147,9 @@ def test_threads_overlap_io_waits_not_a_loaded_hosts_run_queue() -> None:
     assert waiting_seconds(profile_of(0.020, 0.010)) == pytest.approx(0.020)
     fleet = Fleet.parse({"name": "two", "node_types": [
         {"name": "two", "count": 1, "cores": 2, "memory": "8GiB"}]})
-    queued = fit(profile_of(0.020, 0.0), fleet).monolithic.result.replicas
+    queued = plan_for(profile_of(0.020, 0.0), fleet).monolithic.result.replicas
     assert not any(p.threads for p in queued)  # a busy host's queue is no I/O to overlap
-    waits = fit(profile_of(0.0, 0.020), fleet).monolithic.result.replicas
+    waits = plan_for(profile_of(0.0, 0.020), fleet).monolithic.result.replicas
     assert all(p.threads for p in waits)
 
 

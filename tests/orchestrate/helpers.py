@@ -10,7 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import Plan, plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.orchestrate.cluster import ClusterFleet
 from fitwork.orchestrate.k8s_fleet import read_k8s
@@ -45,7 +45,7 @@ def plan_on(found: ClusterFleet, *types: str, **options: Any) -> Plan:
     fleet = found.fleet()
     chosen = Fleet(name=fleet.name, node_types=[n for n in fleet.node_types if n.name in types])
     assert sorted(n.name for n in chosen.node_types) == sorted(types)
-    return fit(profile(), chosen, time_limit=5, **options)
+    return plan_for(profile(), chosen, time_limit=5, **options)
 
 
 def fitwork(*args: str, env: dict[str, str] | None = None,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fitwork import Pipeline, unit
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import profile_pipeline
 
@@ -52,7 +52,7 @@ def test_what_a_call_holds_is_measured_and_charged_per_call_in_flight() -> None:
     assert 0.8 * WORKING <= held.call_memory <= 1.5 * WORKING
     assert other.call_memory < 0.25 * WORKING
     assert held.peak_rss >= held.call_memory  # the peak holds one call's
-    plan = fit(profile, FLEET, fuse=False)
+    plan = plan_for(profile, FLEET, fuse=False)
     (group,) = [p for p in plan.fitted.result.replicas if p.unit == "holds" and p.replicas]
     # a replica of eight calls at once holds what one call holds seven more times
     assert group.memory == pytest.approx(held.peak_rss + 7 * held.call_memory)

@@ -9,7 +9,7 @@ import pytest
 
 import fitwork
 from fitwork import Pipeline, unit
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.discover import usable_cores
 from fitwork.profiling import profile_pipeline
 
@@ -96,7 +96,7 @@ def test_the_fit_plans_from_the_cpu_a_unit_spends_with_copies_beside_it() -> Non
     assert [b.cpu_s for b in loaded.batches] == pytest.approx(
         [1.5 * b.cpu_s for b in measured.batches])
     # CPU-bound on this host's cores: a third less when each item costs half as much again
-    before, after = fit(profile, fleet), fit(slower, fleet)
+    before, after = plan_for(profile, fleet), plan_for(slower, fleet)
     assert after.fitted.throughput == pytest.approx(before.fitted.throughput / 1.5, rel=0.1)
     assert slower.under_load().units[0] == loaded and profile.under_load() is profile
 

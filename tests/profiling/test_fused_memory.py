@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fitwork import Pipeline, unit
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import profile_pipeline
 from fitwork.profiling.profiler import _reset_high_water
@@ -57,7 +57,7 @@ def test_units_that_share_what_they_load_are_measured_once_as_a_fused_replica() 
           f"MiB; one process running both {fused and fused / MIB:.1f} MiB")
     assert min(first.peak_rss, second.peak_rss) >= 0.9 * SHARED  # each loads it alone
     assert fused is not None and 0.9 * SHARED <= fused <= 1.3 * SHARED  # both, once
-    plan = fit(profile, FLEET)
+    plan = plan_for(profile, FLEET)
     calls = max(first.call_memory or 0, second.call_memory or 0)
     for p in plan.monolithic.result.replicas:
         if p.replicas:  # a thread is in one stage at a time: the most one stage's call holds
@@ -68,7 +68,7 @@ def test_a_unit_that_declares_its_memory_keeps_the_stages_sum() -> None:
     profile = profile_pipeline(sharing(memory="512MiB"), list(range(8)), samples=8,
                                loaded=False)
     assert profile.fused_rss is not None
-    plan = fit(profile, FLEET)
+    plan = plan_for(profile, FLEET)
     (fused,) = [p for p in plan.monolithic.result.replicas if p.replicas and not p.threads]
     assert fused.memory >= 512 * MIB + 0.9 * SHARED  # the declared word, and the other's
 
@@ -109,7 +109,7 @@ def test_a_replica_planned_at_a_small_batch_is_charged_that_batch_s_memory() -> 
     print({size: f"{peak / MIB:.1f} MiB" for size, peak in peaks.items() if peak})
     assert peaks[1] is not None and peaks[16] is not None
     assert peaks[16] - peaks[1] >= 12 * PER_ITEM  # the sweep's largest batch held far more
-    plan = fit(profile, FLEET, fuse=False)
+    plan = plan_for(profile, FLEET, fuse=False)
     (group,) = [p for p in plan.fitted.result.replicas if p.replicas]
     assert (group.batch_size or 1) < 16
     assert group.memory == pytest.approx(peaks[group.batch_size or 1])

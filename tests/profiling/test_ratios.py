@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fitwork import Pipeline, unit
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import profile_pipeline
 
@@ -80,7 +80,7 @@ def test_a_plan_s_range_carries_a_ratio_counted_over_few_items() -> None:
     few = counted.model_copy(update={"units": [
         counted.units[0].model_copy(update={"ratio_items": None, "ratio_error": None}),
         *counted.units[1:]]})
-    wide, narrow = fit(few, FLEET).fitted, fit(counted, FLEET).fitted
+    wide, narrow = plan_for(few, FLEET).fitted, plan_for(counted, FLEET).fitted
     assert wide.throughput == pytest.approx(narrow.throughput)
     assert wide.throughput_low is not None and narrow.throughput_low is not None
     assert wide.throughput_high is not None and narrow.throughput_high is not None

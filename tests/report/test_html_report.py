@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import fitwork
 from fitwork import InputError, Pipeline, RunRecord, unit
 from fitwork.commands.report import report
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import Plan, plan_for
 from fitwork.hardware.catalog import catalog
 from fitwork.hardware.discover import discover_local
 from fitwork.profiling import profile_pipeline
@@ -78,7 +78,7 @@ def this_host() -> dict[str, object]:
 @pytest.fixture(scope="module")
 def runs() -> tuple[list[RunRecord], Plan]:
     """A monolithic and a fitted run of the same small pipeline, and a plan for this host."""
-    plan = fit(profile_pipeline(PIPELINE, range(16), samples=16), discover_local())
+    plan = plan_for(profile_pipeline(PIPELINE, range(16), samples=16), discover_local())
     records = []
     fused = PIPELINE.fused()
     for pipeline, workers in ((fused, {fused.units[0].name: 2}), (PIPELINE, {"wait": 3})):

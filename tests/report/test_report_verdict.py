@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fitwork import Pipeline, unit
-from fitwork.fit.plan import Plan, PlanSide, fit
+from fitwork.fit.plan import Plan, PlanSide, plan_for
 from fitwork.hardware.discover import discover_local
 from fitwork.profiling import profile_pipeline
 from fitwork.report.html import correctness, headline, render_report
@@ -31,7 +31,7 @@ def double(x: int) -> int:
 def plan() -> Plan:
     """A real plan, for its shape; tests set the sides' throughputs they need."""
     pipeline = Pipeline(double, name="tiny")
-    return fit(profile_pipeline(pipeline, range(8), samples=8), discover_local())
+    return plan_for(profile_pipeline(pipeline, range(8), samples=8), discover_local())
 
 
 def predicting(plan: Plan, monolithic: float, fitted: float) -> Plan:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fitwork.errors import InputError
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import Plan, plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import PipelineProfile
 from fitwork.profiling.record import UnitProfile
@@ -44,7 +44,7 @@ def profile() -> PipelineProfile:
 def documents() -> dict[str, tuple[bytes, Callable[[Path], Any], str]]:
     """Each kind's good file, its loader, and the remedy its errors must name."""
     folder = Path(tempfile.mkdtemp(prefix="fitwork-docs-"))
-    made = {"plan": fit(profile(), FLEET, time_limit=5), "profile": profile(),
+    made = {"plan": plan_for(profile(), FLEET, time_limit=5), "profile": profile(),
             "record": record("r1", throughput=50.0)}
     found: dict[str, tuple[bytes, Callable[[Path], Any], str]] = {}
     loaders = {"plan": (Plan.load, "`fitwork plan`"),

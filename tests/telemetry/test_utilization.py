@@ -8,7 +8,7 @@ import pytest
 
 import fitwork
 from fitwork import InputError, Pipeline, unit
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.catalog import catalog
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile, UnitProfile
@@ -234,7 +234,7 @@ def small_profile() -> PipelineProfile:
 def test_plan_gives_the_flops_and_the_bound() -> None:
     fleet = Fleet.parse({"name": "box", "node_types": [
         {"name": "box", "count": 1, "cores": 4, "memory": "16GiB"}]})
-    plan = fit(small_profile(), fleet)
+    plan = plan_for(small_profile(), fleet)
     bound = capacity_bound(plan)
     assert bound >= plan.fitted.throughput > 0
     assert plan.fitted.capacity_utilization == pytest.approx(plan.fitted.throughput / bound)

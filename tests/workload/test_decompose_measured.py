@@ -10,7 +10,7 @@ import pytest
 
 import fitwork
 from fitwork.decomposition import DecomposeError, decompose
-from fitwork.fit.plan import fit
+from fitwork.fit.plan import plan_for
 from fitwork.hardware.discover import discover_local
 
 
@@ -41,9 +41,9 @@ def test_kinds_are_measured_and_neighbours_fused_and_the_profile_fits() -> None:
     assert [u.name for u in pipeline.profile.units] == [u.name for u in pipeline.units]
     assert pipeline.profile.units[0].resources == {"cpu": io.resources.cpu, "io": 8.0}
     names = {u.name for u in pipeline.units}
-    split = fit(pipeline.profile, discover_local(), fuse=False)
+    split = plan_for(pipeline.profile, discover_local(), fuse=False)
     assert set(split.placement().counts()) <= names and not split.fused
-    plan = fit(pipeline.profile, discover_local())
+    plan = plan_for(pipeline.profile, discover_local())
     if plan.fused:  # fused unless split predicts more than the plan's uncertainty above it
         assert set(plan.placement().counts()) == {"monolithic"} and plan.split is not None
         fused, alone = plan.fitted.result.throughput, plan.split.result.throughput

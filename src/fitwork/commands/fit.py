@@ -121,7 +121,7 @@ def plan(pipeline_ref: str | None, profile_path: Path | None, fleet_ref: str,
         raise click.UsageError("--objective fair shares a fleet between pipelines: give "
                                "--jobs JOBS.yaml, or use max_throughput or min_cost")
     objective = objective or "max_throughput"
-    from fitwork.fit.plan import fit
+    from fitwork.fit.plan import plan_for
     from fitwork.hardware.discover import discover_local
     from fitwork.hardware.fleet import Fleet
     from fitwork.profiling import PipelineProfile
@@ -139,7 +139,7 @@ def plan(pipeline_ref: str | None, profile_path: Path | None, fleet_ref: str,
         profiled = PipelineProfile.load(profile_path)
         profiled.check_matches([u.name for u in pipeline.units], source=str(profile_path))
         fleet_ = discover_local() if fleet_ref == "local" else Fleet.from_yaml(fleet_ref)
-        result = fit(profiled, fleet_, objective=chosen(objective, OBJECTIVES),
+        result = plan_for(profiled, fleet_, objective=chosen(objective, OBJECTIVES),
                      target=target, time_limit=time_limit, max_latency=max_latency,
                      fuse=not no_fuse)
     except FitworkError as exc:

@@ -1,6 +1,6 @@
 """Plans: a pipeline's profile fitted to a fleet, shown beside its monolithic baseline.
 
-``fit`` turns a profile and a fleet into solver inputs (rates from the cost model at every
+``plan_for`` turns a profile and a fleet into solver inputs (rates from the cost model at every
 measured batch size, consumption from the measured CPU and device seconds, held demands from
 the units' declarations and measured memory, multiplicities from measured output ratios),
 solves the fitted pipeline and the fused baseline on the same fleet under the same fluid
@@ -328,7 +328,7 @@ def _no_plan(fleet: Fleet, units: Sequence[UnitDemand]) -> FitInputError:
         "at once (device slots or the units' limits); plan for a larger fleet")
 
 
-def fit(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_throughput",
+def plan_for(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_throughput",
         target: float | None = None, precision: Precision = "fp16",
         efficiency: float | None = None, time_limit: float = 10.0,
         mip_gap: float = 0.01, known: Catalog | None = None,

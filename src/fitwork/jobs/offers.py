@@ -1,6 +1,6 @@
 """A profiled pipeline's solver candidates as co-fit offers: what each replica holds and uses.
 
-The single-pipeline fit (`fitwork.fit.plan.fit`) solves one pipeline on the fleet alone and
+The single-pipeline fit (`fitwork.fit.plan.plan_for`) solves one pipeline on the fleet alone and
 chooses its layout (split, or fused into one unit).  A fleet plan keeps that choice and hands
 the co-fit the same candidates that layout was solved from, rewritten in the co-fit's terms:
 per replica, what it HOLDS (reserved cores, memory, a device slot) and, per item, what it

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from fitwork.document import Document
 from fitwork.errors import InputError
 from fitwork.fit.inputs import core_ceiling
-from fitwork.fit.plan import Plan, fit
+from fitwork.fit.plan import Plan, plan_for
 from fitwork.fit.result import Placement as Replicas
 from fitwork.fit.spec import is_cpu_class
 from fitwork.hardware.fleet import Fleet
@@ -270,7 +270,7 @@ def plan_jobs(jobs: JobsFile, fleet: Fleet, *, objective: FleetObjective = "fair
     ceiling = fleet_ceiling(found_profiles)
     alone_plans, options = [], []
     for job, profile in zip(jobs.jobs, found_profiles, strict=True):
-        alone = fit(profile, fleet, objective="max_throughput", time_limit=time_limit)
+        alone = plan_for(profile, fleet, objective="max_throughput", time_limit=time_limit)
         found = job_problem(profile, alone, fleet, ceiling)
         options.append(options_of(found, index))
         alone_plans.append((alone, found))
