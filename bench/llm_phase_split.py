@@ -8,7 +8,7 @@ import argparse
 
 from fitwork.llm.options import SLO
 from fitwork.llm.plan import LLMPlan, load_fleet, plan_llm
-from fitwork.llm.sim import SimResult, simulate
+from fitwork.llm.sim import SimResult, simulate_llm
 from fitwork.llm.trace import shipped_trace
 
 FLEETS = ("a100", "h100", "mixed")
@@ -16,7 +16,7 @@ FLEETS = ("a100", "h100", "mixed")
 
 def _replay(plan: LLMPlan, trace_name: str, seed: int) -> SimResult:
     trace = shipped_trace(trace_name)
-    return simulate(plan, trace.scaled(plan.goodput / trace.rate), seed=seed)
+    return simulate_llm(plan, trace.scaled(plan.goodput / trace.rate), seed=seed)
 
 
 def _cost(plan: LLMPlan, goodput: float) -> float:

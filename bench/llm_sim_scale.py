@@ -8,7 +8,7 @@ import time
 from fitwork.hardware.fleet import Fleet
 from fitwork.llm.options import SLO
 from fitwork.llm.plan import plan_colocated, plan_split
-from fitwork.llm.sim import compare, simulate
+from fitwork.llm.sim import compare, simulate_llm
 from fitwork.llm.trace import shipped_trace
 
 AIM_S = 60.0
@@ -46,7 +46,7 @@ def main() -> None:
         walls = []
         for _ in range(2):
             t0 = time.perf_counter()
-            sim = simulate(plan, trace, seed=0)
+            sim = simulate_llm(plan, trace, seed=0)
             walls.append(time.perf_counter() - t0)
         worst = max(worst, min(walls))
         print(f"\n{plan.label}: {gpus} GPUs in {len(plan.pools)} pool(s), planned in "

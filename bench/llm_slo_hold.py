@@ -12,7 +12,7 @@ import time
 from fitwork.llm.options import SLO
 from fitwork.llm.phases import LLMInputError
 from fitwork.llm.plan import LLMPlan, load_fleet, plan_llm
-from fitwork.llm.sim import simulate
+from fitwork.llm.sim import simulate_llm
 from fitwork.llm.trace import shipped_trace
 from fitwork.llm.verify import ATTAIN, plan_held, promised
 
@@ -53,7 +53,7 @@ def main() -> None:
                 for plan in (held.split, *held.colocated):
                     before = _raw(raw, plan.label)
                     was = "cannot serve" if before is None else \
-                        f"{simulate(before, promised(before, trace)).attained:.1%}"
+                        f"{simulate_llm(before, promised(before, trace)).attained:.1%}"
                     row = f"| {name} | x{scale:g} | {objective} | {plan.label} |"
                     if not plan.feasible:
                         at_most = plan.bottleneck.split("at most ")[1].split(" req/s")[0] \
@@ -63,7 +63,7 @@ def main() -> None:
                         continue
                     r = plan.replay
                     assert r is not None
-                    again = simulate(plan, promised(plan, trace), seed=1).attained
+                    again = simulate_llm(plan, promised(plan, trace), seed=1).attained
                     claims += 1
                     worst = min(worst, r.attained if r.holds else worst)
                     print(f"{row} {plan.goodput:.2f} | {was} | {r.attained:.1%}"

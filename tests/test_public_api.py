@@ -25,7 +25,7 @@ def test_exported_functions_stay_functions_after_their_packages_load() -> None:
 def test_llm_planning_is_public_and_loads_only_when_used() -> None:
     code = ("import sys, fitwork\n"
             "assert 'fitwork.llm' not in sys.modules\n"
-            "assert fitwork.simulate_llm.__name__ == 'simulate'\n"
+            "assert fitwork.simulate_llm.__name__ == 'simulate_llm'\n"
             "assert callable(fitwork.plan_llm) and fitwork.SLO and fitwork.LLMPlan\n"
             "assert 'fitwork.llm' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -36,12 +36,11 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
     from fitwork.jobs.api import plan_jobs, run_many
     from fitwork.jobs.plan import FleetPlan
     from fitwork.jobs.record import FleetRecord
-    from fitwork.llm import SLO, LLMPlan, load_trace, plan_llm
-    from fitwork.llm import simulate as simulate_llm
+    from fitwork.llm import SLO, LLMPlan, load_trace, plan_llm, simulate_llm
     from fitwork.placement import Group, Placement
     from fitwork.profiling import PipelineProfile, profile_pipeline
     from fitwork.profiling.marked import profiling_now
-    from fitwork.profiling.onnx import count_sessions as count_onnx
+    from fitwork.profiling.onnx import count_onnx
     from fitwork.report.fleet import render_fleet_report
     from fitwork.report.html import render_report
     from fitwork.report.verdict import Headline
@@ -102,9 +101,9 @@ _LAZY = {
     "RunFigures": "fitwork.telemetry.utilization",
     "run_figures": "fitwork.telemetry.utilization",
     "Headline": "fitwork.report.verdict",
-    "count_onnx": "fitwork.profiling.onnx:count_sessions",
+    "count_onnx": "fitwork.profiling.onnx",
     "plan_llm": "fitwork.llm",
-    "simulate_llm": "fitwork.llm:simulate",
+    "simulate_llm": "fitwork.llm",
     "load_trace": "fitwork.llm",
     "LLMPlan": "fitwork.llm",
     "SLO": "fitwork.llm",

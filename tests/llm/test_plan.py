@@ -8,7 +8,7 @@ from fitwork.hardware.fleet import Fleet
 from fitwork.llm.options import SLO
 from fitwork.llm.phases import LLMInputError
 from fitwork.llm.plan import load_fleet, plan_colocated, plan_llm, plan_split
-from fitwork.llm.sim import simulate
+from fitwork.llm.sim import simulate_llm
 from fitwork.llm.trace import shipped_trace
 
 SLO_ = SLO.parse("ttft_p90=2s,tpot_p90=150ms")
@@ -99,7 +99,7 @@ def test_plan_and_replay_agree_on_a_steady_rate() -> None:
     rng = np.random.default_rng(0)
     gaps = rng.exponential(1 / plan.goodput, len(base))
     steady = Trace("steady", np.cumsum(gaps) - gaps[0], base.prompt, base.output)
-    sim = simulate(plan, steady, seed=0)
+    sim = simulate_llm(plan, steady, seed=0)
     assert sim.meets_p90
     assert sim.goodput == pytest.approx(plan.goodput, rel=0.1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fitwork.llm.report import llm_section, render_llm_report
-from fitwork.llm.sim import simulate
+from fitwork.llm.sim import simulate_llm
 from fitwork.llm.trace import Trace
 from tests.llm import toy
 
@@ -13,7 +13,7 @@ from tests.llm import toy
 def test_section_holds_cdfs_busy_and_costs() -> None:
     plan = toy.plan([("prefill", 1, 1), ("decode", 1, 8)], ttft=0.2, tpot=0.1)
     trace = Trace("hand", np.array([0.0, 0.0]), np.array([1000, 1000]), np.array([11, 11]))
-    sim = simulate(plan, trace, book=toy.book(), keep_values=True)
+    sim = simulate_llm(plan, trace, book=toy.book(), keep_values=True)
     html = llm_section([plan], [sim])
     assert html.startswith('<section id="llm">')
     assert html.count("<svg") == 3  # TTFT CDF, TPOT CDF, busy per pool

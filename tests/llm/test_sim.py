@@ -8,7 +8,7 @@ import pytest
 
 from fitwork.llm.options import SLO
 from fitwork.llm.plan import load_fleet, plan_split
-from fitwork.llm.sim import replay, simulate
+from fitwork.llm.sim import replay, simulate_llm
 from fitwork.llm.trace import Trace, poisson_trace, shipped_trace
 from tests.llm import toy
 
@@ -103,7 +103,7 @@ def test_conservation_and_determinism_on_a_real_plan() -> None:
                             (pool.compute, pool.compute_over_time),
                             (pool.bandwidth, pool.bandwidth_over_time)):
             assert sum(over) * a.bin_s == pytest.approx(total * a.duration_s, rel=1e-6)
-    assert simulate(plan, run, seed=6).completed == 3000
+    assert simulate_llm(plan, run, seed=6).completed == 3000
 
 
 def test_kv_transfer_over_the_link_by_hand() -> None:

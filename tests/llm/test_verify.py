@@ -13,7 +13,7 @@ from fitwork.cli import main
 from fitwork.hardware.fleet import Fleet
 from fitwork.llm.options import SLO
 from fitwork.llm.plan import plan_colocated, plan_split
-from fitwork.llm.sim import simulate
+from fitwork.llm.sim import simulate_llm
 from fitwork.llm.trace import Trace, poisson_trace, shipped_trace
 from fitwork.llm.verify import ATTAIN, plan_held, promised
 
@@ -43,7 +43,7 @@ def test_a_plan_that_claims_the_slo_replays_within_it(name, requests, objective)
         # Replayed again here, at the rate the plan promises: within both SLOs.
         run = promised(plan, trace)
         assert run.rate == pytest.approx(plan.goodput, rel=1e-6)
-        sim = simulate(plan, run, seed=0)
+        sim = simulate_llm(plan, run, seed=0)
         assert sim.attained >= ATTAIN and sim.meets_p90
         assert sim.attained == pytest.approx(plan.replay.attained)
         assert "splitwise-2023" in plan.stack
@@ -53,7 +53,7 @@ def test_the_queue_model_alone_misses_where_the_loop_holds() -> None:
     # The bursty code trace: the M/G/c plan alone replays far under 90% at its promise.
     trace = shipped_trace("code").head(1500)
     raw = plan_split("llama2-70b", trace, _fleet(), SLO_)
-    assert simulate(raw, promised(raw, trace)).attained < ATTAIN
+    assert simulate_llm(raw, promised(raw, trace)).attained < ATTAIN
     held = plan_held("llama2-70b", trace, _fleet(), SLO_).split
     assert held.replay is not None and held.replay.holds and held.replay.rounds > 1
     assert held.derate.get("prefill", 1.0) < 1.0 and held.goodput < raw.goodput
@@ -109,7 +109,7 @@ def test_no_replay_figure_over_100_percent(rate, prompt, output, load, split) ->
     if not plan.feasible:
         return
     # Offered up to four times what the plan carries: still no figure over what exists.
-    sim = simulate(plan, trace.scaled(plan.goodput * load / trace.rate), seed=0)
+    sim = simulate_llm(plan, trace.scaled(plan.goodput * load / trace.rate), seed=0)
     for p in sim.pools:
         for v in (p.busy, p.compute, p.capacity, p.bandwidth,
                   *p.busy_over_time, *p.compute_over_time, *p.bandwidth_over_time):

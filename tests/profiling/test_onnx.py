@@ -13,7 +13,7 @@ from fitwork.hardware import discover
 from fitwork.hardware.discover import GpuInfo
 from fitwork.profiling import profile_pipeline
 from fitwork.profiling.onnx import (
-    count_sessions,
+    count_onnx,
     node_flops,
     profile_device_bytes,
     profile_device_seconds,
@@ -61,7 +61,7 @@ def test_count_sessions_profiles_sessions_made_inside_it() -> None:
     x = np.ones((ROWS, INNER), np.float32)
     before = ort.InferenceSession(matmul_model(ROWS, INNER, COLS),
                                   providers=["CPUExecutionProvider"])
-    with count_sessions() as count:
+    with count_onnx() as count:
         session = ort.InferenceSession(matmul_model(ROWS, INNER, COLS),
                                        providers=["CPUExecutionProvider"])
         session.run(None, {"X": x})  # a constructor's warm-up run: left out

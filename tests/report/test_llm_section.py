@@ -15,7 +15,7 @@ from fitwork.errors import InputError
 from fitwork.llm.options import SLO
 from fitwork.llm.plan import PlanSet, load_fleet, plan_llm
 from fitwork.llm.report import llm_report_section, llm_section, render_llm_report
-from fitwork.llm.sim import SimResult, simulate
+from fitwork.llm.sim import SimResult, simulate_llm
 from fitwork.llm.trace import Trace, shipped_trace
 from fitwork.report.html import LLM_SECTION, SECTIONS, render_report
 from tests.llm import toy
@@ -29,7 +29,7 @@ def replayed() -> tuple[list, list[SimResult]]:
     replica (TTFT 0.15 s and 0.30 s against an SLO of 0.2 s: half within)."""
     plan = toy.plan([("prefill", 1, 1), ("decode", 1, 8)], ttft=0.2, tpot=0.1)
     trace = Trace("hand", np.array([0.0, 0.0]), np.array([1000, 1000]), np.array([11, 11]))
-    return [plan], [simulate(plan, trace, book=toy.book(), keep_values=True)]
+    return [plan], [simulate_llm(plan, trace, book=toy.book(), keep_values=True)]
 
 
 def _records() -> list:

@@ -228,7 +228,7 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
                      which: str, seed: int, as_json: bool) -> None:
     """Replay a trace through the plans `fitwork llm plan -o` wrote; plan beside replay."""
 
-    from fitwork.llm.sim import compare, simulate
+    from fitwork.llm.sim import compare, simulate_llm
 
     try:
         plans = _load_plans(plan_path)
@@ -238,7 +238,7 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
         out = []
         for plan in chosen:
             run = trace.scaled(plan.goodput / trace.rate) if at_goodput else trace
-            sim = simulate(plan, run, seed=seed)
+            sim = simulate_llm(plan, run, seed=seed)
             out.append(sim)
             if not as_json:
                 click.echo(f"\n{plan.label} replaying {run.name} ({len(run):,} requests, "
@@ -261,7 +261,7 @@ def simulate_command(plan_path: Path, trace_ref: str, rate_scale: float, at_good
 def _replays(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: bool,
              seed: int) -> tuple[list[LLMPlan], list[SimResult]]:
     """The split plan and the best colocated one (the feasible ones) replayed, values kept."""
-    from fitwork.llm.sim import simulate
+    from fitwork.llm.sim import simulate_llm
 
     plans = _load_plans(plan_path)
     trace = _trace(trace_ref, rate_scale)
@@ -270,7 +270,7 @@ def _replays(plan_path: Path, trace_ref: str, rate_scale: float, at_goodput: boo
         from fitwork.llm.phases import LLMInputError
 
         raise LLMInputError(f"{plan_path}: no feasible plan to replay")
-    sims = [simulate(p, trace.scaled(p.goodput / trace.rate) if at_goodput else trace,
+    sims = [simulate_llm(p, trace.scaled(p.goodput / trace.rate) if at_goodput else trace,
                      seed=seed, keep_values=True) for p in chosen]
     return chosen, sims
 

@@ -22,7 +22,7 @@ from fitwork.llm.plan import (
     plan_split,
 )
 from fitwork.llm.result import ReplayCheck
-from fitwork.llm.sim import SimResult, compare, replay, simulate
+from fitwork.llm.sim import SimResult, compare, replay, simulate_llm
 from fitwork.llm.trace import Trace, load_azure, load_trace, shipped_trace
 from fitwork.llm.verify import plan_held
 
@@ -52,6 +52,6 @@ __all__ = [
     "plan_split",
     "replay",
     "shipped_trace",
-    "simulate",
+    "simulate_llm",
     "write_phase_csv",
 ]

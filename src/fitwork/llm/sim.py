@@ -295,7 +295,7 @@ def _spread(starts: np.ndarray, ends: np.ndarray, amounts: np.ndarray, width: fl
     return out
 
 
-def simulate(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None = None,
+def simulate_llm(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None = None,
              keep_values: bool = False) -> SimResult:
     """Replay ``trace`` through ``plan`` (see the module docstring); deterministic under seed.
 
@@ -305,7 +305,7 @@ def simulate(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | No
 
 def replay(plan: LLMPlan, trace: Trace, *, seed: int = 0, book: PhaseBook | None = None,
            keep_values: bool = False) -> tuple[SimResult, RequestTimes]:
-    """`simulate`, with the per-request times."""
+    """`simulate_llm`, with the per-request times."""
     import time
 
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 
 The planner's rates come from queue models (M/G/c prefill at the trace's busiest minute, a
 decode batch bound); the trace's shorter bursts and the one shared prefill queue are not in
-them.  So every plan is replayed (`fitwork.llm.sim.simulate`) at the rate it promises:
+them.  So every plan is replayed (`fitwork.llm.sim.simulate_llm`) at the rate it promises:
 ``min_cost`` at the trace's rate, ``max_goodput`` at its planned goodput.  Where fewer than
 `ATTAIN` of the requests finish within both SLOs, the phase that missed (prefill for TTFT,
 decode for TPOT, the colocated replicas for either) has its replicas' planned rate held to
@@ -38,7 +38,7 @@ from fitwork.llm.plan import (
     plan_split,
 )
 from fitwork.llm.result import Mode, ReplayCheck
-from fitwork.llm.sim import SimResult, simulate
+from fitwork.llm.sim import SimResult, simulate_llm
 from fitwork.llm.trace import Trace
 
 ATTAIN = 0.9
@@ -135,7 +135,7 @@ def hold(make: Callable[[dict[str, float]], LLMPlan], trace: Trace, *,
                                   f"{history[-1]})"})
             return plan
         run = promised(plan, window_trace)
-        sim = simulate(plan, run, seed=seed, book=book)
+        sim = simulate_llm(plan, run, seed=seed, book=book)
         history.append(f"round {k}: {plan.goodput:.3g} req/s promised, {sim.attained:.1%} "
                        f"within both SLOs (TTFT {sim.ttft_attained:.1%}, TPOT "
                        f"{sim.tpot_attained:.1%})"
@@ -166,14 +166,14 @@ def _promise_less(plan: LLMPlan, window_trace: Trace, window: str, trace: Trace,
     base = promised(plan, window_trace)
     ok, fail, found = 0.0, 1.0, None
     for share in LESS:
-        sim = simulate(plan, base.scaled(share), seed=seed, book=book)
+        sim = simulate_llm(plan, base.scaled(share), seed=seed, book=book)
         if sim.attained >= ATTAIN:
             ok, found = share, sim
             break
         fail = share
     if found is not None:
         mid = (ok + fail) / 2
-        sim = simulate(plan, base.scaled(mid), seed=seed, book=book)
+        sim = simulate_llm(plan, base.scaled(mid), seed=seed, book=book)
         if sim.attained >= ATTAIN:
             ok, found = mid, sim
     history.append(f"after {rounds} round(s) short of {ATTAIN:.0%}: "
@@ -184,7 +184,7 @@ def _promise_less(plan: LLMPlan, window_trace: Trace, window: str, trace: Trace,
                            f"below its rate ({'; '.join(history[-2:])})")
     if found is None:
         ok = LESS[-1]
-        found = simulate(plan, base.scaled(ok), seed=seed, book=book)
+        found = simulate_llm(plan, base.scaled(ok), seed=seed, book=book)
     run = base.scaled(ok)
     goodput = plan.goodput * ok
     tokens = plan.tokens_per_s * ok

@@ -8,7 +8,7 @@ lazily, never by ``import fitwork``):
   ``run`` returns, so a run's duration is the time the session held the device, host-side
   copies and launches included.  Nothing is switched on in the sessions, so the timing
   carries no profiling overhead.
-- `count_sessions` switches onnxruntime's own profiler on for the sessions created inside
+- `count_onnx` switches onnxruntime's own profiler on for the sessions created inside
   it (graph optimizations and weight prepacking off, so every node appears as shipped,
   weights included), and `OnnxCount.read` turns their JSON events into figures per run:
 
@@ -313,7 +313,7 @@ def watch_runs() -> Iterator[Runs]:
 
 @dataclass
 class OnnxCount:
-    """What onnxruntime's profiler saw of the runs made inside `count_sessions`."""
+    """What onnxruntime's profiler saw of the runs made inside `count_onnx`."""
 
     sessions: list[Any] = field(default_factory=list)
     skip: dict[int, int] = field(default_factory=dict)
@@ -343,7 +343,7 @@ class OnnxCount:
 
 
 @contextlib.contextmanager
-def count_sessions(folder: Path | str | None = None) -> Iterator[OnnxCount]:
+def count_onnx(folder: Path | str | None = None) -> Iterator[OnnxCount]:
     """Profile every onnxruntime session created inside the block (see `profiling_options`).
 
     Session creation and runs are wrapped at the class, so sessions made by libraries that

@@ -389,10 +389,10 @@ def _count(unit: Unit, call: Callable[[list[Any]], tuple[list[Any], int]], input
 def _onnx_counts(unit: Unit, batch: list[Any]) -> tuple[float | None, float | None]:
     """FLOPs and accelerator device bytes per item from onnxruntime's profiler, on a fresh
     replica (its sessions profiled as created); ``None`` for what it could not count."""
-    from fitwork.profiling.onnx import count_sessions
+    from fitwork.profiling.onnx import count_onnx
 
     try:
-        with count_sessions() as count:
+        with count_onnx() as count:
             fresh = Kernel(unit).caller()
             count.mark()
             fresh(batch)
