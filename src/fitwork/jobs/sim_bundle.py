@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from fitwork.hardware.fleet import Fleet, NodeType
 from fitwork.jobs.cofit import Offer
-from fitwork.jobs.sim_inputs import TraceLine
+from fitwork.jobs.sim_inputs import GPUS, TraceLine
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,8 @@ def _capacity(line: TraceLine, node: NodeType,
         gpus = max(1, math.ceil(max(u.gpu for u in line.units) - 1e-9))
         per_device = gpus / sum(node.devices.values())
         fits = node.devices[device] // gpus
-        capacity = {f"slot:{device}": float(gpus), "cores": node.cores * per_device,
-                    "memory": float(node.memory) * per_device}
+        capacity = {f"slot:{device}": float(gpus), GPUS: float(gpus),
+                    "cores": node.cores * per_device, "memory": float(node.memory) * per_device}
     else:
         cores = sum(u.cpu for u in line.units)
         if cores <= 0:

@@ -20,6 +20,9 @@ from fitwork.hardware.validation import one_line
 from fitwork.jobs.cofit import Offer, Pool
 
 Memory = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
+GPUS = "gpus"
+"""Resource key: devices of any class (a pool's sum over its classes; what a GPU replica or
+bundle holds), so one quota row caps a pipeline's devices over every class at once."""
 
 
 class TraceError(InputError):
@@ -51,6 +54,9 @@ class TraceLine(BaseModel):
     items: float = Field(gt=0, allow_inf_nan=False)
     units: list[UnitLine] = Field(min_length=1)
     job_type: str | None = None
+    max_gpus: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """The most devices its replicas hold at once, over every class: the GPUs the job asked
+    for (the Philly trace's scale factor, as Gavel caps a job); none: no cap."""
 
 
 def _canonical(line: TraceLine, place: str) -> TraceLine:
@@ -102,6 +108,8 @@ def pools(fleet: Fleet, share: float = 1.0) -> list[Pool]:
     for node in fleet.node_types:
         capacity = {"cores": node.cores * share, "memory": float(node.memory) * share}
         capacity.update({f"slot:{cls}": n * share for cls, n in node.devices.items()})
+        if node.devices:  # every class's devices together, for a pipeline's GPU cap
+            capacity[GPUS] = sum(node.devices.values()) * share
         out.append(Pool(node.name, node.count, capacity, node.hourly_price() or 0.0))
     return out
 
@@ -121,6 +129,8 @@ def _offer(unit: UnitLine, u: int, n: int, node: NodeType, cls: str,
     fits = min((math.floor(caps[k] / v + 1e-9) for k, v in held.items() if v > 0), default=64)
     if fits < 1:
         return None
+    if f"slot:{cls}" in held:
+        held[GPUS] = unit.gpu
     return Offer(0, u, n, cls, rate, {k: v for k, v in held.items() if v > 0}, {}, int(fits))
 
 
@@ -133,11 +143,16 @@ class Shape:
     weight: float
     offers: tuple[Offer, ...]
     """On every pool, job index 0 (set per re-fit)."""
+    quota: dict[str, float] | None = None
+    """{GPUS: the line's max_gpus} when capped (the co-fit's quota row), else None."""
 
 
-def shape_of(line: TraceLine, fleet: Fleet) -> Shape:
-    """The shape of a pipeline and its offers on the fleet (empty when a unit fits nowhere)."""
-    key = json.dumps([line.weight, [u.model_dump(exclude={"name", "basis"}) for u in line.units]],
+def shape_of(line: TraceLine, fleet: Fleet, gpu_cap: bool = True) -> Shape:
+    """The shape of a pipeline and its offers on the fleet (empty when a unit fits nowhere);
+    ``gpu_cap``: hold its devices to its ``max_gpus`` (when the line has one)."""
+    cap = line.max_gpus if gpu_cap else None
+    key = json.dumps([line.weight, cap,
+                      [u.model_dump(exclude={"name", "basis"}) for u in line.units]],
                      sort_keys=True)
     offers: list[Offer] = []
     for u, unit in enumerate(line.units):
@@ -146,7 +161,21 @@ def shape_of(line: TraceLine, fleet: Fleet) -> Shape:
                 offer = _offer(unit, u, n, node, cls, rate)
                 if offer is not None:
                     offers.append(offer)
-    return Shape(key, tuple(u.multiplicity for u in line.units), line.weight, tuple(offers))
+    return Shape(key, tuple(u.multiplicity for u in line.units), line.weight, tuple(offers),
+                 None if cap is None else {GPUS: cap})
+
+
+def scale_cpu_cost(lines: Sequence[TraceLine], factor: float) -> list[TraceLine]:
+    """``lines`` with every CPU unit's cost per item ``factor`` times (its rates divided by
+    it): the sensitivity sweep over the trace's assumed pre-/post-processing rates."""
+    if not (factor > 0 and math.isfinite(factor)):
+        raise ValueError(f"CPU cost factor {factor!r}: give a finite number > 0")
+    out = []
+    for line in lines:
+        units = [u.model_copy(update={"rates": {c: r / factor for c, r in u.rates.items()}})
+                 if u.gpu == 0 else u for u in line.units]
+        out.append(line.model_copy(update={"units": units}))
+    return out
 
 
 def missing_unit(line: TraceLine, shape: Shape) -> str | None:

@@ -18,6 +18,11 @@ alone under the same policy, relaxed, re-solved at every arrival and departure):
   (each unit sized on its own inside the node type, busy / allocated 1 by construction): the
   strongest forms of the two, reported beside to show what the bundling costs.
 
+Every policy alike holds a pipeline to the devices its trace line asked for (``max_gpus``,
+the Philly job's scale factor, as Gavel allocates a job its requested GPUs): one quota row on
+its devices over every class (job-level and static time-share a job across types, so on
+average too it holds at most that many).
+
 Per device class the simulation accounts device-seconds allocated and busy, so utilization is
 reported as busy / allocated, allocated / owned, and busy / owned. Identical running pipelines
 (same units and weight) are one spec with a count in the model (exact in the LP by symmetry),
@@ -96,7 +101,7 @@ class Fitter:
         """Shape ``s`` as a co-fit job (a bundle is one unit at the pipeline's source rate)."""
         shape = self.shapes[s]
         multiplicity = (1.0,) if self.policy in BUNDLED else shape.multiplicity
-        return JobSpec(name, multiplicity, shape.weight, count=count,
+        return JobSpec(name, multiplicity, shape.weight, quota=shape.quota, count=count,
                        whole=self.policy in WHOLE)
 
     def share(self, team: str) -> float:
@@ -202,12 +207,13 @@ class Prepared:
     rejected: dict[str, str] = field(default_factory=dict)
 
 
-def _prepare(fleet: Fleet, lines: Sequence[TraceLine], policy: Policy) -> Prepared:
+def _prepare(fleet: Fleet, lines: Sequence[TraceLine], policy: Policy,
+             gpu_cap: bool) -> Prepared:
     """Shapes and bundles of ``lines`` on ``fleet``; what ``policy`` cannot place, rejected."""
     out = Prepared()
     index: dict[str, int] = {}
     for line in lines:
-        shape = shape_of(line, fleet)
+        shape = shape_of(line, fleet, gpu_cap)
         if shape.key not in index:
             index[shape.key] = len(out.shapes)
             out.shapes.append(shape)
@@ -225,11 +231,13 @@ def _prepare(fleet: Fleet, lines: Sequence[TraceLine], policy: Policy) -> Prepar
 
 def simulate(fleet: Fleet, lines: Sequence[TraceLine], policy: Policy, *,
              arrival_scale: float = 1.0, time_limit: float = 10.0,
-             mip_gap: float = 1e-4) -> dict[str, Any]:
-    """Replay ``lines`` (arrival times divided by ``arrival_scale``) under ``policy``."""
+             mip_gap: float = 1e-4, gpu_cap: bool = True) -> dict[str, Any]:
+    """Replay ``lines`` (arrival times divided by ``arrival_scale``) under ``policy``;
+    ``gpu_cap``: each pipeline holds at most its line's ``max_gpus`` devices at once, under
+    every policy alike (False: no cap, the rule before the cap)."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
-    prepared = _prepare(fleet, lines, policy)
+    prepared = _prepare(fleet, lines, policy, gpu_cap)
     shapes, of_line, rejected = prepared.shapes, prepared.of_line, prepared.rejected
     fitter = Fitter(policy, fleet, shapes, team_shares(lines), time_limit, mip_gap,
                     prepared.bundles)

@@ -2,7 +2,9 @@
 
 One pipeline per Philly job (the four virtual clusters Gavel ships, each a team): arrival
 time as in the trace; items = total steps x scale factor (per-GPU batches: the job's steps
-at its requested GPUs, carried by replicas of one GPU each); three units:
+at its requested GPUs, carried by replicas of one GPU each); ``max_gpus`` = the scale factor
+(the GPUs the job asked for: a pipeline holds at most that many at once, as Gavel runs a job
+on its requested GPUs); three units:
 
 - ``pre`` (CPU): the job family's input preparation, ``PRE_SAMPLES_PER_CORE`` samples/s per
   core (ASSUMED, see the data README), so ``/ batch`` items/s per one-core replica;
@@ -93,7 +95,7 @@ def pipeline(vc: str, line: int, fields: list[str],
     model = {cls: round(rate, 6) for cls, rate in rates[job_type].items()}
     return {
         "id": f"{vc}-{line}", "team": f"vc-{vc}", "weight": 1.0, "arrival_s": arrival,
-        "items": steps * scale, "job_type": job_type,
+        "items": steps * scale, "job_type": job_type, "max_gpus": scale,
         "units": [
             {"name": "pre", "rates": {CPU_CLASS: round(pre, 6)}, "cpu": 1, "gpu": 0,
              "memory": PRE_MEMORY, "basis": "assumed"},
