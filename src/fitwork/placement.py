@@ -92,16 +92,58 @@ class Allotment:
         """Threads one replica's pools may run (`fitwork.resources.allotted_threads`)."""
         return allotted_threads(self.resources.cpu)
 
+    @property
+    def calls(self) -> int:
+        """Calls one replica runs at once: its ``io``, else one per thread its pools run
+        (what a re-fit compares, `fitwork.engine.adapt.threads_of`)."""
+        return self.io or self.threads
+
+    def demand(self) -> dict[str, float]:
+        """The non-zero per-replica figures as a dict (resources, and ``io`` if any): what
+        the run core and the run record hold of a replica."""
+        return {**self.resources.as_dict(), **({"io": float(self.io)} if self.io else {})}
+
 
 def allot(unit: Unit, group: Group | None) -> Allotment:
-    """What a replica of ``unit`` in ``group`` gets: the group's batch size and resources
-    where a plan (or the command line) set them, else the unit's declaration.  The one
-    place that falls back to the declaration; engines read the allotment."""
+    """What a replica of ``unit`` in ``group`` gets: the group's batch size, resources and
+    calls at once where a plan (or the command line) set them, else the unit's declaration.
+    The one place that falls back to the declaration; engines read the allotment.
+
+    A batch size for a unit that is not batched (its function takes one item) is refused:
+    the unit could not take the lists a batch would hand it."""
+    if group is not None and group.batch_size and not unit.batch_size:
+        raise UnitDefinitionError(
+            f"placement: unit {unit.name!r} is given batch_size={group.batch_size}, but it "
+            "is not batched (its function takes one item); drop the group's batch_size, or "
+            "declare the unit with @unit(batch_size=N)")
     batch = group.batch_size if group is not None and group.batch_size else unit.batch_size
     given = group.resources if group is not None else None
+    io = group.io if group is not None and group.io is not None else unit.io
     return Allotment(unit.name, batch, unit.batch_wait,
                      given if given is not None else unit.resources, given is not None,
-                     unit.io, group.device_class if group is not None else None)
+                     io, group.device_class if group is not None else None)
+
+
+def allot_unit(unit: Unit, placement: Placement) -> Allotment:
+    """What a replica of ``unit`` gets over all its groups in ``placement``, for what keeps
+    one figure per unit (the run core's stages, the run record): the largest batch size
+    and calls at once, and the resources averaged over the replicas (a plan's fractional
+    cores, its GPU share); `allot` of no group where the unit has no replica."""
+    groups = [g for g in placement.of(unit.name) if g.replicas]
+    if not groups:
+        return allot(unit, None)
+    given = [(allot(unit, g), g.replicas) for g in groups]
+    total = sum(count for _, count in given)
+    summed = given[0][0].resources
+    if any(each.resources != summed for each, _ in given):
+        summed = Resources()
+        for each, count in given:
+            summed = summed + each.resources * (count / total)
+    sizes = [each.batch_size for each, _ in given if each.batch_size]
+    return Allotment(unit.name, max(sizes) if sizes else None, unit.batch_wait,
+                     summed, any(each.planned for each, _ in given),
+                     max(each.io for each, _ in given),
+                     given[0][0].device_class if len(given) == 1 else None)
 
 
 @dataclass(frozen=True)
@@ -146,19 +188,6 @@ class Placement:
     def counts(self) -> dict[str, int]:
         """Replicas per unit."""
         return {name: self.replicas(name) for name in self.units}
-
-    def asked(self, unit: str, declared: Resources) -> Resources:
-        """What one replica of ``unit`` asks an engine for: its groups' resources (a plan's
-        fractional cores, its GPU slot), averaged over their replicas; ``declared`` (the
-        unit's own) for a group that carries none, or where the unit has no group."""
-        groups = [g for g in self.of(unit) if g.replicas]
-        total = sum(g.replicas for g in groups)
-        if not total:
-            return declared
-        summed = Resources()
-        for g in groups:
-            summed = summed + (g.resources if g.resources is not None else declared) * g.replicas
-        return summed * (1 / total)
 
     def fused_into(self, unit: str) -> str | None:
         """The unit ``unit`` runs inside under this placement's fusion (None: its own)."""

@@ -125,7 +125,8 @@ def _driven(counters: Callable[[int, float], tuple[int, float]]
     core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0)
     workers = {s.stage: s.worker for s in core.start() if isinstance(s, Spawn)}
     replanner = FixedReplanner({"read": 100.0, "work": 100.0}, {"read": 1, "work": 3})
-    adapter = Adapter(replanner, AdaptPolicy(window=1.0, interval=5.0, min_items=5))
+    adapter = Adapter(replanner, pipeline.units, AdaptPolicy(window=1.0, interval=5.0,
+                                                             min_items=5))
     proposals = []
     for tick in range(1, 40):
         now = tick * 0.25
@@ -184,7 +185,8 @@ def test_a_unit_slowed_by_waiting_for_cores_gets_no_more_replicas() -> None:
     placement = plan.placement()
     core = RunCore(stages_of(PIPELINE, placement), placement, Policy(), "r", 0.0)
     workers = {s.worker: s.stage for s in core.start() if isinstance(s, Spawn)}
-    adapter = Adapter(PlanReplanner(plan, placement), AdaptPolicy(window=1.0, interval=1.0))
+    adapter = Adapter(PlanReplanner(plan, placement), PIPELINE.units,
+                      AdaptPolicy(window=1.0, interval=1.0))
     seconds = {0: 0.001, 1: 0.010, 2: 0.001}
     replicas = {stage: list(workers.values()).count(stage) for stage in seconds}
     made = []
@@ -364,7 +366,8 @@ def test_a_plan_made_on_a_busy_host_grows_its_replicas_once_the_host_is_free(
     host = QuietHost(core, 2)
     replanner.host_reading = host  # type: ignore[method-assign]
     # (no completions are booked here: the shortfall rule is left out, the grow rule tested)
-    adapter = Adapter(replanner, AdaptPolicy(window=1.0, interval=1.0, shortfall=0.0))
+    adapter = Adapter(replanner, PIPELINE.units,
+                      AdaptPolicy(window=1.0, interval=1.0, shortfall=0.0))
     rates, cpu = replanner.planned_rates(), replanner.planned_cpu()
     done = {worker: (0.0, 0.0) for worker in workers}
     grown = None

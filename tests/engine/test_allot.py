@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 
 import fitwork
 from fitwork import Pipeline, unit
+from fitwork.errors import UnitDefinitionError
 from fitwork.placement import Group, Placement, allot
 from fitwork.resources import Resources
 
@@ -41,6 +44,67 @@ def test_a_local_replica_batches_at_its_groups_size() -> None:
     with fitwork.run(Pipeline(sizes), range(30), engine="local", **options) as result:
         seen = list(result)
     assert len(seen) == 30 and max(seen) == 3
+
+
+@unit(cpu=0.5)
+def passed(x: int) -> int:
+    return x
+
+
+@pytest.mark.processes
+def test_every_engines_replica_batches_at_its_allotment_not_its_declaration(
+        engine: str) -> None:
+    """``sizes`` declares batch_size=8; its plan group says 32.  A replica (the second unit,
+    fed by another replica on Ray, by the driver's channel locally) sees batches of the
+    group's size, and the run record holds the allotted size."""
+    placement = Placement((Group("passed", 1), Group("sizes", 1, batch_size=32)), "plan")
+    with fitwork.run(Pipeline(passed, sizes), range(400), engine=engine,
+                     placement=placement) as result:
+        seen = list(result)
+    assert len(seen) == 400 and max(seen) == 32, sorted(set(seen))
+    (_, batched) = result.record.units
+    assert batched.batch_size == 32
+
+
+_state = threading.Lock(), [0]
+
+
+def _overlap(x: int) -> int:
+    """How many calls of this process ran at once while this one ran."""
+    lock, now = _state
+    with lock:
+        now[0] += 1
+        most = now[0]
+    time.sleep(0.03)
+    with lock:
+        most = max(most, now[0])
+        now[0] -= 1
+    return most
+
+
+overlap = unit(io=4, cpu=0.5, name="overlap")(_overlap)
+
+
+@pytest.mark.processes
+def test_every_engines_replica_runs_the_calls_at_once_it_is_allotted(engine: str) -> None:
+    """``overlap`` declares io=4; a group that says io=2 holds its one replica to two calls
+    at once (and unplanned, the same replica does run more than two: the bound is real)."""
+    planned = Placement((Group("overlap", 1, io=2),), "plan")
+    with fitwork.run(Pipeline(overlap), range(120), engine=engine,
+                     placement=planned) as result:
+        held = list(result)
+    assert len(held) == 120 and max(held) == 2, sorted(set(held))
+    assert result.record.units[0].resources.get("io") == 2
+    with fitwork.run(Pipeline(overlap), range(120), engine=engine, workers={"overlap": 1}
+                     ) as result:
+        free = list(result)
+    assert max(free) > 2, sorted(set(free))
+
+
+def test_a_batch_size_for_a_unit_that_takes_one_item_is_refused() -> None:
+    with pytest.raises(UnitDefinitionError, match="'passed' is given batch_size=4, but it is "
+                                                 "not batched"):
+        allot(passed, Group("passed", 1, batch_size=4))
 
 
 PIPE = '''from fitwork import Pipeline, unit

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import fitwork
 from fitwork import Group, Pipeline, Placement, Resources
+from fitwork.placement import allot_unit
 from tests.engine.units import double, visible_devices
 
 
@@ -15,11 +18,12 @@ def test_a_groups_resources_are_what_each_replica_asks_averaged_over_its_replica
         Group("double", 2, resources=Resources(cpu=0.5)),
         Group("double", 1, device_class="L4", resources=Resources(cpu=1.0, gpu=0.5)),
     ), "plan")
-    asked = placement.asked("double", declared)
+    asked = allot_unit(replace(double, resources=declared), placement).resources
     assert asked.cpu == pytest.approx(2 / 3) and asked.gpu == pytest.approx(0.5 / 3)
-    assert placement.asked("other", declared) == declared  # no group: the unit's own
+    other = replace(double, name="other", resources=declared)
+    assert allot_unit(other, placement).resources == declared  # no group: the unit's own
     bare = Placement((Group("double", 2),), "plan")  # groups that carry none: the unit's
-    assert bare.asked("double", declared) == declared
+    assert allot_unit(replace(double, resources=declared), bare).resources == declared
 
 
 @pytest.mark.parametrize("engine", ["local", "sim"])

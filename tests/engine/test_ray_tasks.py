@@ -11,6 +11,8 @@ import pytest
 
 import fitwork
 from fitwork import Pipeline
+from fitwork.engine.ray.driver import RayRun
+from fitwork.engine.ray.slots import TaskRun
 from tests.engine import units as u
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -27,7 +29,7 @@ def test_every_output_comes_once_and_a_failing_item_fails_alone(tmp_path: Path) 
     dead = tmp_path / "dead.jsonl"
     outputs, record, driver = run(Pipeline(u.fail_on_sevens), list(range(500)),
                                   workers={"fail_on_sevens": 2}, dead_letter=dead)
-    assert driver.tasks and len(driver.slots) == 2  # slots, not actors
+    assert isinstance(driver, TaskRun) and len(driver.slots) == 2  # slots, not actors
     assert sorted(outputs) == [x for x in range(500) if x % 7]
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
     assert sorted(d["input"] for d in letters) == [x for x in range(500) if x % 7 == 0]
@@ -38,7 +40,7 @@ def test_every_output_comes_once_and_a_failing_item_fails_alone(tmp_path: Path) 
 
 def test_a_pipeline_of_several_units_keeps_its_actors() -> None:
     outputs, _, driver = run(Pipeline(u.double, u.multiple_of_three), list(range(60)))
-    assert not driver.tasks and not driver.slots
+    assert type(driver) is RayRun  # actors, not slots
     assert sorted(outputs) == [2 * x for x in range(60) if (2 * x) % 3 == 0]
 
 
@@ -63,7 +65,7 @@ def test_an_item_that_kills_every_worker_it_meets_is_poison(tmp_path: Path) -> N
 
 def test_a_class_unit_is_built_once_per_worker_process() -> None:
     outputs, _, driver = run(Pipeline(u.Counter), list(range(200)))
-    assert driver.tasks
+    assert isinstance(driver, TaskRun)
     tokens = {token for _, token in outputs}
     pids = [token.split("-")[0] for token in tokens]
     assert sorted(x for x, _ in outputs) == list(range(200))

@@ -45,10 +45,9 @@ def serving_of(fn: Any, **declared: Any) -> tuple[Calls, Log]:
     """A replica loop running ``fn`` (declared as ``declared``) on a thread, and its log."""
     log = Log()
     made = unit(name="u", **declared)(fn(log))
-    kernel = Kernel(made)
-    runner = Runner(kernel, None, Busy(), made.io)
+    runner = Runner(Kernel(made), None, Busy())  # as its allotment says: unplanned, its own
     calls = Calls()
-    calls.start(Serving(runner, made.batch_size, made.batch_wait))
+    calls.start(Serving(runner))
     return calls, log
 
 

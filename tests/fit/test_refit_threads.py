@@ -25,12 +25,13 @@ def work(x: int) -> int:
 def test_threads_per_replica_are_a_groups_calls_at_once_or_its_cores_rounded_up() -> None:
     placement = Placement((Group("read", 2, io=8), Group("work", 1),
                            Group("work", 3, resources=Resources(cpu=1.4))))
-    assert threads_of(placement) == {"read": 8, "work": 2}  # the largest group's
+    units = [read, work]
+    assert threads_of(placement, units) == {"read": 8, "work": 2}  # the largest group's
     after = Placement((Group("read", 2, io=8), Group("work", 3, resources=Resources(cpu=0.7))))
-    line = allotment_change(placement, after, {"work": 0.007}, {"work": 100.0})
+    line = allotment_change(placement, after, units, {"work": 0.007}, {"work": 100.0})
     assert line.startswith("threads per replica: 'work' 2 -> 1")
     assert "0.70 cores busy" in line
-    assert allotment_change(placement, placement, {}, {}) == ""
+    assert allotment_change(placement, placement, units, {}, {}) == ""
 
 
 class Answer:
@@ -54,7 +55,8 @@ def test_a_refit_that_re_allots_threads_says_so_and_new_replicas_take_them() -> 
                            Group("work", 1, resources=Resources(cpu=1.0))))
     core = RunCore(stages_of(pipeline, placement), placement, Policy(), "r", 0.0)
     workers = {s.stage: s.worker for s in core.start() if isinstance(s, Spawn)}
-    adapter = Adapter(Answer(), AdaptPolicy(window=1.0, interval=5.0, min_items=5))
+    adapter = Adapter(Answer(), pipeline.units, AdaptPolicy(window=1.0, interval=5.0,
+                                                            min_items=5))
     spawned: list[Spawn] = []
     for tick in range(1, 40):
         now = tick * 0.25

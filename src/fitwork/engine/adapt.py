@@ -18,10 +18,10 @@ the replica counts to run (or nothing).  The re-solving itself is a `Replanner` 
                  measured rates, and `interval` seconds after the last change
     threads:     the re-fit also re-allots threads: each replica's pools (BLAS, OpenMP,
                  torch) are held to the cores the re-solved plan gives it, and a fused or
-                 I/O unit runs the calls at once it plans (`threads_of`); where that changes
-                 the record says so and why, and the re-fit's groups become what the core
-                 starts replicas from (replicas started from then on run with them; a
-                 running process keeps the pools it was started with)
+                 I/O unit runs the calls at once it plans (`threads_of`, from `allot`); where
+                 that changes the record says so and why, and the re-fit's groups become
+                 what the core starts replicas from (replicas started from then on run
+                 with them; a running process keeps the pools it was started with)
 
     host:        where the replanner reads the host (`Hosted`: a plan for one node, the
                  one the run is on), the share of its cores other processes left over the
@@ -44,36 +44,32 @@ not every window.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from fitwork.engine.core.machine import RunCore
-from fitwork.placement import Group, Placement
-from fitwork.resources import allotted_threads
+from fitwork.placement import Group, Placement, allot
 from fitwork.telemetry.record import Refit
 
-
-def group_threads(group: Group) -> int:
-    """Threads one replica of ``group`` runs: its calls at once (``io``) where given, else
-    its pools' threads (its cores, rounded up; one where the group does not say)."""
-    if group.io:
-        return group.io
-    return allotted_threads(group.resources.cpu) if group.resources is not None else 1
+if TYPE_CHECKING:
+    from fitwork.workload.unit import Unit
 
 
-def threads_of(placement: Placement) -> dict[str, int]:
-    """Threads per replica of each unit: its largest group's (`group_threads`)."""
-    out: dict[str, tuple[int, int]] = {}
+def threads_of(placement: Placement, units: Sequence[Unit]) -> dict[str, int]:
+    """Calls at once per replica of each unit: its largest group's allotment's
+    (`fitwork.placement.Allotment.calls`: its ``io``, else its pools' threads)."""
+    largest: dict[str, Group] = {}
     for group in placement.groups:
-        if group.replicas and group.replicas > out.get(group.unit, (0, 0))[0]:
-            out[group.unit] = (group.replicas, group_threads(group))
-    return {name: threads for name, (_, threads) in out.items()}
+        if group.replicas and group.replicas > getattr(largest.get(group.unit), "replicas", 0):
+            largest[group.unit] = group
+    return {u.name: allot(u, largest[u.name]).calls for u in units if u.name in largest}
 
 
-def allotment_change(before: Placement, after: Placement,
+def allotment_change(before: Placement, after: Placement, units: Sequence[Unit],
                      cpu: dict[str, float], rates: dict[str, float]) -> str:
     """What a re-fit changes of the threads per replica, and why ('' where nothing)."""
-    old, new = threads_of(before), threads_of(after)
+    old, new = threads_of(before, units), threads_of(after, units)
     said = []
     for name in sorted(set(old) & set(new)):
         if old[name] != new[name]:
@@ -152,8 +148,10 @@ class AdaptPolicy:
 class Adapter:
     """Watches a run's books and proposes new replica counts."""
 
-    def __init__(self, replanner: Replanner, policy: AdaptPolicy | None = None) -> None:
+    def __init__(self, replanner: Replanner, units: Sequence[Unit],
+                 policy: AdaptPolicy | None = None) -> None:
         self.replanner = replanner
+        self.units = list(units)  # whose allotments a re-fit compares (`threads_of`)
         self.policy = policy or AdaptPolicy()
         self.rates = dict(replanner.planned_rates())
         ranged = replanner if isinstance(replanner, Ranged) else None
@@ -209,7 +207,7 @@ class Adapter:
         cores = self._starved_cores(busy, used, waited, span)
         current = self.replanner.predict(counts, rates, cpu, cores)
         placed = self.replanner.refit(rates, cpu)
-        threads = allotment_change(core.placement, placed, cpu, rates)
+        threads = allotment_change(core.placement, placed, self.units, cpu, rates)
         if threads:  # replicas started from now on run with the re-fit's allotment
             core.placement = _regrouped(core.placement, placed)
             reason = f"{reason}; {threads}"

@@ -98,13 +98,14 @@ def failed_count(results: list[Any]) -> int:
 class Runner:
     """One replica's calls into its unit: through the shared gate, timed as busy.
 
-    ``concurrency`` > 0 (an I/O unit) makes `submit` run calls side by side: on threads,
-    or on an event loop of its own for an ``async def`` unit.
+    A replica allotted calls at once (``kernel.given.io`` > 0: an I/O unit) runs them side
+    by side through `submit`: on threads, or on an event loop of its own for an ``async
+    def`` unit.
     """
 
-    def __init__(self, kernel: Kernel, gate: Gate | None, busy: Busy,
-                 concurrency: int = 0) -> None:
+    def __init__(self, kernel: Kernel, gate: Gate | None, busy: Busy) -> None:
         self.kernel, self.gate, self.busy = kernel, gate, busy
+        self.concurrency = concurrency = kernel.given.io
         self.pool: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         if concurrency and kernel.is_async:

@@ -125,16 +125,18 @@ class _Pending:
 class Serving:
     """One replica's loop: frames from a transport through the unit's calls, results back.
 
-    ``batch_size`` (a batch unit) and ``concurrency`` (an io unit's calls at once) are what
-    this replica was given; neither: items run one call after another.
+    A batch size (a batch unit) or calls at once (an io unit) are what this replica was
+    allotted (its kernel's `fitwork.placement.Allotment`); neither: items run one call
+    after another.
     """
 
-    def __init__(self, runner: Runner, batch_size: int | None = None,
-                 batch_wait: float = 0.0) -> None:
+    def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.pending = _Pending()
+        given = runner.kernel.given
         self.batches: Batches[tuple[int, int, int]] | None = (
-            Batches(batch_size, batch_wait) if batch_size and not runner.concurrent else None)
+            Batches(given.batch_size, given.batch_wait)
+            if given.batch_size and not runner.concurrent else None)
         self.done: SimpleQueue[tuple[int, int, int, Any]] = SimpleQueue()
         self.in_flight = 0
         self.stopping = False
@@ -206,7 +208,7 @@ class Serving:
     def _concurrent(self, transport: Transport) -> None:
         """Keep up to ``io`` calls in flight; a retry waits for them all to end, runs with
         nothing beside it, and no frame is taken until it has ended."""
-        limit = max(1, self.runner.kernel.unit.io)
+        limit = max(1, self.runner.concurrency)
         woken = [False]  # a wake is on its way: calls ending before it is seen add none
         on_done = functools.partial(self._on_done, transport, woken)
         while not (self.stopping and self.in_flight == 0):

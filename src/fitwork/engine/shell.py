@@ -56,7 +56,7 @@ from fitwork.engine.options import RunOptions
 from fitwork.engine.parts import PartBooks, Written
 from fitwork.failure import Failure
 from fitwork.io.unreadable import feed_alone, holds_unreadable
-from fitwork.placement import Placement
+from fitwork.placement import Placement, allot_unit
 from fitwork.telemetry.processes import ProcessBook, Worker
 from fitwork.telemetry.record import DeviceSample, RunRecord, RunStatus
 from fitwork.workload.pipeline import Pipeline
@@ -112,13 +112,13 @@ def policy_for(options: RunOptions, **engine: Any) -> Policy:
 
 
 def stages_of(pipeline: Pipeline, placement: Placement) -> list[Stage]:
-    """What the core needs of each unit: its shape, and the batch size it runs at."""
+    """What the core needs of each unit: its shape, and what a replica of it is allotted
+    (`fitwork.placement.allot_unit`: batch size, calls at once, resources)."""
     stages = []
     for u in pipeline.units:
-        sizes = {g.batch_size for g in placement.of(u.name) if g.batch_size}
-        stages.append(Stage(name=u.name, kind=u.kind.value, io=u.io,
-                            batch_size=max(sizes) if sizes else u.batch_size,
-                            demand=u.demand(placement.asked(u.name, u.resources)),
+        given = allot_unit(u, placement)
+        stages.append(Stage(name=u.name, kind=u.kind.value, io=given.io,
+                            batch_size=given.batch_size, demand=given.demand(),
                             slices=bool(getattr(u.fn, "slices_rows", False))))
     return stages
 
@@ -143,8 +143,9 @@ class Shell:
         self.stages = stages_of(pipeline, self.placement)  # the units as the core sees them
         # how long a frame may wait on a slow source: a batched first unit closes its
         # batches after batch_wait, which a frame filling for longer would defeat
-        self.take_time = (min(policy.frame_time, self.units[0].batch_wait)
-                          if self.stages[0].batch_size else policy.frame_time)
+        first = allot_unit(self.units[0], self.placement)
+        self.take_time = (min(policy.frame_time, first.batch_wait)
+                          if first.batch_size else policy.frame_time)
         self.out: list[Any] = []
         self.emitted = 0  # outputs put in ``out`` so far
         self.spans: deque[tuple[int, int, int]] = deque()  # (emitted after, start, count)
@@ -167,7 +168,8 @@ class Shell:
         self.processes: ProcessBook | None = None
         self.killed_for: dict[int, str] = {}  # worker id -> why the driver stopped it
         self.host: dict[str, Any] | None = None
-        self.adapter = Adapter(options.adapt) if options.adapt is not None else None
+        self.adapter = (Adapter(options.adapt, self.units) if options.adapt is not None
+                        else None)
         self.last_adapt = 0.0
         self.handlers: dict[type, Callable[[Any], None]] = {
             Send: self._send, Spawn: self.spawn, Retire: self.retire,

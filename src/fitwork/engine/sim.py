@@ -40,7 +40,7 @@ from fitwork.engine.options import RunOptions, SimOptions
 from fitwork.engine.segment import Segment, settle, split
 from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
-from fitwork.placement import Placement
+from fitwork.placement import Placement, allot
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.pipeline import Pipeline
 
@@ -149,7 +149,8 @@ class SimRun(Shell):
     def spawn(self, instruction: Spawn) -> None:
         stage = instruction.stage
         rate = self.rate_of(stage, instruction.group.rate if instruction.group else None)
-        worker = _Worker(instruction.worker, stage, Kernel(self.units[stage]), 1.0 / rate)
+        kernel = Kernel(self.units[stage], given=allot(self.units[stage], instruction.group))
+        worker = _Worker(instruction.worker, stage, kernel, 1.0 / rate)
         self.workers[worker.id] = worker
         self.handle(Ready(worker.id, 0, self.now, "sim"))
         if self.sim.kill_rate:
@@ -280,8 +281,8 @@ class SimRun(Shell):
 
 
 def _results(kernel: Kernel, segment: Segment) -> tuple[list[Any], int]:
-    """A segment's raw results, batched the way the unit declares."""
-    if kernel.unit.batch_size:
+    """A segment's raw results, batched as the replica is allotted."""
+    if kernel.batched:
         results: list[Any] = []
         failed = 0
         for value in segment.values:

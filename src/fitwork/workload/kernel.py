@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from fitwork.failure import Failure
+from fitwork.placement import Allotment, allot
 from fitwork.workload.unit import Kind, Unit
 
 ATTEMPTS_ATTR = "__fitwork_attempts__"
@@ -63,10 +64,17 @@ class ChildFailed:
 
 
 class Kernel:
-    """One replica's callable, with the unit's semantics around it."""
+    """One replica's callable, with the unit's semantics around it.
 
-    def __init__(self, unit: Unit, fn: Callable[..., Any] | None = None) -> None:
+    ``given`` is what the replica is allotted (`fitwork.placement.allot`; the unit's
+    defaults where none is given): a replica given a batch size calls the unit on batches.
+    """
+
+    def __init__(self, unit: Unit, fn: Callable[..., Any] | None = None,
+                 given: Allotment | None = None) -> None:
         self.unit = unit
+        self.given = given if given is not None else allot(unit, None)
+        self.batched = bool(self.given.batch_size)
         self.name = unit.name
         self.fn = fn if fn is not None else unit.instantiate()
         self.kind = unit.kind
@@ -75,7 +83,7 @@ class Kernel:
         self.is_async = unit.is_async
         self.batch_format = unit.batch_format
         self.plain = (self.kind is Kind.MAP and not self.is_async and self.timeout is None
-                      and self.policy.attempts == 1 and unit.batch_size is None)
+                      and self.policy.attempts == 1 and not self.batched)
 
     # -- one try ---------------------------------------------------------------------------
 
@@ -151,7 +159,7 @@ class Kernel:
     def caller(self) -> Callable[[list[Any]], tuple[list[Any], int]]:
         """Raw results of a list of inputs and how many failed, as the unit takes them: one
         call for a batched unit (`call_batch`), one call each otherwise (`results`)."""
-        return self.call_batch if self.unit.batch_size else self.results
+        return self.call_batch if self.batched else self.results
 
     def call_batch(self, values: list[Any]) -> tuple[list[Any], int]:
         """Raw results for a batch in one call; if the batch fails, each item alone."""

@@ -89,6 +89,7 @@ class _Handle:
     pid: int = 0
     final: bool = False
     reported: bool = False
+    memory: int = 0  # bytes it is allotted (0: no bound; the memory watch's)
 
 
 class LocalRun(Shell):
@@ -159,22 +160,20 @@ class LocalRun(Shell):
     def spawn(self, instruction: Spawn) -> None:
         stage, unit = instruction.stage, self.units[instruction.stage]
         given = allot(unit, instruction.group)  # what this replica gets, decided once
-        cores = given.cores
         spec = WorkerSpec(
-            worker_id=instruction.worker, stage=stage, unit=unit,
-            batch_size=given.batch_size,
+            worker_id=instruction.worker, stage=stage, unit=unit, given=given,
             next_replicas=(max(1, self.placement.replicas(self.names[stage + 1]))
                            if stage + 1 < len(self.units) else 1),
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
             parent_pid=os.getpid(), env=self.worker_env(stage, given.resources.gpu),
-            cores=cores,
             gate=self.gates[stage],
             sink=(self.options.sink, self.run_id) if self.options.sink is not None
             and stage == len(self.units) - 1 else None)
         process = self.start_worker(spec)
-        self.handles[instruction.worker] = _Handle(instruction.worker, stage, process,
-                                                   pid=process.pid or 0)
+        self.handles[instruction.worker] = _Handle(
+            instruction.worker, stage, process, pid=process.pid or 0,
+            memory=int(given.resources.memory or 0))
         self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
         # (a replica given a GPU takes the next in turn: a spare would hold the wrong one)
         if (stage in self.spare_stages and not spec.env
@@ -317,8 +316,7 @@ class LocalRun(Shell):
                 and (unit is None or self.names[h.stage] == unit)]
 
     def worker_processes(self) -> list[Worker]:
-        return [Worker(h.worker_id, self.names[h.stage], h.pid,
-                       int(self.units[h.stage].resources.memory or 0))
+        return [Worker(h.worker_id, self.names[h.stage], h.pid, h.memory)
                 for h in self.handles.values() if not h.reported and h.pid] + [
             Worker(-1, f"{self.names[stage]} (spare)", s.process.pid, 0)
             for stage, kept in self.spares.items() for s in kept if s.process.pid]

@@ -37,7 +37,7 @@ def spare_main(spec: WorkerSpec, go: int) -> None:
     kernel: Kernel | None = None
     error: tuple[str, str] | None = None
     try:
-        kernel = Kernel(spec.unit)
+        kernel = Kernel(spec.unit, given=spec.given)
     except Exception as exc:
         error = (describe(exc), traceback.format_exc())
     data = b""
@@ -70,8 +70,7 @@ class Spare:
     def fits(self, spec: WorkerSpec) -> bool:
         """Whether this spare can serve as a worker of ``spec`` (same stage, share, env)."""
         mine = self.spec
-        return (mine.stage == spec.stage and mine.cores == spec.cores
-                and mine.batch_size == spec.batch_size and mine.env == spec.env
+        return (mine.stage == spec.stage and mine.given == spec.given and mine.env == spec.env
                 and mine.next_replicas == spec.next_replicas
                 and self.process.exitcode is None)
 

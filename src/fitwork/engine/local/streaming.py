@@ -98,7 +98,7 @@ def install(worker: Worker, kernel: Kernel) -> RowStreams | None:
     fn = kernel.fn
     if not getattr(fn, "slices_rows", False) or not hasattr(fn, "stream"):
         return None
-    if worker.spec.batch_size or kernel.unit.is_io:
+    if kernel.batched or kernel.given.io:
         return None
     streams = RowStreams(worker, kernel)
     fn.stream = streams

@@ -47,6 +47,7 @@ from fitwork.engine.serving import DRAIN, IDLE, Finished, Frame, Serving, is_ret
 from fitwork.engine.serving import STOP as SERVING_STOP
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
+from fitwork.placement import Allotment
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
@@ -75,7 +76,7 @@ class WorkerSpec:
     worker_id: int
     stage: int
     unit: Unit
-    batch_size: int | None
+    given: Allotment  # what this replica gets (`fitwork.placement.allot`)
     inbox: Channel
     outbox: Channel
     control: socket.socket
@@ -83,10 +84,14 @@ class WorkerSpec:
     hints: Any
     parent_pid: int
     env: dict[str, str] = field(default_factory=dict)
-    cores: float = 1.0
     gate: Any = None
     next_replicas: int = 1  # replicas of the next unit (frames are cut for them)
     sink: tuple[Sink, str] | None = None  # the last unit's: where it writes outputs, run id
+
+    @property
+    def cores(self) -> float:
+        """Cores this replica is allotted (its pools are held to them)."""
+        return self.given.cores
 
 
 def prepare_process(spec: WorkerSpec) -> None:
@@ -106,7 +111,7 @@ def worker_main(spec: WorkerSpec) -> None:
     prepare_process(spec)
     worker = Worker(spec)
     try:
-        kernel = Kernel(spec.unit)
+        kernel = Kernel(spec.unit, given=spec.given)
     except Exception as exc:
         worker.send(Fatal(spec.worker_id, describe(exc), traceback.format_exc()))
         os._exit(3)
@@ -312,11 +317,10 @@ class Worker:
         self.kernel = kernel
         self.streams = install(self, kernel)
         self.send(Ready(self.id, os.getpid(), time.monotonic(), build_cpu_s=self.built_cpu))
-        unit = kernel.unit
-        runner = Runner(kernel, self.spec.gate, self.busy, unit.io if unit.is_io else 0)
+        runner = Runner(kernel, self.spec.gate, self.busy)
         self.watch_wake = runner.concurrent
-        self.watch_drain = bool(self.spec.batch_size) and not runner.concurrent
-        Serving(runner, self.spec.batch_size, unit.batch_wait).serve(self)
+        self.watch_drain = kernel.batched and not runner.concurrent
+        Serving(runner).serve(self)
         self.send(Final(self.id, self.counters(), self.busy.take()))
 
     def take(self, timeout: float | None) -> Frame | str | None:

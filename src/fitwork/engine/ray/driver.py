@@ -46,7 +46,6 @@ from fitwork.engine.core import (
     FrameSizes,
     Lost,
     Measured,
-    Ready,
     Retire,
     Send,
     Spawn,
@@ -62,10 +61,10 @@ from fitwork.engine.ray.records import (
     ReplicaSpec,
     Stats,
     Summary,
-    death_cause,
 )
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
+from fitwork.engine.ray.startup import StartUp
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.ray.warm import WarmPool
 from fitwork.engine.segment import Segment
@@ -78,7 +77,7 @@ from fitwork.hardware.ray_cluster import (
     deaths_line,
     live_nodes,
 )
-from fitwork.placement import Placement, allot
+from fitwork.placement import Placement, allot, allot_unit
 from fitwork.telemetry.record import Refit
 from fitwork.workload.pipeline import Pipeline
 
@@ -122,18 +121,17 @@ class Actor:
     ready: bool = False  # it said hello: its unit is built and it takes calls
 
 
-class RayRun(WarmPool, NodeFit, Placing, Shell):
+class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
     """One run on Ray: actors, frames in flight, and the core's books."""
 
     engine_name = "ray"
-    tasks = False  # replicas are actors (`TaskRun`: slots, each call a task)
 
     def __init__(self, pipeline: Pipeline, source: Iterable[Any], placement: Placement,
                  options: RunOptions, ray_options: RayOptions) -> None:
         self.marks: dict[str, float] = {"init": time.perf_counter()}  # start-up, by phase
         # frames into a batched unit hold a batch (see RunCore.sizes): in_flight of them is
         # room enough; an I/O unit may keep ``io`` calls going
-        self.limits = [max(ray_options.in_flight, u.io)
+        self.limits = [max(ray_options.in_flight, allot_unit(u, placement).io)
                        for u in pipeline.units]
         first = max(1, placement.replicas(pipeline.units[0].name))
         # A journaled run's outputs are released a frame at a time (spans): its frames stay
@@ -166,7 +164,6 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         self.started = False
         self.initial: set[int] = set()  # replicas started with the run, not yet said hello
         self.ready_by = 0.0  # when the replicas started with the run must have said hello
-        self.slots: dict[int, Any] = {}  # a task run's slots (`fitwork.engine.ray.slots`)
         self.blobs: list[bytes] = []
         self.share = 1.0  # the cores each replica of a unit with no declared cpu asks for
         # nodes (`NodeFit`): those read last, lost during the run; replacements the core
@@ -220,31 +217,6 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         result = super().start()
         self.mark("spawned")
         return result
-
-    def _check_started(self) -> None:
-        """Every unit has a replica that said hello: publish those and start feeding (the
-        rest join as they say hello, so a replica that starts late holds no frame back);
-        every replica started with the run must say hello within the start-up timeout."""
-        if not self.started and all(
-                any(a.ready and not a.ended for a in self.actors.values() if a.stage == stage)
-                for stage in range(len(self.units))):
-            self.publish()
-            self.started = True
-            self.mark("feeding")
-        late = [w for w in self.hellos.values() if w in self.initial]
-        if not late:
-            self.initial.clear()
-            return
-        if self.clock() > self.ready_by:
-            startup = self.ray_options.startup_timeout
-            stuck = {self.names[self.actors[w].stage]: self.actors[w].stage for w in late}
-            asks = "; ".join(f"{name} asks {self._ask(stage)} a replica"
-                             for name, stage in sorted(stuck.items()))
-            raise EngineError(
-                f"replicas of {', '.join(sorted(stuck))} were not placed within "
-                f"{startup:.0f} s: the cluster has {self._available()} (other jobs may hold "
-                f"some), and {asks}; lower their asks (@unit(cpu=...), --cpus UNIT=N), run "
-                "fewer replicas (--workers UNIT=N), add nodes, or check --ray-address")
 
     def describe_host(self) -> dict[str, Any] | None:
         nodes = self.nodes or live_nodes(self.timeout)
@@ -300,13 +272,12 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
             chosen.holder = instruction.worker
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=chosen.group, placement_group_bundle_index=chosen.index)
-        batch = allot(unit, group).batch_size
         replicas = max(1, self.placement.replicas(unit.name))
         sink = (self.options.sink, self.run_id, instruction.worker) \
             if self.options.sink is not None and stage == len(self.units) - 1 else None
         handle, hello = self.start_replica(remote_class(Replica), stage, options, ReplicaSpec(
-            self.blobs[stage], stage, self.names, self.limits, batch, wanted.cpu,
-            max(1, unit.io), self.timeout, replicas, sink), bundle is not None)
+            self.blobs[stage], stage, self.names, self.limits, allot(unit, group), wanted.cpu,
+            self.timeout, replicas, sink), bundle is not None)
         actor = Actor(instruction.worker, stage, handle, bundle)
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
@@ -363,24 +334,6 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
                 and (unit is None or self.names[a.stage] == unit)
                 and (a.node != here or _running(a.pid))]  # a death not yet reported
 
-    def _read_hellos(self) -> None:
-        """Wait (to the start-up deadline) for the replicas started with the run to say
-        hello and note their pids; the run's own loop still takes each hello as an event,
-        so this reads only, and may be called from another thread."""
-        pending = list(self.hellos.items())
-        if not pending:
-            return
-        refs = [ref for ref, _ in pending]
-        ready, _ = ray.wait(refs, num_returns=len(refs),
-                            timeout=max(0.0, self.ready_by - self.clock()))
-        for ref, worker in pending:
-            if ref in ready:
-                with contextlib.suppress(Exception):
-                    info: Hello = ray.get(ref, timeout=self.timeout)
-                    if not info.error:
-                        self.actors[worker].pid = info.pid
-                        self.actors[worker].node = info.node
-
     def node_id(self) -> str | None:
         """The Ray node this driver runs on."""
         with contextlib.suppress(Exception):
@@ -398,7 +351,7 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
 
     def pump(self) -> None:
         now = self.clock()
-        if now - self.nodes_read >= NODE_CHECK_S and not self.tasks:
+        if now - self.nodes_read >= NODE_CHECK_S:
             self.nodes_read = now
             self.check_nodes()
         if now - self.last_stats >= self.policy.sample_interval:
@@ -422,37 +375,6 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
             self.pushes.pop(ref)                              # meanwhile fails; its death
             with contextlib.suppress(Exception):              # shows elsewhere
                 ray.get(ref)
-
-    def _hello(self, ref: Any) -> None:
-        worker = self.hellos.pop(ref)
-        try:
-            info: Hello = ray.get(ref)
-        except DEATH as exc:
-            if not self.tasks and self._node_died(worker, exc):
-                return
-            name = self.names[self.actors[worker].stage]
-            raise EngineError(
-                f"unit {name!r}: its Ray replica's process died while starting "
-                f"({death_cause(exc)}); if the unit's constructor or a module it imports "
-                "crashes the process, fix that, else see the worker's log (ray logs "
-                "worker-*.err)") from None
-        if info.load:  # not the unit's constructor: its code is not loadable there
-            raise EngineError(f"{info.error}; {LOAD_FIX}")
-        if info.error:  # the core aborts the run, naming the unit and the cause
-            self.handle(Exited(worker, clean=False, now=self.clock(),
-                               cause="its unit could not start", fatal=info.error))
-            return
-        self._up(worker, info)
-        if self.started:  # a replacement, one more, or one that started late: it joins now
-            self.publish()
-
-    def _up(self, worker: int, info: Hello) -> None:
-        """A replica said hello with its unit built: note where it runs, tell the core."""
-        actor = self.actors[worker]
-        actor.pid, actor.node, actor.ready = info.pid, info.node, True
-        self.mark("first hello")
-        self.mark("last hello", again=not self.started)
-        self.handle(Ready(worker, info.pid, self.clock(), info.node, info.build_cpu_s))
 
     def _settle(self, ref: Any) -> None:
         worker, call, own_outputs = self.calls.pop(ref)
@@ -508,7 +430,7 @@ class RayRun(WarmPool, NodeFit, Placing, Shell):
         actor = self.actors.get(worker)
         if actor is None or actor.ended:
             return
-        if not self.deferring and not self.tasks and self.lost_node(actor):
+        if not self.deferring and self.lost_node(actor):
             return  # its node died: the re-fit replaced it
         actor.ended = True
         if actor.bundle is not None:

@@ -26,7 +26,7 @@ class RayEngine:
         """Start the actors and return a result that streams outputs as they come."""
         stages = stages_of(pipeline, placement.check(pipeline))
         tasks = engine_options.task_replicas and eligible(
-            list(pipeline.units), [s.batch_size for s in stages], options.sink is not None)
+            list(pipeline.units), stages, options.sink is not None)
         run = TaskRun if tasks else RayRun
         return run(pipeline, source, placement, options, engine_options).start()
 

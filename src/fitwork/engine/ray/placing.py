@@ -37,7 +37,7 @@ from fitwork.hardware.ray_cluster import (
     free_per_node,
     live_nodes,
 )
-from fitwork.placement import Group, Placement
+from fitwork.placement import Group, Placement, allot
 from fitwork.resources import Resources
 from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.unit import Unit
@@ -78,7 +78,7 @@ class Placing:
         asks = []
         for stage, name in enumerate(self.names):
             for group in self.placement.of(name) or (None,):
-                planned = group is not None and group.resources is not None
+                planned = allot(self.units[stage], group).planned
                 wanted = self.demand(stage, group, shared=1.0)
                 amounts = {"CPU": wanted.cpu, "GPU": wanted.gpu, **wanted.devices}
                 asks.append(Ask(name, group.replicas if group is not None else 1, amounts,
@@ -95,18 +95,16 @@ class Placing:
 
     def demand(self, stage: int, group: Group | None,
                shared: float | None = None) -> Resources:
-        """What one replica asks Ray for: the plan's resources, else the unit's own (its
-        cores a share of the cluster's when it declares none, see `fit_asks`)."""
-        unit = self.units[stage]
-        given = group.resources if group is not None else None
-        planned = given is not None
-        wanted = given if given is not None else unit.resources
+        """What one replica asks Ray for: what it is allotted (`fitwork.placement.allot`),
+        its cores a share of the cluster's where neither a plan nor the unit gives them (see
+        `fit_asks`), and a slot of its device class."""
+        given = allot(self.units[stage], group)
+        planned, wanted = given.planned, given.resources
         if not planned and not self._declared(stage):
             wanted = replace(wanted, cpu=self.share if shared is None else shared)
         devices = dict(wanted.devices)
-        if group is not None and group.device_class and \
-                device_kind(group.device_class) is not DeviceKind.CPU:
-            devices.setdefault(group.device_class, wanted.gpu or 0.01)
+        if given.device_class and device_kind(given.device_class) is not DeviceKind.CPU:
+            devices.setdefault(given.device_class, wanted.gpu or 0.01)
         # A plan's fluid cores fill a node to the brim; rounded down to a thousandth, the
         # asks of one node's replicas never add up to more than it has.
         cpu = math.floor(wanted.cpu / CPU_STEP + 1e-9) * CPU_STEP
@@ -234,7 +232,6 @@ class NodeFit:
     planned_counts: list[int]
     core: Any
     timeout: float
-    tasks: bool
     hellos: dict[Any, int]
     bundles: list[Bundle]
 

@@ -18,6 +18,7 @@ from fitwork.engine.core.events import Counters
 from fitwork.engine.parts import Sink, Written
 from fitwork.engine.segment import Return
 from fitwork.failure import Failure
+from fitwork.placement import Allotment
 from fitwork.workload.unit import Unit
 
 Interval = tuple[float, float]
@@ -32,10 +33,10 @@ class ReplicaSpec(NamedTuple):
     names: list[str]
     limits: list[int]
     """Calls in flight per replica of each unit (the bound a router keeps)."""
-    batch_size: int | None = None
+    given: Allotment
+    """What the replica gets (`fitwork.placement.allot`): its batch, its calls at once."""
     cores: float = 1.0
-    slots: int = 1
-    """Calls one replica runs side by side (an I/O unit's)."""
+    """Cores Ray holds for it (its ask): its thread pools are held to them."""
     timeout: float = 30.0
     replicas: int = 1
     """Replicas of its unit: each holds an even share of the unit's gate."""

@@ -78,27 +78,27 @@ class Replica:
     def arm(self, spec: ReplicaSpec, build: bool) -> None:
         """Set up for one run: counters, routes, gate, the replica loop, and (``build``)
         the unit built (else the one built before is kept)."""
-        _, stage, names, limits, batch_size, cores, slots, timeout, replicas, sink = spec
+        stage, names = spec.stage, spec.names
         self.stage, self.names = stage, names
-        self.sink = sink  # the last unit's, in a run with a sink: sink, run id, worker id
+        self.sink = spec.sink  # the last unit's, in a run with a sink: sink, run id, worker id
         self.part: PartWriter | None = None
         self.part_lock = threading.Lock()
         self.last = stage == len(names) - 1
         try:
-            hold_threads(cores)
+            hold_threads(spec.cores)
             if self.load_error is None:  # a warm replica may keep the instance it built
                 kept = None if build or self.kernel is None else self.kernel.fn
-                self.kernel = Kernel(self.unit, kept)
+                self.kernel = Kernel(self.unit, kept, spec.given)
         except Exception as exc:  # reported by hello(), in one line, by the driver
             self.error = f"{describe(exc)} ({traceback.format_exc().splitlines()[-2].strip()})"
-        self.router = None if self.last else Router(stage + 1, limits[stage + 1], timeout)
+        self.router = None if self.last else Router(stage + 1, spec.limits[stage + 1],
+                                                    spec.timeout)
         self.alone = Alone()
         self.busy = Busy()
         self.serving = Calls()  # frames to the replica's loop, which runs on a thread
         if self.kernel is not None:
-            gate = local_gate(self.unit.max_concurrency, self.unit.rate_limit, replicas)
-            runner = Runner(self.kernel, gate, self.busy, slots if self.unit.is_io else 0)
-            self.serving.start(Serving(runner, batch_size, self.unit.batch_wait))
+            gate = local_gate(self.unit.max_concurrency, self.unit.rate_limit, spec.replicas)
+            self.serving.start(Serving(Runner(self.kernel, gate, self.busy)))
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
         self.blocked_s = 0.0
         self.calls = 0
@@ -429,6 +429,24 @@ def _unsendable(frame: list[Segment], exc: Exception, unit: str,
                    f"({describe(exc).splitlines()[0][:300]}); return plain data"))
 
 
+def _call(replica: Replica, target: Any, frame: list[Segment], token: int,
+          route: tuple[list[int], int], pending: deque[list[Segment]],
+          summary: Summary) -> tuple[Any, Any] | None:
+    """Send ``frame`` to ``target`` (leased by ``token`` for a retry, else 0), with the
+    frame sizes and membership version (``route``): references to its summary and outputs;
+    None where the frame could not be serialised (its items go again one by one)."""
+    try:
+        ref, outputs = target.process.remote(pack(frame), *route, token)
+    except Exception as exc:  # the frame could not be serialised
+        if token:
+            target.unlease.remote(token)
+        assert replica.router is not None
+        replica.router.release(target)
+        _unsendable(frame, exc, replica.names[replica.stage], pending, summary)
+        return None
+    return ref, outputs
+
+
 def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], version: int,
             summary: Summary) -> list[Summary]:
     """Send frames to the next stage and wait for them; report what a dead replica held.
@@ -479,15 +497,9 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
                     pending.appendleft(frame)  # busy or dead: another moment or replica
                     time.sleep(Alone.GRACE / 5)
                     continue
-                try:
-                    ref, outputs = target.process.remote(pack(frame), hints, version, token)
-                except Exception as exc:  # the frame could not be serialised
-                    if token:
-                        target.unlease.remote(token)
-                    router.release(target)
-                    _unsendable(frame, exc, replica.names[replica.stage], pending, summary)
-                    continue
-                calls[ref] = (outputs if last else None, target, frame)
+                sent = _call(replica, target, frame, token, (hints, version), pending, summary)
+                if sent is not None:
+                    calls[sent[0]] = (sent[1] if last else None, target, frame)
                 continue
         done, _ = ray.wait(list(calls), num_returns=1)
         collect(done[0])

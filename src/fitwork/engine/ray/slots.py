@@ -11,6 +11,7 @@ frame, not the slot (the core retries the frame's items, as after any death).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -24,18 +25,23 @@ from fitwork.engine.ray.tasks import SlotTotals, remote_frame
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.segment import Segment
 from fitwork.errors import EngineError
+from fitwork.placement import Allotment, allot
 
 
 class TaskRun(RayRun):
     """A Ray run of one stateless unit on task slots."""
-
-    tasks = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.unit_ref: Any = None
         self.slots: dict[int, SlotTotals] = {}
         self.task_options: dict[str, Any] = {}
+        self.task_given: Allotment | None = None  # what each slot's tasks run as
+        self.ray_options = replace(self.ray_options, keep_warm=0.0)  # no process to park
+
+    def check_nodes(self) -> None:
+        """Nothing to re-fit: Ray places each task where cores are free, and a task whose
+        node died comes back as a lost frame (`summary`)."""
 
     def prepare(self) -> None:
         """Ray places each task where cores are free: nothing to reserve; the unit is put
@@ -58,6 +64,7 @@ class TaskRun(RayRun):
         slots = max(1, self.placement.replicas(self.names[0]))
         share = math.floor(min(1.0, cores / slots) / CPU_STEP + 1e-9) * CPU_STEP
         self.task_options = {"num_cpus": max(wanted.cpu, share)}
+        self.task_given = allot(self.units[0], instruction.group)
         self.hellos[ray.put(Hello(0, None))] = worker
         if not self.started:
             self.initial.add(worker)
@@ -75,8 +82,8 @@ class TaskRun(RayRun):
     def call(self, token: Any, segment: Segment) -> tuple[Any, Any]:
         """One call: a task on Ray's pool."""
         ref, outputs = remote_frame().options(**self.task_options).remote(
-            [self.unit_ref, self.names[0]], self.run_id, token, self.task_options["num_cpus"],
-            pack([segment]), self.version)
+            [self.unit_ref, self.names[0]], self.run_id, token, self.task_given,
+            self.task_options["num_cpus"], pack([segment]), self.version)
         return ref, outputs
 
     def summary(self, ref: Any, worker: int, call: int, now: float) -> Summary | None:

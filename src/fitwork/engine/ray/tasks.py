@@ -20,10 +20,11 @@ from typing import Any
 
 import ray
 
-from fitwork.engine.core.events import Counters
+from fitwork.engine.core.events import Counters, Stage
 from fitwork.engine.ray.records import Reading, ReplicaSpec, Summary, difference, total
 from fitwork.engine.ray.replica import Replica
 from fitwork.engine.segment import Segment
+from fitwork.placement import Allotment
 from fitwork.workload.unit import Unit
 
 _built: dict[str, Replica] = {}
@@ -31,25 +32,26 @@ _built: dict[str, Replica] = {}
 built, a class unit's state with it, until that process serves another run's first task."""
 
 
-def eligible(units: list[Unit], batch_sizes: list[int | None], sink: bool) -> bool:
-    """Whether a pipeline can run on task replicas: one synchronous, unbatched unit on
-    cores, with no gate shared by its replicas and no sink (a part needs a writer that
-    outlives one call)."""
-    return len(units) == 1 and not sink and units[0].is_plain and not batch_sizes[0]
+def eligible(units: list[Unit], stages: list[Stage], sink: bool) -> bool:
+    """Whether a pipeline can run on task replicas: one synchronous unit on cores, with no
+    gate shared by its replicas and no sink (a part needs a writer that outlives one
+    call), whose replicas are allotted neither batches nor calls at once (``stages``)."""
+    return (len(units) == 1 and not sink and units[0].is_plain
+            and not stages[0].batch_size and not stages[0].io)
 
 
-def run_frame(box: list[Any], run: str, slot: str, cores: float,
+def run_frame(box: list[Any], run: str, slot: str, given: Allotment, cores: float,
               segments: list[Segment], version: int) -> tuple[Summary, Any]:
-    """One call: the frame through the unit, with the summary an actor's call returns and
-    what this call added to the counters (keyed by ``slot``, numbered 0: the driver sums
-    them per slot)."""
+    """One call: the frame through the unit (as ``given``, its slot's allotment, on
+    ``cores``), with the summary an actor's call returns and what this call added to the
+    counters (keyed by ``slot``, numbered 0: the driver sums them per slot)."""
     replica = _built.get(run)
     if replica is None:
         blob: bytes = ray.get(box[0])  # the unit pickled (loaded by the replica: see hello)
         for old in _built.values():  # one run's replica per process: an earlier run's goes
             old.serving.close()
         _built.clear()
-        replica = _built[run] = Replica(ReplicaSpec(blob, 0, [box[1]], [1], cores=cores))
+        replica = _built[run] = Replica(ReplicaSpec(blob, 0, [box[1]], [1], given, cores))
     if replica.error is not None or replica.load_error is not None:
         return Summary(error=replica.load_error or replica.error,
                        load=replica.load_error is not None), None

@@ -240,7 +240,7 @@ class WarmPool(_Driver):
         self.adopted: list[str] = []
         self.kept: list[str] = []
         self.parkable: list[Any] = []
-        if self.ray_options.keep_warm > 0 and not self.tasks:
+        if self.ray_options.keep_warm > 0:
             self.warm_space = namespace(self.units)
             self.claimed = claim_all(self.warm_space, self.run_id, self.timeout)
 
