@@ -93,15 +93,15 @@ def test_the_profiler_holds_pools_as_the_engines_do() -> None:
 
 
 def test_the_pass_dropping_outputs_gives_wall_cpu_and_queue_wait_from_the_same_calls() -> None:
-    from fitwork.profiling.profiler import _as_dropped, _Dropped, _time_dropping
+    from fitwork.profiling.dropped import Dropped, as_dropped, time_dropping
     from fitwork.profiling.record import BatchMeasurement
 
     kept = BatchMeasurement(batch_size=1, items=8, wall_s=0.0138, cpu_s=0.0020,
                             queued_s=0.0150)
-    dropped = _Dropped(batch_size=1, wall_s=0.0030, cpu_s=0.0014, queued_s=0.0010)
-    used = _as_dropped(kept, kept, dropped)
+    dropped = Dropped(batch_size=1, wall_s=0.0030, cpu_s=0.0014, queued_s=0.0010)
+    used = as_dropped(kept, kept, dropped)
     assert (used.wall_s, used.cpu_s, used.queued_s) == (0.0030, 0.0014, 0.0010)
-    timed = _time_dropping(lambda batch: ([np.ones(1 << 18) for _ in batch], 0), [1, 2, 3], 1)
+    timed = time_dropping(lambda batch: ([np.ones(1 << 18) for _ in batch], 0), [1, 2, 3], 1)
     assert timed is not None and 0.0 <= timed.queued_s <= timed.wall_s
 
 

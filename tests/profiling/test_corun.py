@@ -61,7 +61,7 @@ def test_a_cpu_unit_is_timed_with_a_copy_on_every_core() -> None:
 
 
 def test_a_pooled_timing_scales_every_batch_size_alike() -> None:
-    from fitwork.profiling.profiler import _pooled
+    from fitwork.profiling.loaded import with_pooled_cpu
     from fitwork.profiling.record import BatchMeasurement, UnitProfile
 
     def at(size: int, wall: float, cpu: float) -> BatchMeasurement:
@@ -72,15 +72,15 @@ def test_a_pooled_timing_scales_every_batch_size_alike() -> None:
                         output_ratio=1.0, peak_rss=1, threads=1,
                         batches=[at(1, 0.0025, 0.002), at(8, 0.0011, 0.001)])
     # its own 1.0 ms and three later 1.4 ms: a mean of 1.3 ms, 1.3x the first
-    pooled = _pooled(first, (0.0014, 0.0014, 0.0014))
+    pooled = with_pooled_cpu(first, (0.0014, 0.0014, 0.0014))
     assert pooled.pooled_timings == 4 and pooled.pooled_factor == pytest.approx(1.3)
     assert pooled.cpu_s == pytest.approx(0.0013) and pooled.wall_s == pytest.approx(0.0014)
     assert [b.cpu_s for b in pooled.batches] == pytest.approx([0.0026, 0.0013])
     assert [b.wall_s for b in pooled.batches] == pytest.approx([0.0031, 0.0014])
     # a unit whose pools run several threads keeps its own timing (a copy counts spinning)
     threaded = first.model_copy(update={"threads": 2})
-    assert _pooled(threaded, (0.0014,)) is threaded
-    assert _pooled(first, ()) is first
+    assert with_pooled_cpu(threaded, (0.0014,)) is threaded
+    assert with_pooled_cpu(first, ()) is first
 
 
 def test_the_fit_plans_from_the_cpu_a_unit_spends_with_copies_beside_it() -> None:

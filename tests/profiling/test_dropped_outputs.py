@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from fitwork import unit
+from fitwork.profiling.batch_timing import STEADY_CYCLES
 from fitwork.profiling.classes import measured_on
-from fitwork.profiling.profiler import DROPPED_MIN, STEADY_CYCLES, measure_unit
+from fitwork.profiling.dropped import DROPPED_MIN
+from fitwork.profiling.profiler import measure_unit
 
 CALLS: list[int] = []
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 from fitwork import unit
+from fitwork.profiling.batch_timing import BATCH_CALLS
 from fitwork.profiling.classes import measured_on
-from fitwork.profiling.profiler import BATCH_CALLS, measure_unit
+from fitwork.profiling.profiler import measure_unit
 
 SIZES: list[int] = []
 SETUP_S = 0.004
@@ -40,7 +41,7 @@ def test_the_largest_size_is_timed_once_and_the_others_again_on_the_way_down() -
     host (the faster of the two had read it fast)."""
     import itertools
 
-    from fitwork.profiling.profiler import STEADY_CYCLES
+    from fitwork.profiling.batch_timing import STEADY_CYCLES
 
     on = measured_on("cpu-x86", discover_accelerator=False)
     SIZES.clear()

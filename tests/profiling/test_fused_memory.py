@@ -15,7 +15,7 @@ from fitwork import Pipeline, unit
 from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import profile_pipeline
-from fitwork.profiling.profiler import _reset_high_water
+from fitwork.profiling.rss import reset_high_water
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="peak memory is read from Linux's /proc")
@@ -79,7 +79,7 @@ def small(n: int) -> int:
 
 
 def test_a_profile_counts_none_of_what_its_parent_held_before() -> None:
-    if not _reset_high_water():
+    if not reset_high_water():
         pytest.skip("this kernel does not let a process lower its peak RSS mark")
     block = np.ones(256 * MIB // 8)  # the parent's high-water mark rises past 256 MiB
     del block  # and its resident memory falls back: a forked child starts from here

@@ -60,7 +60,7 @@ OUT_OF_BAND_BYTE_SECONDS = 0.85e-9
 reads, and released.  Measured as `BYTE_SECONDS`, the receiver reading every page: 0.76 to
 0.94 ns per byte for 1 to 16 MiB (0.5 to 0.65 without the read, which a unit cannot skip).
 The unit's own CPU in the profile leaves out the fresh pages its output needs while the
-profiler keeps every output (`fitwork.profiling.profiler._time_dropping`), so these bytes are
+profiler keeps every output (`fitwork.profiling.dropped.time_dropping`), so these bytes are
 not counted twice."""
 SPILLED_BYTE_SECONDS = 1.5e-9
 """CPU seconds per byte of an item of 64 KiB to 1 MiB, which is pickled in band and spilled

@@ -196,7 +196,7 @@ class UnitProfile(BaseModel):
     CPU per item alone (`fitwork.profiling.corun`; ``None``: not measured), and `loaded`
     is the unit as a run that fills the host meets it, which is what the fit plans from.
     ``pooled_timings`` is how many timings its CPU per item is the mean of (its own and the
-    co-run copies' passes alone, later: `fitwork.profiling.profiler._pooled`; ``None``: its
+    co-run copies' passes alone, later: `fitwork.profiling.loaded.with_pooled_cpu`; ``None``: its
     own alone), and ``pooled_factor`` that mean over its own timing, by which every batch
     size's CPU and wall time were scaled.
     ``build_cpu_s`` and ``build_wall_s`` are what a replica spends before it works at the
@@ -205,7 +205,7 @@ class UnitProfile(BaseModel):
     ``lock_share`` is the share of a call's CPU that holds the interpreter lock, read from
     the cores four threads calling it at once kept busy (0: a native library that lets go
     of it; 1: plain Python), and ``concurrent_cpu`` those threads' CPU per call over one
-    thread's (``None``: not measured; see `fitwork.profiling.profiler._concurrent`).
+    thread's (``None``: not measured; see `fitwork.profiling.concurrent.measure_concurrent`).
     ``threaded_cpu``, for a unit that mostly waits, is its CPU per call with `WAIT_THREADS` of
     one process calling it at once over its CPU per item alone: what a replica running its
     calls in threads (``io``, a threaded fused replica) spends, and what the fit charges it.
