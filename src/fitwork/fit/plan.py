@@ -329,11 +329,11 @@ def _no_plan(fleet: Fleet, units: Sequence[UnitDemand]) -> FitInputError:
 
 
 def plan_for(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "max_throughput",
-        target: float | None = None, precision: Precision = "fp16",
-        efficiency: float | None = None, time_limit: float = 10.0,
-        mip_gap: float = 0.01, known: Catalog | None = None,
-        max_latency: float | None = None, hop_seconds: float = HOP_SECONDS,
-        fuse: bool = True, layout_error: float | None = None) -> Plan:
+             target: float | None = None, precision: Precision = "fp16",
+             efficiency: float | None = None, time_limit: float = 10.0,
+             mip_gap: float = 0.01, known: Catalog | None = None,
+             max_latency: float | None = None, hop_seconds: float = HOP_SECONDS,
+             fuse: bool = True, layout_error: float | None = None) -> Plan:
     """Fit a profiled pipeline to ``fleet``; the plan carries its monolithic baseline.
 
     ``max_latency`` (seconds) bounds each unit's call: batch sizes whose batch takes longer
@@ -353,20 +353,12 @@ def plan_for(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "
     stages, _, _, _ = demands(profile, classes, known, precision=precision,
                               efficiency=efficiency, hop=0.0, fleet=fleet)
     # each side at the ceiling its own threads bear out on this host (`settled_ceiling`)
-    ceiling, fitted = settled_ceiling(profile, lambda c: solve(
-        units, solver_nodes(fleet, known, c), objective=objective, target=target,
-        time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency))
-    nodes = solver_nodes(fleet, known, ceiling)
-    if fitted.throughput <= 0:
-        raise _no_plan(fleet, units)
-    best = fitted if objective == "max_throughput" else solve(
-        units, nodes, time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency)
-    chain, edge = sequential(stages, [*rates, *swept], profile), edge_seconds(profile)
-    waiting, memory = waiting_seconds(profile), fused_memory(profile)  # once, not per solve
-    whole_ceiling, base = settled_ceiling(profile, lambda c: monolithic(
-        chain, solver_nodes(fleet, known, c), time_limit=time_limit, mip_gap=mip_gap,
-        hop_seconds=hop_seconds, edge_seconds=edge if hop_seconds else 0.0,
-        waiting=waiting, memory=memory))
+    ceiling, nodes, fitted, best = _split_fit(profile, units, fleet, known, objective, target,
+                                              time_limit=time_limit, mip_gap=mip_gap,
+                                              max_latency=max_latency)
+    whole_ceiling, base = _fused_baseline(profile, stages, [*rates, *swept], fleet, known,
+                                          time_limit=time_limit, mip_gap=mip_gap,
+                                          hop_seconds=hop_seconds)
     flops = {u.name: u.flops for u in profile.units}
     most = max(best.bound, best.throughput, base.throughput)
     spreads = {u.name: u.ratio_spread() for u in profile.units}
@@ -392,6 +384,39 @@ def plan_for(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "
         build_wall_s={u.name: u.build_wall_s for u in profile.units if u.build_wall_s},
         profiled_speed=profile.host_speed,
     )
+
+
+def _split_fit(profile: PipelineProfile, units: list[UnitDemand], fleet: Fleet,
+               known: Catalog, objective: Objective, target: float | None, *,
+               time_limit: float, mip_gap: float, max_latency: float | None
+               ) -> tuple[float, list[SolverNode], FitResult, FitResult]:
+    """The split side: the ceiling it settles at (`settled_ceiling`), the nodes at that
+    ceiling, its fit there, and the most throughput it reaches (that fit where it maximises
+    throughput, else a solve that does); refused where no replica of every unit fits."""
+    ceiling, fitted = settled_ceiling(profile, lambda c: solve(
+        units, solver_nodes(fleet, known, c), objective=objective, target=target,
+        time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency))
+    nodes = solver_nodes(fleet, known, ceiling)
+    if fitted.throughput <= 0:
+        raise _no_plan(fleet, units)
+    best = fitted if objective == "max_throughput" else solve(
+        units, nodes, time_limit=time_limit, mip_gap=mip_gap, max_latency=max_latency)
+    return ceiling, nodes, fitted, best
+
+
+def _fused_baseline(profile: PipelineProfile, stages: list[UnitDemand],
+                    rates: list[RateEstimate], fleet: Fleet, known: Catalog,
+                    *, time_limit: float, mip_gap: float, hop_seconds: float
+                    ) -> tuple[float, FitResult]:
+    """The monolithic baseline and the ceiling it settles at (`settled_ceiling`); its fused
+    chain, edge and waiting seconds and its memory built once, not inside the
+    ceiling-settling solve each step re-runs."""
+    chain, edge = sequential(stages, rates, profile), edge_seconds(profile)
+    waiting, memory = waiting_seconds(profile), fused_memory(profile)
+    return settled_ceiling(profile, lambda c: monolithic(
+        chain, solver_nodes(fleet, known, c), time_limit=time_limit, mip_gap=mip_gap,
+        hop_seconds=hop_seconds, edge_seconds=edge if hop_seconds else 0.0,
+        waiting=waiting, memory=memory))
 
 
 def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
