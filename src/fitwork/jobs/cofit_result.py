@@ -122,24 +122,30 @@ def _refill(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Po
     """A unit left with no replica gets one (in job order): on the offer of the highest rate
     that fits in what is left of every row, else in place of one replica of a unit that has
     two or more on that pool. The LP that routes load next uses it. A job with a quota is
-    not refilled."""
+    refilled only where the replica keeps what it holds within the quota."""
     free = {(n, key): cap * nodes[n] for n, pool in enumerate(pools)
             for key, cap in pool.capacity.items()}
     total: dict[tuple[int, int], float] = {}
     on_pool: dict[int, list[int]] = {}
+    quota = {(p, key): most * jobs[p].count for p in active
+             for key, most in (jobs[p].quota or {}).items()}
     for k in map(int, np.flatnonzero(x > 0)):
         o = offers[k]
         total[(o.job, o.unit)] = total.get((o.job, o.unit), 0.0) + x[k]
         on_pool.setdefault(o.pool, []).append(k)
         for key in {*o.held, *o.consumed}:
             free[(o.pool, key)] = free.get((o.pool, key), 0.0) - usage(o, key, x[k], b[k])
+            if (o.job, key) in quota:
+                quota[(o.job, key)] -= usage(o, key, x[k], b[k])
     chosen = set(active)
     options: dict[tuple[int, int], list[int]] = {}
     for k, o in enumerate(offers):
-        if o.job in chosen and not jobs[o.job].quota and (o.job, o.unit) not in total:
+        if o.job in chosen and (o.job, o.unit) not in total:
             options.setdefault((o.job, o.unit), []).append(k)
     for group in sorted(options):
-        ranked = sorted(options[group], key=lambda k: -offers[k].rate)
+        ranked = [k for k in sorted(options[group], key=lambda k: -offers[k].rate)
+                  if all(quota.get((offers[k].job, key), math.inf) >= v - 1e-9
+                         for key, v in offers[k].held.items())]
         pick = next(((k, -1) for k in ranked if _fits(offers[k], free, {})), None)
         pick = pick or next(((k, d) for k in ranked for d in on_pool.get(offers[k].pool, [])
                              if x[d] >= 1 and total[(offers[d].job, offers[d].unit)] >= 2
@@ -153,9 +159,13 @@ def _refill(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Po
             total[(offers[d].job, offers[d].unit)] -= 1.0
             for key, v in offers[d].held.items():
                 free[(offers[d].pool, key)] += v
+                if (offers[d].job, key) in quota:
+                    quota[(offers[d].job, key)] += v
         x[k] = 1.0
         for key, v in offers[k].held.items():
             free[(offers[k].pool, key)] -= v
+            if (offers[k].job, key) in quota:
+                quota[(offers[k].job, key)] -= v
 
 
 def round_replicas(jobs: Sequence[JobSpec], offers: Sequence[Offer], pools: Sequence[Pool],
