@@ -1,17 +1,22 @@
 """Many pipelines, one fleet: the shipped Philly trace under `fitwork fleet simulate`'s policies.
 
-Prints the side-by-side table for fitwork, job-level and static (whole-pipeline bundles, as
-Gavel and team silos run) and their fluid forms job-level-fluid and static-fluid (the
-strongest forms, to show what bundling costs), run two at a time, one per core; the ratios
-fitwork / job-level and fitwork / static against the aims of issue 36 (MET or MISSED), and
-the same ratios against the fluid forms; then the time of one re-fit at 500 running pipelines
-with every pipeline its own spec (no aggregation of identical pipelines), fluid and rounded
-to whole replicas, with the model's size and gap.
+Every policy holds each pipeline to the GPUs its Philly job asked for (``max_gpus``). The
+trace's CPU pre-/post-processing rates are ASSUMED (no public per-family figure verified), so
+the bench is a SENSITIVITY SWEEP over them: per CPU cost per item (x1, x2, x4, x8 of the
+assumed rate; ``--cpu-cost``) it prints the side-by-side table for fitwork, job-level and
+static (whole-pipeline bundles, as Gavel and team silos run) and their fluid forms
+job-level-fluid and static-fluid (the strongest forms, to show what bundling costs), run two
+at a time, one per core; the ratios fitwork / job-level and fitwork / static against the
+aims of issue 36 (MET or MISSED), and the same ratios against the fluid forms. Then the time
+of one re-fit at 500 running pipelines with every pipeline its own spec (no aggregation of
+identical pipelines), fluid and rounded to whole replicas, with the model's size and gap.
 
-    .venv/bin/python bench/fleet_share.py [--quick] [--arrival-scale 1] [--json OUT]
+    .venv/bin/python bench/fleet_share.py [--quick] [--arrival-scale 1] [--cpu-cost 1,2,4,8]
+                                          [--no-gpu-cap] [--json OUT]
 
 ``--quick``: every 10th pipeline on a tenth of the fleet (the same load per node).
 ``--arrival-scale 4``: arrivals 4x as dense (the fleet near full).
+``--no-gpu-cap``: the rule before the cap (a pipeline may hold any number of GPUs).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -27,7 +33,7 @@ from typing import Any
 
 from fitwork.hardware.fleet import Fleet
 from fitwork.jobs.cofit import JobSpec, Offer, alone_rates, cofit
-from fitwork.jobs.sim_inputs import load_trace, pools, shape_of
+from fitwork.jobs.sim_inputs import load_trace, pools, scale_cpu_cost, shape_of
 from fitwork.jobs.sim_table import render
 from fitwork.jobs.simulate import POLICIES, simulate
 from fitwork.jobs.trace import shipped_trace
@@ -35,10 +41,13 @@ from fitwork.jobs.trace import shipped_trace
 FLEET = Path(__file__).resolve().parents[1] / "src/fitwork/jobs/data/philly_fleet.yaml"
 
 
-def fleet_and_lines(quick: bool) -> tuple[Fleet, list[Any]]:
-    """The fleet and trace lines (a tenth of each with ``quick``)."""
+def fleet_and_lines(quick: bool, cpu_cost: float = 1.0) -> tuple[Fleet, list[Any]]:
+    """The fleet and trace lines (a tenth of each with ``quick``), every CPU unit's cost per
+    item ``cpu_cost`` times the trace's assumed one."""
     fleet = Fleet.from_yaml(FLEET)
     lines = load_trace(shipped_trace())
+    if cpu_cost != 1.0:
+        lines = scale_cpu_cost(lines, cpu_cost)
     if quick:
         fleet = fleet.model_copy(update={"name": fleet.name + "-tenth", "node_types": [
             n.model_copy(update={"count": max(1, n.count // 10)}) for n in fleet.node_types]})
@@ -46,16 +55,18 @@ def fleet_and_lines(quick: bool) -> tuple[Fleet, list[Any]]:
     return fleet, lines
 
 
-def run_policy(args: tuple[str, bool, float]) -> tuple[dict[str, Any], float]:
-    """One policy's simulation and its wall seconds (in a worker process)."""
-    policy, quick, scale = args
-    fleet, lines = fleet_and_lines(quick)
+def run_policy(args: tuple[str, bool, float, float, bool]) -> tuple[dict[str, Any], float]:
+    """One policy's simulation at one CPU cost, and its wall seconds (in a worker process)."""
+    policy, quick, scale, cpu_cost, cap = args
+    fleet, lines = fleet_and_lines(quick, cpu_cost)
     start = time.perf_counter()
-    result = simulate(fleet, lines, policy, arrival_scale=scale)  # type: ignore[arg-type]
+    result = simulate(fleet, lines, policy, arrival_scale=scale,  # type: ignore[arg-type]
+                      gpu_cap=cap)
+    result["cpu_cost"] = cpu_cost
     return result, time.perf_counter() - start
 
 
-def refit_at(n: int, quick: bool) -> list[str]:
+def refit_at(n: int, quick: bool, cap: bool) -> list[str]:
     """One fair re-fit of the first ``n`` pipelines of the trace, each its own spec."""
     fleet, lines = fleet_and_lines(quick)
     chosen = lines[:n]
@@ -64,13 +75,14 @@ def refit_at(n: int, quick: bool) -> list[str]:
     alone: dict[str, float] = {}
     fleet_pools = pools(fleet)
     for p, line in enumerate(chosen):
-        shape = shape_of(line, fleet)
-        specs.append(JobSpec(line.id, shape.multiplicity, line.weight, team=line.team))
+        shape = shape_of(line, fleet, cap)
+        specs.append(JobSpec(line.id, shape.multiplicity, line.weight, team=line.team,
+                             quota=shape.quota))
         offers += [replace(o, job=p) for o in shape.offers]
         if shape.key not in alone:
             alone[shape.key] = alone_rates([specs[-1]], list(shape.offers), fleet_pools,
                                            integral=False)[0]
-    rates = [alone[shape_of(line, fleet).key] for line in chosen]
+    rates = [alone[shape_of(line, fleet, cap).key] for line in chosen]
     out = []
     for label, fractional in (("fluid (as simulated)", True), ("whole replicas", False)):
         start = time.perf_counter()
@@ -117,31 +129,63 @@ def ratios(by: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _costs(text: str) -> list[float]:
+    """The --cpu-cost list, e.g. "1,2,4,8"."""
+    try:
+        costs = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--cpu-cost {text!r}: give numbers, e.g. 1,2,4,8") from None
+    if not costs or min(costs) <= 0:
+        raise argparse.ArgumentTypeError(f"--cpu-cost {text!r}: every factor must be > 0")
+    return costs
+
+
+def _block(cost: float, done: list[tuple[dict[str, Any], float]], policies: list[str]) -> None:
+    """One setting's table, wall seconds and ratios against the aims."""
+    results = {r["policy"]: r for r, _ in done}
+    print(f"\n== CPU cost per item x{cost:g} of the trace's ASSUMED rates"
+          + (" (the trace as shipped)" if cost == 1 else " (SENSITIVITY, not a measured trace)")
+          + " ==")
+    print(render([results[p] for p in policies]))
+    print("simulation wall: " + ", ".join(f"{r['policy']} {s:.0f} s" for r, s in done)
+          + "; load average " + " ".join(f"{v:.1f}" for v in os.getloadavg()))
+    if {"fitwork", "job-level", "static"} <= set(results):
+        for line in ratios(results):
+            print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--arrival-scale", type=float, default=1.0)
+    parser.add_argument("--cpu-cost", type=_costs, default=[1.0, 2.0, 4.0, 8.0])
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--no-gpu-cap", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    policies = [p for p in args.policies.split(",") if p]
     fleet, lines = fleet_and_lines(args.quick)
+    cap = not args.no_gpu_cap
     print(f"fleet {fleet.name}: {sum(n.count for n in fleet.node_types)} nodes, "
           f"{len(fleet.node_types)} node types; trace {len(lines)} pipelines "
-          f"(arrivals / {args.arrival_scale:g})")
+          f"(arrivals / {args.arrival_scale:g}); each pipeline held to the GPUs it asked for: "
+          f"{'yes' if cap else 'NO (--no-gpu-cap)'}", flush=True)
     start = time.perf_counter()
+    jobs = [(p, args.quick, args.arrival_scale, c, cap) for c in args.cpu_cost for p in policies]
+    out: dict[str, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=2) as pool:
-        done = list(pool.map(run_policy, [(p, args.quick, args.arrival_scale)
-                                          for p in POLICIES]))
-    results = {r["policy"]: r for r, _ in done}
-    print(render([results[p] for p in POLICIES]))
-    print("simulation wall: " + ", ".join(f"{r['policy']} {s:.0f} s" for r, s in done)
-          + f"; all {time.perf_counter() - start:.0f} s (two at a time); load average "
-          + " ".join(f"{v:.1f}" for v in os.getloadavg()))
-    for line in ratios(results):
-        print(line)
-    for line in refit_at(min(500, len(lines)), args.quick):
+        done = pool.map(run_policy, jobs)
+        for cost in args.cpu_cost:
+            block = [next(done) for _ in policies]
+            _block(cost, block, policies)
+            out[f"x{cost:g}"] = {r["policy"]: r for r, _ in block}
+            sys.stdout.flush()
+    print(f"\nall simulations {time.perf_counter() - start:.0f} s (two at a time)")
+    for line in refit_at(min(500, len(lines)), args.quick, cap):
         print(line)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=float))
+        args.json.write_text(json.dumps(out, indent=1, default=float))
 
 
 if __name__ == "__main__":
