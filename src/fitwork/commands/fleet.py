@@ -73,7 +73,8 @@ def fleet_ray(ray_address: str | None, output_path: Path | None) -> None:
               help="The fleet (YAML, as `fitwork plan --fleet` reads).")
 @click.option("--jobs", "trace_path", required=True, type=click.Path(path_type=Path),
               help="The pipeline trace: one JSON object per line (id, team, weight, "
-                   "arrival_s, items, units).")
+                   "arrival_s, items, units, and optionally max_gpus: the most devices "
+                   "the pipeline holds at once, under every policy).")
 @click.option("--policy", type=click.Choice(list(SIM_POLICIES)), default="fitwork",
               show_default=True,
               help="How the fleet is shared: fitwork (units co-fitted across node types), "
