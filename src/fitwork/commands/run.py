@@ -125,17 +125,9 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
         io: tuple[str, ...] = (), bad_input: str = "error", jobs_path: Path | None = None,
         fleet_record: Path | None = None, control: Path | None = None) -> None:
     """Run a pipeline over an input file, on this host or on a Ray cluster."""
-    from fitwork.io.journaled import names_directory
-
     if jobs_path is not None:
-        from fitwork.jobs.cli import run_jobs_command
-
-        return run_jobs_command(jobs_path, plan_path, engine, resume, ray_address,
-                                fleet_record)
-    if input_text is None or output_text is None:
-        raise click.UsageError(f"Missing option '--{'input' if input_text is None else 'output'}'"
-                               " (or give --jobs JOBS.yaml)")
-
+        return _run_jobs(jobs_path, plan_path, engine, resume, ray_address, fleet_record)
+    input_text, output_text = _both_given(input_text, output_text)
     errors = Console(stderr=True)
     output_path = Path(output_text)
     to_stdout = output_text == STDOUT
@@ -143,20 +135,12 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
     settings = UnitSettings.parse(cpus, batch, io)
     _refuse_pairs(ray_tasks, engine, settings, adapt, keep_warm, ray_address)
     pipeline_ref, decompose = resolve_reference(pipeline_ref, decompose)
-    sharded = names_directory(output_text)
-    if ordered and sharded:
-        fail(f"--ordered with --output {output_text}: the replicas write the parts of a "
-             "directory output each on its own, so no input order is kept; drop --ordered, "
-             "or give a file --output (out.jsonl) to have the outputs in input order", code=2)
-    dead_letter = dead_letter or _dead_letters(output_path, sharded, to_stdout)
-    where = None if to_stdout and _stdout_alone(journal_path, resume, mode) else \
-        journal_dir(journal_path, no_journal, resume, output_path)
+    sharded, dead_letter, where = _places(output_text, ordered, dead_letter, journal_path,
+                                          no_journal, resume, mode)
     refuse_overwriting_inputs(pipeline_ref, Path(input_text), plan_path, decompose, output_path,
                               record_path, dead_letter, where)
-    try:  # the input's problem is said before anything about the output
-        source = _source(input_text, output_path, sharded, limit, csv_strings, bad_input)
-    except FitworkError as exc:
-        fail(exc)
+    # the input's problem is said before anything about the output
+    source = _source(input_text, output_path, sharded, limit, csv_strings, bad_input)
     if not to_stdout:
         prepare_output(output_path, sharded, mode, resume, where, errors)
     stream = claim_stdout() if to_stdout else None
@@ -173,11 +157,7 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
         total = None if quiet else _total(source, input_text, limit, resume, where)
         relay = _Relay()
         job = _job(pipeline, source, stream or output_path, sharded, placement,
-                   adapt and not monolithic, relay, asked)
-        if control is not None:
-            from fitwork.jobs.control import Control
-
-            relay.control = Control(control, job)
+                   adapt and not monolithic, relay, asked, control)
         record = _go(job, relay, None if quiet else (total, pipeline.name),
                      (metrics_port, metrics_host), record_path, errors)
     except KeyboardInterrupt as stop:
@@ -185,13 +165,52 @@ def run(pipeline_ref: str | None, input_text: str | None, output_text: str | Non
     except BrokenPipeError:
         stdout_closed(stream, job)
     except FitworkError as exc:
-        saved = f" (run record in {record_path})" if record_path and job and job.recorded \
-            else ""
-        fail(f"{exc}{saved}{job.note if job else ''}")
+        _failed(exc, job, record_path)
     wrote = (f"wrote {record.outputs:,} outputs in parts to {output_path}/" if sharded
              else f"wrote {job.written:,} outputs to {'stdout' if to_stdout else output_path}")
     summarise(record, planned, monolithic, record_path, max_failures, wrote,
               adapted=adapt and not monolithic)
+
+
+def _run_jobs(jobs_path: Path, plan_path: Path | None, engine: str, resume: bool,
+              ray_address: str | None, fleet_record: Path | None) -> None:
+    """``--jobs``: every pipeline of a jobs file at once (`fitwork.jobs.cli`)."""
+    from fitwork.jobs.cli import run_jobs_command
+
+    return run_jobs_command(jobs_path, plan_path, engine, resume, ray_address, fleet_record)
+
+
+def _both_given(input_text: str | None, output_text: str | None) -> tuple[str, str]:
+    """``--input`` and ``--output``, refused where either is missing (without ``--jobs``)."""
+    if input_text is None or output_text is None:
+        raise click.UsageError(f"Missing option '--{'input' if input_text is None else 'output'}'"
+                               " (or give --jobs JOBS.yaml)")
+    return input_text, output_text
+
+
+def _places(output_text: str, ordered: bool, dead_letter: Path | None,
+            journal_path: Path | None, no_journal: bool, resume: bool, mode: str | None
+            ) -> tuple[bool, Path, Path | None]:
+    """Whether the output is a directory of parts, where the dead letters go and the
+    journal's directory (None: no journal); --ordered with a directory output refused."""
+    from fitwork.io.journaled import names_directory
+
+    output_path, to_stdout = Path(output_text), output_text == STDOUT
+    sharded = names_directory(output_text)
+    if ordered and sharded:
+        fail(f"--ordered with --output {output_text}: the replicas write the parts of a "
+             "directory output each on its own, so no input order is kept; drop --ordered, "
+             "or give a file --output (out.jsonl) to have the outputs in input order", code=2)
+    dead_letter = dead_letter or _dead_letters(output_path, sharded, to_stdout)
+    where = None if to_stdout and _stdout_alone(journal_path, resume, mode) else \
+        journal_dir(journal_path, no_journal, resume, output_path)
+    return sharded, dead_letter, where
+
+
+def _failed(exc: FitworkError, job: Any, record_path: Path | None) -> NoReturn:
+    """The run's error in one line, with where its record is and what was left."""
+    saved = f" (run record in {record_path})" if record_path and job and job.recorded else ""
+    fail(f"{exc}{saved}{job.note if job else ''}")
 
 
 def _stdout_alone(journal: Path | None, resume: bool, mode: str | None) -> bool:
@@ -279,17 +298,24 @@ def _load(pipeline_ref: str, decompose: str | None, input_text: str, csv_strings
 
 def _source(input_text: str, output: Path, sharded: bool, limit: int | None,
             csv_strings: bool, bad_input: str) -> Any:
-    """The input: shards the replicas read (a directory output), or items read here."""
+    """The input: shards the replicas read (a directory output), or items read here; its
+    problem (a `FitworkError`) said in one line."""
     if sharded:
         from fitwork.io.shards import Source
 
         if limit is not None:
             raise click.UsageError(f"--limit with --output {output}: a quick look reads "
                                    "through the driver; give a file --output (out.jsonl)")
-        return Source.files(input_text, csv_types=not csv_strings, bad_input=bad_input)
+        try:
+            return Source.files(input_text, csv_types=not csv_strings, bad_input=bad_input)
+        except FitworkError as exc:
+            fail(exc)
     from fitwork.io.inputs import read_items
 
-    return read_items(Path(input_text), csv_types=not csv_strings, bad_input=bad_input)
+    try:
+        return read_items(Path(input_text), csv_types=not csv_strings, bad_input=bad_input)
+    except FitworkError as exc:
+        fail(exc)
 
 
 def _total(source: Any, input_text: str, limit: int | None, resume: bool,
@@ -327,8 +353,9 @@ class _Relay:
 
 
 def _job(pipeline: Any, source: Any, output: Any, sharded: bool, placement: Any,
-         adapt: bool, progress: _Relay, asked: dict[str, Any]) -> Any:
-    """The run into the output, not started: `fitwork.run` with ``output=``."""
+         adapt: bool, progress: _Relay, asked: dict[str, Any], control: Path | None) -> Any:
+    """The run into the output, not started: `fitwork.run` with ``output=``; with
+    ``control`` (a fleet run's control file), resized through it at each report."""
     from fitwork.engine.parts import Sink
     from fitwork.io.journaled import Run
     from fitwork.runner import run as run_pipeline
@@ -336,6 +363,10 @@ def _job(pipeline: Any, source: Any, output: Any, sharded: bool, placement: Any,
     job = run_pipeline(pipeline, source, placement=placement, adapt=adapt, progress=progress,
                        output=Sink.files(output) if sharded else output, **asked)
     assert isinstance(job, Run)
+    if control is not None:
+        from fitwork.jobs.control import Control
+
+        progress.control = Control(control, job)
     return job
 
 
