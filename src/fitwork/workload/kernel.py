@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fitwork.failure import Failure
-from fitwork.placement import Allotment, allot
+from fitwork.workload.allotment import Allotment, allot
 from fitwork.workload.unit import Kind, Unit
 
 ATTEMPTS_ATTR = "__fitwork_attempts__"

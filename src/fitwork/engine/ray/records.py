@@ -18,7 +18,7 @@ from fitwork.engine.core.events import Counters
 from fitwork.engine.parts import Sink, Written
 from fitwork.engine.segment import Return
 from fitwork.failure import Failure
-from fitwork.placement import Allotment
+from fitwork.workload.allotment import Allotment
 from fitwork.workload.unit import Unit
 
 Interval = tuple[float, float]

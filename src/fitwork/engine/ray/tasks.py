@@ -24,7 +24,7 @@ from fitwork.engine.core.events import Counters, Stage
 from fitwork.engine.ray.records import Reading, ReplicaSpec, Summary, difference, total
 from fitwork.engine.ray.replica import Replica
 from fitwork.engine.segment import Segment
-from fitwork.placement import Allotment
+from fitwork.workload.allotment import Allotment
 from fitwork.workload.unit import Unit
 
 _built: dict[str, Replica] = {}
