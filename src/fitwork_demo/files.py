@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Literal
 
-from fitwork import Headline, RunFigures, run_figures
+from fitwork import Headline, Plan, RunFigures, run_figures
 from fitwork_demo.config import ACCURACY_THRESHOLD, AIM_HAND, AIM_MONOLITH, PRECISION
 from fitwork_demo.gpu import mean_busy
 from fitwork_demo.layouts import MONOLITHIC, THREADED, flops_per_item
@@ -94,45 +94,52 @@ def _brief(c: Contender | None) -> dict[str, Any] | None:
             "peak_rss": c.peak_rss, "peak_pss": c.peak_pss}
 
 
+def _plan_figures(plan: Plan, pages: int) -> dict[str, Any]:
+    """One latency's plan: its layout and what it predicts."""
+    return {"fused": plan.fused, "config": plan_config(plan),
+            "predicted_fitted_items_per_s": plan.fitted.throughput,
+            "predicted_monolithic_items_per_s": plan.monolithic.throughput,
+            "predicted_fitted_run_items_per_s": plan.run_rate(pages),
+            "run_overhead_s": dict(zip(("startup", "first_item"),
+                                       plan.run_overhead(), strict=True)),
+            "monolithic_replicas": monolith_replicas(plan),
+            "core_ceiling": plan.core_ceiling,
+            "groups": [g.to_json() for g in plan.placement().groups]}
+
+
+def _latency(sweep: Sweep, pages: int) -> dict[str, Any]:
+    """One latency's figures: its plan, every contender, the best of each kind, verdicts."""
+    return {
+        "latency_ms": sweep.latency_ms,
+        "plan": _plan_figures(sweep.plan, pages),
+        "contenders": [_contender(c) for c in sweep.contenders],
+        "best_monolith": _brief(sweep.best_monolith),
+        "best_hand": _brief(sweep.best_hand),
+        "plan_in_hand_grid": (sweep.plan_in_hand_grid.layout.key
+                              if sweep.plan_in_hand_grid else None),
+        "fitted": _brief(sweep.fitted),
+        "adapted": _brief(sweep.adapted),
+        "verdict": sweep.verdict.to_json(),
+        "adapted_verdict": (sweep.adapted_verdict.to_json()
+                            if sweep.adapted_verdict else None),
+        "hand_verdict": sweep.hand_verdict.to_json() if sweep.hand_verdict else None,
+        "fitted_over_best_monolith": sweep.over_monolith,
+        "fitted_over_best_hand": sweep.over_hand,
+        "fitted_memory_over_best_monolith": sweep.memory_ratio,
+        "fitted_rss_over_best_monolith": sweep.rss_ratio,
+        "fitted_realized_over_predicted": sweep.fitted.realized_share,
+        "adapted_realized_over_predicted": (sweep.adapted.realized_share
+                                            if sweep.adapted else None),
+        "baseline_monolith_realized_over_predicted": (
+            sweep.baseline.realized_share if sweep.baseline else None),
+        "aims_met": sweep.aims(),
+        "diagnosis": diagnosis(sweep),
+    }
+
+
 def summary(result: DemoResult) -> dict[str, Any]:
     """The figures as plain JSON values (``summary.json``; the bench reads them)."""
-    latencies = []
-    for sweep in result.sweeps:
-        plan = sweep.plan
-        latencies.append({
-            "latency_ms": sweep.latency_ms,
-            "plan": {"fused": plan.fused, "config": plan_config(plan),
-                     "predicted_fitted_items_per_s": plan.fitted.throughput,
-                     "predicted_monolithic_items_per_s": plan.monolithic.throughput,
-                     "predicted_fitted_run_items_per_s": plan.run_rate(result.pages),
-                     "run_overhead_s": dict(zip(("startup", "first_item"),
-                                                plan.run_overhead(), strict=True)),
-                     "monolithic_replicas": monolith_replicas(plan),
-                     "core_ceiling": plan.core_ceiling,
-                     "groups": [g.to_json() for g in plan.placement().groups]},
-            "contenders": [_contender(c) for c in sweep.contenders],
-            "best_monolith": _brief(sweep.best_monolith),
-            "best_hand": _brief(sweep.best_hand),
-            "plan_in_hand_grid": (sweep.plan_in_hand_grid.layout.key
-                                  if sweep.plan_in_hand_grid else None),
-            "fitted": _brief(sweep.fitted),
-            "adapted": _brief(sweep.adapted),
-            "verdict": sweep.verdict.to_json(),
-            "adapted_verdict": (sweep.adapted_verdict.to_json()
-                                if sweep.adapted_verdict else None),
-            "hand_verdict": sweep.hand_verdict.to_json() if sweep.hand_verdict else None,
-            "fitted_over_best_monolith": sweep.over_monolith,
-            "fitted_over_best_hand": sweep.over_hand,
-            "fitted_memory_over_best_monolith": sweep.memory_ratio,
-            "fitted_rss_over_best_monolith": sweep.rss_ratio,
-            "fitted_realized_over_predicted": sweep.fitted.realized_share,
-            "adapted_realized_over_predicted": (sweep.adapted.realized_share
-                                                if sweep.adapted else None),
-            "baseline_monolith_realized_over_predicted": (
-                sweep.baseline.realized_share if sweep.baseline else None),
-            "aims_met": sweep.aims(),
-            "diagnosis": diagnosis(sweep),
-        })
+    latencies = [_latency(sweep, result.pages) for sweep in result.sweeps]
     return {
         "pages_per_trial": result.pages, "latencies_ms": list(result.config.latencies_ms),
         "repeats": result.config.repeats, "seed": result.config.seed,
