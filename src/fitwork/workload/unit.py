@@ -328,16 +328,13 @@ def unit(
         resolved = _kind_of(target, name, kind)
         label: str = name if name else getattr(target, "__name__", type(target).__name__)
         resources = _resources_of(label, cpu, gpu, memory)
-        return Unit(
-            fn=target, name=label, kind=resolved, resources=resources, io=io,
-            batch_size=batch_size, batch_wait=batch_wait, replicas=replicas, flops=flops,
-            retry=retry_policy(retry, io > 0 or _is_async(target)), timeout=timeout,
-            reserve=reserve, max_concurrency=max_concurrency, rate_limit=rate_limit,
-            device_bytes=device_bytes,
-            device_memory=(_bytes_of(label, "device_memory", device_memory)
-                           if device_memory is not None else None),
-            batch_format=batch_format, cpu_given=cpu is not None,
-        )
+        policy = retry_policy(retry, io > 0 or _is_async(target))
+        held = None if device_memory is None else _bytes_of(label, "device_memory", device_memory)
+        return Unit(fn=target, name=label, kind=resolved, resources=resources, io=io,
+                    batch_size=batch_size, batch_wait=batch_wait, replicas=replicas, flops=flops,
+                    retry=policy, timeout=timeout, reserve=reserve, rate_limit=rate_limit,
+                    max_concurrency=max_concurrency, device_bytes=device_bytes,
+                    device_memory=held, batch_format=batch_format, cpu_given=cpu is not None)
 
     return wrap(fn) if fn is not None else wrap
 
