@@ -176,6 +176,7 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
     back_offsets: list[int] = []
     back_exps: list[int] = []
     failures: list[Failure] = []
+    outs, backs = (out_offsets, out_paths, out_exps, out_values), (back_offsets, back_exps)
     flat = kind is Kind.FLAT_MAP
     for j, raw in enumerate(results):
         offset = offsets[j]
@@ -184,28 +185,7 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
         if type(raw) is Failed:
             failures.append(raw.record(kernel.name, values[j], path, frame, offset))
         elif flat:
-            count = len(raw)
-            if count:
-                k = (count - 1).bit_length()
-                first = (1 << k) - count
-                base = values[j].lo if type(values[j]) is Slice else 0
-                for i, child in enumerate(raw):
-                    child_exp = exp + k - 1 if i < first else exp + k
-                    if type(child) is ChildFailed:  # fails alone, and returns its weight
-                        failures.append(child.failed.record(child.unit, child.value,
-                                                            (*path, base + i), frame, offset))
-                        back_offsets.append(offset)
-                        back_exps.append(child_exp)
-                        continue
-                    if type(child) is Children:
-                        _grandchildren(child.values, offset, (*path, base + i), child_exp,
-                                       (out_offsets, out_paths, out_exps, out_values),
-                                       (back_offsets, back_exps))
-                        continue
-                    out_offsets.append(offset)
-                    out_paths.append((*path, base + i))
-                    out_exps.append(child_exp)
-                    out_values.append(child)
+            if _children(raw, values[j], (frame, offset), path, exp, outs, backs, failures):
                 continue
         elif raw if kind is Kind.FILTER else True:
             out_offsets.append(offset)
@@ -222,6 +202,36 @@ def settle(kernel: Kernel, segment: Segment, results: list[Any], failed: int
     back = Return(frame, back_offsets, back_exps if any(back_exps) else None) \
         if back_offsets else None
     return out, back, failures
+
+
+def _children(raw: list[Any], value: Any, at: tuple[int, int], path: tuple[int, ...], exp: int,
+              out: tuple[list[int], list[tuple[int, ...]], list[int], list[Any]],
+              back: tuple[list[int], list[int]], failures: list[Failure]) -> bool:
+    """One row's flat-map outputs ``raw`` (``value`` the row, ``at`` its frame and offset),
+    each child sharing the row's weight ``2**-exp``: kept in ``out``, or failed alone with
+    its weight in ``back``; False where there are none (the row returns its weight)."""
+    count = len(raw)
+    if not count:
+        return False
+    frame, offset = at
+    k = (count - 1).bit_length()
+    first = (1 << k) - count
+    base = value.lo if type(value) is Slice else 0
+    for i, child in enumerate(raw):
+        child_exp = exp + k - 1 if i < first else exp + k
+        if type(child) is ChildFailed:  # fails alone, and returns its weight
+            failures.append(child.failed.record(child.unit, child.value, (*path, base + i),
+                                                frame, offset))
+            back[0].append(offset)
+            back[1].append(child_exp)
+        elif type(child) is Children:
+            _grandchildren(child.values, offset, (*path, base + i), child_exp, out, back)
+        else:
+            out[0].append(offset)
+            out[1].append((*path, base + i))
+            out[2].append(child_exp)
+            out[3].append(child)
+    return True
 
 
 def _grandchildren(values: list[Any], offset: int, path: tuple[int, ...], exp: int,
