@@ -87,7 +87,8 @@ def allot_unit(unit: Unit, placement: Placement) -> Allotment:
     return Allotment(unit.name, max(sizes) if sizes else None, unit.batch_wait,
                      summed, any(each.planned for each, _ in given),
                      max(each.io for each, _ in given),
-                     given[0][0].device_class if len(given) == 1 else None)
+                     given[0][0].device_class if len(given) == 1 else None,
+                     given[0][0].memory_bound)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 class Allotment:
     """What one replica of a unit gets, decided once (`allot`): its batch and the wait for
     one, what it asks an engine for (cores, GPUs, memory, devices), the threads its pools
-    may run, its device class, and its calls at once (0: one after another)."""
+    may run, its device class, its calls at once (0: one after another), and the memory it
+    may hold before the memory watch stops it (``memory_bound``, 0: none)."""
 
     unit: str
     batch_size: int | None
@@ -32,6 +33,9 @@ class Allotment:
     """Whether ``resources`` is a plan's (else the unit's declaration)."""
     io: int = 0
     device_class: str | None = None
+    memory_bound: int = 0
+    """Bytes of its own a replica may hold: the unit's ``memory=`` (a plan's memory is its
+    estimate for packing replicas onto nodes, not a bound to stop a replica at)."""
 
     @property
     def cores(self) -> float:
@@ -72,7 +76,8 @@ def allot(unit: Unit, group: Group | None) -> Allotment:
     io = group.io if group is not None and group.io is not None else unit.io
     return Allotment(unit.name, batch, unit.batch_wait,
                      given if given is not None else unit.resources, given is not None,
-                     io, group.device_class if group is not None else None)
+                     io, group.device_class if group is not None else None,
+                     int(unit.resources.memory or 0))
 
 
 __all__ = ["Allotment", "allot"]

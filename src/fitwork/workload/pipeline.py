@@ -21,7 +21,7 @@ def _through(kernels: list[Kernel], index: int, item: Any) -> Iterator[Any]:
         yield item
         return
     kernel = kernels[index]
-    if kernel.unit.batch_size:
+    if kernel.batched:
         (raw,), _ = kernel.call_batch([item])
         if type(raw) is Failed:
             raise raw.error

@@ -89,7 +89,7 @@ class _Handle:
     pid: int = 0
     final: bool = False
     reported: bool = False
-    memory: int = 0  # bytes it is allotted (0: no bound; the memory watch's)
+    memory: int = 0  # bytes of its own it may hold (0: no bound; the memory watch's)
 
 
 class LocalRun(Shell):
@@ -173,7 +173,7 @@ class LocalRun(Shell):
         process = self.start_worker(spec)
         self.handles[instruction.worker] = _Handle(
             instruction.worker, stage, process, pid=process.pid or 0,
-            memory=int(given.resources.memory or 0))
+            memory=given.memory_bound)
         self.selector.register(process.sentinel, selectors.EVENT_READ, instruction.worker)
         # (a replica given a GPU takes the next in turn: a spare would hold the wrong one)
         if (stage in self.spare_stages and not spec.env
