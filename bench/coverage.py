@@ -157,6 +157,7 @@ def plan_table(args: argparse.Namespace) -> None:
     """Each pipeline's plan run ``args.runs`` times, trained and held-out shapes in
     separate tables; realized inside its range or not."""
     import fit_quality as fq
+    from fit_quality_table import TITLES
 
     import fitwork
     from fitwork.fit.layout_error import COLUMNS
@@ -177,7 +178,7 @@ def plan_table(args: argparse.Namespace) -> None:
             group = [s for s in specs if s.held_out == held_out]
             if not group:
                 continue
-            print(f"\nplans on this host, {fq.TITLES[held_out]} ({condition}; load average "
+            print(f"\nplans on this host, {TITLES[held_out]} ({condition}; load average "
                   f"{os.getloadavg()[0]:.2f}): realized record throughput vs the plan's "
                   "p10-p90")
             for spec in group:

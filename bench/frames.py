@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fit_quality as fq
+import fit_quality_shapes as fq
 
 import fitwork
 from fitwork import Pipeline
