@@ -310,8 +310,8 @@ def gbps(arrays: int, seconds: float) -> float:
     return arrays * ARRAY_BYTES / 1e9 / seconds if seconds > 0 else float("nan")
 
 
-def main() -> None:
-    """Measure, then print GB/s end to end and net of array creation, with ratios."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arrays", type=int, default=20, help="64 MiB arrays per run")
     parser.add_argument("--repeats", type=int, default=2,
@@ -320,10 +320,11 @@ def main() -> None:
                         help=f"the consumer reads only every {SPARSE_STRIDE}th element (the old "
                              "default; the baselines still move every byte, so fitwork's "
                              "figures are not like for like)")
-    args = parser.parse_args()
-    arrays, repeats = args.arrays, max(2, args.repeats)
-    SETTINGS["stride"] = SPARSE_STRIDE if args.sparse_read else 1
+    return parser
 
+
+def _best_runs(arrays: int, repeats: int) -> dict[str, Measure]:
+    """Every contender ``repeats`` times, interleaved; each one's fastest run."""
     contenders: dict[str, Callable[[], Measure]] = {
         FITWORK: lambda: run_fitwork(arrays),
         QUEUE: lambda: run_queue(arrays),
@@ -335,7 +336,15 @@ def main() -> None:
     for _ in range(repeats):  # interleaved, so drift on the machine hits all alike
         for name, measure in contenders.items():
             runs[name].append(measure())
-    results = {name: min(found, key=lambda m: m.wall_s) for name, found in runs.items()}
+    return {name: min(found, key=lambda m: m.wall_s) for name, found in runs.items()}
+
+
+def main() -> None:
+    """Measure, then print GB/s end to end and net of array creation, with ratios."""
+    args = _parser().parse_args()
+    arrays, repeats = args.arrays, max(2, args.repeats)
+    SETTINGS["stride"] = SPARSE_STRIDE if args.sparse_read else 1
+    results = _best_runs(arrays, repeats)
     create_s = creation_seconds()
     create_total = arrays * create_s
     mine = results[FITWORK]
