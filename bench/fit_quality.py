@@ -4,9 +4,9 @@ Two sets of pipelines, reported in separate tables:
 
 - trained shapes, defined in fit_quality_shapes.py: six the model was tuned on, seven
   written for issue 22 as a new user would write them, and lookup_model (from a user's
-  pipeline after stop 30).  All are training data now: sleep_io, batch_faster, lookup_model, filter and
-  blas_stages each drove a model change (7b2ae79, 3fdcc1b, f72b42c, 9cbeb66, a69cfff), and
-  every one of them has been run and read while the model was changed.
+  pipeline after stop 30).  All are training data now: sleep_io, batch_faster, lookup_model,
+  filter and blas_stages each drove a model change (7b2ae79, 3fdcc1b, f72b42c, 9cbeb66,
+  a69cfff), and every one of them has been run and read while the model was changed.
 - held-out shapes: bench/heldout/, frozen at commit eb8f9d57bd3d109c078487787b0a04679663c8c4
   (a GPU-style batched model behind CPU decoding, a filter whose keep ratio drifts, a unit
   with a warm-up, cost by item size, I/O against a rate-limited loopback service, a
