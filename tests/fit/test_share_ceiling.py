@@ -93,7 +93,9 @@ def test_processes_beside_a_spinner_get_more_of_the_host_the_more_they_are(
     assert set(got) == {1, 2, 4, 8}
     assert got[8] >= 1.25 * got[1], got
     profiled = profile_pipeline(Pipeline(crunch, name="crunch"), list(range(8)), samples=8)
-    assert set(profiled.share_readings) == {1, 2, 4, 8}
+    # and more where the unit's calls left the core idle part of the time on this busy host
+    # (the probe works at the pipeline's duty: `fitwork.profiling.shares.counts`)
+    assert {1, 2, 4, 8} <= set(profiled.share_readings)
     plan = plan_for(profiled, TWO_CORES)
     threads = busy_threads(plan.fitted.result)
     print(f"one process's ceiling {core_ceiling(profiled):.2f}, plan's {plan.core_ceiling:.2f}"

@@ -179,25 +179,18 @@ def core_ceiling(profile: PipelineProfile) -> float:
         q   = sum_u m_u·queued_u / sum_u m_u·(cpu_u + queued_u)
         rho = 1 - q
 
-    ``q`` is the share of this pipeline's runnable time that found no free core: the cost,
-    in core time, of sharing cores with other processes, measured on this work.  A plan's
-    replicas are such processes (they may outnumber cores), so each node's fluid budget is
-    ``rho`` of its cores left after reservations.  Each unit's wait is its least-waiting
-    pass's share of its runnable time (`_least_queued`): a transient load only adds wait.
-    A profile with no run-queue wait measured (or none recorded) gives 1.0.  The figure is
-    per profile, not per node type: the host the profile ran on is the only place the wait
-    was measured.
+    ``q``, the share of this pipeline's runnable time that found no free core, is what
+    sharing cores with other processes costs this work; a plan's replicas are such
+    processes, so each node's fluid budget is ``rho`` of its unreserved cores.  A unit's
+    wait is its least-waiting pass's (`_least_queued`): a transient load only adds wait.
+    None measured gives 1.0.  Per profile: the wait was measured on its host only.
 
-    One process's run-queue wait does not see what a plan of several meets: a lone process
-    on two cores beside others keeping 0.7 of a core busy seldom waits, while the plan's
-    processes get only the 1.3 cores left (``bench/fit_quality.py``: plans at a ceiling of
-    0.83-0.90 used 1.0-1.46 of 2 cores, exactly what others left them).  So the ceiling is
-    also at most the share of the cores others left while the units were timed: the
-    `FREE_QUANTILE` of every reading the profile took (each pass's windows of 0.1 s, else
-    the pass's own figure), weighted as the wait is (`free_readings`), where it measured
-    any.  On a shared host, single readings taken minutes apart gave 25% to 100% (issue
-    37); the run's re-fit corrects the rest, growing the replicas where it finds more cores
-    free (`fitwork.engine.adapt`).
+    One process's wait does not see what a plan of several meets (beside others keeping 0.7
+    of 2 cores busy, ``bench/fit_quality.py``'s plans at a ceiling of 0.83-0.90 used what
+    others left them), so the ceiling is also at most the `FREE_QUANTILE` of the profile's
+    readings of the share of the cores others left (`free_readings`), where it took any.
+    Single readings minutes apart gave 25% to 100% (issue 37); the run's re-fit grows the
+    replicas where it finds more cores free (`fitwork.engine.adapt`).
     """
     m, weighted_cpu, weighted_queue = 1.0, 0.0, 0.0
     for u in profile.units:
@@ -221,30 +214,45 @@ SETTLE_STEPS = 6
 
 
 def share_ceiling(profile: PipelineProfile, threads: float) -> float:
-    """The core ceiling a plan of ``threads`` busy threads may count on.
-
-    `core_ceiling` is what one process met.  Where the host's other work is shared with
-    fairly, more runnable threads get more of it (beside one process spinning on 2 cores,
-    four get 1.6 of them where one gets 1); the profile reads how much `k` processes got at
-    once (`PipelineProfile.share_readings`, `fitwork.profiling.shares`), each count's
-    readings taken at `FREE_QUANTILE` as the free readings are.  The ceiling is the larger
-    of the one-process figure and what ``threads`` processes got (linear between the counts
-    read, the last count's held beyond it, never above 1)."""
+    """The core ceiling a plan of ``threads`` busy threads may count on: the larger of
+    `core_ceiling` (what one process met) and what ``threads`` processes got at once
+    (`shares_read`: where the host's other work is shared with them fairly, more runnable
+    threads get more of it; beside one process spinning on 2 cores four get 1.6 cores where
+    one gets 1), linear between the counts read, the largest count's held beyond it (work
+    that waits is read up to as many processes as ask for four times the cores,
+    `fitwork.profiling.shares.counts`), never above 1."""
     base = core_ceiling(profile)
-    got = {k: quantile([(v, 1.0) for v in values], FREE_QUANTILE)
-           for k, values in profile.share_readings.items() if values}
+    got = shares_read(profile)
     if not got:
         return base
     counts = sorted(got)
-    if threads <= counts[0]:
-        share = got[counts[0]]
-    elif threads >= counts[-1]:
-        share = got[counts[-1]]
+    if threads <= counts[0] or threads >= counts[-1]:
+        share = got[counts[0] if threads <= counts[0] else counts[-1]]
     else:
         high = next(k for k in counts if k >= threads)
         low = max(k for k in counts if k < threads)
         share = got[low] + (got[high] - got[low]) * (threads - low) / (high - low)
     return min(1.0, max(base, share))
+
+
+def shares_read(profile: PipelineProfile) -> dict[int, float]:
+    """The share of the host each count of processes got (`fitwork.profiling.shares`)."""
+    return {k: quantile([(v, 1.0) for v in values], FREE_QUANTILE)
+            for k, values in profile.share_readings.items() if values}
+
+
+def contended_speed(profile: PipelineProfile) -> float | None:
+    """How fast each of many threads gets through its items here against one process alone
+    (as the units were timed): what each of the most processes read got over what one got,
+    at most 1; ``None`` on a free host (one count read) or where more processes got no more
+    than one (the host's other work is not shared with them: more threads only queue)."""
+    got = shares_read(profile)
+    if len(got) < 2:
+        return None
+    most, one = max(got), min(got)
+    if got[one] <= 0 or got[most] <= got[one]:
+        return None
+    return min(1.0, got[most] / most / (got[one] / one))
 
 
 def busy_threads(result: FitResult) -> float:
@@ -262,11 +270,10 @@ def settled_ceiling(profile: PipelineProfile, solve_at: Callable[[float], FitRes
     (`share_ceiling`), and the threads it runs grow with the share it is planned at.  From
     the share the most processes read got, each step solves at the ceiling (``solve_at``),
     counts the plan's threads (`busy_threads`) and lowers the ceiling to what they get,
-    until the plan bears its ceiling out (at most `SETTLE_STEPS` re-solves).  Starting from
-    the one-process figure instead stops at its plan: one replica planned at one process's
-    share gets just that share, and never shows that four would get more (the demo beside
-    a spinning core, issue 37: 0.29x the best monolith of four).  Without share readings it
-    is `core_ceiling` and one solve."""
+    until the plan bears its ceiling out (at most `SETTLE_STEPS` re-solves).  From the
+    one-process figure, one replica planned at its share never shows that four get more
+    (the demo beside a spinning core, issue 37: 0.29x the best monolith of four).  Without
+    share readings: `core_ceiling` and one solve."""
     ceiling = share_ceiling(profile, max(profile.share_readings, default=1))
     result = solve_at(ceiling)
     for _ in range(SETTLE_STEPS):
@@ -319,13 +326,21 @@ def quantile(weighted: list[tuple[float, float]], q: float) -> float:
 
 def waiting_seconds(profile: PipelineProfile) -> float:
     """Seconds per source item the units wait on something other than a core, one item at a
-    time (a fused replica calls each stage on one item): each unit's wall time at batch 1
-    less its CPU time and its run-queue wait (a loaded host's, which threads cannot
-    overlap), weighted by its multiplicity.  What a threaded monolith's threads overlap."""
+    time, weighted by multiplicity: what a threaded monolith's threads overlap.  Each unit's
+    wall time at batch 1 less its CPU and run-queue wait (a thread that computes holds the
+    lock while it waits for a core).  Where more processes got more (`contended_speed`), a
+    unit that waits longer than it computes waits for a core as each wait ends, without the
+    lock: its wait is its wall time over `contended_speed` less its CPU (issue 37: io_service
+    took 60-100 ms per item per thread for 23 ms of wait and 2 of CPU, 8 to 64 threads)."""
+    speed = contended_speed(profile)
     m, total = 1.0, 0.0
     for u in profile.units:
         at = _view(u, 1 if any(b.batch_size == 1 for b in u.batches) else u.batch_size)
-        total += m * max(0.0, at.wall_s - at.cpu_s - at.queued_s - (at.accel_s or 0.0))
+        accel = at.accel_s or 0.0
+        waits = max(0.0, at.wall_s - at.cpu_s - at.queued_s - accel)
+        if speed is not None and waits > at.cpu_s:
+            waits = max(waits, at.wall_s / speed - at.cpu_s - accel)
+        total += m * waits
         m *= u.output_ratio
     return total
 

@@ -222,12 +222,13 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
     threads; ``None`` where its stages do not wait enough for threads to help.  Each stage
     holds the lock its CPU time at its own parallelism (`_held`); the engine's work on an
     item (at the frames a replica of that many threads gets) holds it too.  The items
-    wait ``waiting`` seconds each (at most the wall time beyond the lock's).  One replica
+    wait ``waiting`` seconds each (`fitwork.fit.inputs.waiting_seconds`: on a contended
+    host, more than the profile's wall time beyond the lock's), else that wall time.  One replica
     carries at most what ``cores`` (the node's) do of its CPU per item."""
     stages = [(cls, d.threaded(), m) for cls, d, m in stages]  # its calls in threads
     work = sum(m / d.rate for _, d, m in stages)
     held = sum(m * _held(d) for _, d, m in stages)
-    wait = work - held if waiting is None else min(max(waiting, 0.0), work - held)
+    wait = work - held if waiting is None else max(waiting, 0.0)
     spent = sum(m * d.core_seconds() for _, d, m in stages)
     most = cores / spent if spent > 0 else math.inf
     trial = threaded_option(held + edge, wait, most)
