@@ -40,6 +40,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
     Arrived,
+    Counters,
     Done,
     Drain,
     Exited,
@@ -64,6 +65,7 @@ from fitwork.engine.ray.records import (
 )
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
+from fitwork.engine.ray.spares import Spares
 from fitwork.engine.ray.startup import StartUp
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.ray.warm import WarmPool
@@ -121,7 +123,7 @@ class Actor:
     ready: bool = False  # it said hello: its unit is built and it takes calls
 
 
-class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
+class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
     """One run on Ray: actors, frames in flight, and the core's books."""
 
     engine_name = "ray"
@@ -157,6 +159,7 @@ class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
         self.pushes: dict[Any, int] = {}
         self.last_stats = 0.0
         self.seen: dict[int, Reading] = {}  # newest counters read per worker
+        self.items_in: dict[int, int] = {}  # per worker: items of its calls that came back
         # items per frame into each unit; 0: not measured (a batched unit's: a batch)
         self.hints = first_sizes([s.batch_size for s in self.stages])
         self.has_gpus = False
@@ -275,10 +278,14 @@ class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
         replicas = max(1, self.placement.replicas(unit.name))
         sink = (self.options.sink, self.run_id, instruction.worker) \
             if self.options.sink is not None and stage == len(self.units) - 1 else None
-        handle, hello = self.start_replica(remote_class(Replica), stage, options, ReplicaSpec(
-            self.blobs[stage], stage, self.names, self.limits, allot(unit, group), wanted.cpu,
-            self.timeout, replicas, sink), bundle is not None)
+        spec = ReplicaSpec(self.blobs[stage], stage, self.names, self.limits,
+                           allot(unit, group), wanted.cpu, self.timeout, replicas, sink)
+        handle, hello = (None if bundle is not None else  # a spare, built ahead, if any
+                         self.take_spare(stage, options, spec, instruction.worker)) or \
+            self.start_replica(remote_class(Replica), stage, options, spec, bundle is not None)
+        self.keep_spares(stage, remote_class(Replica), options, spec)
         actor = Actor(instruction.worker, stage, handle, bundle)
+        self.items_in[instruction.worker] = 0  # counted by the driver (`counted`)
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
         self.hellos[hello] = instruction.worker
@@ -401,13 +408,15 @@ class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
             dead = self.by_key.get(actor_id)
             if dead is not None:
                 self._died(dead, "the actor died (reported by a peer)")
-        for stage, cause, parts in summary.lost:  # what the dead peers held
-            self.handle(Lost(worker, call, now, cause, parts=parts, stage=stage))
         self.measure_call(summary)
         segments = [segment for batch in batches if batch for segment in batch]
         for written in summary.written:  # a sink's parts hold these outputs
             segments.extend(written.segments)
         self.handle(Arrived(segments, now, summary.returns, summary.failures))
+        # what the dead peers held, once what came back is settled: a retry group sends
+        # again only its items that did not come back
+        for stage, cause, parts in summary.lost:
+            self.handle(Lost(worker, call, now, cause, parts=parts, stage=stage))
         self.handle(Done(worker, [call], (), (), now))
 
     def summary(self, ref: Any, worker: int, call: int, now: float) -> Summary | None:
@@ -421,10 +430,21 @@ class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
 
     def measure_call(self, summary: Summary) -> None:
         """The counters of the replicas a call went through, to the core."""
+        for actor_id, count in summary.entered.items():  # a delivered call's items in
+            seen = self.by_key.get(actor_id)
+            if seen is not None:
+                self.items_in[seen] = self.items_in.get(seen, 0) + count
         for actor_id, reading in summary.counters.items():
             seen = self.by_key.get(actor_id)
             if seen is not None:
                 self._measure(seen, reading, ())
+
+    def counted(self, worker: int, counters: Counters) -> Counters:
+        """A replica's counters with its items in as the driver counted them: those of the
+        calls that came back (`Summary.entered`), not those of calls lost with a death
+        (which its own count may hold: their items are counted where they are retried)."""
+        mine = self.items_in.get(worker)
+        return counters if mine is None else counters._replace(items_in=mine)
 
     def _died(self, worker: int, cause: str) -> None:
         actor = self.actors.get(worker)
@@ -438,6 +458,7 @@ class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
         if actor.stage == 0:
             self.router.drop(actor.handle)
         self.publish()
+        self.spare_death(actor.stage)  # its unit keeps spares from now on
         self.handle(Exited(worker, clean=False, now=self.clock(), cause=cause))
 
     def _ask_stats(self) -> None:
@@ -466,12 +487,12 @@ class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
         """A replica's counters, from a call's summary or a stats reading: the core gets
         the newest ones (readings can arrive out of order) and every busy interval."""
         held = self.seen.get(worker)
-        if held is not None and reading.seq <= held.seq:
-            if intervals:
-                self.handle(Measured(worker, held.counters, self.clock(), intervals))
+        if held is None or reading.seq > held.seq:
+            self.seen[worker] = held = reading
+        elif not intervals and worker not in self.items_in:
             return
-        self.seen[worker] = reading
-        self.handle(Measured(worker, reading.counters, self.clock(), intervals))
+        self.handle(Measured(worker, self.counted(worker, held.counters), self.clock(),
+                             intervals))
 
     def _drained(self, ref: Any) -> None:
         worker = self.drains.pop(ref)
@@ -518,11 +539,17 @@ class RayRun(StartUp, WarmPool, NodeFit, Placing, Shell):
             said = deaths_line(self.names, self.core, self.lost_nodes, self.node_refits)
             if said:
                 print(said, file=sys.stderr, flush=True)
+        self.let_spares_go()
         kept = self.warm_release()  # parked for the next run: not killed
+        killed = 0
         for actor in self.live_actors(ended=True):
             if key(actor.handle) not in kept:
+                killed += 1
                 with contextlib.suppress(Exception):
                     ray.kill(actor.handle, no_restart=True)
+        with contextlib.suppress(Exception):  # the workers they took, back to Ray's pool
+            self.refilled = refill(killed, sum(n["Resources"].get("CPU", 0.0)
+                                               for n in self.nodes))
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)

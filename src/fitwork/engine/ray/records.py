@@ -101,6 +101,9 @@ class Summary:
     dead: list[str] = field(default_factory=list)
     lost: list[LostFrame] = field(default_factory=list)
     counters: dict[str, Reading] = field(default_factory=dict)
+    entered: dict[str, int] = field(default_factory=dict)
+    """Items this call brought into each replica (by key) that are not sent again: an
+    item lost below a replica is counted where its retry runs (the driver's items in)."""
     busy: bool = False
     carries: bool = False
     intervals: Sequence[Interval] = ()
@@ -117,6 +120,8 @@ class Summary:
         self.dead.extend(child.dead)
         self.lost.extend(child.lost)
         newest(self.counters, child.counters)
+        for actor, count in child.entered.items():
+            self.entered[actor] = self.entered.get(actor, 0) + count
 
 
 def newest(into: dict[str, Reading], more: dict[str, Reading]) -> None:

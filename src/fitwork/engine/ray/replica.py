@@ -163,6 +163,14 @@ class Replica:
                      self.load_error or self.error, self.load_error is not None,
                      self.built_cpu)
 
+    def serve_as(self, worker: int) -> Hello:
+        """A spare handed over serves as worker ``worker``: its sink's part is named by it
+        (`fitwork.engine.ray.spares`); its hello."""
+        with self.part_lock:
+            if self.sink is not None and self.part is None:
+                self.sink = (self.sink[0], self.sink[1], worker)
+        return self.hello()
+
     def set_members(self, version: int, members: list[Any]) -> None:
         """The next unit's live replicas, as the driver holds them at ``version``."""
         if self.router is not None:
@@ -243,6 +251,8 @@ class Replica:
             with self.alone.hold(alone):
                 summary, outputs = self.run(segments, hints, version)
         summary.counters[self.id] = self.counters()
+        summary.entered[self.id] = summary.entered.get(self.id, 0) + entered(
+            segments, summary, self.stage)
         summary.carries = outputs is not None
         return summary, outputs
 
@@ -354,6 +364,15 @@ class Replica:
                                   f"cross processes ({describe(exc)}); return plain data")
                 lost(summary, single, self.unit.name, error)
         return kept
+
+
+def entered(segments: list[Segment], summary: Summary, stage: int) -> int:
+    """Items a call brought into a replica of ``stage`` that count as in there: its own,
+    less those lost below it (their retry comes through this unit again, and is counted
+    where it runs), so each item is in once however often it is delivered."""
+    lost = sum(len(offsets) for below, _, parts in summary.lost if below > stage
+               for _, offsets in parts)
+    return max(0, sum(len(s.values) for s in segments) - lost)
 
 
 def load_unit(blob: bytes, name: str) -> Unit | str:
