@@ -13,6 +13,12 @@ replacement's first call, and the load average; under it, where a death's cost w
 driver's and the workers' extra CPU ms per death, the processes the driver forked, retry
 frames and records fed again per death, and rows per fresh frame (against the clean
 run's); per mode, the median ratio.
+
+``--engine ray`` times the same bad rows on a Ray cluster started on this host (its own
+temp dir, this host's cores) against the local engine, driver-fed, in ``--rounds`` rounds,
+Ray first in even rounds and last in odd ones: wall seconds of each, their ratio, deaths,
+spares handed over (built by then), rows lost and doubled, each unit's items in, and the
+load average.
 """
 
 from __future__ import annotations
@@ -207,6 +213,56 @@ def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
     return failed
 
 
+def timed(engine: str, path: Path, workers: int) -> tuple[float, Counter[int], Any]:
+    """One driver-fed run with bad rows on ``engine``: wall seconds, outputs, record."""
+    pipeline = Pipeline(decode, name="poison_bench")
+    start = time.perf_counter()
+    with fitwork.run(pipeline, read_items(path), engine=engine,
+                     workers={"decode": workers}) as result:
+        seen = Counter(row["n"] for row in result)
+    return time.perf_counter() - start, seen, result.record
+
+
+def ray_vs_local(args: argparse.Namespace, path: Path, workdir: Path, per_million: int,
+                 want: Counter[int]) -> bool:
+    """Bad-row runs on Ray and on the local engine, both orders; True if any lost or
+    doubled a row."""
+    import ray
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(  # the replicas import this module
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             object_store_memory=200 * 2**20, _temp_dir=str(workdir / "ray"))
+    marks = workdir / "marks-ray"
+    marks.mkdir()
+    os.environ[MARKS], os.environ[BAD] = str(marks), str(per_million)
+    print(f"{'round':<6} {'engine':<6} {'wall s':>7} {'deaths':>7} {'spares':>7} "
+          f"{'built':>6} {'lost':>5} {'doubled':>8} {'items in':>9} {'load':>5}")
+    failed, ratios = False, []
+    for turn in range(args.rounds):
+        walls = {}
+        for engine in ("ray", "local") if turn % 2 == 0 else ("local", "ray"):
+            for mark in marks.iterdir():  # every once-killer kills again
+                mark.unlink()
+            wall, seen, record = timed(engine, path, args.workers)
+            walls[engine] = wall
+            lost, doubled = sum((want - seen).values()), sum((seen - want).values())
+            failed |= bool(lost or doubled)
+            spares = (record.host or {}).get("ray_spares", {}).get("decode", {})
+            print(f"{turn:<6} {engine:<6} {wall:>7.2f} {record.worker_restarts:>7} "
+                  f"{spares.get('handed_over', '-'):>7} {spares.get('built_when_handed', '-'):>6} "
+                  f"{lost:>5} {doubled:>8} {record.units[0].items_in:>9} "
+                  f"{os.getloadavg()[0]:>5.1f}", flush=True)
+        ratios.append(walls["ray"] / walls["local"])
+        print(f"{turn:<6} ray / local wall: {ratios[-1]:.2f}x "
+              f"({'ray' if turn % 2 == 0 else 'local'} first)", flush=True)
+    print(f"median ray / local wall over {args.rounds} rounds: "
+          f"{statistics.median(ratios):.2f}x (aim: <= 2x)")
+    ray.shutdown()
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000,
@@ -220,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU microseconds each row costs beyond reading it (default 0: "
                              "a light row of ~8 us; a decoder's row costs a millisecond or more)")
     parser.add_argument("--modes", default="driver-fed,sharded")
+    parser.add_argument("--engine", choices=("local", "ray"), default="local",
+                        help="ray: bad-row runs on a Ray cluster of this host against the "
+                             "local engine, driver-fed, both orders (default local)")
     parser.add_argument("--spares", default="1,0",
                         help="runs with bad rows: how many spare workers a unit that lost one "
                              "keeps forked ahead, one run per count (default 1,0; 0: every "
@@ -243,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.work_us} us of extra CPU a row")
         print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
               f"({os.cpu_count()} cores)")
+        if args.engine == "ray":
+            return 1 if ray_vs_local(args, path, workdir, per_million, want) else 0
         print(HEAD)
         print(COST)
         failed = False
