@@ -1,0 +1,95 @@
+"""On Ray, rows that kill their replica are replaced from warm spares (started and built
+ahead), every output once, and each unit's items in counted once however often delivered."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fitwork
+from fitwork import Pipeline, unit
+
+ROWS = 500
+
+
+def killer(n: int) -> bool:
+    """2% of rows kill the first replica that meets them."""
+    return n % 50 == 7
+
+
+def kill_the_first(marks: str, n: int) -> None:
+    """Kill this process if it is the first to meet row ``n`` (its mark made first)."""
+    try:
+        os.close(os.open(os.path.join(marks, str(n)), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@unit(cpu=0.5)
+def first(row: dict[str, Any]) -> dict[str, Any]:
+    if row["where"] == 0 and killer(row["n"]):
+        kill_the_first(row["marks"], row["n"])
+    return row
+
+
+@unit(cpu=0.5)
+def second(row: dict[str, Any]) -> int:
+    if row["where"] == 1 and killer(row["n"]):
+        kill_the_first(row["marks"], row["n"])
+    return int(row["n"])
+
+
+def rows(tmp_path: Path, where: int) -> list[dict[str, Any]]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    return [{"n": n, "marks": str(marks), "where": where} for n in range(ROWS)]
+
+
+def test_deaths_are_replaced_from_warm_spares(ray_cluster: Any, tmp_path: Path) -> None:
+    with fitwork.run(Pipeline(first, second), rows(tmp_path, 0), engine="ray",
+                     workers={"first": 2, "second": 2}) as result:
+        outputs = Counter(result)
+    record = result.record
+    assert outputs == Counter(range(ROWS))  # exactly once
+    deaths = sum(1 for n in range(ROWS) if killer(n))
+    assert record.worker_restarts == deaths
+    spares = (record.host or {})["ray_spares"]
+    assert set(spares) == {"first"}  # only the unit that lost replicas keeps spares
+    mine = spares["first"]
+    # every death but the first (which made the unit keep spares) took a spare
+    assert mine["handed_over"] == deaths - 1, mine
+    assert mine["started"] == mine["handed_over"] + mine["let_go"]
+    assert all(0.0 <= cpu <= 0.5 for cpu in mine["cores"])
+    assert all(s["ended_s"] >= s["started_s"] for s in mine["spares"])
+    handed = {s["worker"] for s in mine["spares"] if s["worker"] is not None}
+    live = {w.worker_id for w in record.workers if w.unit == "first" and w.worker_id >= 0}
+    assert handed <= live and len(live) == 2 + deaths
+    assert [u.items_in for u in record.units] == [ROWS, ROWS]  # items, not deliveries
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("where", [0, 1])
+def test_items_in_count_each_item_once(engine: str, where: int, tmp_path: Path,
+                                       request: pytest.FixtureRequest) -> None:
+    """A death in either unit: each unit's items in is the rows, once each (a row sent
+    again after a death is a retry, in ``record.retries``)."""
+    if engine == "local" and where == 1:
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="the local engine counts the first unit's re-runs of rows a "
+            "second unit's death lost as items in again (engine/local, not this helper's)"))
+    if engine == "ray":
+        request.getfixturevalue("ray_cluster")
+    with fitwork.run(Pipeline(first, second), rows(tmp_path, where), engine=engine,
+                     workers={"first": 2, "second": 2}) as result:
+        outputs = Counter(result)
+    record = result.record
+    assert outputs == Counter(range(ROWS))
+    assert record.worker_restarts == sum(1 for n in range(ROWS) if killer(n))
+    assert record.retries > 0
+    assert [u.items_in for u in record.units] == [ROWS, ROWS]
