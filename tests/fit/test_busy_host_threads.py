@@ -10,7 +10,6 @@ from fitwork.fit.inputs import busy_threads, share_ceiling, waiting_seconds
 from fitwork.fit.monolithic import threaded_rate
 from fitwork.fit.plan import plan_for
 from fitwork.profiling.record import PipelineProfile, UnitProfile
-from fitwork.profiling.shares import counts
 from tests.fit.test_fluid import TWO_CORES
 
 SHARES = {1: [0.029], 2: [0.062], 4: [0.11], 8: [0.19], 16: [0.32], 32: [0.60], 64: [1.0]}
@@ -75,11 +74,3 @@ def test_threads_overlap_the_wait_for_a_core_only_where_more_processes_got_more(
     # takes its wall time over that on a host this busy, and threads overlap all but its CPU
     speed = (1.0 / 64) / 0.029
     assert waiting_seconds(rising) == pytest.approx(0.0227 / speed - 0.0005 + parse)
-
-
-def test_the_probe_reads_as_many_processes_as_ask_for_the_cores_at_the_pipeline_s_duty(
-        ) -> None:
-    assert counts(2) == (1, 2, 4, 8)  # work that does not wait: as before
-    assert max(counts(2, duty=0.07)) == 64  # 4 x 2 cores / 0.07 = 114, at most 64
-    assert max(counts(2, duty=0.5)) == 16
-    assert counts(16) == (1, 16)
