@@ -66,7 +66,7 @@ from fitwork.engine.ray.records import (
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.spares import Spares
-from fitwork.engine.ray.startup import StartUp
+from fitwork.engine.ray.startup import StartUp, refill
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.ray.warm import WarmPool
 from fitwork.engine.segment import Segment
@@ -183,6 +183,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.holding = False  # Ray's death notices, kept off stdout while this run goes
         self.node_refits: list[Refit] = []
         self.planned_counts: list[int] = []  # replicas per unit the run started with
+        self.refilled: list[Any] = []  # idle workers asked of Ray's pool at the end
 
     # -- setting up ------------------------------------------------------------------------
 
