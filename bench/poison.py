@@ -232,11 +232,11 @@ def ray_vs_local(args: argparse.Namespace, path: Path, workdir: Path, per_millio
     os.environ["PYTHONPATH"] = os.pathsep.join(  # the replicas import this module
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    marks = workdir / "marks-ray"  # the replicas read these from the environment Ray
+    marks.mkdir()                  # starts them with: set before the cluster starts
+    os.environ[MARKS], os.environ[BAD] = str(marks), str(per_million)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              object_store_memory=200 * 2**20, _temp_dir=str(workdir / "ray"))
-    marks = workdir / "marks-ray"
-    marks.mkdir()
-    os.environ[MARKS], os.environ[BAD] = str(marks), str(per_million)
     print(f"{'round':<6} {'engine':<6} {'wall s':>7} {'deaths':>7} {'spares':>7} "
           f"{'built':>6} {'lost':>5} {'doubled':>8} {'items in':>9} {'load':>5}")
     failed, ratios = False, []
