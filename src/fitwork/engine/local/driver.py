@@ -34,6 +34,7 @@ from typing import Any
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
     Arrived,
+    Done,
     Drain,
     Exited,
     FrameSizes,
@@ -41,10 +42,12 @@ from fitwork.engine.core import (
     Retire,
     Send,
     Spawn,
+    Taken,
 )
 from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
+from fitwork.engine.local.counting import ItemCounts
 from fitwork.engine.local.spare import Spare, fork_spare
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
@@ -142,6 +145,8 @@ class LocalRun(Shell):
         self.spares_want: dict[int, int] = {}  # per stage: spares it keeps (`spares_wanted`)
         self.deaths: dict[int, tuple[float, float]] = {}  # per stage: its last two deaths
         self.old_zygotes: list[Zygote] = []  # told to quit: they leave with their last child
+        # items in and out per worker counted as items, not deliveries (`counting`)
+        self.counts = ItemCounts(self.stage_of, self.pending)
 
     # -- sending and workers ---------------------------------------------------------------
 
@@ -155,6 +160,8 @@ class LocalRun(Shell):
         data, size = self.wire.dumps((send.frame, [tuple(send.segment)]),
                                      retry=send.segment.attempt > 0)
         self.bytes_sent += size
+        if send.segment.attempt > 0:  # a retry: whose items it holds (`counting`)
+            self.counts.sent(send.frame)
         self.channels[0].send_end.send(data)
 
     def spawn(self, instruction: Spawn) -> None:
@@ -274,10 +281,19 @@ class LocalRun(Shell):
             exit_cause="a spare, let go unused"))
         spare.close()
 
+    def stage_of(self, worker: int) -> int | None:
+        """The stage of one of this run's workers (None: not one the core knows)."""
+        books = self.core.workers.get(worker) if self.core is not None else None
+        return books.stage if books is not None else None
+
+    def pending(self) -> dict[int, Any]:
+        """The core's feed frames not settled yet, by id."""
+        return self.core.frames if self.core is not None else {}
+
     def record(self) -> RunRecord:
         """The run's record, with the spares let go unused among its workers (the CPU
         they spent building their unit counted in their unit's)."""
-        record = super().record()
+        record = self.counted(super().record())
         if not self.spare_records:
             return record
         units = [u.model_copy(update={"build_cpu_s": u.build_cpu_s + sum(
@@ -285,6 +301,20 @@ class LocalRun(Shell):
             for u in record.units]
         return record.model_copy(update={"workers": [*record.workers, *self.spare_records],
                                          "units": units})
+
+    def counted(self, record: RunRecord) -> RunRecord:
+        """``record`` with each worker's items in and out, and so each unit's, counted as
+        items, not deliveries (`fitwork.engine.local.counting`)."""
+        counts = self.counts
+        workers = [w.model_copy(update={
+            "items_in": counts.items_in.get(w.worker_id, w.items_in),
+            "items_out": counts.items_out.get(w.worker_id, w.items_out)})
+            for w in record.workers]
+        units = [u.model_copy(update={
+            "items_in": sum(w.items_in for w in workers if w.unit == u.name),
+            "items_out": sum(w.items_out for w in workers if w.unit == u.name)})
+            for u in record.units]
+        return record.model_copy(update={"workers": workers, "units": units})
 
     def worker_env(self, stage: int, gpu: float) -> dict[str, str]:
         """Environment for a new replica: replicas that ask for a GPU take visible GPUs in
@@ -355,7 +385,13 @@ class LocalRun(Shell):
             message, size = loads(data)
             self.bytes_control += size
             kind = type(message)
-            if kind is Written:
+            if kind is Taken:
+                self.counts.taken(message)
+                handle(message)
+            elif kind is Done:
+                self.counts.done(message)
+                handle(message)
+            elif kind is Written:
                 self.written(message)
             elif kind is Final:
                 worker = self.handles.get(message.worker)
@@ -378,9 +414,11 @@ class LocalRun(Shell):
             data = sink.get(timeout=0)
             if data is None:
                 return
-            (_, segments), size = loads(data)
+            (frame, segments), size = loads(data)
             self.bytes_from_sink += size
-            handle(Arrived(typed(segments), self.clock()))
+            arrived = typed(segments)
+            self.counts.delivered(frame, [(s.frame, s.offsets) for s in arrived])
+            handle(Arrived(arrived, self.clock()))
 
     def reap(self) -> None:
         """Report workers that exited (a clean stop, or a death) to the core: those whose
@@ -414,6 +452,7 @@ class LocalRun(Shell):
                     self.spare_stages.add(handle.stage)
                     last = self.deaths.get(handle.stage, (-1e9, -1e9))[1]
                     self.deaths[handle.stage] = (last, self.clock())
+            self.counts.ended(worker)  # what it held is counted where it runs again
             self.handle(Exited(handle.worker_id, clean=handle.final, now=self.clock(),
                                cause=cause, code=code))
 

@@ -1,0 +1,125 @@
+"""Per-replica items in counted as items, not deliveries: the local driver's rule, as Ray's.
+
+A worker counts an item in when it receives its frame, so a row delivered twice counts
+twice: a death loses the frames its worker held, and the run core sends their rows again
+from the first unit (`fitwork.engine.core.retries`), so every unit above the death runs
+them again; a retry group is sent again whole, with its items still in flight in a peer.
+As on Ray (`Summary.entered` in `fitwork.engine.ray.records`), the run's record gives
+each worker's items in as counted here:
+
+* from the frames it reported done (a frame lost with its worker is counted where its
+  retry runs);
+* a retry's item (its feed frame has an ``origin``) only if no frame of its unit was done
+  with that item before (each feed frame's items done per stage, kept until it settles).
+
+Each item is then in once per unit however often delivered; the deliveries again are the
+record's ``retries``.  Items out are counted the same way where the driver sees them
+arrive: a frame a worker sent is counted out of it when the next unit's worker takes it (or
+the driver reads it from the last channel), a retry's items only if its unit had not sent
+them on before (a replica writing its outputs to a sink's part keeps its own count).  A
+flat-map's children share their item's offset: a retry's child counts only if no child of
+that item was done (sent on) in its unit before.  The core's live books keep the workers'
+own counts (deliveries): queue depths are what was sent into a unit less what it took, and
+frame sizing is items run per busy second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fitwork.engine.core.events import Done, Taken
+
+WORKER_SHIFT = 32
+"""A worker's frame ids start at its id shifted by this (`Worker.frame_ids`)."""
+PRUNE_EVERY = 4096
+"""Frames done between sweeps of the books of settled feed frames."""
+
+
+class ItemCounts:
+    """The items in and out of one local run's workers (see the module docstring)."""
+
+    def __init__(self, stage_of: Callable[[int], int | None],
+                 frames: Callable[[], dict[int, Any]]) -> None:
+        self.stage_of = stage_of  # a worker's stage (None: unknown)
+        self.frames = frames  # the core's feed frames not settled, by id
+        self.held: dict[tuple[int, int], Sequence[tuple[int, Sequence[int]]]] = {}
+        self.items_in: dict[int, int] = {}  # per worker
+        self.items_out: dict[int, int] = {}  # per worker whose frames the driver saw taken
+        # per feed frame (a retry's: its origin's): (stage, item indices) done there (a
+        # stage's items sent on: under ``-1 - stage``)
+        self.route: dict[int, list[tuple[int, Sequence[int]]]] = {}
+        # per retry frame: its origin feed frame and the origin's index of each offset
+        self.origin: dict[int, tuple[int, list[int]]] = {}
+        self.stale: dict[int, tuple[int, list[int]]] = {}  # retries of settled frames
+        self.done_frames = 0
+
+    def sent(self, frame: int) -> None:
+        """The core sends feed frame ``frame``: if a retry, note whose items it holds."""
+        books = self.frames().get(frame)
+        if books is not None and books.origin is not None:
+            self.origin[frame] = (books.origin[0].id,
+                                  [books.index(o) for o in range(books.count)])
+
+    def taken(self, event: Taken) -> None:
+        """A worker holds a frame: its parts, counted in when it is done, and out of the
+        worker that sent it now."""
+        self.held[(event.worker, event.frame)] = event.parts
+        stage = self.stage_of(event.worker)
+        if stage:
+            self.delivered(event.frame, event.parts)
+
+    def delivered(self, frame: int, parts: Sequence[tuple[int, Sequence[int]]]) -> None:
+        """Frame ``frame``, sent by a worker, arrived (holding ``parts``): its items out."""
+        sender = frame >> WORKER_SHIFT
+        stage = self.stage_of(sender)
+        if stage is not None:
+            self.items_out[sender] = self.items_out.get(sender, 0) + sum(
+                self.entered(-1 - stage, feed, offsets) for feed, offsets in parts)
+
+    def done(self, event: Done) -> None:
+        """A worker reported frames done: count their items in."""
+        worker = event.worker
+        stage = self.stage_of(worker)
+        count = self.items_in.get(worker, 0)
+        for frame in event.frames:
+            parts = self.held.pop((worker, frame), None)
+            if parts is not None and stage is not None:
+                count += sum(self.entered(stage, feed, offsets) for feed, offsets in parts)
+        self.items_in[worker] = count
+        self.done_frames += len(event.frames)
+        if self.done_frames >= PRUNE_EVERY:
+            self.prune()
+
+    def entered(self, stage: int, feed: int, offsets: Sequence[int]) -> int:
+        """Items of feed frame ``feed`` at ``offsets`` done at ``stage`` (or sent on from
+        ``-1 - stage``) that count: a fresh frame's all, a retry's those not done there
+        before."""
+        origin = self.origin.get(feed) or self.stale.get(feed)
+        if origin is None:
+            self.route.setdefault(feed, []).append((stage, offsets))
+            return len(offsets)
+        owner, index = origin
+        route = self.route.setdefault(owner, [])
+        before = {i for s, done in route if s == stage for i in done}
+        items = [index[o] for o in offsets]
+        route.append((stage, items))
+        return sum(1 for i in items if i not in before)
+
+    def ended(self, worker: int) -> None:
+        """A worker is gone: the frames it held are no one's (the core retries them)."""
+        for key in [k for k in self.held if k[0] == worker]:
+            del self.held[key]
+
+    def prune(self) -> None:
+        """Forget the books of feed frames settled (a retry of one: kept one sweep more,
+        for a copy still on its way)."""
+        self.done_frames = 0
+        pending = self.frames()
+        self.stale = {f: o for f, o in self.origin.items() if o[0] not in pending}
+        owners = {o[0] for o in self.stale.values()}
+        self.route = {f: r for f, r in self.route.items() if f in pending or f in owners}
+        self.origin = {f: o for f, o in self.origin.items() if o[0] in pending}
+
+
+__all__ = ["ItemCounts"]
