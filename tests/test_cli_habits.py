@@ -329,6 +329,10 @@ SLOW = textwrap.dedent("""
 
     pipeline = Pipeline(slow, name="slow")
 """)
+SLOW_ROWS = 8_000
+"""160 sleeps of 20 ms: 3.2 s in the one replica an unplanned run gives `slow`, well past the
+journal's first checkpoint (due 1 s in: `fitwork.io.journal.CHECKPOINT_SECONDS`), so a kill
+after that checkpoint lands inside the run on a quiet host too."""
 
 
 def test_an_appended_run_killed_midway_resumes_keeping_what_was_there(project: Path) -> None:
@@ -336,7 +340,7 @@ def test_an_appended_run_killed_midway_resumes_keeping_what_was_there(project: P
     import time
 
     (project / "slow.py").write_text(SLOW)
-    count = 20_000
+    count = SLOW_ROWS
     (project / "many.jsonl").write_text("".join(json.dumps({"n": i}) + "\n"
                                                 for i in range(count)))
     earlier = "".join(json.dumps({"n": -i, "run": 1}) + "\n" for i in range(1, 6))
@@ -350,7 +354,7 @@ def test_an_appended_run_killed_midway_resumes_keeping_what_was_there(project: P
     while run.poll() is None and time.monotonic() < deadline and (
             not journal.exists() or len(journal.read_bytes().splitlines()) < 2):
         time.sleep(0.05)
-    assert run.poll() is None, "400 sleeps of 20 ms in one replica outlast a checkpoint"
+    assert run.poll() is None, "160 sleeps of 20 ms in one replica outlast a checkpoint"
     os.kill(run.pid, signal.SIGKILL)
     run.communicate(timeout=60)
     # killed after a checkpoint: the same command with --resume finishes it
@@ -405,16 +409,17 @@ def test_the_digest_after_resume_is_an_uninterrupted_runs(project: Path, output:
     if output.endswith(".parquet"):
         pytest.importorskip("pyarrow")
     (project / "slow.py").write_text(SLOW)
-    count = 20_000
+    count = SLOW_ROWS
     (project / "many.jsonl").write_text("".join(json.dumps({"n": i}) + "\n"
                                                 for i in range(count)))
     journal = project / (output.rstrip("/") + ".journal") / "journal.jsonl"
     command = ["run", "slow:pipeline", "--input", "many.jsonl", "--output", output, "-q"]
     if output.endswith("/"):  # a directory output's replicas read shards: twenty files
         (project / "shards").mkdir()
+        size = count // 20
         for k in range(20):
             (project / "shards" / f"{k:02d}.jsonl").write_text("".join(
-                json.dumps({"n": i}) + "\n" for i in range(k * 1000, (k + 1) * 1000)))
+                json.dumps({"n": i}) + "\n" for i in range(k * size, (k + 1) * size)))
         command[3] = "shards/*.jsonl"
     clean = fitwork(*command[:5], "clean" + output, "-q", cwd=project)
     assert clean.returncode == 0, clean.stderr
