@@ -101,12 +101,26 @@ def errors(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.strip()]
 
 
+def _write_project(root: Path) -> Path:
+    (root / "pipe.py").write_text(PIPE)
+    (root / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(COUNT)))
+    return root
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "pipe.py").write_text(PIPE)
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n"
-                                               for i in range(COUNT)))
-    return tmp_path
+    return _write_project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def pipe_profile(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """`fitwork profile pipe:pipeline` of a project as `project` writes it, made once by the
+    CLI for the tests that plan from it: each writes these bytes into its own folder."""
+    root = _write_project(tmp_path_factory.mktemp("profiled"))
+    done = fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "8",
+                   "-o", "prof.json", cwd=root)
+    assert done.returncode == 0, done.stderr
+    return (root / "prof.json").read_bytes()
 
 
 def test_a_module_reference_resolves_from_the_current_directory(project: Path) -> None:
@@ -140,9 +154,9 @@ def test_per_unit_flags_set_cores_batch_and_io(project: Path) -> None:
         assert refused.returncode == 2 and says in refused.stderr, (flags, refused.stderr)
 
 
-def test_per_unit_flags_win_over_a_plan_for_their_unit(project: Path) -> None:
-    assert fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "8",
-                   "-o", "prof.json", cwd=project).returncode == 0
+def test_per_unit_flags_win_over_a_plan_for_their_unit(project: Path, pipe_profile: bytes
+                                                      ) -> None:
+    (project / "prof.json").write_bytes(pipe_profile)
     planned = fitwork("plan", "pipe:pipeline", "--profile", "prof.json", "--no-fuse",
                       "--time-limit", "5", "-o", "plan.json", cwd=project)
     assert planned.returncode == 0, planned.stderr
@@ -197,9 +211,9 @@ def test_append_keeps_the_dead_letters_of_earlier_runs(project: Path) -> None:
     assert len(rows(letters)) == 4
 
 
-def test_a_path_the_run_writes_that_it_also_reads_is_refused(project: Path) -> None:
-    assert fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "4",
-                   "-o", "prof.json", cwd=project).returncode == 0
+def test_a_path_the_run_writes_that_it_also_reads_is_refused(project: Path,
+                                                             pipe_profile: bytes) -> None:
+    (project / "prof.json").write_bytes(pipe_profile)
     assert fitwork("plan", "pipe:pipeline", "--profile", "prof.json", "--time-limit", "5",
                    "-o", "plan.json", cwd=project).returncode == 0
     plan, source = (project / "plan.json").read_bytes(), (project / "in.jsonl").read_bytes()
@@ -512,9 +526,8 @@ def test_on_ray_a_start_no_node_can_place_leaves_no_journal_and_cpus_lowers_the_
 
 
 def test_adapt_with_a_fused_plan_adapts_the_fused_unit_and_says_what_it_did(
-        project: Path) -> None:
-    assert fitwork("profile", "pipe:pipeline", "--input", "in.jsonl", "--samples", "8",
-                   "-o", "prof.json", cwd=project).returncode == 0
+        project: Path, pipe_profile: bytes) -> None:
+    (project / "prof.json").write_bytes(pipe_profile)
     assert fitwork("plan", "pipe:pipeline", "--profile", "prof.json", "--time-limit", "5",
                    "-o", "plan.json", cwd=project).returncode == 0
     plan = json.loads((project / "plan.json").read_text())
