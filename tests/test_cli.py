@@ -68,11 +68,27 @@ def fitwork(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def _write_project(root: Path) -> Path:
+    (root / "squares.py").write_text(PIPELINE)
+    (root / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(50)))
+    return root
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "squares.py").write_text(PIPELINE)
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(50)))
-    return tmp_path
+    return _write_project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[subprocess.CompletedProcess[str], bytes]:
+    """`fitwork profile` of a project as `project` writes it, made once for the tests that
+    read what it printed or plan from it (each writes the bytes into its own folder)."""
+    root = _write_project(tmp_path_factory.mktemp("profiled"))
+    done = fitwork("profile", "squares.py:pipeline", "--input", "in.jsonl", "--samples", "8",
+                   "-o", "p.json", cwd=root)
+    saved = root / "p.json"
+    return done, saved.read_bytes() if saved.exists() else b""
 
 
 def read_jsonl(path: Path) -> list:
@@ -294,11 +310,11 @@ def test_decompose_before_the_target_still_finds_the_target(project: Path) -> No
     assert sorted(r["doubled"] for r in rows) == [2 * n for n in range(50)]
 
 
-def test_results_go_to_stdout_and_errors_to_stderr(project: Path) -> None:
-    profiled = fitwork("profile", "squares.py:pipeline", "--input", "in.jsonl", "--samples",
-                       "4", "-o", "p.json", cwd=project)
-    assert profiled.returncode == 0 and "profile of squares" in profiled.stdout
-    assert "wrote profile to p.json" in profiled.stdout
+def test_results_go_to_stdout_and_errors_to_stderr(
+        project: Path, profiled: tuple[subprocess.CompletedProcess[str], bytes]) -> None:
+    done, _ = profiled
+    assert done.returncode == 0 and "profile of squares" in done.stdout, done.stderr
+    assert "wrote profile to p.json" in done.stdout
     ran = fitwork("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", "o.jsonl",
                   "-q", cwd=project)
     assert "throughput" in ran.stdout and "wrote 25 outputs" in ran.stdout
@@ -315,9 +331,11 @@ def test_fleet_local_prints_this_host_and_writes_yaml(tmp_path: Path) -> None:
     assert fleet.node_types[0].cores >= 1
 
 
-def test_profile_plan_and_run_with_the_plan_and_monolithic(project: Path) -> None:
-    assert fitwork("profile", "squares.py:pipeline", "--input", "in.jsonl", "--samples", "8",
-                   "-o", "prof.json", cwd=project).returncode == 0
+def test_profile_plan_and_run_with_the_plan_and_monolithic(
+        project: Path, profiled: tuple[subprocess.CompletedProcess[str], bytes]) -> None:
+    done, profile = profiled
+    assert done.returncode == 0, done.stderr
+    (project / "prof.json").write_bytes(profile)
     planned = fitwork("plan", "squares.py:pipeline", "--profile", "prof.json", "-o",
                       "plan.json", cwd=project)
     assert planned.returncode == 0, planned.stderr + planned.stdout
