@@ -11,7 +11,7 @@ import pytest
 from fitwork import Pipeline, unit
 from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
-from fitwork.profiling import profile_pipeline
+from fitwork.profiling import PipelineProfile, profile_pipeline
 
 FLEET = Fleet.parse({"name": "box", "node_types": [
     {"name": "box", "count": 1, "cores": 2, "memory": "16GiB"}]})
@@ -45,9 +45,16 @@ def triple(n: int) -> list[int]:
     return [n, n, n]
 
 
-def test_a_filter_s_ratio_is_counted_over_the_input_past_the_samples() -> None:
-    profile = profile_pipeline(Pipeline(keep, work), range(2000), samples=48, loaded=False)
-    kept = profile.units[0]
+@pytest.fixture(scope="module")
+def counted() -> PipelineProfile:
+    """`keep` then `work` profiled on 48 samples of 2,000 items: made once, read by the tests
+    of the count and of the plan's range (neither changes it)."""
+    return profile_pipeline(Pipeline(keep, work), range(2000), samples=48, loaded=False)
+
+
+def test_a_filter_s_ratio_is_counted_over_the_input_past_the_samples(
+        counted: PipelineProfile) -> None:
+    kept = counted.units[0]
     # the samples alone: 24 of 48; with the rest counted: (24 + 488) / 2000
     assert kept.output_ratio == pytest.approx(0.256, abs=0.02)
     assert kept.ratio_items is not None and kept.ratio_items > 1000
@@ -75,8 +82,8 @@ def test_a_fixed_fan_out_is_counted_exact() -> None:
     assert fan.output_ratio == 3.0 and fan.ratio_error == 0.0 and fan.ratio_spread() == 0.0
 
 
-def test_a_plan_s_range_carries_a_ratio_counted_over_few_items() -> None:
-    counted = profile_pipeline(Pipeline(keep, work), range(2000), samples=48, loaded=False)
+def test_a_plan_s_range_carries_a_ratio_counted_over_few_items(counted: PipelineProfile
+                                                               ) -> None:
     few = counted.model_copy(update={"units": [
         counted.units[0].model_copy(update={"ratio_items": None, "ratio_error": None}),
         *counted.units[1:]]})
