@@ -56,8 +56,9 @@ def test_corrupted_or_old_plan_profile_fleet_and_record(project: Path) -> None:
     done = run_cli("plan", "squares.py:pipeline", "--profile", "profile.json", cwd=project)
     assert_one_error_line(done, "profile profile.json: written by fitwork 0.1.0",
                           "make it again with `fitwork profile`")
+    # a good profile, only to reach the fleet check: its units timed alone will do
     done = run_cli("profile", "squares.py:pipeline", "--input", "in.jsonl", "--samples", "2",
-                   "--output", "good.json", cwd=project)
+                   "--alone", "--output", "good.json", cwd=project)
     assert done.returncode == 0, done.stderr
     (project / "fleet.yaml").write_bytes(b"name: caf\xe9\n")
     done = run_cli("plan", "squares.py:pipeline", "--profile", "good.json", "--fleet",
