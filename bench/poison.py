@@ -231,7 +231,6 @@ def ray_vs_local(args: argparse.Namespace, path: Path, workdir: Path, per_millio
 
     os.environ["PYTHONPATH"] = os.pathsep.join(  # the replicas import this module
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     marks = workdir / "marks-ray"  # the replicas read these from the environment Ray
     marks.mkdir()                  # starts them with: set before the cluster starts
     os.environ[MARKS], os.environ[BAD] = str(marks), str(per_million)

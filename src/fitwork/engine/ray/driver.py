@@ -40,7 +40,6 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
     Arrived,
-    Counters,
     Done,
     Drain,
     Exited,
@@ -80,7 +79,7 @@ from fitwork.hardware.ray_cluster import (
     live_nodes,
 )
 from fitwork.placement import Placement, allot, allot_unit
-from fitwork.telemetry.record import Refit
+from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
@@ -440,12 +439,20 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
             if seen is not None:
                 self._measure(seen, reading, ())
 
-    def counted(self, worker: int, counters: Counters) -> Counters:
-        """A replica's counters with its items in as the driver counted them: those of the
-        calls that came back (`Summary.entered`), not those of calls lost with a death
-        (which its own count may hold: their items are counted where they are retried)."""
-        mine = self.items_in.get(worker)
-        return counters if mine is None else counters._replace(items_in=mine)
+    def record(self) -> RunRecord:
+        """The run record, each replica's items in (and so its unit's) as the driver counted
+        them: those of the calls that came back (`Summary.entered`), not those of calls lost
+        with a death, which are counted where they are retried.  The core's live books keep
+        the replicas' own counts, deliveries: a batch a replica holds waiting for more is in
+        there, and the core drains it at the run's end (`Drain`)."""
+        record = super().record()
+        workers = [w.model_copy(update={"items_in": self.items_in.get(w.worker_id,
+                                                                      w.items_in)})
+                   for w in record.workers]
+        units = [u.model_copy(update={"items_in": sum(w.items_in for w in workers
+                                                      if w.unit == u.name)})
+                 for u in record.units]
+        return record.model_copy(update={"workers": workers, "units": units})
 
     def _died(self, worker: int, cause: str) -> None:
         actor = self.actors.get(worker)
@@ -488,12 +495,12 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         """A replica's counters, from a call's summary or a stats reading: the core gets
         the newest ones (readings can arrive out of order) and every busy interval."""
         held = self.seen.get(worker)
-        if held is None or reading.seq > held.seq:
-            self.seen[worker] = held = reading
-        elif not intervals and worker not in self.items_in:
+        if held is not None and reading.seq <= held.seq:
+            if intervals:
+                self.handle(Measured(worker, held.counters, self.clock(), intervals))
             return
-        self.handle(Measured(worker, self.counted(worker, held.counters), self.clock(),
-                             intervals))
+        self.seen[worker] = reading
+        self.handle(Measured(worker, reading.counters, self.clock(), intervals))
 
     def _drained(self, ref: Any) -> None:
         worker = self.drains.pop(ref)
