@@ -54,7 +54,9 @@ def uses_ray(item: pytest.Item) -> bool:
     """Whether a test drives a Ray cluster from this process (by fixture or parameter)."""
     callspec = getattr(item, "callspec", None)
     params = callspec.params.values() if callspec is not None else ()
-    return "ray_cluster" in getattr(item, "fixturenames", ()) or "ray" in params
+    return "ray_cluster" in getattr(item, "fixturenames", ()) or any(
+        isinstance(p, str) and (p == "ray" or p.startswith("ray-") or p.startswith("ray_"))
+        for p in params)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
