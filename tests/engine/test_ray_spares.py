@@ -86,7 +86,16 @@ def test_items_in_count_each_item_once(engine: str, where: int, tmp_path: Path,
         outputs = Counter(result)
     record = result.record
     assert outputs == Counter(range(ROWS))
-    assert record.worker_restarts == sum(1 for n in range(ROWS) if killer(n))
+    killers = sum(1 for n in range(ROWS) if killer(n))
+    if engine == "local":  # one death per killing row, each a SIGKILL in the record
+        died = [w for w in record.workers if w.worker_id >= 0 and w.exit_code == -9]
+        assert len(died) == killers, died
+        # each replaced, but a death the driver reaps after the last output (a row sent
+        # again while its first copy was in flight can kill that copy's worker late)
+        # needs no replacement: the run is over
+        assert killers - 1 <= record.worker_restarts <= killers
+    else:  # a Ray replica's death is learnt from the call it held, before its retry
+        assert record.worker_restarts == killers
     assert record.retries > 0
     assert [u.items_in for u in record.units] == [ROWS, ROWS]
     if engine == "local":  # items out are items there too (Ray's count deliveries out)

@@ -10,7 +10,10 @@ each worker's items in as counted here:
 * from the frames it reported done (a frame lost with its worker is counted where its
   retry runs);
 * a retry's item (its feed frame has an ``origin``) only if no frame of its unit was done
-  with that item before (each feed frame's items done per stage, kept until it settles).
+  with that item before (each feed frame's items done per stage, kept until it settles);
+  once some of a feed frame's items were sent again, the frame's own items count by the
+  same rule, since a worker may report the retry done before the original (its ``Done``
+  comes on the control pipe, after the outputs it sent on).
 
 Each item is then in once per unit however often delivered; the deliveries again are the
 record's ``retries``.  Items out are counted the same way where the driver sees them
@@ -52,14 +55,16 @@ class ItemCounts:
         # per retry frame: its origin feed frame and the origin's index of each offset
         self.origin: dict[int, tuple[int, list[int]]] = {}
         self.stale: dict[int, tuple[int, list[int]]] = {}  # retries of settled frames
+        self.retried: set[int] = set()  # feed frames some of whose items were sent again
         self.done_frames = 0
 
     def sent(self, frame: int) -> None:
         """The core sends feed frame ``frame``: if a retry, note whose items it holds."""
         books = self.frames().get(frame)
         if books is not None and books.origin is not None:
-            self.origin[frame] = (books.origin[0].id,
-                                  [books.index(o) for o in range(books.count)])
+            owner = books.origin[0].id
+            self.origin[frame] = (owner, [books.index(o) for o in range(books.count)])
+            self.retried.add(owner)
 
     def taken(self, event: Taken) -> None:
         """A worker holds a frame: its parts, counted in when it is done, and out of the
@@ -97,12 +102,16 @@ class ItemCounts:
         before."""
         origin = self.origin.get(feed) or self.stale.get(feed)
         if origin is None:
-            self.route.setdefault(feed, []).append((stage, offsets))
-            return len(offsets)
-        owner, index = origin
-        route = self.route.setdefault(owner, [])
+            route = self.route.setdefault(feed, [])
+            if feed not in self.retried:  # no copy of its items was sent: all count
+                route.append((stage, offsets))
+                return len(offsets)
+            owner, items = feed, list(offsets)  # a retry's copy may have been done first
+        else:
+            owner, index = origin
+            route = self.route.setdefault(owner, [])
+            items = [index[o] for o in offsets]
         before = {i for s, done in route if s == stage for i in done}
-        items = [index[o] for o in offsets]
         route.append((stage, items))
         return sum(1 for i in items if i not in before)
 
@@ -120,6 +129,7 @@ class ItemCounts:
         owners = {o[0] for o in self.stale.values()}
         self.route = {f: r for f, r in self.route.items() if f in pending or f in owners}
         self.origin = {f: o for f, o in self.origin.items() if o[0] in pending}
+        self.retried = {f for f in self.retried if f in pending or f in owners}
 
 
 __all__ = ["ItemCounts"]
