@@ -261,39 +261,36 @@ def plan_jobs(jobs: JobsFile, fleet: Fleet, *, objective: FleetObjective = "fair
 
     Each job's profile comes from ``profiles`` (by name), else from its ``profile`` file,
     else from ``profile_job`` (profiling it on the spot)."""
+    from fitwork.jobs.ceiling import busy_threads, settle
     from fitwork.jobs.offers import job_problem, options_of, pools_of
 
     say = say or (lambda _line: None)
     pools = pools_of(tuple(_nodes(fleet)))
     index = {p.name: i for i, p in enumerate(pools)}
     found_profiles = [_profile_of(job, profiles or {}, profile_job) for job in jobs.jobs]
-    ceiling = fleet_ceiling(found_profiles)
-    alone_plans, options = [], []
-    for job, profile in zip(jobs.jobs, found_profiles, strict=True):
-        alone = plan_for(profile, fleet, objective="max_throughput", time_limit=time_limit)
-        found = job_problem(profile, alone, fleet, ceiling)
-        options.append(options_of(found, index))
-        alone_plans.append((alone, found))
-        say(f"{job.name}: alone on the fleet {alone.fitted.throughput:,.1f} items/s "
-            f"({'fused' if alone.fused else 'split'}; its profile's core ceiling "
-            f"{core_ceiling(profile.under_load()):.0%}, the fleet plan's {ceiling:.0%})")
-    specs = [JobSpec(name=j.name, multiplicity=tuple(found.problem.multiplicity),
-                     weight=j.weight, min_rate=j.min_rate, quota=_quota(j.quota) or None,
-                     team=j.team) for j, (_, found) in zip(jobs.jobs, alone_plans, strict=True)]
-    offers = [o.offer(i) for i, opts in enumerate(options) for o in opts]
-    solved = cofit(specs, offers, pools, objective=objective, time_limit=time_limit,
-                   mip_gap=mip_gap)
-    return _fleet_plan(jobs, fleet, objective, solved, options, alone_plans, pools,
-                       (time_limit, mip_gap))
+    alone = [plan_for(profile, fleet, objective="max_throughput", time_limit=time_limit)
+             for profile in found_profiles]
 
+    def solve_at(ceiling: float) -> tuple[tuple, float]:
+        found = [job_problem(p, a, fleet, ceiling)
+                 for p, a in zip(found_profiles, alone, strict=True)]
+        options = [options_of(f, index) for f in found]
+        specs = [JobSpec(name=j.name, multiplicity=tuple(f.problem.multiplicity),
+                         weight=j.weight, min_rate=j.min_rate, quota=_quota(j.quota) or None,
+                         team=j.team) for j, f in zip(jobs.jobs, found, strict=True)]
+        offers = [o.offer(i) for i, opts in enumerate(options) for o in opts]
+        solved = cofit(specs, offers, pools, objective=objective, time_limit=time_limit,
+                       mip_gap=mip_gap)
+        return (found, options, solved), busy_threads(options, solved.x, solved.f)
 
-def fleet_ceiling(profiles: Sequence[PipelineProfile]) -> float:
-    """The share of each node's cores the fleet plan's fluid load may use: the highest of
-    the jobs' profiles' ceilings (`fitwork.fit.inputs.core_ceiling`).  Other processes'
-    load seen while one job was profiled only lowers its reading, and in a fleet plan the
-    jobs themselves are the host's load, which the co-fit counts; so the least loaded
-    reading is the one that saw the host nearest to as the plan will have it."""
-    return max(core_ceiling(p.under_load()) for p in profiles)
+    ceiling, (found, options, solved) = settle(found_profiles, solve_at)
+    for job, profile, plan in zip(jobs.jobs, found_profiles, alone, strict=True):
+        say(f"{job.name}: alone on the fleet {plan.fitted.throughput:,.1f} items/s "
+            f"({'fused' if plan.fused else 'split'}; its profile's core ceiling "
+            f"{core_ceiling(profile.under_load()):.0%}, the fleet plan's {ceiling:.0%}, "
+            f"settled against every job's threads)")
+    return _fleet_plan(jobs, fleet, objective, solved, options,
+                       list(zip(alone, found, strict=True)), pools, (time_limit, mip_gap))
 
 
 def _nodes(fleet: Fleet) -> list:
