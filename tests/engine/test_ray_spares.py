@@ -71,6 +71,7 @@ def test_deaths_are_replaced_from_warm_spares(ray_cluster: Any, tmp_path: Path) 
     live = {w.worker_id for w in record.workers if w.unit == "first" and w.worker_id >= 0}
     assert handed <= live and len(live) == 2 + deaths
     assert [u.items_in for u in record.units] == [ROWS, ROWS]  # items, not deliveries
+    assert [u.items_out for u in record.units] == [ROWS, ROWS]
 
 
 @pytest.mark.parametrize("engine", ["local", "ray"])
@@ -98,5 +99,4 @@ def test_items_in_count_each_item_once(engine: str, where: int, tmp_path: Path,
         assert record.worker_restarts == killers
     assert record.retries > 0
     assert [u.items_in for u in record.units] == [ROWS, ROWS]
-    if engine == "local":  # items out are items there too (Ray's count deliveries out)
-        assert [u.items_out for u in record.units] == [ROWS, ROWS]
+    assert [u.items_out for u in record.units] == [ROWS, ROWS]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fitwork.fit.inputs import core_ceiling, share_ceiling
 from fitwork.jobs.ceiling import busy_threads, fleet_share
-from fitwork.jobs.plan import plan_jobs
+from fitwork.jobs.plan import FleetPlan, plan_jobs
 from fitwork.jobs.spec import Job, JobsFile
 from fitwork.profiling.record import PipelineProfile, UnitProfile
 from tests.fit.test_fluid import TWO_CORES
@@ -40,14 +40,15 @@ def jobs(tmp_path: Path) -> JobsFile:
         for n, w in (("scoring", 2.0), ("tokens", 1.0), ("lookup", 1.0))])
 
 
-def plan_on(tmp_path: Path, shares: dict[int, list[float]]):  # noqa: ANN201
+def plan_on(tmp_path: Path, shares: dict[int, list[float]]
+            ) -> tuple[FleetPlan, dict[str, PipelineProfile]]:
     profiles = {"scoring": profile("scoring", 0.004, shares),
                 "tokens": profile("tokens", 0.002, shares),
                 "lookup": profile("lookup", 0.003, shares)}
     return plan_jobs(jobs(tmp_path), TWO_CORES, profiles=profiles, time_limit=5.0), profiles
 
 
-def cores_held(plan) -> float:  # noqa: ANN001
+def cores_held(plan: FleetPlan) -> float:
     return sum(j.held.get("cores", 0.0) for j in plan.jobs)
 
 

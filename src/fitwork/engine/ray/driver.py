@@ -159,6 +159,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.last_stats = 0.0
         self.seen: dict[int, Reading] = {}  # newest counters read per worker
         self.items_in: dict[int, int] = {}  # per worker: items of its calls that came back
+        self.items_out: dict[int, int] = {}  # per worker: what those calls sent on
         # items per frame into each unit; 0: not measured (a batched unit's: a batch)
         self.hints = first_sizes([s.batch_size for s in self.stages])
         self.has_gpus = False
@@ -434,24 +435,31 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
             seen = self.by_key.get(actor_id)
             if seen is not None:
                 self.items_in[seen] = self.items_in.get(seen, 0) + count
+        for actor_id, count in summary.exited.items():  # and its items out
+            seen = self.by_key.get(actor_id)
+            if seen is not None:
+                self.items_out[seen] = self.items_out.get(seen, 0) + count
         for actor_id, reading in summary.counters.items():
             seen = self.by_key.get(actor_id)
             if seen is not None:
                 self._measure(seen, reading, ())
 
     def record(self) -> RunRecord:
-        """The run record, each replica's items in (and so its unit's) as the driver counted
-        them: those of the calls that came back (`Summary.entered`), not those of calls lost
-        with a death, which are counted where they are retried.  The core's live books keep
-        the replicas' own counts, deliveries: a batch a replica holds waiting for more is in
-        there, and the core drains it at the run's end (`Drain`)."""
+        """The run record, each replica's items in and out (and so its unit's) as the driver
+        counted them: those of the calls that came back (`Summary.entered`,
+        `Summary.exited`), not those of calls lost with a death, which are counted where
+        they are retried (a replica writing a sink's part keeps its own count out).  The
+        core's live books keep the replicas' own counts, deliveries: a batch a replica holds
+        waiting for more is in there, and the core drains it at the run's end (`Drain`)."""
         record = super().record()
-        workers = [w.model_copy(update={"items_in": self.items_in.get(w.worker_id,
-                                                                      w.items_in)})
-                   for w in record.workers]
-        units = [u.model_copy(update={"items_in": sum(w.items_in for w in workers
-                                                      if w.unit == u.name)})
-                 for u in record.units]
+        workers = [w.model_copy(update={
+            "items_in": self.items_in.get(w.worker_id, w.items_in),
+            "items_out": self.items_out.get(w.worker_id, w.items_out)})
+            for w in record.workers]
+        units = [u.model_copy(update={
+            "items_in": sum(w.items_in for w in workers if w.unit == u.name),
+            "items_out": sum(w.items_out for w in workers if w.unit == u.name)})
+            for u in record.units]
         return record.model_copy(update={"workers": workers, "units": units})
 
     def _died(self, worker: int, cause: str) -> None:

@@ -104,6 +104,11 @@ class Summary:
     entered: dict[str, int] = field(default_factory=dict)
     """Items this call brought into each replica (by key) that are not sent again: an
     item lost below a replica is counted where its retry runs (the driver's items in)."""
+    exited: dict[str, int] = field(default_factory=dict)
+    """Items each replica (by key) sent on in this call that are not sent again: its
+    outputs less those lost below it (the driver's items out)."""
+    made: int = 0
+    """Outputs this call's own replica sent on (not merged from the calls below)."""
     busy: bool = False
     carries: bool = False
     intervals: Sequence[Interval] = ()
@@ -122,6 +127,8 @@ class Summary:
         newest(self.counters, child.counters)
         for actor, count in child.entered.items():
             self.entered[actor] = self.entered.get(actor, 0) + count
+        for actor, count in child.exited.items():
+            self.exited[actor] = self.exited.get(actor, 0) + count
 
 
 def newest(into: dict[str, Reading], more: dict[str, Reading]) -> None:

@@ -253,6 +253,9 @@ class Replica:
         summary.counters[self.id] = self.counters()
         summary.entered[self.id] = summary.entered.get(self.id, 0) + entered(
             segments, summary, self.stage)
+        if summary.made:
+            summary.exited[self.id] = summary.exited.get(self.id, 0) + max(
+                0, summary.made - lost_below(summary, self.stage))
         summary.carries = outputs is not None
         return summary, outputs
 
@@ -291,9 +294,9 @@ class Replica:
                 return summary, None
             if self.last:
                 outputs = self._portable(outputs, summary)
-                self._count_out(outputs)
+                summary.made = self._count_out(outputs)
                 return summary, pack(outputs) if outputs else None
-            self._count_out(outputs)
+            summary.made = self._count_out(outputs)
             assert self.router is not None
             self.router.follow(version)
             total = sum(len(s.values) for s in outputs)  # cut by the one rule
@@ -340,10 +343,13 @@ class Replica:
             self._count_out(books)
             return Written(books)
 
-    def _count_out(self, segments: list[Segment]) -> None:
+    def _count_out(self, segments: list[Segment]) -> int:
+        """Count ``segments`` out of this replica; how many items they hold."""
+        count = sum(len(s.values) for s in segments)
         with self.lock:
-            self.items_out += sum(len(s.values) for s in segments)
+            self.items_out += count
             self.bytes_out += frame_bytes(segments)
+        return count
 
     def _portable(self, segments: list[Segment], summary: Summary) -> list[Segment]:
         """The outputs that can cross processes; the rest dead-lettered, their weight returned."""
@@ -370,9 +376,13 @@ def entered(segments: list[Segment], summary: Summary, stage: int) -> int:
     """Items a call brought into a replica of ``stage`` that count as in there: its own,
     less those lost below it (their retry comes through this unit again, and is counted
     where it runs), so each item is in once however often it is delivered."""
-    lost = sum(len(offsets) for below, _, parts in summary.lost if below > stage
+    return max(0, sum(len(s.values) for s in segments) - lost_below(summary, stage))
+
+
+def lost_below(summary: Summary, stage: int) -> int:
+    """Items a call lost in units below ``stage`` (their retry comes through it again)."""
+    return sum(len(offsets) for below, _, parts in summary.lost if below > stage
                for _, offsets in parts)
-    return max(0, sum(len(s.values) for s in segments) - lost)
 
 
 def load_unit(blob: bytes, name: str) -> Unit | str:
