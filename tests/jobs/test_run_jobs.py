@@ -117,6 +117,14 @@ def test_a_jobs_file_planned_and_run_by_the_cli(tmp_path: Path) -> None:
     for o in record.jobs:
         assert Path(o.record or "").exists(), o.name  # each keeps its own run record
     assert len(record.decisions) >= 3  # the arrival, then each departure but the last
+    # each runs at least the replicas its own plan alone would, the controller holding it
+    # to its share while the cores are contended (a share left unused goes to the others)
+    for job in plan.jobs:
+        alone: Counter[str] = Counter()
+        for group in job.plan.fitted.result.replicas:
+            alone[group.unit] += group.replicas
+        ran_with = record.decisions[0].replicas[job.name]
+        assert all(ran_with.get(u, 0) >= n for u, n in alone.items()), (job.name, ran_with)
     assert "finished" in record.decisions[1].reason
     together = [e for e in record.epochs if len(e.running) == 3]
     assert together, record.epochs

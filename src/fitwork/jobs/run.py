@@ -8,7 +8,8 @@ arrival and departure re-fits the fleet plan over the pipelines then running
 (`fitwork.jobs.control`), recording each decision with its reason.  Each pipeline runs in a
 session of its own, and on the local engines a feedback controller (`fitwork.jobs.shares`)
 holds each to its planned share of the cores (unplanned: to the pipelines' weights) while
-they contend, a share one leaves unused going to the others; it moves each session's
+they contend, a share one leaves unused going to the others (each runs as many replicas as
+its own plan alone would, so it can take up such a share; `_burst`); it moves each session's
 scheduler weight (its autogroup nice level, no privilege needed) or, where that is not in
 effect, stops an over-consumer's process group for part of each period.  Each pipeline also
 starts at the nice level that weighs one of its processes as the cores the plan gives one of
@@ -198,7 +199,7 @@ class _Fleet:
             started = time.perf_counter() - began
             self.refitted = fitted
             admitted = [n for n in candidates if fitted.admitted(n)]
-            self.planned = {n: fitted.replicas(n) for n in admitted}
+            self.planned = {n: self._burst(n, fitted.replicas(n)) for n in admitted}
             self.rates = {n: fitted.rate(n) for n in admitted}
             self.cores = {n: fitted.cores(n) for n in admitted}
             self.levels = _levels({n: self.cores[n] / max(1, sum(self.planned[n].values()))
@@ -238,6 +239,19 @@ class _Fleet:
             moved = ", ".join(f"{n} {_counts(v)}" for n, v in
                               sorted(self.decisions[-1].replicas.items()))
             self.say(f"re-fit ({reason}): {moved}")
+
+    def _burst(self, name: str, planned: dict[str, int]) -> dict[str, int]:
+        """The replicas ``name`` runs: where the share controller holds each pipeline to
+        its planned share of the cores, as many as its own plan alone would run (each unit
+        at least the co-fit's), so a share another pipeline leaves unused, or frees before
+        the re-fit, is used (the scheduler's weights divide the cores only while they are
+        contended); without the controller, the co-fit's."""
+        if self.control is None or self.plan is None:
+            return planned
+        alone: dict[str, int] = {}
+        for group in self.plan.job(name).plan.fitted.result.replicas:
+            alone[group.unit] = alone.get(group.unit, 0) + group.replicas
+        return {u: max(n, alone.get(u, 0)) for u, n in planned.items()}
 
     def _start(self, job: Job) -> None:
         """Start ``job``'s own `fitwork run` process."""
