@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fitwork.fit.inputs import core_ceiling, share_ceiling
-from fitwork.jobs.ceiling import busy_threads, fleet_share
+from fitwork.jobs.ceiling import busy_threads, fleet_share, session_cap
 from fitwork.jobs.plan import FleetPlan, plan_jobs
 from fitwork.jobs.spec import Job, JobsFile
-from fitwork.profiling.record import PipelineProfile, UnitProfile
+from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
 from tests.fit.test_fluid import TWO_CORES
 
 BUSY = {1: [0.34], 2: [0.55], 4: [0.80], 8: [0.90]}
@@ -87,3 +89,37 @@ def test_busy_threads_counts_cpu_replicas_that_compute(tmp_path: Path) -> None:
     x[1], f[1] = 1.0, 1e-6  # one replica that mostly waits: no thread competing
     assert flat[0].cpu_per_item * 100.0 / 2 >= 0.05
     assert busy_threads(options, x, f) == 2 * (flat[0].threads or 1)
+
+
+def beside_a_spinner(name: str, cpu: float) -> PipelineProfile:
+    """A profile whose pass read that others used half of the host (one core of two kept
+    busy), and where more processes got more (the thread rule alone would plan it all)."""
+    busy = profile(name, cpu, BUSY)
+    units = [u.model_copy(update={"batches": [BatchMeasurement(
+        batch_size=1, items=32, wall_s=32 * u.wall_s, cpu_s=32 * u.cpu_s,
+        queued_s=32 * u.queued_s, others_readings=[0.5, 0.5])]}) for u in busy.units]
+    return busy.model_copy(update={"units": units})
+
+
+def test_sessions_weighed_as_groups_cap_what_the_jobs_get_beside_the_others() -> None:
+    spun = [beside_a_spinner("a", 0.004)]
+    # beside one busy session, sessions weighted 2:1:1 weigh 2 of 3: the others get 1/3
+    assert session_cap(spun, [2.0, 1.0, 1.0]) == pytest.approx(2 / 3)
+    assert session_cap(spun, [1.0, 1.0, 1.0]) == pytest.approx(0.75)
+    # others that use less than their weight's share keep only what they use
+    assert session_cap(spun, [1.0] * 9) == pytest.approx(0.9)
+    assert session_cap([profile("quiet", 0.004, {})], [2.0, 1.0]) == 1.0  # nothing read
+
+
+def test_a_host_plan_under_the_autogroup_lever_counts_on_its_sessions_share(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profiles = {"scoring": beside_a_spinner("scoring", 0.004),
+                "tokens": beside_a_spinner("tokens", 0.002),
+                "lookup": beside_a_spinner("lookup", 0.003)}
+    monkeypatch.setenv("FITWORK_SHARE_LEVER", "autogroup")
+    held = cores_held(plan_jobs(jobs(tmp_path), TWO_CORES, profiles=profiles, time_limit=5.0))
+    assert held == pytest.approx(2 * 2 / 3, rel=1e-3)  # the sessions' share, all of it
+    monkeypatch.setenv("FITWORK_SHARE_LEVER", "none")  # no sessions weighed: the threads'
+    threads_rule = cores_held(plan_jobs(jobs(tmp_path), TWO_CORES, profiles=profiles,
+                                        time_limit=5.0))
+    assert threads_rule >= held - 1e-6 and threads_rule != pytest.approx(held, rel=1e-3)

@@ -283,7 +283,8 @@ def plan_jobs(jobs: JobsFile, fleet: Fleet, *, objective: FleetObjective = "fair
                        mip_gap=mip_gap)
         return (found, options, solved), busy_threads(options, solved.x, solved.f)
 
-    ceiling, (found, options, solved) = settle(found_profiles, solve_at)
+    ceiling, (found, options, solved) = settle(found_profiles, solve_at,
+                                               _session_cap(found_profiles, jobs, fleet))
     for job, profile, plan in zip(jobs.jobs, found_profiles, alone, strict=True):
         say(f"{job.name}: alone on the fleet {plan.fitted.throughput:,.1f} items/s "
             f"({'fused' if plan.fused else 'split'}; its profile's core ceiling "
@@ -291,6 +292,26 @@ def plan_jobs(jobs: JobsFile, fleet: Fleet, *, objective: FleetObjective = "fair
             f"settled against every job's threads)")
     return _fleet_plan(jobs, fleet, objective, solved, options,
                        list(zip(alone, found, strict=True)), pools, (time_limit, mip_gap))
+
+
+def _session_cap(profiles: Sequence[PipelineProfile], jobs: JobsFile, fleet: Fleet
+                 ) -> float:
+    """For a fleet of one node (a host, as `fitwork run --jobs` runs here) where the run
+    will hold shares by session weights (autogroups on this host), what the jobs' sessions
+    get beside the others' (`session_cap`); 1.0 otherwise."""
+    from fitwork.jobs.ceiling import session_cap
+    from fitwork.jobs.shares import AutogroupLever, choose_lever
+
+    if sum(n.count for n in fleet.node_types) != 1:
+        return 1.0
+
+    try:
+        lever = choose_lever()
+    except ValueError:
+        return 1.0
+    if not isinstance(lever, AutogroupLever):
+        return 1.0
+    return session_cap(profiles, [j.weight for j in jobs.jobs])
 
 
 def _nodes(fleet: Fleet) -> list:
