@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import secrets
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,7 +88,14 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         pytest.skip("Ray is not installed: pip install 'fitwork[ray]'")
     import ray
 
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # Token authentication on, as fitwork starts a cluster for a user: a fresh token in the
+    # environment, so the CLI runs the tests start with --ray-address inherit it.
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    with contextlib.suppress(ImportError):  # Ray read its config when imported: again
+        from ray._raylet import Config
+
+        Config.initialize("")
     cluster = RayCluster(tmp_path_factory.mktemp("ray"))
     cluster.start()
     try:

@@ -514,7 +514,7 @@ def test_a_missing_input_is_the_inputs_problem_beside_an_existing_output(
 def test_on_ray_a_start_no_node_can_place_leaves_no_journal_and_cpus_lowers_the_ask(
         project: Path, ray_cluster: object) -> None:
     ray = ["--engine", "ray", "--ray-address", ray_cluster.address]  # type: ignore[attr-defined]
-    env = {"RAY_AUTH_MODE": "disabled"}
+    env: dict[str, str] = {}  # the session cluster's token, inherited
     run = ("run", "pipe:greedy_pipeline", "--input", "in.jsonl", "--output", "o.jsonl", "-q")
     failed = fitwork(*run, *ray, cwd=project, env=env)
     assert failed.returncode == 1, failed.stderr

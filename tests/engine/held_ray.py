@@ -4,6 +4,7 @@ against an address (its own temp dir; auth as the test environment says)."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -21,9 +22,13 @@ HOLDER = textwrap.dedent("""
 """)
 
 
+TOKEN = secrets.token_hex(32)
+
+
 def env() -> dict[str, str]:
-    """The environment the held cluster and the CLI runs against it share."""
-    return {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    """The environment the held cluster and the CLI runs against it share: token
+    authentication with this module's token."""
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
 
 
 @contextmanager

@@ -52,7 +52,7 @@ PIPELINES = textwrap.dedent("""
 def fitwork_cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fitwork.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "RAY_AUTH_MODE": "disabled", **env})
+                          env={**os.environ, **env})  # the session cluster's token
 
 
 @pytest.fixture

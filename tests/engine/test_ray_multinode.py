@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,9 @@ import pytest
 from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile, UnitProfile
+
+TOKEN_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+"""Token authentication for the clusters these tests start (fitwork's rule), one token."""
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed: pip install 'fitwork[ray]'")
@@ -37,7 +41,7 @@ def _ray(*args: str, env: dict[str, str]) -> str:
 def two_nodes() -> Iterator[str]:
     """A head node labelled ``cpu`` and a worker node with one H100-SXM, labelled ``gpu``."""
     temp = Path(tempfile.mkdtemp(prefix="fw-ray-"))  # short: Unix socket paths are < 108 bytes
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **TOKEN_AUTH, "PYTHONPATH": str(ROOT)}
     port = 6390 + os.getpid() % 500
     try:
         _ray("start", "--head", f"--port={port}", "--num-cpus=3", f"--temp-dir={temp}",
@@ -112,7 +116,7 @@ def test_a_plan_places_each_replica_on_its_node_type(two_nodes: str) -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT, two_nodes,
                            json.dumps(placement.to_json())],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "RAY_AUTH_MODE": "disabled",
+                          env={**os.environ, **TOKEN_AUTH,
                                "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -136,7 +140,7 @@ def test_fleet_ray_reads_the_nodes_into_node_types(two_nodes: str, tmp_path: Pat
     done = subprocess.run([sys.executable, "-m", "fitwork.cli", "fleet", "ray",
                            "--ray-address", two_nodes, "-o", str(tmp_path / "f.yaml")],
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+                          env={**os.environ, **TOKEN_AUTH})
     assert done.returncode == 0, done.stderr[-2000:]
     fleet = Fleet.from_yaml(tmp_path / "f.yaml")
     shapes = {n.name: (n.count, n.cores, n.devices) for n in fleet.node_types}

@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+TOKEN_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+"""Token authentication for the clusters these tests start (fitwork's rule), one token."""
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed: pip install 'fitwork[ray]'")
@@ -71,7 +75,7 @@ def three_nodes() -> Iterator[tuple[str, list[str]]]:
     """A head and two worker nodes, one CPU each; the address and every node's temp dir
     (a fourth for the node that joins)."""
     temps = [tempfile.mkdtemp(prefix=f"fw-n{i}-") for i in range(4)]  # short: socket paths
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT),
+    env = {**os.environ, **TOKEN_AUTH, "PYTHONPATH": str(ROOT),
            **FAST_DETECTION}
     port = 6900 + os.getpid() % 500
     address = f"127.0.0.1:{port}"
@@ -194,7 +198,7 @@ def test_a_node_dies_mid_run_and_the_run_refits(three_nodes: tuple[str, list[str
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", SCRIPT, address, json.dumps(temps)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "RAY_AUTH_MODE": "disabled",
+                          env={**os.environ, **TOKEN_AUTH,
                                "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -251,7 +255,7 @@ def test_a_worker_death_is_one_line_of_fitworks_not_rays_notice() -> None:
     try:
         done = subprocess.run([sys.executable, "-c", KILLER, temp], cwd=ROOT,
                               capture_output=True, text=True, timeout=180,
-                              env={**os.environ, "RAY_AUTH_MODE": "disabled",
+                              env={**os.environ, **TOKEN_AUTH,
                                    "PYTHONPATH": str(ROOT)})
     finally:
         for process in node_processes(temp):
