@@ -86,3 +86,18 @@ def assemble(core: RunCore, *, pipeline: str, engine: str, now: float, started_a
         process_samples=list(process_samples), host=host,
         refits=list(refits),
         core_log=CoreLog.model_validate(core.log.to_json()) if status != "completed" else None)
+
+
+def counted_items(record: RunRecord, items_in: dict[int, int],
+                  items_out: dict[int, int]) -> RunRecord:
+    """``record`` with each worker's items in and out as its driver counted them (items,
+    not deliveries; a worker it did not count keeps its own), and so each unit's."""
+    workers = [w.model_copy(update={
+        "items_in": items_in.get(w.worker_id, w.items_in),
+        "items_out": items_out.get(w.worker_id, w.items_out)})
+        for w in record.workers]
+    units = [u.model_copy(update={
+        "items_in": sum(w.items_in for w in workers if w.unit == u.name),
+        "items_out": sum(w.items_out for w in workers if w.unit == u.name)})
+        for u in record.units]
+    return record.model_copy(update={"workers": workers, "units": units})

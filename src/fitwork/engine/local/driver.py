@@ -44,6 +44,7 @@ from fitwork.engine.core import (
     Spawn,
     Taken,
 )
+from fitwork.engine.core.account import counted_items
 from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
@@ -305,16 +306,7 @@ class LocalRun(Shell):
     def counted(self, record: RunRecord) -> RunRecord:
         """``record`` with each worker's items in and out, and so each unit's, counted as
         items, not deliveries (`fitwork.engine.local.counting`)."""
-        counts = self.counts
-        workers = [w.model_copy(update={
-            "items_in": counts.items_in.get(w.worker_id, w.items_in),
-            "items_out": counts.items_out.get(w.worker_id, w.items_out)})
-            for w in record.workers]
-        units = [u.model_copy(update={
-            "items_in": sum(w.items_in for w in workers if w.unit == u.name),
-            "items_out": sum(w.items_out for w in workers if w.unit == u.name)})
-            for u in record.units]
-        return record.model_copy(update={"workers": workers, "units": units})
+        return counted_items(record, self.counts.items_in, self.counts.items_out)
 
     def worker_env(self, stage: int, gpu: float) -> dict[str, str]:
         """Environment for a new replica: replicas that ask for a GPU take visible GPUs in

@@ -51,6 +51,7 @@ from fitwork.engine.core import (
     Spawn,
     Taken,
 )
+from fitwork.engine.core.account import counted_items
 from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.options import RayOptions, RunOptions
 from fitwork.engine.ray.placing import NODE_CHECK_S, Bundle, NodeFit, Placing
@@ -451,16 +452,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         they are retried (a replica writing a sink's part keeps its own count out).  The
         core's live books keep the replicas' own counts, deliveries: a batch a replica holds
         waiting for more is in there, and the core drains it at the run's end (`Drain`)."""
-        record = super().record()
-        workers = [w.model_copy(update={
-            "items_in": self.items_in.get(w.worker_id, w.items_in),
-            "items_out": self.items_out.get(w.worker_id, w.items_out)})
-            for w in record.workers]
-        units = [u.model_copy(update={
-            "items_in": sum(w.items_in for w in workers if w.unit == u.name),
-            "items_out": sum(w.items_out for w in workers if w.unit == u.name)})
-            for u in record.units]
-        return record.model_copy(update={"workers": workers, "units": units})
+        return counted_items(super().record(), self.items_in, self.items_out)
 
     def _died(self, worker: int, cause: str) -> None:
         actor = self.actors.get(worker)
