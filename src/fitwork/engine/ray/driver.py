@@ -287,7 +287,9 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
             self.start_replica(remote_class(Replica), stage, options, spec, bundle is not None)
         self.keep_spares(stage, remote_class(Replica), options, spec)
         actor = Actor(instruction.worker, stage, handle, bundle)
-        self.items_in[instruction.worker] = 0  # counted by the driver (`counted`)
+        # counted by the driver from the calls that came back (`record`): a replica none
+        # of whose calls did has 0 in and out, whatever it worked on before it died
+        self.items_in[instruction.worker] = self.items_out[instruction.worker] = 0
         self.actors[instruction.worker] = actor
         self.by_key[key(handle)] = instruction.worker
         self.hellos[hello] = instruction.worker
@@ -449,9 +451,9 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         """The run record, each replica's items in and out (and so its unit's) as the driver
         counted them: those of the calls that came back (`Summary.entered`,
         `Summary.exited`), not those of calls lost with a death, which are counted where
-        they are retried (a replica writing a sink's part keeps its own count out).  The
-        core's live books keep the replicas' own counts, deliveries: a batch a replica holds
-        waiting for more is in there, and the core drains it at the run's end (`Drain`)."""
+        they are retried.  The core's live books keep the replicas' own counts, deliveries:
+        a batch a replica holds waiting for more is in there, and the core drains it at the
+        run's end (`Drain`)."""
         return counted_items(super().record(), self.items_in, self.items_out)
 
     def _died(self, worker: int, cause: str) -> None:

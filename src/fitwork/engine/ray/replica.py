@@ -290,7 +290,9 @@ class Replica:
             if not outputs:
                 return summary, None
             if self.last and self.sink is not None:
-                summary.written.append(self._write_part(outputs, summary))
+                written = self._write_part(outputs, summary)
+                summary.written.append(written)
+                summary.made = sum(len(s.values) for s in written.segments)
                 return summary, None
             if self.last:
                 outputs = self._portable(outputs, summary)
