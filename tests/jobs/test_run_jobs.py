@@ -231,7 +231,9 @@ def test_an_interrupted_fleet_run_resumes_each_pipeline_where_it_stopped(tmp_pat
     resumed = _fitwork("run", "--jobs", str(jobs), "--resume", cwd=tmp_path)
     assert resumed.returncode == 1, resumed.stderr  # tokens' killing row, as before
     out = tmp_path / "out"
-    assert _got(out / "scoring.jsonl") == _expected(tmp_path, "scoring")
+    logs = {p.name: p.read_text()[-1500:] for p in out.glob("*.log")}
+    assert _got(out / "scoring.jsonl") == _expected(tmp_path, "scoring"), (err, logs)
+    assert (out / "lookup.jsonl").exists(), (err, resumed.stderr, logs)
     assert _got(out / "lookup.jsonl") == _expected(tmp_path, "lookup")
     _check_tokens(tmp_path, _got(out / "tokens.jsonl"))
 
