@@ -56,6 +56,9 @@ class Sample(BaseModel):
 
     at_s: float
     cpu_s: dict[str, float]
+    read_at_s: dict[str, float] = Field(default_factory=dict)
+    """When each pipeline's reading was taken (its processes are read one pipeline after
+    another, which on a busy host takes a while): its rates are over its own times."""
     planned_cores: dict[str, float] = Field(default_factory=dict)
     target_share: dict[str, float] = Field(default_factory=dict)
     """The share controller's target for each pipeline then: its planned share renormalised
@@ -179,9 +182,11 @@ def epochs(decisions: list[Decision], samples: list[Sample], cores: int) -> list
         if len(inside) < 2:
             continue
         first, last = inside[0], inside[-1]
-        span = last.at_s - first.at_s
-        used = {n: max(0.0, last.cpu_s.get(n, 0.0) - first.cpu_s.get(n, 0.0)) / span
-                for n in last.cpu_s if n in first.cpu_s} if span > 0 else {}
+        used = {}
+        for n in last.cpu_s:
+            span = last.read_at_s.get(n, last.at_s) - first.read_at_s.get(n, first.at_s)
+            if n in first.cpu_s and span > 0:
+                used[n] = max(0.0, last.cpu_s[n] - first.cpu_s[n]) / span
         total = sum(used.values())
         planned = {n: c for n, c in d.cores.items() if n in used and c > 0}
         ptotal = sum(planned.values())

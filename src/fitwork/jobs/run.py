@@ -314,14 +314,17 @@ class _Fleet:
         if not self.running:
             return
         now = self.clock() - self.t0
-        cpu = {n: r.cpu_seconds() for n, r in self.running.items()}
+        cpu, read_at = {}, {}
+        for n, r in self.running.items():  # each stamped as read: reading them takes time
+            cpu[n] = r.cpu_seconds()
+            read_at[n] = round(self.clock() - self.t0, 4)
         planned = {n: self.cores[n] for n in self.running if n in self.cores} \
             if self.plan is not None else {n: float(r.job.weight)
                                            for n, r in self.running.items()}
         wanted = {} if self.control is None else self.control.step(
             now, cpu, {n: r.live for n, r in self.running.items()}, planned)
         self.samples.append(Sample(
-            at_s=now, cpu_s=cpu,
+            at_s=now, cpu_s=cpu, read_at_s=read_at,
             planned_cores={n: self.cores[n] for n in self.running if n in self.cores},
             target_share={n: round(v, 4) for n, v in wanted.items()}))
 
