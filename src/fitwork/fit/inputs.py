@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from fitwork.fit.candidates import format_node
 from fitwork.fit.cost import Precision, RateEstimate, batch_rates, unit_rates
 from fitwork.fit.errors import UnitFitsNowhere
-from fitwork.fit.result import FitResult
+from fitwork.fit.result import FitResult, Placement
 from fitwork.fit.spec import ClassDemand, UnitDemand, is_cpu_class
 from fitwork.fit.spec import NodeType as SolverNode
 from fitwork.hardware.catalog import Catalog, DeviceClass
@@ -256,9 +256,14 @@ def contended_speed(profile: PipelineProfile) -> float | None:
 
 
 def busy_threads(result: FitResult) -> float:
-    """Threads a solved side keeps runnable at most: each replica's calls at once (its
+    """Threads a solved side keeps runnable at most (`threads_of` its replicas)."""
+    return threads_of(result.replicas)
+
+
+def threads_of(groups: Iterable[Placement]) -> float:
+    """Threads replica ``groups`` keep runnable at most: each replica's calls at once (its
     ``threads``, else 1), counting only replicas planned at least `BUSY_CORES` of CPU."""
-    return float(sum(p.replicas * (p.threads or 1) for p in result.replicas
+    return float(sum(p.replicas * (p.threads or 1) for p in groups
                      if p.cores >= BUSY_CORES and is_cpu_class(p.device_class)))
 
 

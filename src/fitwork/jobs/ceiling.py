@@ -19,20 +19,19 @@ said 100% (`bench/fleet_host.py`); the cap says 67%.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from fitwork.fit.inputs import (
-    BUSY_CORES,
     FREE_QUANTILE,
     SETTLE_STEPS,
     free_readings,
     quantile,
     share_ceiling,
+    threads_of,
 )
-from fitwork.fit.spec import is_cpu_class
 from fitwork.jobs.offers import Option
+from fitwork.jobs.plan import share_of
 from fitwork.profiling.record import PipelineProfile
 
 __all__ = ["busy_threads", "fleet_share", "session_cap", "settle"]
@@ -50,22 +49,14 @@ def fleet_share(profiles: Sequence[PipelineProfile], threads: float) -> float:
 
 def busy_threads(options: Sequence[Sequence[Option]], x: Sequence[float],
                  f: Sequence[float]) -> float:
-    """Threads the co-fit's replicas keep runnable at most: each CPU replica's calls at
-    once (its ``threads``, else 1), counting replicas planned at least `BUSY_CORES` of
-    CPU work (one that mostly waits adds no thread competing for the cores)."""
-    threads, k = 0.0, 0
+    """Threads the co-fit's replicas keep runnable at most: its solution (``x`` replicas
+    and ``f`` items/s per option, every job's options in turn) as each job's replica groups
+    (`fitwork.jobs.plan`'s rule), counted as a single plan's are (`threads_of`)."""
+    groups, k = [], 0
     for job in options:
-        for option in job:
-            count, flow = x[k], f[k]
-            k += 1
-            replicas = math.ceil(count - 1e-9) if count > 0 else 0
-            if not replicas or not is_cpu_class(option.device_class):
-                continue
-            cores = (option.held_cores if option.reserved
-                     else option.cpu_per_item * flow / replicas)
-            if cores >= BUSY_CORES:
-                threads += replicas * (option.threads or 1)
-    return threads
+        groups += share_of(job, x[k:k + len(job)], f[k:k + len(job)])[0]
+        k += len(job)
+    return threads_of(groups)
 
 
 def session_cap(profiles: Sequence[PipelineProfile], weights: Sequence[float]) -> float:

@@ -214,7 +214,7 @@ class Refit:
         """``name``'s replica groups under this re-fit."""
         assert self.solved is not None
         found = self._options(self.names.index(name))
-        return _share([o for _, o in found], [self.solved.x[k] for k, _ in found],
+        return share_of([o for _, o in found], [self.solved.x[k] for k, _ in found],
                       [self.solved.f[k] for k, _ in found])[0]
 
     def cores(self, name: str) -> float:
@@ -347,7 +347,7 @@ def _fleet_plan(jobs: JobsFile, fleet: Fleet, objective: FleetObjective, solved:
         alone, found = alone_plans[i]
         outcome = solved.jobs[i]
         mine = range(k, k + len(options[i]))
-        groups, held = _share(options[i], [solved.x[c] for c in mine],
+        groups, held = share_of(options[i], [solved.x[c] for c in mine],
                               [solved.f[c] for c in mine])
         k += len(options[i])
         rate = outcome.rate
@@ -386,7 +386,7 @@ def _range(alone: Plan, rate: float) -> tuple[float, float]:
     return rate * low / point, rate * high / point
 
 
-def _share(options: Sequence[Option], x: Sequence[float], f: Sequence[float]
+def share_of(options: Sequence[Option], x: Sequence[float], f: Sequence[float]
            ) -> tuple[list[Replicas], dict[str, float]]:
     """One job's replica groups (whole replicas, each carrying its load) and what it holds
     per class (cores busy and held; device slots), from the co-fit's ``x`` and ``f``."""
