@@ -30,8 +30,7 @@ from fitwork.fit.inputs import (
     share_ceiling,
     threads_of,
 )
-from fitwork.jobs.offers import Option
-from fitwork.jobs.plan import share_of
+from fitwork.jobs.offers import Option, share_of
 from fitwork.profiling.record import PipelineProfile
 
 __all__ = ["busy_threads", "fleet_share", "session_cap", "settle"]
@@ -51,7 +50,7 @@ def busy_threads(options: Sequence[Sequence[Option]], x: Sequence[float],
                  f: Sequence[float]) -> float:
     """Threads the co-fit's replicas keep runnable at most: its solution (``x`` replicas
     and ``f`` items/s per option, every job's options in turn) as each job's replica groups
-    (`fitwork.jobs.plan`'s rule), counted as a single plan's are (`threads_of`)."""
+    (`share_of`), counted as a single plan's are (`threads_of`)."""
     groups, k = [], 0
     for job in options:
         groups += share_of(job, x[k:k + len(job)], f[k:k + len(job)])[0]

@@ -10,6 +10,8 @@ Every unit's capacity rows are then the single-pipeline model's, shared by every
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -35,7 +37,7 @@ from fitwork.hardware.fleet import Fleet
 from fitwork.jobs.cofit import Offer, Pool
 from fitwork.profiling.record import PipelineProfile
 
-__all__ = ["JobProblem", "Option", "job_problem", "options_of", "pools_of"]
+__all__ = ["JobProblem", "Option", "job_problem", "options_of", "pools_of", "share_of"]
 
 
 class Option(BaseModel):
@@ -162,3 +164,21 @@ def _consumed(c: Candidate, ceiling: float) -> dict[str, float]:
     if c.device_time:
         used[f"time:{c.device_class}"] = c.device_time
     return used
+
+
+def share_of(options: Sequence[Option], x: Sequence[float], f: Sequence[float]
+           ) -> tuple[list[Replicas], dict[str, float]]:
+    """One job's replica groups (whole replicas, each carrying its load) and what it holds
+    per class (cores busy and held; device slots), from the co-fit's ``x`` and ``f``."""
+    groups: list[Replicas] = []
+    held: dict[str, float] = {}
+    for option, count, flow in zip(options, x, f, strict=True):
+        if count <= 0 and flow <= 0:
+            continue
+        groups.append(option.replicas(max(1, math.ceil(count - 1e-9)), flow))
+        cores = option.held.get("cores", 0.0) * count + option.cpu_per_item * flow
+        held["cores"] = held.get("cores", 0.0) + cores
+        if not is_cpu_class(option.device_class):
+            held[option.device_class] = held.get(option.device_class, 0.0) + \
+                option.devices * count
+    return groups, held

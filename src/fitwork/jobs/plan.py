@@ -25,8 +25,9 @@ from fitwork.fit.plan import Plan, plan_for
 from fitwork.fit.result import Placement as Replicas
 from fitwork.fit.spec import is_cpu_class
 from fitwork.hardware.fleet import Fleet
+from fitwork.jobs.ceiling import busy_threads, session_cap, settle
 from fitwork.jobs.cofit import CoFit, JobSpec, Pool, cofit
-from fitwork.jobs.offers import Option
+from fitwork.jobs.offers import Option, share_of
 from fitwork.jobs.spec import Job, JobsFile
 from fitwork.profiling.record import PipelineProfile
 from fitwork.version import __version__
@@ -261,7 +262,6 @@ def plan_jobs(jobs: JobsFile, fleet: Fleet, *, objective: FleetObjective = "fair
 
     Each job's profile comes from ``profiles`` (by name), else from its ``profile`` file,
     else from ``profile_job`` (profiling it on the spot)."""
-    from fitwork.jobs.ceiling import busy_threads, settle
     from fitwork.jobs.offers import job_problem, options_of, pools_of
 
     say = say or (lambda _line: None)
@@ -299,7 +299,6 @@ def _session_cap(profiles: Sequence[PipelineProfile], jobs: JobsFile, fleet: Fle
     """For a fleet of one node (a host, as `fitwork run --jobs` runs here) where the run
     will hold shares by session weights (autogroups on this host), what the jobs' sessions
     get beside the others' (`session_cap`); 1.0 otherwise."""
-    from fitwork.jobs.ceiling import session_cap
     from fitwork.jobs.shares import AutogroupLever, choose_lever
 
     if sum(n.count for n in fleet.node_types) != 1:
@@ -384,24 +383,6 @@ def _range(alone: Plan, rate: float) -> tuple[float, float]:
         return rate, rate
     low, high = alone.fitted.throughput_range
     return rate * low / point, rate * high / point
-
-
-def share_of(options: Sequence[Option], x: Sequence[float], f: Sequence[float]
-           ) -> tuple[list[Replicas], dict[str, float]]:
-    """One job's replica groups (whole replicas, each carrying its load) and what it holds
-    per class (cores busy and held; device slots), from the co-fit's ``x`` and ``f``."""
-    groups: list[Replicas] = []
-    held: dict[str, float] = {}
-    for option, count, flow in zip(options, x, f, strict=True):
-        if count <= 0 and flow <= 0:
-            continue
-        groups.append(option.replicas(max(1, math.ceil(count - 1e-9)), flow))
-        cores = option.held.get("cores", 0.0) * count + option.cpu_per_item * flow
-        held["cores"] = held.get("cores", 0.0) + cores
-        if not is_cpu_class(option.device_class):
-            held[option.device_class] = held.get(option.device_class, 0.0) + \
-                option.devices * count
-    return groups, held
 
 
 def _mfu(jobs: Sequence[JobPlan], owned: dict[str, float]) -> dict[str, float]:
