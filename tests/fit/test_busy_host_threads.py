@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from fitwork.fit.inputs import busy_threads, share_ceiling, waiting_seconds
+from fitwork.fit.ceiling import busy_threads, share_ceiling
+from fitwork.fit.inputs import waiting_seconds
 from fitwork.fit.monolithic import threaded_rate
 from fitwork.fit.plan import plan_for
 from fitwork.profiling.record import PipelineProfile, UnitProfile

@@ -14,12 +14,12 @@ import pytest
 
 from fitwork import InputError, Pipeline, unit
 from fitwork.fit import ClassDemand, FitInputError, NodeType, UnitDemand, solve
+from fitwork.fit.ceiling import core_ceiling
 from fitwork.fit.inputs import (
     BATCH_GAIN,
     DRIVER_SECONDS,
     HOP_SECONDS,
     byte_seconds,
-    core_ceiling,
     crossing_seconds,
 )
 from fitwork.fit.plan import MEMORY_MARGIN, TIE_MARGIN, Plan, plan_for, refit

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fitwork import Pipeline, unit
-from fitwork.fit.inputs import core_ceiling
+from fitwork.fit.ceiling import core_ceiling
 from fitwork.profiling import profile_pipeline
 from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
 

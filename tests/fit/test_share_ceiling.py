@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from fitwork import Pipeline, unit
-from fitwork.fit.inputs import busy_threads, core_ceiling, share_ceiling
+from fitwork.fit.ceiling import busy_threads, core_ceiling, share_ceiling
 from fitwork.fit.plan import plan_for
 from fitwork.profiling import profile_pipeline
 from fitwork.profiling.shares import share_readings

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fitwork.fit.inputs import core_ceiling, share_ceiling
+from fitwork.fit.ceiling import core_ceiling, share_ceiling
 from fitwork.jobs.ceiling import busy_threads, fleet_share, session_cap
 from fitwork.jobs.plan import FleetPlan, plan_jobs
 from fitwork.jobs.spec import Job, JobsFile

@@ -4,23 +4,23 @@ Rates come from the cost model (``cost.py``) at every batch size the profile mea
 consumption per item from the measured CPU and device seconds (`consumption`), plus the
 engine's own work per item (`HOP_SECONDS`); held demands from the units' declarations and
 measured memory; multiplicities from measured output ratios; and each node type's fluid core
-budget from the profile's run-queue wait (`core_ceiling`).
+budget (`fitwork.fit.ceiling`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from fitwork.fit.candidates import format_node
+from fitwork.fit.ceiling import contended_speed
 from fitwork.fit.cost import Precision, RateEstimate, batch_rates, unit_rates
 from fitwork.fit.errors import UnitFitsNowhere
-from fitwork.fit.result import FitResult, Placement
 from fitwork.fit.spec import ClassDemand, UnitDemand, is_cpu_class
 from fitwork.fit.spec import NodeType as SolverNode
 from fitwork.hardware.catalog import Catalog, DeviceClass
 from fitwork.hardware.fleet import Fleet
-from fitwork.profiling.record import BatchMeasurement, PipelineProfile, UnitProfile
+from fitwork.profiling.record import PipelineProfile, UnitProfile
 
 HOP_SECONDS = 70e-6
 """CPU seconds the engine spends on one item crossing one channel (the sender pickles and
@@ -159,176 +159,6 @@ def solver_nodes(fleet: Fleet, known: Catalog, ceiling: float = 1.0) -> list[Sol
     ]
 
 
-FREE_QUANTILE = 0.75
-"""The quantile of the profile's readings of the cores others left that the ceiling takes.
-Load from other processes only ever lowers a reading (a moment when another job held the
-cores says little about the next minute), so a high quantile, not the mean, estimates what
-the plan may count on; not the largest, which one reading's tick rounding can lift."""
-FLOOR = 0.05
-"""The least ceiling: a plan always has some share of the cores to work with."""
-
-
-def core_ceiling(profile: PipelineProfile) -> float:
-    """The share of a node's (unreserved) cores fluid load may be planned to use.
-
-    Derived from the profile's run-queue measurement.  Every unit was timed in its own
-    process; ``queued_s`` is the time per item it sat runnable in the kernel's run queue
-    while another process held the core, ``cpu_s`` the time it ran.  Weighted by how many
-    items each unit processes per source item (its multiplicity ``m_u``)::
-
-        q   = sum_u m_u·queued_u / sum_u m_u·(cpu_u + queued_u)
-        rho = 1 - q
-
-    ``q``, the share of this pipeline's runnable time that found no free core, is what
-    sharing cores with other processes costs this work; a plan's replicas are such
-    processes, so each node's fluid budget is ``rho`` of its unreserved cores.  A unit's
-    wait is its least-waiting pass's (`_least_queued`): a transient load only adds wait.
-    None measured gives 1.0.  Per profile: the wait was measured on its host only.
-
-    One process's wait does not see what a plan of several meets (beside others keeping 0.7
-    of 2 cores busy, ``bench/fit_quality.py``'s plans at a ceiling of 0.83-0.90 used what
-    others left them), so the ceiling is also at most the `FREE_QUANTILE` of the profile's
-    readings of the share of the cores others left (`free_readings`), where it took any.
-    Single readings minutes apart gave 25% to 100% (issue 37); the run's re-fit grows the
-    replicas where it finds more cores free (`fitwork.engine.adapt`).
-    """
-    m, weighted_cpu, weighted_queue = 1.0, 0.0, 0.0
-    for u in profile.units:
-        view = _view(u, u.batch_size)
-        weighted_cpu += m * view.cpu_s
-        weighted_queue += m * view.cpu_s * _least_queued(u)
-        m *= u.output_ratio
-    total = weighted_cpu + weighted_queue
-    ceiling = 1.0 if total <= 0 else 1.0 - weighted_queue / total
-    free = free_readings(profile)
-    if free:
-        ceiling = min(ceiling, quantile(free, FREE_QUANTILE))
-    return max(FLOOR, ceiling)
-
-
-BUSY_CORES = 0.05
-"""A replica planned under this many cores of CPU work mostly waits: it adds no thread
-competing for the cores (`busy_threads`)."""
-SETTLE_STEPS = 6
-"""The most re-solves `settled_ceiling` takes to reach a ceiling the plan bears out."""
-
-
-def share_ceiling(profile: PipelineProfile, threads: float) -> float:
-    """The core ceiling a plan of ``threads`` busy threads may count on: the larger of
-    `core_ceiling` (what one process met) and what ``threads`` processes got at once
-    (`shares_read`: where the host's other work is shared with them fairly, more runnable
-    threads get more of it; beside one process spinning on 2 cores four get 1.6 cores where
-    one gets 1), linear between the counts read, the largest count's held beyond it (work
-    that waits is read up to as many processes as ask for four times the cores,
-    `fitwork.profiling.shares.counts`), never above 1."""
-    base = core_ceiling(profile)
-    got = shares_read(profile)
-    if not got:
-        return base
-    counts = sorted(got)
-    if threads <= counts[0] or threads >= counts[-1]:
-        share = got[counts[0] if threads <= counts[0] else counts[-1]]
-    else:
-        high = next(k for k in counts if k >= threads)
-        low = max(k for k in counts if k < threads)
-        share = got[low] + (got[high] - got[low]) * (threads - low) / (high - low)
-    return min(1.0, max(base, share))
-
-
-def shares_read(profile: PipelineProfile) -> dict[int, float]:
-    """The share of the host each count of processes got (`fitwork.profiling.shares`)."""
-    return {k: quantile([(v, 1.0) for v in values], FREE_QUANTILE)
-            for k, values in profile.share_readings.items() if values}
-
-
-def contended_speed(profile: PipelineProfile) -> float | None:
-    """How fast each of many threads gets through its items here against one process alone
-    (as the units were timed): what each of the most processes read got over what one got,
-    at most 1; ``None`` on a free host (one count read) or where more processes got no more
-    than one (the host's other work is not shared with them: more threads only queue)."""
-    got = shares_read(profile)
-    if len(got) < 2:
-        return None
-    most, one = max(got), min(got)
-    if got[one] <= 0 or got[most] <= got[one]:
-        return None
-    return min(1.0, got[most] / most / (got[one] / one))
-
-
-def busy_threads(result: FitResult) -> float:
-    """Threads a solved side keeps runnable at most (`threads_of` its replicas)."""
-    return threads_of(result.replicas)
-
-
-def threads_of(groups: Iterable[Placement]) -> float:
-    """Threads replica ``groups`` keep runnable at most: each replica's calls at once (its
-    ``threads``, else 1), counting only replicas planned at least `BUSY_CORES` of CPU."""
-    return float(sum(p.replicas * (p.threads or 1) for p in groups
-                     if p.cores >= BUSY_CORES and is_cpu_class(p.device_class)))
-
-
-def settled_ceiling(profile: PipelineProfile, solve_at: Callable[[float], FitResult]
-                    ) -> tuple[float, FitResult]:
-    """The highest ceiling a side's own plan bears out, and that plan.
-
-    A plan's share of a busy host grows with the threads it keeps runnable
-    (`share_ceiling`), and the threads it runs grow with the share it is planned at.  From
-    the share the most processes read got, each step solves at the ceiling (``solve_at``),
-    counts the plan's threads (`busy_threads`) and lowers the ceiling to what they get,
-    until the plan bears its ceiling out (at most `SETTLE_STEPS` re-solves).  From the
-    one-process figure, one replica planned at its share never shows that four get more
-    (the demo beside a spinning core, issue 37: 0.29x the best monolith of four).  Without
-    share readings: `core_ceiling` and one solve."""
-    ceiling = share_ceiling(profile, max(profile.share_readings, default=1))
-    result = solve_at(ceiling)
-    for _ in range(SETTLE_STEPS):
-        borne = share_ceiling(profile, busy_threads(result))
-        if borne >= ceiling - 1e-3:
-            break
-        ceiling = borne
-        result = solve_at(ceiling)
-    return ceiling, result
-
-
-def free_readings(profile: PipelineProfile) -> list[tuple[float, float]]:
-    """Every reading the profile took of the share of its cores others left, each with its
-    weight: each pass's windows (`BatchMeasurement.others_readings`), else the pass's own
-    figure, weighted as the run-queue wait is (its unit's multiplicity times its CPU and
-    queued seconds per item, shared among the pass's windows).  A unit that mostly sleeps
-    asks for little of a core, so others take what it leaves and its readings say little of
-    what the plan's CPU work would get (``bench/fit_quality.py``'s io_service: its fetch's
-    windows read 0-9% free where its CPU units' read 14-34%)."""
-    m, free = 1.0, []
-    for u in profile.units:
-        for b in u.batches:
-            taken = b.others_readings or ([] if b.others_share is None else [b.others_share])
-            weight = m * (b.cpu_s + b.queued_s) / max(len(taken), 1)
-            free += [(1.0 - share, weight) for share in taken if weight > 0]
-        m *= u.output_ratio
-    return free
-
-
-def _least_queued(u: UnitProfile) -> float:
-    """Run-queue seconds per CPU second of the unit's least-waiting pass (its own figure
-    where no pass was kept)."""
-    passes = [b for b in u.batches if b.cpu_s > 0] or [_view(u, u.batch_size)]
-    shares = [b.queued_s / b.cpu_s for b in passes if b.cpu_s > 0]
-    return min(shares) if shares else 0.0
-
-
-def quantile(weighted: list[tuple[float, float]], q: float) -> float:
-    """The ``q`` quantile of (value, weight) pairs: the least value whose weight, with all
-    below it, reaches ``q`` of the whole."""
-    ordered = sorted(weighted)
-    total = sum(w for _, w in ordered)
-    seen = 0.0
-    for value, w in ordered:
-        seen += w
-        if seen >= q * total - 1e-12:
-            return value
-    return ordered[-1][0]
-
-
 def waiting_seconds(profile: PipelineProfile) -> float:
     """Seconds per source item the units wait on something other than a core, one item at a
     time, weighted by multiplicity: what a threaded monolith's threads overlap.  Each unit's
@@ -340,7 +170,7 @@ def waiting_seconds(profile: PipelineProfile) -> float:
     speed = contended_speed(profile)
     m, total = 1.0, 0.0
     for u in profile.units:
-        at = _view(u, 1 if any(b.batch_size == 1 for b in u.batches) else u.batch_size)
+        at = u.at_batch(1 if any(b.batch_size == 1 for b in u.batches) else u.batch_size)
         accel = at.accel_s or 0.0
         waits = max(0.0, at.wall_s - at.cpu_s - at.queued_s - accel)
         if speed is not None and waits > at.cpu_s:
@@ -359,16 +189,6 @@ def fused_memory(profile: PipelineProfile) -> int | None:
     return profile.fused_rss
 
 
-def _view(profile: UnitProfile, batch_size: int | None) -> BatchMeasurement:
-    """The profile's per-item figures at ``batch_size`` (its own when not swept)."""
-    for b in profile.batches:
-        if b.batch_size == (batch_size or 1):
-            return b
-    return BatchMeasurement(batch_size=profile.batch_size or 1, items=profile.samples,
-                            wall_s=profile.wall_s, cpu_s=profile.cpu_s,
-                            queued_s=profile.queued_s, accel_s=profile.accel_s)
-
-
 def consumption(profile: UnitProfile, estimate: RateEstimate) -> tuple[float, float | None]:
     """(core-seconds, device-seconds or None) one item consumes on the estimate's class.
 
@@ -378,7 +198,7 @@ def consumption(profile: UnitProfile, estimate: RateEstimate) -> tuple[float, fl
     on the target when the profile had no accelerator, where the measured CPU seconds did
     the device's work), and the device seconds measured or carried by the estimate.
     """
-    at = _view(profile, estimate.batch_size)
+    at = profile.at_batch(estimate.batch_size)
     seconds = estimate.seconds_per_item
     if is_cpu_class(estimate.device_class):
         if estimate.method == "measured":

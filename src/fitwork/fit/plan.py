@@ -27,6 +27,7 @@ from fitwork.document import Document
 from fitwork.errors import InputError
 from fitwork.fit import ranges
 from fitwork.fit.candidates import format_bytes
+from fitwork.fit.ceiling import settled_ceiling
 from fitwork.fit.cost import Precision, RateEstimate, peak_flops
 from fitwork.fit.errors import FitInputError, TargetUnreachable
 from fitwork.fit.heldout import widened
@@ -37,7 +38,6 @@ from fitwork.fit.inputs import (
     fleet_classes,
     fused_memory,
     sequential,
-    settled_ceiling,
     solver_nodes,
     waiting_seconds,
 )

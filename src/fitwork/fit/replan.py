@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 
 from fitwork.errors import InputError
-from fitwork.fit.inputs import FLOOR
+from fitwork.fit.ceiling import FLOOR
 from fitwork.fit.monolithic import FUSED, unit_limits
 from fitwork.fit.plan import Plan, PlanSide, largest_groups, planned_group, refit
 from fitwork.fit.result import Placement as Replicas

@@ -31,7 +31,7 @@ Cores are FLUID: load consumes them as measured (core-seconds per item times ite
 processes may outnumber cores and a replica costs cores only while it works.  The cores row
 says reservations fit and the fluid load fits in ``rho_n`` of the cores left after them: the
 oversubscription cost (``rho_n`` is derived from the profile's measured run-queue wait, see
-``fitwork.fit.inputs.core_ceiling``).  Memory, reserved cores and device slots are HELD per
+``fitwork.fit.ceiling.core_ceiling``).  Memory, reserved cores and device slots are HELD per
 replica; device time is fluid like cores.  The z rows exist only for a (unit, class) that
 offers several batch sizes.  P_c caps a candidate at what one node holds alone (a 0.3 slot
 packs three to a device, not 3.33); fluid load does not cap it (a replica that holds nothing

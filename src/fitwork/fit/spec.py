@@ -144,7 +144,7 @@ class NodeType(BaseModel):
     ``network`` is bytes/s per node in each direction (``None``: not a constraint; leave it
     ``None`` for a single-host fleet). ``price_per_hour`` is per node.  ``core_ceiling`` is the
     share of the cores left after reservations that fluid load may use (the oversubscription
-    cost, see ``fitwork.fit.inputs.core_ceiling``); 1.0 uses them all.
+    cost, see ``fitwork.fit.ceiling.core_ceiling``); 1.0 uses them all.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

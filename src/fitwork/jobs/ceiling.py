@@ -1,7 +1,7 @@
 """The core ceiling a fleet plan counts on: the share of a busy host its own threads get.
 
 A plan of one pipeline on a busy host settles its ceiling against its own threads
-(`fitwork.fit.inputs.settled_ceiling`): where the host's other work is shared fairly, more
+(`fitwork.fit.ceiling.settled_ceiling`): where the host's other work is shared fairly, more
 runnable threads get more of the cores, and the threads a plan runs grow with the share it
 is planned at.  A fleet plan is the same question with every job's threads counted
 together: the jobs are each other's load, which the co-fit divides, and what they get
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from fitwork.fit.inputs import (
+from fitwork.fit.ceiling import (
     FREE_QUANTILE,
     SETTLE_STEPS,
     free_readings,

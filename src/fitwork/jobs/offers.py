@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from fitwork.fit.candidates import Candidate, Problem, build_problem
+from fitwork.fit.ceiling import core_ceiling
 from fitwork.fit.inputs import (
     HOP_SECONDS,
-    core_ceiling,
     demands,
     edge_seconds,
     fleet_classes,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from fitwork.document import Document
 from fitwork.errors import InputError
-from fitwork.fit.inputs import core_ceiling
+from fitwork.fit.ceiling import core_ceiling
 from fitwork.fit.plan import Plan, plan_for
 from fitwork.fit.result import Placement as Replicas
 from fitwork.fit.spec import is_cpu_class

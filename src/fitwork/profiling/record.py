@@ -51,7 +51,7 @@ class BatchMeasurement(BaseModel):
     others_readings: list[float] = Field(default_factory=list)
     """``others_share`` over each `READING_SECONDS` of the pass, in order (empty: the pass
     was shorter, or a profile from before they were kept): a transient load lowers some of
-    them only, which the core ceiling reads (`fitwork.fit.inputs.core_ceiling`)."""
+    them only, which the core ceiling reads (`fitwork.fit.ceiling.core_ceiling`)."""
     peak_rss: int | None = Field(default=None, ge=0)
     """The unit's replica's peak RSS over its start once built and called up to this batch
     size (the sweep goes up, so each size's is what a replica at it reached); ``None``: not
@@ -255,6 +255,15 @@ class UnitProfile(BaseModel):
     threaded_cpu: float | None = None
     ratio_items: int | None = None
     ratio_error: float | None = None
+
+    def at_batch(self, batch_size: int | None) -> BatchMeasurement:
+        """The per-item figures at ``batch_size`` (its own figures when not swept)."""
+        for b in self.batches:
+            if b.batch_size == (batch_size or 1):
+                return b
+        return BatchMeasurement(batch_size=self.batch_size or 1, items=self.samples,
+                                wall_s=self.wall_s, cpu_s=self.cpu_s,
+                                queued_s=self.queued_s, accel_s=self.accel_s)
 
     def ratio_spread(self) -> float:
         """How far ``output_ratio`` may be from the input's own, as a log standard deviation:

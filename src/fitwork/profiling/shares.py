@@ -11,7 +11,7 @@ than assumed: ``k`` processes forked from the profiler work together for a windo
 reports its CPU over its wall time, and their sum over the cores is the share of the host
 ``k`` such processes got, for ``k`` in `counts`, `ROUNDS` times over, interleaved, so
 a moment of other load lowers one reading of each count, not all of one.  A plan of ``n``
-busy threads is then planned at what ``n`` got (`fitwork.fit.inputs.share_ceiling`).
+busy threads is then planned at what ``n`` got (`fitwork.fit.ceiling.share_ceiling`).
 
 Each probe process works as a replica of the pipeline does: it spins until it has had
 ``duty`` x `PERIOD_S` of CPU, then sleeps (1 - ``duty``) x `PERIOD_S`, over and over, with
