@@ -184,6 +184,24 @@ def test_a_driver_killed_at_random_points_resumes_with_every_output_once(
     assert not (project / f"{output}.parts").exists()
 
 
+@pytest.mark.parametrize("left", [None, b"", b'{"fitwork_version": "0'])
+def test_a_run_stopped_before_its_journal_began_is_resumed_from_the_start(
+        project: Path, left: bytes | None) -> None:
+    """A run stopped between making its journal's directory and writing the header (a
+    fleet run stopped while one of its pipelines was starting) left a journal with nothing
+    to continue: ``--resume`` runs it from the first item instead of refusing."""
+    write_input(project, 300)
+    journal = project / "out.jsonl.journal"
+    journal.mkdir()
+    if left is not None:
+        (journal / "journal.jsonl").write_bytes(left)
+    resumed = start(project, "--resume")
+    _, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    assert rows(project / "out.jsonl") == expected(300)
+    assert not journal.exists()
+
+
 def test_the_next_run_removes_the_parts_a_run_stopped_in_its_last_step_left(
         project: Path) -> None:
     write_input(project, 300)

@@ -282,6 +282,16 @@ class State:
     """The input read up to the furthest item done: file number, byte offset, hash."""
 
 
+def began(directory: Path) -> bool:
+    """Whether the journal in ``directory`` holds its header (its first whole line): a run
+    stopped between making the directory and writing that line left nothing to resume."""
+    try:
+        with (directory / JOURNAL_FILE).open("rb") as held:
+            return held.readline().endswith(b"\n")
+    except OSError:
+        return False
+
+
 def load(directory: Path) -> State:
     """Read a journal; a torn last line (the crash came mid-write) is ignored."""
     path = directory / JOURNAL_FILE

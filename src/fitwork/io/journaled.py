@@ -28,7 +28,7 @@ from fitwork.engine.contract import RunResult
 from fitwork.engine.parts import MANIFEST, Sink
 from fitwork.errors import UnitDefinitionError
 from fitwork.io.fs import is_glob
-from fitwork.io.journal import JOURNAL_VERSION, Checkpoints, Journal, identity
+from fitwork.io.journal import JOURNAL_VERSION, Checkpoints, Journal, began, identity
 from fitwork.io.readers import InputReader
 from fitwork.io.shards import Source
 from fitwork.io.writers import (
@@ -238,6 +238,9 @@ class _Output:
             return source, sink, keep, resume_at, 0
         reader = self.source if isinstance(self.source, InputReader) else None
         header = _header(self, appended)
+        if self.resume and self.directory.is_dir() and not began(self.directory):
+            shutil.rmtree(self.directory)  # stopped before its journal began: run it afresh
+            self.resume = False
         self.journal = (Journal.resume(self.directory, header, reader) if self.resume
                         else Journal.start(self.directory, header, reader))
         if not self.resume:
@@ -251,9 +254,9 @@ class _Output:
                                                 for name, ranges in state.parts.items()))
         else:
             source = state.done.remaining(source)
-        began = int(state.header.get("appended_at", 0))
-        at = state.output_at if state.checkpoints else began
-        return source, sink, self._dead_letters(), (at, state.outputs), began
+        first = int(state.header.get("appended_at", 0))
+        at = state.output_at if state.checkpoints else first
+        return source, sink, self._dead_letters(), (at, state.outputs), first
 
     def _appended_at(self) -> int | None:
         """With ``append`` (not resuming): the bytes the output holds, written after."""
