@@ -10,19 +10,6 @@ normalised throughput is the sum over pipelines of rate ÷ its rate alone, the w
 weighs each by its weight.  From the fleet record: each pipeline's realized share of the
 cores against its planned share while all three run, and how the others' cores grew once the
 first finished (the re-fit).  Everything through the CLI, in subprocesses, as a user runs it.
-
-Shares, per pipeline and trial, while all three run: realized ÷ planned (the aim: within
-±10%).  Locally, from the fleet record's samples of each pipeline's processes (and the share
-controller's target beside it: the planned share renormalised over the CPU-hungry
-pipelines).  On both engines also from each pipeline's own run record: its CPU seconds per
-item times the items it finished in that stretch (on Ray the only way: its replicas are
-Ray's workers, not the coordinator's processes).
-
-``--engine ray`` starts a Ray cluster of two nodes on this host (a head and one worker node,
-one CPU and an 80 MB object store each, each its own temp dir, token authentication with a
-fresh token), runs every contender on it (`--engine ray --ray-address`), and stops it.
-
-    python bench/fleet_host.py [--items 6000] [--trials 2] [--engine local|ray]
 """
 
 from __future__ import annotations
@@ -127,14 +114,22 @@ def done_by(cwd: Path, record: FleetRecord, name: str) -> tuple[list[tuple[float
                                             own.completions.completed, strict=True)], own
 
 
-def together(cwd: Path, record: FleetRecord) -> tuple[float, float] | None:
+def together(cwd: Path, record: FleetRecord, warm: bool = False
+             ) -> tuple[float, float] | None:
     """The stretch in which all three ran: locally the longest epoch with three running; on
-    Ray (no samples) from each one's first completion to the first departure."""
+    Ray (no samples) from each one's first completion to the first departure.  ``warm``:
+    from the latest first completion of the three on (start-up left out: the plan's rates
+    are each pipeline's steady state)."""
+    firsts = [next((t for t, c in done_by(cwd, record, n)[0] if c > 0), None) for n in NAMES]
     epochs = [e for e in record.epochs if len(e.running) == 3]
     if epochs:
         main = max(epochs, key=lambda e: e.end_s - e.start_s)
-        return main.start_s, main.end_s
-    firsts = [next((t for t, c in done_by(cwd, record, n)[0] if c > 0), None) for n in NAMES]
+        start, end = main.start_s, main.end_s
+        if warm:
+            if None in firsts:
+                return None
+            start = max(start, *(t for t in firsts if t is not None))
+        return (start, end) if end - start > 0.5 else None
     ends = [o.ended_s for o in record.jobs if o.ended_s is not None]
     if None in firsts or not ends:
         return None
@@ -142,10 +137,11 @@ def together(cwd: Path, record: FleetRecord) -> tuple[float, float] | None:
     return (start, end) if end - start > 1.0 else None
 
 
-def epoch_rate(cwd: Path, record: FleetRecord, name: str) -> float | None:
-    """``name``'s source items/s while all three ran, from its own run record's
-    completions placed on the fleet run's clock."""
-    window = together(cwd, record)
+def epoch_rate(cwd: Path, record: FleetRecord, name: str, warm: bool = False
+               ) -> float | None:
+    """``name``'s source items/s while all three ran (``warm``: past start-up), from its
+    own run record's completions placed on the fleet run's clock."""
+    window = together(cwd, record, warm)
     points, _ = done_by(cwd, record, name)
     if window is None or not points:
         return None
@@ -253,15 +249,26 @@ def print_plan_held(cwd: Path, plan: FleetPlan, records: list[FleetRecord]) -> N
     """Per pipeline, its planned rate against what it realized while all three ran; per
     trial, the shares then, the cores gained at the first departure, the busiest stretch."""
     for j in plan.jobs:
-        got = [g for record in records if (g := epoch_rate(cwd, record, j.name)) is not None]
-        if not got:
-            print(f"{j.name}: no stretch with all three running long enough to measure")
-            continue
-        inside = sum(j.rate_low <= g <= j.rate_high for g in got)
-        print(f"{j.name}: planned {j.rate:,.1f} items/s ({j.rate_low:,.1f}-{j.rate_high:,.1f}) "
-              f"while all three run; realized {', '.join(f'{g:,.1f}' for g in got)} in that "
-              f"stretch ({inside}/{len(got)} inside the range; "
-              f"{', '.join(f'{g / j.rate:.2f}x' for g in got)} the plan)")
+        for warm in (False, True):
+            got = [g for record in records
+                   if (g := epoch_rate(cwd, record, j.name, warm)) is not None]
+            when = "past start-up" if warm else "from the start"
+            if not got:
+                print(f"{j.name}: no stretch with all three running ({when}) long enough "
+                      "to measure")
+                continue
+            inside = sum(j.rate_low <= g <= j.rate_high for g in got)
+            print(f"{j.name}: planned {j.rate:,.1f} items/s ({j.rate_low:,.1f}-"
+                  f"{j.rate_high:,.1f}) while all three run; realized {when} "
+                  f"{', '.join(f'{g:,.1f}' for g in got)} ({inside}/{len(got)} inside the "
+                  f"range; {', '.join(f'{g / j.rate:.2f}x' for g in got)} the plan)")
+    for i, record in enumerate(records):
+        firsts = {n: next((t for t, c in done_by(cwd, record, n)[0] if c > 0), None)
+                  for n in NAMES}
+        print(f"trial {i}: first output at " + ", ".join(
+            f"{n} {t:.1f} s" for n, t in firsts.items() if t is not None)
+            + " of the fleet run")
+    print_cpu_per_item(cwd, records)
     print_shares(cwd, records)
     for i, record in enumerate(records):
         print(f"trial {i}: {speedup(record)}")
@@ -272,6 +279,26 @@ def print_plan_held(cwd: Path, plan: FleetPlan, records: list[FleetRecord]) -> N
             busiest = max(record.epochs, key=lambda e: e.realized_utilization)
             print(f"trial {i}: the busiest epoch used {busiest.realized_utilization:.0%} of "
                   f"the host's cores (predicted {busiest.predicted_utilization or 0:.0%})")
+
+
+def worker_cpu(record: RunRecord) -> float:
+    """The workers' CPU seconds per source item of one run (the drivers' left out)."""
+    return sum(w.cpu_s for w in record.workers) / max(record.items_in, 1)
+
+
+def print_cpu_per_item(cwd: Path, records: list[FleetRecord]) -> None:
+    """Per pipeline, its workers' CPU per item alone and in the fleet runs: a pipeline that
+    holds its planned share of the cores yet falls short of its planned rate spends more CPU
+    on each item beside the others than alone."""
+    for name in NAMES:
+        lone = [worker_cpu(RunRecord.load(path)) for path in
+                sorted(cwd.glob(f"out-alone*/{name}.jsonl.record.json"))]
+        together = [worker_cpu(own) for record in records
+                    if (own := own_record(cwd, record, name)) is not None]
+        if lone and together:
+            print(f"{name}: workers' CPU per item alone {statistics.median(lone) * 1e3:.2f} ms, "
+                  f"in the fleet runs {statistics.median(together) * 1e3:.2f} ms "
+                  f"({statistics.median(together) / statistics.median(lone):.2f}x)")
 
 
 def print_shares(cwd: Path, records: list[FleetRecord]) -> None:
