@@ -68,3 +68,46 @@ def test_calls_wait_while_a_lease_holds_the_process_and_go_when_it_lapses() -> N
     alone.drop(token)
     thread.join(2.0)
     assert len(started) == 2
+
+
+def test_the_caller_s_ack_ends_a_retry_s_grace_and_a_stale_ack_ends_none() -> None:
+    clock = Clock()
+    alone = Alone(clock)
+    assert alone.claim()
+    alone.release()  # retry 1 ends; its reply is on its way
+    first = alone.seq
+    assert alone.lease() == 0  # in its grace
+    alone.ack(first)  # its caller holds the reply
+    token = alone.lease()
+    assert token and alone.take(token)
+    alone.release()  # retry 2 ends
+    alone.ack(first)  # retry 1's ack, late: not retry 2's grace to end
+    assert alone.lease() == 0 and not alone.claim()
+    alone.ack(alone.seq)
+    assert alone.claim()
+    alone.ack(alone.seq)  # a retry holds the process: an ack does not let others in
+    assert alone.lease() == 0
+
+
+class LongGrace(Alone):
+    GRACE = 10.0  # long enough that a call let in before it ends was let in by the ack
+
+
+def test_a_call_waiting_out_a_grace_starts_when_the_ack_comes() -> None:
+    alone = LongGrace()
+    with alone.hold(True):
+        pass
+    started: list[float] = []
+
+    def call() -> None:
+        with alone.hold(False):
+            started.append(time.monotonic())
+
+    began = time.monotonic()
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.2)
+    assert not started  # held by the grace
+    alone.ack(alone.seq)
+    caller.join(timeout=8)
+    assert started and started[0] - began < LongGrace.GRACE / 2

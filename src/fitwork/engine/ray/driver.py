@@ -396,6 +396,8 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         summary = self.summary(ref, worker, call, now)
         if summary is None:
             return
+        if summary.graced:  # a retry's reply is here: its replica may take the next call
+            actor.handle.ack.remote(summary.graced)
         refs = list(summary.outputs) + ([own_outputs] if own_outputs is not None else [])
         try:
             batches = ray.get(refs, timeout=self.timeout) if refs else []

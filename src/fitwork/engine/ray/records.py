@@ -111,6 +111,9 @@ class Summary:
     """Outputs this call's own replica sent on (not merged from the calls below)."""
     busy: bool = False
     carries: bool = False
+    graced: int = 0
+    """A retry's number in its replica (`fitwork.engine.serve.Alone.ack`): its caller acks
+    it once it holds this summary, and the replica takes its next call (0: no retry)."""
     intervals: Sequence[Interval] = ()
     pid: int = 0
     error: str | None = None

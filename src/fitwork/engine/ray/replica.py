@@ -226,6 +226,10 @@ class Replica:
         """Let a lease go whose retry could not be sent."""
         self.alone.drop(token)
 
+    def ack(self, seq: int) -> None:
+        """The caller of retry ``seq`` holds its reply: the next call may start."""
+        self.alone.ack(seq)
+
     @ray.method(num_returns=2)
     def process(self, segments: list[Segment], hints: list[int], version: int,
                 lease: int = 0) -> tuple[Summary, list[Segment] | None]:
@@ -250,6 +254,8 @@ class Replica:
         else:
             with self.alone.hold(alone):
                 summary, outputs = self.run(segments, hints, version)
+        if alone:  # no call enters before this retry's grace ends: the number is its own
+            summary.graced = self.alone.seq
         summary.counters[self.id] = self.counters()
         summary.entered[self.id] = summary.entered.get(self.id, 0) + entered(
             segments, summary, self.stage)
@@ -501,6 +507,8 @@ def forward(replica: Replica, frames: list[list[Segment]], hints: list[int], ver
         outputs, target, frame = calls.pop(ref)
         try:
             result: Summary = ray.get(ref)
+            if result.graced:
+                target.ack.remote(result.graced)
             if result.busy:  # a retry must run alone: try another moment or replica
                 pending.appendleft(frame)
                 time.sleep(Alone.GRACE / 5)
