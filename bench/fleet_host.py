@@ -52,19 +52,36 @@ def fitwork(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def start(name: str, cwd: Path, tag: str) -> subprocess.Popen[bytes]:
     """`fitwork run` of ``name`` with its own alone plan, not waited for."""
     ref = "tokens:pipeline" if name == "tokens" else f"{name}.py:pipeline"
-    return subprocess.Popen(
-        [sys.executable, "-m", "fitwork", "run", ref, "--input", f"{name}.jsonl",
-         "--output", f"out-{tag}/{name}.jsonl", "--plan", f"{name}.plan.json", "--quiet",
-         "--record", f"out-{tag}/{name}.jsonl.record.json", "--no-journal", *ENGINE],
-        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(cwd)})
+    (cwd / f"out-{tag}").mkdir(exist_ok=True)
+    with (cwd / f"out-{tag}" / f"{name}.log").open("wb") as log:  # the child keeps its own
+        return subprocess.Popen(
+            [sys.executable, "-m", "fitwork", "run", ref, "--input", f"{name}.jsonl",
+             "--output", f"out-{tag}/{name}.jsonl", "--plan", f"{name}.plan.json", "--quiet",
+             "--record", f"out-{tag}/{name}.jsonl.record.json", "--no-journal", *ENGINE],
+            cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(cwd)})
+
+
+FAILED: list[str] = []
+"""Runs of the status quo or fitwork that wrote no record: the pipeline, and its error."""
 
 
 def rates(cwd: Path, tag: str) -> dict[str, float]:
-    """Each pipeline's items over its own wall time, from its run record."""
+    """Each pipeline's items over its own wall time, from its run record; a pipeline of the
+    status quo or fitwork that failed counts 0 (and is listed in `FAILED`)."""
     found = {}
     for name in NAMES:
-        record = RunRecord.load(cwd / f"out-{tag}" / f"{name}.jsonl.record.json")
+        path = cwd / f"out-{tag}" / f"{name}.jsonl.record.json"
+        if not path.exists():
+            log = cwd / f"out-{tag}" / f"{name}.log"
+            said = log.read_text()[-2000:] if log.exists() else "(no log)"
+            if tag.startswith("alone"):  # the normaliser: nothing to compare without it
+                raise SystemExit(f"{name} ({tag}) wrote no run record; its output:\n{said}")
+            last = [line for line in said.splitlines() if line.strip()][-1:] or ["(no output)"]
+            FAILED.append(f"{name} ({tag}): {last[0][:300]}")
+            found[name] = 0.0
+            continue
+        record = RunRecord.load(path)
         found[name] = record.items_in / record.wall_s
     return found
 
@@ -188,10 +205,15 @@ def speedup(record: FleetRecord) -> str:
     return f"after {record.decisions[1].reason}: cores {moved}"
 
 
-def prepare(items: int) -> Path:
+def prepare(items: int, address: str = "") -> Path:
     """A folder with the examples' pipelines and inputs, each profiled and planned alone,
-    and the jobs file naming those profiles."""
+    and the jobs file naming those profiles.  With a Ray cluster's ``address``, every plan
+    is for that cluster's nodes (`fitwork fleet ray`), not this host's."""
     cwd = Path(tempfile.mkdtemp(prefix="fleet-host-"))
+    fleet: tuple[str, ...] = ()
+    if address:
+        fitwork("fleet", "ray", "--ray-address", address, "-o", "fleet.yaml", cwd=cwd)
+        fleet = ("--fleet", "fleet.yaml")
     for name in (*(f"{n}.py" for n in NAMES), "make_inputs.py", "jobs.yaml"):
         shutil.copy(EXAMPLES / name, cwd / name)
     subprocess.run([sys.executable, "make_inputs.py", str(items)], cwd=cwd, check=True)
@@ -201,7 +223,7 @@ def prepare(items: int) -> Path:
         fitwork("profile", ref, "--input", f"{name}.jsonl", "-o", f"{name}.profile.json",
                 cwd=cwd)
         fitwork("plan", ref, "--profile", f"{name}.profile.json", "-o", f"{name}.plan.json",
-                cwd=cwd)
+                *fleet, cwd=cwd)
         text = text.replace(f"output: out/{name}.jsonl",
                             f"output: out/{name}.jsonl\n    profile: {name}.profile.json")
     (cwd / "jobs.yaml").write_text(text)
@@ -241,8 +263,10 @@ def print_rates(rows: dict[str, list[dict[str, float]]]) -> None:
               f"{statistics.median(weighted):>10.2f}   trials {each}")
     quo = statistics.median(normalised(r, base, False) for r in rows["status quo"])
     ours = statistics.median(normalised(r, base, False) for r in rows["fitwork"])
-    print(f"fitwork / status quo, aggregate normalised throughput: {ours / quo:.2f}x "
-          "(aim >= 1.2x)")
+    ratio = f"{ours / quo:.2f}x" if quo > 0 else "- (the status quo did nothing)"
+    print(f"fitwork / status quo, aggregate normalised throughput: {ratio} (aim >= 1.2x)")
+    for failed in FAILED:
+        print(f"failed, counted as 0 items/s: {failed}")
 
 
 def print_plan_held(cwd: Path, plan: FleetPlan, records: list[FleetRecord]) -> None:
@@ -385,13 +409,15 @@ def main() -> None:
     args = parser.parse_args()
     began = time.perf_counter()
     load = os.getloadavg()[0]
-    cwd = prepare(args.items)
-    planned = fitwork("plan", "--jobs", "jobs.yaml", "-o", "fleet.json", cwd=cwd)
-    print(planned.stdout)
     with two_nodes() if args.engine == "ray" else contextlib.nullcontext("") as address:
+        cwd = prepare(args.items, address)
+        fleet = ("--fleet", "fleet.yaml") if address else ()
+        planned = fitwork("plan", "--jobs", "jobs.yaml", "-o", "fleet.json", *fleet, cwd=cwd)
+        print(planned.stdout)
         if address:
             ENGINE.extend(["--engine", "ray", "--ray-address", address])
-            print(f"a Ray cluster of two nodes on this host at {address} (1 CPU each)")
+            print(f"a Ray cluster of two nodes on this host at {address} (1 CPU each), "
+                  "every plan made for its nodes (fitwork fleet ray)")
         rows, records = trials(cwd, args.trials)
     print(f"{args.items:,} items per pipeline (tokens: half, 6 sentences each), "
           f"{args.trials} trials alternating on --engine {args.engine}, "
