@@ -5,7 +5,8 @@ ways: each alone with `fitwork plan` (the status quo: every team plans the whole
 itself) and together with `fitwork plan --jobs` (fair).  Then, alternating, ``--trials``
 times each: every pipeline alone with its own plan (what it gets owning the host, the
 normaliser), the three alone-plans started at once (status quo), and `fitwork run --jobs
---plan` (fitwork).  A pipeline's rate is its items over its own wall time; the aggregate
+--plan` (fitwork).  A pipeline's rate is its items over the time from its contender's
+launch to its end (start-up, and any wait for the cluster, included); the aggregate
 normalised throughput is the sum over pipelines of rate ÷ its rate alone, the weighted one
 weighs each by its weight.  From the fleet record: each pipeline's realized share of the
 cores against its planned share while all three run, and how the others' cores grew once the
@@ -66,9 +67,11 @@ FAILED: list[str] = []
 """Runs of the status quo or fitwork that wrote no record: the pipeline, and its error."""
 
 
-def rates(cwd: Path, tag: str) -> dict[str, float]:
-    """Each pipeline's items over its own wall time, from its run record; a pipeline of the
-    status quo or fitwork that failed counts 0 (and is listed in `FAILED`)."""
+def rates(cwd: Path, tag: str, spans: dict[str, float]) -> dict[str, float]:
+    """Each pipeline's items over ``spans[name]``, the seconds from its contender's launch
+    to its end (a pipeline that waited for the cluster, or for its start-up, waited in
+    them); a pipeline of the status quo or fitwork that failed counts 0 (and is listed in
+    `FAILED`)."""
     found = {}
     for name in NAMES:
         path = cwd / f"out-{tag}" / f"{name}.jsonl.record.json"
@@ -81,25 +84,32 @@ def rates(cwd: Path, tag: str) -> dict[str, float]:
             FAILED.append(f"{name} ({tag}): {last[0][:300]}")
             found[name] = 0.0
             continue
-        record = RunRecord.load(path)
-        found[name] = record.items_in / record.wall_s
+        found[name] = RunRecord.load(path).items_in / spans[name]
     return found
 
 
 def alone(cwd: Path, trial: int) -> dict[str, float]:
     """Each pipeline alone on the host with its own plan."""
-    tag = f"alone{trial}"
+    tag, spans = f"alone{trial}", {}
     for name in NAMES:
+        began = time.time()
         start(name, cwd, tag).wait()
-    return rates(cwd, tag)
+        spans[name] = time.time() - began
+    return rates(cwd, tag, spans)
 
 
 def status_quo(cwd: Path, trial: int) -> dict[str, float]:
     """The three alone plans started at once."""
-    tag = f"quo{trial}"
-    for p in [start(name, cwd, tag) for name in NAMES]:
-        p.wait()
-    return rates(cwd, tag)
+    tag, began = f"quo{trial}", time.time()
+    running = {name: start(name, cwd, tag) for name in NAMES}
+    spans = {}
+    while running:
+        for name, p in list(running.items()):
+            if p.poll() is not None:
+                spans[name] = time.time() - began
+                del running[name]
+        time.sleep(0.02)
+    return rates(cwd, tag, spans)
 
 
 def fleet(cwd: Path, trial: int) -> tuple[dict[str, float], FleetRecord]:
@@ -107,9 +117,12 @@ def fleet(cwd: Path, trial: int) -> tuple[dict[str, float], FleetRecord]:
     tag = f"fleet{trial}"
     jobs = (cwd / "jobs.yaml").read_text().replace("out/", f"out-{tag}/")
     (cwd / f"jobs-{tag}.yaml").write_text(jobs)
+    began = time.time()
     fitwork("run", "--jobs", f"jobs-{tag}.yaml", "--plan", "fleet.json", "--fleet-record",
             f"{tag}.json", *ENGINE, cwd=cwd)
-    return rates(cwd, tag), FleetRecord.load(cwd / f"{tag}.json")
+    record = FleetRecord.load(cwd / f"{tag}.json")
+    spans = {o.name: record.started_at + (o.ended_s or 0.0) - began for o in record.jobs}
+    return rates(cwd, tag, spans), record
 
 
 def own_record(cwd: Path, record: FleetRecord, name: str) -> RunRecord | None:

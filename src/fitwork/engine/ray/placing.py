@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import re
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
-from ray.util.placement_group import placement_group
+from ray.util.placement_group import placement_group, remove_placement_group
 
 from fitwork.engine.core import Exited, Resize, Spawn
 from fitwork.engine.options import RayOptions
@@ -41,6 +43,19 @@ from fitwork.placement import Group, Placement, allot
 from fitwork.resources import Resources
 from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.unit import Unit
+
+GROUPS_HOLD_S = 5.0
+"""How long a run that needs several placement groups holds the ones it got while waiting
+for the rest, before it gives them all back and asks again (`Placing._reserve_all`)."""
+
+
+def _bundles(held: list[tuple[str, Resources]]) -> list[dict[str, float]]:
+    """A placement group's bundles: one per replica, what it asks for."""
+    bundles = []
+    for _, shape in held:
+        asked = {"CPU": shape.cpu, "GPU": shape.gpu, **shape.devices}
+        bundles.append({k: v for k, v in asked.items() if v} or {"CPU": 0.01})
+    return bundles
 
 
 @dataclass
@@ -133,30 +148,59 @@ class Placing:
                         (None,) * group.replicas
                     for node in nodes:
                         by_node.setdefault((group.node_type, node), []).append((name, shape))
-        startup = self.ray_options.startup_timeout
-        for (node_type, node), held in by_node.items():
-            bundles, shapes = [], [shape for _, shape in held]
-            for shape in shapes:
-                asked = {"CPU": shape.cpu, "GPU": shape.gpu, **shape.devices}
-                bundles.append({k: v for k, v in asked.items() if v} or {"CPU": 0.01})
-            selector = ([{NODE_TYPE_LABEL: node_type}] * len(bundles)
-                        if node_type in labelled else None)
-            # a planned node's bundles on one node, as packed (Ray's own packing of a node
-            # type's bundles missed a plan that fills two nodes to the brim)
-            group = placement_group(bundles, strategy="PACK" if node is None else "STRICT_PACK",
-                                    bundle_label_selector=selector,
-                                    name=f"fitwork-{self.run_id}-{node_type}"
-                                    + ("" if node is None else f"@{node}"))
+        made = self._reserve_all(by_node, labelled)
+        for ((node_type, _), held), group in zip(by_node.items(), made, strict=True):
             self.groups.append(group)
-            ready, _ = ray.wait([group.ready()], timeout=startup)
-            if not ready:
+            self.bundles += [Bundle(group, i, node_type, shape, unit=name)
+                             for i, (name, shape) in enumerate(held)]
+
+    def _reserve_all(self, by_node: dict[tuple[str, int | None], list[tuple[str, Resources]]],
+                     labelled: set[str]) -> list[Any]:
+        """Every placement group of ``by_node``, all ready, or none held.
+
+        Groups held while waiting for the rest are how two runs each planned alone for the
+        whole cluster deadlock (each holds one node's group and waits for the other's: three
+        such runs on a two-node cluster all failed after the start-up timeout).  So where a
+        run needs more than one group, it waits `GROUPS_HOLD_S` for all of them, else gives
+        every one back and asks again after a random pause, until the start-up timeout."""
+        startup = self.ray_options.startup_timeout
+        deadline = time.monotonic() + startup
+        while True:
+            groups = [self._group(node_type, node, held, labelled)
+                      for (node_type, node), held in by_node.items()]
+            left = max(0.0, deadline - time.monotonic())
+            window = left if len(groups) == 1 else min(left, GROUPS_HOLD_S)
+            ready, _ = ray.wait([g.ready() for g in groups], num_returns=len(groups),
+                                timeout=window)
+            if len(ready) == len(groups):
+                return groups
+            late = next(i for i, g in enumerate(groups)
+                        if not ray.wait([g.ready()], timeout=0)[0])
+            for group in groups:
+                with contextlib.suppress(Exception):
+                    remove_placement_group(group)
+            if time.monotonic() >= deadline:
+                node_type, node = list(by_node)[late]
                 where = "" if node is None else f" (its planned node {node})"
                 raise EngineError(
                     f"node type {node_type!r}{where} could not be reserved within "
-                    f"{startup:.0f} s: it needs {bundles}; the cluster has (in all) "
-                    f"{self._available()}; plan for this cluster's fleet (`fitwork fleet ray`)")
-            self.bundles += [Bundle(group, i, node_type, shape, unit=name)
-                             for i, (name, shape) in enumerate(held)]
+                    f"{startup:.0f} s: it needs {_bundles(by_node[(node_type, node)])}; the "
+                    f"cluster has (in all) {self._available()}; plan for this cluster's "
+                    "fleet (`fitwork fleet ray`)")
+            time.sleep(random.uniform(0.1, 1.0))
+
+    def _group(self, node_type: str, node: int | None, held: list[tuple[str, Resources]],
+               labelled: set[str]) -> Any:
+        """The placement group of one planned node (or node type): a bundle per replica."""
+        bundles = _bundles(held)
+        selector = ([{NODE_TYPE_LABEL: node_type}] * len(bundles)
+                    if node_type in labelled else None)
+        # a planned node's bundles on one node, as packed (Ray's own packing of a node
+        # type's bundles missed a plan that fills two nodes to the brim)
+        return placement_group(bundles, strategy="PACK" if node is None else "STRICT_PACK",
+                               bundle_label_selector=selector,
+                               name=f"fitwork-{self.run_id}-{node_type}"
+                               + ("" if node is None else f"@{node}"))
 
     def pick_bundle(self, stage: int, group: Group | None, wanted: Resources) -> int | None:
         """The free bundle a new replica of ``stage`` takes: one the plan reserved for this
@@ -175,7 +219,7 @@ class Placing:
         """Mark lost every bundle on a node in ``gone`` (by its holder's node, else by the
         group's table) and remove each group left with none (Ray would hold its place on
         the nodes left, or wait for one that can take it whole)."""
-        from ray.util.placement_group import placement_group_table, remove_placement_group
+        from ray.util.placement_group import placement_group_table
 
         for bundle in self.bundles:
             node = holders.get(bundle.holder) if bundle.holder is not None else None
