@@ -145,3 +145,57 @@ def test_fleet_ray_reads_the_nodes_into_node_types(two_nodes: str, tmp_path: Pat
     fleet = Fleet.from_yaml(tmp_path / "f.yaml")
     shapes = {n.name: (n.count, n.cores, n.devices) for n in fleet.node_types}
     assert shapes == {"cpu": (1, 3.0, {}), "gpu": (1, 1.0, {"H100-SXM": 1})}
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time, ray
+    from pathlib import Path
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    ray.init(address=sys.argv[1])
+    go = Path(sys.argv[2])
+    def group(bundle, node_type):
+        return placement_group([bundle], strategy="STRICT_PACK",
+                               bundle_label_selector=[{"fitwork.node-type": node_type}])
+    gpu = group({"H100-SXM": 1}, "gpu")
+    assert ray.wait([gpu.ready()], timeout=60)[0], "the gpu node's device was not free"
+    print("held", flush=True)
+    while not go.exists():
+        time.sleep(0.05)
+    cpu = group({"CPU": 3}, "cpu")  # what the run holds, if it holds what it has
+    got = bool(ray.wait([cpu.ready()], timeout=40)[0])
+    print("got cpu" if got else "no cpu", flush=True)
+    remove_placement_group(cpu)
+    remove_placement_group(gpu)
+""")
+
+
+def test_two_runs_that_each_hold_one_node_do_not_deadlock(two_nodes: str,
+                                                          tmp_path: Path) -> None:
+    """Another job holds the GPU node and then asks for the CPU node, which the run asks
+    for too: a run that held its CPU group while waiting for the GPU one would deadlock
+    with it (each failing at its start-up timeout); the run gives its groups back, the
+    other job gets the CPU node, finishes, and the run then gets both and ends."""
+    env = {**os.environ, **TOKEN_AUTH, "PYTHONPATH": str(ROOT)}
+    go = tmp_path / "go"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, two_nodes, str(go)], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        placement = plan_for(profile(), FLEET).placement()
+        run = subprocess.Popen([sys.executable, "-c", SCRIPT, two_nodes,
+                                json.dumps(placement.to_json())], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        import time
+
+        time.sleep(3.0)  # the run has asked for its groups: the CPU node's is free
+        go.touch()
+        said, err = holder.communicate(timeout=120)
+        assert "got cpu" in said, err[-2000:]
+        out, err = run.communicate(timeout=180)
+        assert run.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["outputs"] == \
+            [3 * x + 1 for x in range(200)]
+    finally:
+        holder.kill()
