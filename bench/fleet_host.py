@@ -144,13 +144,18 @@ def done_by(cwd: Path, record: FleetRecord, name: str) -> tuple[list[tuple[float
                                             own.completions.completed, strict=True)], own
 
 
+def first_output(cwd: Path, record: FleetRecord, name: str) -> float | None:
+    """When ``name`` completed its first item, on the fleet run's clock (None: never)."""
+    return next((t for t, c in done_by(cwd, record, name)[0] if c > 0), None)
+
+
 def together(cwd: Path, record: FleetRecord, warm: bool = False
              ) -> tuple[float, float] | None:
     """The stretch in which all three ran: locally the longest epoch with three running; on
     Ray (no samples) from each one's first completion to the first departure.  ``warm``:
     from the latest first completion of the three on (start-up left out: the plan's rates
     are each pipeline's steady state)."""
-    firsts = [next((t for t, c in done_by(cwd, record, n)[0] if c > 0), None) for n in NAMES]
+    firsts = [first_output(cwd, record, n) for n in NAMES]
     epochs = [e for e in record.epochs if len(e.running) == 3]
     if epochs:
         main = max(epochs, key=lambda e: e.end_s - e.start_s)
@@ -300,8 +305,7 @@ def print_plan_held(cwd: Path, plan: FleetPlan, records: list[FleetRecord]) -> N
                   f"{', '.join(f'{g:,.1f}' for g in got)} ({inside}/{len(got)} inside the "
                   f"range; {', '.join(f'{g / j.rate:.2f}x' for g in got)} the plan)")
     for i, record in enumerate(records):
-        firsts = {n: next((t for t, c in done_by(cwd, record, n)[0] if c > 0), None)
-                  for n in NAMES}
+        firsts = {n: first_output(cwd, record, n) for n in NAMES}
         print(f"trial {i}: first output at " + ", ".join(
             f"{n} {t:.1f} s" for n, t in firsts.items() if t is not None)
             + " of the fleet run")

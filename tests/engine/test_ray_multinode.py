@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,8 +188,6 @@ def test_two_runs_that_each_hold_one_node_do_not_deadlock(two_nodes: str,
         run = subprocess.Popen([sys.executable, "-c", SCRIPT, two_nodes,
                                 json.dumps(placement.to_json())], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        import time
-
         time.sleep(3.0)  # the run has asked for its groups: the CPU node's is free
         go.touch()
         said, err = holder.communicate(timeout=120)
