@@ -74,6 +74,12 @@ class Busy:
         else:
             self.intervals.append((start, end))
 
+    def add(self, intervals: list[tuple[float, float]]) -> None:
+        """Busy intervals measured elsewhere (a forked child's, on the same clock)."""
+        with self.lock:
+            for start, end in intervals:
+                self._mark(start, end)
+
     def take(self) -> list[tuple[float, float]]:
         """The intervals not taken yet."""
         with self.lock:

@@ -281,7 +281,8 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         sink = (self.options.sink, self.run_id, instruction.worker) \
             if self.options.sink is not None and stage == len(self.units) - 1 else None
         spec = ReplicaSpec(self.blobs[stage], stage, self.names, self.limits,
-                           allot(unit, group), wanted.cpu, self.timeout, replicas, sink)
+                           allot(unit, group), wanted.cpu, self.timeout, replicas, sink,
+                           self.forks_units(stage, options))
         handle, hello = (None if bundle is not None else  # a spare, built ahead, if any
                          self.take_spare(stage, options, spec, instruction.worker)) or \
             self.start_replica(remote_class(Replica), stage, options, spec, bundle is not None)
@@ -410,6 +411,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         except GetTimeoutError:
             raise EngineError(f"Ray did not deliver a frame's outputs within {self.timeout:g} "
                               "s; check the object store of the cluster") from None
+        self.fork_deaths(summary.forks)
         for actor_id in summary.dead:  # seen dead by a replica on the way
             dead = self.by_key.get(actor_id)
             if dead is not None:
@@ -548,7 +550,8 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         if self.holding:
             self.holding = False
             DEATHS.let_go()
-            said = deaths_line(self.names, self.core, self.lost_nodes, self.node_refits)
+            said = deaths_line(self.names, self.core, self.lost_nodes, self.node_refits,
+                              self.spare_books.forks)
             if said:
                 print(said, file=sys.stderr, flush=True)
         self.let_spares_go()

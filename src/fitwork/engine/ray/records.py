@@ -42,6 +42,9 @@ class ReplicaSpec(NamedTuple):
     """Replicas of its unit: each holds an even share of the unit's gate."""
     sink: tuple[Sink, str, int] | None = None
     """The last unit's, in a run with a sink: the sink, the run id, the worker id."""
+    forked: bool = False
+    """Run the unit in a child process the actor forks (`fitwork.engine.ray.forked`): a
+    unit that lost a replica, so that its next deaths cost a fork, not an actor."""
 
 
 class Hello(NamedTuple):
@@ -73,8 +76,9 @@ class Stats(NamedTuple):
 
 
 class LostFrame(NamedTuple):
-    """A frame a replica sent downstream whose replica died: its stage, the cause, and the
-    items it held (feed frame and offsets per segment)."""
+    """A frame whose items died with a process: a replica downstream, or the forked child
+    running a replica's own unit; its stage, the cause, and the items it held (feed frame
+    and offsets per segment)."""
 
     stage: int
     cause: str
@@ -114,6 +118,10 @@ class Summary:
     graced: int = 0
     """A retry's number in its replica (`fitwork.engine.serve.Alone.ack`): its caller acks
     it once it holds this summary, and the replica takes its next call (0: no retry)."""
+    forks: list[tuple[int, str, int]] = field(default_factory=list)
+    """Each forked unit process that died while it held this call's frame (its actor lived
+    and a spare took over): its stage, its replica (by key), and which of that replica's
+    deaths it was (several calls may report the same one)."""
     intervals: Sequence[Interval] = ()
     pid: int = 0
     error: str | None = None
@@ -127,6 +135,7 @@ class Summary:
         self.written.extend(child.written)
         self.dead.extend(child.dead)
         self.lost.extend(child.lost)
+        self.forks.extend(child.forks)
         newest(self.counters, child.counters)
         for actor, count in child.entered.items():
             self.entered[actor] = self.entered.get(actor, 0) + count

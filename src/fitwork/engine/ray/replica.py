@@ -35,6 +35,7 @@ from fitwork.engine.core.events import Counters
 from fitwork.engine.framing import outputs_per_frame
 from fitwork.engine.limits import local_gate
 from fitwork.engine.parts import PartWriter, Written
+from fitwork.engine.ray.forked import Build, Forked, Settled, UnitDied
 from fitwork.engine.ray.records import Hello, LostFrame, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
@@ -84,9 +85,17 @@ class Replica:
         self.part: PartWriter | None = None
         self.part_lock = threading.Lock()
         self.last = stage == len(names) - 1
+        self.busy = Busy()
+        self.serving: Calls | Forked = Calls()  # frames to the replica's loop, on a thread
         try:
             hold_threads(spec.cores)
-            if self.load_error is None:  # a warm replica may keep the instance it built
+            if self.load_error is None and spec.forked:  # the unit in a child process
+                self.kernel = None
+                self.serving = Forked(Build(self.unit, spec.given, spec.cores,
+                                            self.unit.max_concurrency, self.unit.rate_limit,
+                                            spec.replicas), self.busy)
+                self.error = self.serving.error
+            elif self.load_error is None:  # a warm replica may keep the instance it built
                 kept = None if build or self.kernel is None else self.kernel.fn
                 self.kernel = Kernel(self.unit, kept, spec.given)
         except Exception as exc:  # reported by hello(), in one line, by the driver
@@ -94,9 +103,7 @@ class Replica:
         self.router = None if self.last else Router(stage + 1, spec.limits[stage + 1],
                                                     spec.timeout)
         self.alone = Alone()
-        self.busy = Busy()
-        self.serving = Calls()  # frames to the replica's loop, which runs on a thread
-        if self.kernel is not None:
+        if self.kernel is not None and isinstance(self.serving, Calls):
             gate = local_gate(self.unit.max_concurrency, self.unit.rate_limit, spec.replicas)
             self.serving.start(Serving(Runner(self.kernel, gate, self.busy)))
         self.items_in = self.items_out = self.bytes_in = self.bytes_out = 0
@@ -194,7 +201,8 @@ class Replica:
         self.seq += 1
         return Reading(self.seq, Counters(
             self.items_in - self.waiting, self.items_out, self.bytes_in, self.bytes_out,
-            self.busy.so_far(), self.blocked_s, time.process_time() - self.built_cpu,
+            self.busy.so_far(), self.blocked_s, time.process_time() - self.built_cpu
+            + (self.serving.cpu_seconds() if isinstance(self.serving, Forked) else 0.0),
             run_queue_seconds()))
 
     def flush(self) -> None:
@@ -269,7 +277,7 @@ class Replica:
             ) -> tuple[Summary, list[Segment] | None]:
         """A frame through the unit and on down, with no claim on the process (a task's
         call, or one `process` let in)."""
-        assert self.kernel is not None, self.error
+        assert self.error is None, self.error
         count = sum(len(s.values) for s in segments)
         with self.lock:
             self.items_in += count
@@ -280,10 +288,16 @@ class Replica:
         try:
             outputs: list[Segment] = []
             summary = Summary()
-            done = self.serving.call(segments).result()  # by the replica's loop
-            for segment, results, failed in zip(segments, done.results, done.failed,
-                                                strict=True):
-                out, back, failures = settle(self.kernel, segment, results, failed)
+            try:
+                settled = self._settled(segments)
+            except UnitDied as died:  # its items go again, by the core's rules, as for any
+                summary.forks.append((self.stage, self.id, died.number))  # death; the
+                # actor lives on
+                summary.lost.append(LostFrame(
+                    self.stage, f"{died} in a replica of {self.unit.name!r}",
+                    [(s.frame, list(s.offsets)) for s in segments]))
+                settled = []
+            for out, back, failures in settled:
                 if out is not None:
                     outputs.append(out)
                 if back is not None:
@@ -320,6 +334,16 @@ class Replica:
             with self.lock:
                 self.calls -= 1
                 self.last_call = time.monotonic()
+
+    def _settled(self, segments: list[Segment]) -> Settled:
+        """A frame run by the replica's loop (here, or in its forked child) and settled:
+        per segment, its outputs, returned weight and failures."""
+        if isinstance(self.serving, Forked):
+            return self.serving.call(segments).result()
+        assert self.kernel is not None
+        done = self.serving.call(segments).result()
+        return [settle(self.kernel, segment, results, failed) for segment, results, failed
+                in zip(segments, done.results, done.failed, strict=True)]
 
     def _write_part(self, outputs: list[Segment], summary: Summary) -> Written:
         """Append a frame's outputs to this replica's part; what commits them, for the
@@ -388,8 +412,9 @@ def entered(segments: list[Segment], summary: Summary, stage: int) -> int:
 
 
 def lost_below(summary: Summary, stage: int) -> int:
-    """Items a call lost in units below ``stage`` (their retry comes through it again)."""
-    return sum(len(offsets) for below, _, parts in summary.lost if below > stage
+    """Items a call lost in ``stage``'s unit (its forked child died) or in units below it
+    (their retry comes through it again)."""
+    return sum(len(offsets) for below, _, parts in summary.lost if below >= stage
                for _, offsets in parts)
 
 

@@ -12,7 +12,13 @@ starts), up to `SPARES` plus one per replica, as the local engine's zygote does
 What a spare holds: the replica's ask where the cluster has it free when the spare starts;
 else the ask without its cores (an idle spare runs nothing; once handed over it runs on the
 cores its dead predecessor gave back).  Units that ask for a GPU or another device, or are
-placed in a node type's placement group, keep no spares.  The record's host says, per unit,
+placed in a node type's placement group, keep no spares.
+
+The replacements of a unit that lost a replica (spares included) run the unit in a child
+process they fork (`fitwork.engine.ray.forked`, not for units that hold a device): from
+then on a row that kills its process costs that replica a fork from a child built ahead,
+not an actor, and the record counts those deaths per unit (``forked_deaths``) and in its
+worker restarts.  The record's host says, per unit,
 how many spares were started, handed over (and how many of those were built by then), let
 go unused, and the cores each held and for how long (``ray_spares``).  Every spare not
 handed over is killed at the end of the run.
@@ -83,6 +89,22 @@ class Spares:
     def spare_death(self, stage: int) -> None:
         """A replica of ``stage`` died: the unit keeps spares from now on."""
         self.spare_books.stages.add(stage)
+
+    def forks_units(self, stage: int, options: dict[str, Any]) -> bool:
+        """Whether a replica of ``stage`` runs its unit in a forked child
+        (`fitwork.engine.ray.forked`): once the unit has lost a replica, unless it holds
+        a device (a device context does not survive a fork)."""
+        return (stage in self.spare_books.stages
+                and not any(options.get(k) for k in DEVICE_ASKS))
+
+    def fork_deaths(self, deaths: list[tuple[int, str, int]]) -> None:
+        """Forked unit processes that died (their actors lived; `Summary.forks`): each
+        counted once per unit, however many calls it took with it."""
+        books = self.spare_books
+        for death in deaths:
+            if death not in books.fork_deaths:
+                books.fork_deaths.add(death)
+                books.forks[death[0]] = books.forks.get(death[0], 0) + 1
 
     def take_spare(self, stage: int, options: dict[str, Any], spec: ReplicaSpec,
                    worker: int) -> tuple[Any, Any] | None:
@@ -158,11 +180,13 @@ class Spares:
                 self.end_spare(kept.pop())
 
     def record(self) -> RunRecord:
-        """The run record; its host says, per unit, what its spares held and did."""
+        """The run record; its host says, per unit, what its spares held and did, and its
+        worker restarts count the forked unit processes that died as well as replicas."""
         record = super().record()  # type: ignore[misc]
         books = self.spare_books
-        if not books.all:
+        if not books.all and not books.forks:
             return record
+        record.worker_restarts += sum(books.forks.values())
         t0 = self.core.t0 if self.core is not None else 0.0
         record.host = {**(record.host or {}), "ray_spares": books.notes(self.names, t0,
                                                                         self.clock())}
@@ -179,18 +203,22 @@ class SpareBooks:
         self.used: list[Spare] = []  # handed over
         self.gone: list[Spare] = []  # let go unused
         self.all: list[Spare] = []
+        self.forks: dict[int, int] = {}  # per stage: forked unit processes that died
+        self.fork_deaths: set[tuple[int, str, int]] = set()
 
     def notes(self, names: list[str], t0: float, now: float) -> dict[str, Any]:
-        """Per unit: spares started, handed over (built by then), let go; the cores each
-        held and the core-seconds they held idle (to the hand-over, or to the end)."""
+        """Per unit: spares started, handed over (built by then), let go; forked unit
+        processes that died inside live replicas; the cores each spare held and the
+        core-seconds they held idle (to the hand-over, or to the end)."""
         notes: dict[str, Any] = {}
-        for stage in sorted({s.stage for s in self.all}):
+        for stage in sorted({s.stage for s in self.all} | set(self.forks)):
             mine = [s for s in self.all if s.stage == stage]
             used = [s for s in mine if s.worker is not None]
             notes[names[stage]] = {
                 "kept": self.want.get(stage, SPARES), "started": len(mine),
                 "handed_over": len(used), "built_when_handed": sum(s.built for s in used),
                 "let_go": len(mine) - len(used),
+                "forked_deaths": self.forks.get(stage, 0),
                 "cores": [s.cpu for s in mine],
                 "idle_core_s": round(sum(s.cpu * ((s.ended or now) - s.born) for s in mine), 3),
                 "spares": [{"cpu": s.cpu, "started_s": round(s.born - t0, 4),

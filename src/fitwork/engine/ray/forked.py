@@ -1,0 +1,356 @@
+"""A replica's unit in a child process of its actor: a row that kills it costs a fork, not an actor.
+
+On Ray a replica is an actor, and a row that kills its process (a native decoder's
+segfault, an ``os._exit``) kills the actor: the driver then waits for Ray to start a worker
+process and the replacement to build its unit, 0.3 to 1.4 s each on this host against a
+few milliseconds for the local engine's forked spare (`fitwork.engine.local.zygote`).
+Once a unit has lost a replica, the driver starts its replacements *forked*
+(`ReplicaSpec.forked`): the actor forks a child that builds the unit and runs the one
+replica loop (`fitwork.engine.serving.Serving`, the same as everywhere) over a socket, and
+keeps one more child forked and built behind it.  A child that dies fails only the calls
+it held (`UnitDied`: the actor reports their items lost, the run core retries them alone as
+for any death) and the spare takes over at once; a new spare is forked behind it.
+
+The child never touches Ray: it reads frames, runs them, settles them (outputs, returned
+weight, dead-letter records, made where the traceback is) and writes the results back with
+its busy intervals and CPU time, and it ends with ``os._exit``.  It dies with its actor
+(``PR_SET_PDEATHSIG``).  Units that hold a device keep no forked children (a device context
+does not survive a fork); the driver decides (`fitwork.engine.ray.spares`).
+
+Wire: each message is a length-prefixed pickle (Ray's cloudpickle, so values of classes
+defined in a driver script cross as they came).  Parent to child: ``("frame", n,
+segments)``, ``("drain",)``; a closed socket stops the child once it has finished what it
+holds.  Child to parent: ``("ready", error, cpu)`` once, then ``("done", n, settled,
+intervals, cpu)`` per frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+import warnings
+from concurrent.futures import Future
+from typing import Any, NamedTuple
+
+from ray import cloudpickle
+
+from fitwork.engine.limits import local_gate
+from fitwork.engine.segment import Return, Segment, settle
+from fitwork.engine.serve import Busy, Runner
+from fitwork.engine.serving import DRAIN, IDLE, STOP, Finished, Frame, Serving
+from fitwork.engine.threads import hold_threads
+from fitwork.failure import Failure, describe
+from fitwork.workload.allotment import Allotment
+from fitwork.workload.kernel import Kernel
+from fitwork.workload.unit import Unit
+
+_LENGTH = struct.Struct("<Q")
+
+Settled = list[tuple[Segment | None, Return | None, list[Failure]]]
+"""Per segment of a frame: its outputs, the weight it returned, its failures."""
+
+
+class UnitDied(Exception):
+    """The child running a replica's unit died while it held this call's frame."""
+
+    def __init__(self, exitcode: int | None) -> None:
+        self.exitcode = exitcode
+        how = ("ended" if exitcode is None else
+               f"was killed by {signal.Signals(-exitcode).name}" if exitcode < 0
+               else f"exited with code {exitcode}")
+        super().__init__(f"the unit's process {how}")
+        self.number = 0  # which death of its replica's children this is (1, 2, ...)
+
+
+class Build(NamedTuple):
+    """What a child builds its unit from."""
+
+    unit: Unit
+    given: Allotment
+    cores: float
+    max_concurrency: int | None
+    rate_limit: float | None
+    replicas: int
+
+
+def send(sock: socket.socket, message: tuple[Any, ...]) -> None:
+    """Write one message."""
+    data = cloudpickle.dumps(message, protocol=5)
+    sock.sendall(_LENGTH.pack(len(data)) + data)
+
+
+def receive(sock: socket.socket) -> tuple[Any, ...] | None:
+    """Read one message; None at the end of the stream (the other side is gone)."""
+    head = _read(sock, _LENGTH.size)
+    if head is None:
+        return None
+    body = _read(sock, _LENGTH.unpack(head)[0])
+    return None if body is None else cloudpickle.loads(body)
+
+
+def _read(sock: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        try:
+            chunk = sock.recv(min(left, 1 << 20))
+        except (ConnectionResetError, OSError):
+            return None
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- the child ---------------------------------------------------------------------------
+
+
+class _Socket:
+    """The child's transport (`fitwork.engine.serving.Transport`) over its socket."""
+
+    def __init__(self, sock: socket.socket, kernel: Kernel, busy: Busy) -> None:
+        self.sock, self.kernel, self.busy = sock, kernel, busy
+        self.waker, self.woken = os.pipe()
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
+        self.poller.register(self.waker, select.POLLIN)
+
+    def take(self, timeout: float | None) -> Frame | str | None:
+        wait = IDLE if timeout is None else max(0.0, timeout)
+        ready = {fd for fd, _ in self.poller.poll(wait * 1000)}
+        if self.waker in ready:
+            os.read(self.waker, 4096)
+        if self.sock.fileno() not in ready:
+            return None
+        message = receive(self.sock)
+        if message is None:
+            return STOP
+        if message[0] == "drain":
+            return DRAIN
+        return Frame(message[1], message[2])
+
+    def finish(self, frames: list[Finished]) -> None:
+        for frame in frames:
+            settled = [settle(self.kernel, segment, results, failed) for segment, results, failed
+                       in zip(frame.segments, frame.results, frame.failed, strict=True)]
+            with contextlib.suppress(OSError):  # the actor is gone: this process follows
+                send(self.sock, ("done", frame.key, settled, self.busy.take(),
+                                 time.process_time()))
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.woken, b"w")
+
+    def retry_next(self) -> bool:
+        """False: the actor lets a retry in only when no other call is in it."""
+        return False
+
+
+def _child(sock: socket.socket, build: Build) -> None:
+    """A forked child's life: build the unit, say so, serve frames until told to stop."""
+    code = 0
+    try:
+        gc.freeze()  # the actor's objects stay as they are: shared, never collected here
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - fresh locks
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        hold_threads(build.cores)
+        try:
+            kernel = Kernel(build.unit, None, build.given)
+        except Exception as exc:
+            send(sock, ("ready", f"{describe(exc)}", time.process_time()))
+            return
+        send(sock, ("ready", None, time.process_time()))
+        busy = Busy()
+        gate = local_gate(build.max_concurrency, build.rate_limit, build.replicas)
+        Serving(Runner(kernel, gate, busy)).serve(_Socket(sock, kernel, busy))
+    except BaseException:  # nothing of the actor's may run in this process
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+# -- the actor's side ----------------------------------------------------------------------
+
+
+class _Kid:
+    """One forked child: its pid, its socket, and the CPU it had spent building."""
+
+    def __init__(self, build: Build) -> None:
+        mine, theirs = socket.socketpair()
+        with warnings.catch_warnings():  # a Ray worker has threads; the child uses none of theirs
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            _child(theirs, build)
+        theirs.close()
+        self.pid, self.sock = pid, mine
+        self.built_cpu: float | None = None
+        self.cpu = 0.0
+        self.said: tuple[str | None] | None = None  # what `ready` found
+
+    def ready(self) -> str | None:
+        """Wait until the child has built its unit (once; later calls repeat the answer):
+        None, or why it could not."""
+        if self.said is None:
+            message = receive(self.sock)
+            if message is None or message[0] != "ready":
+                self.said = (f"the unit's process ended while building it "
+                             f"({self.reap()})",)
+            else:
+                self.built_cpu = self.cpu = float(message[2])
+                self.said = (message[1],)
+        return self.said[0]
+
+    def spent(self) -> float:
+        """CPU seconds it spent on items (building left out)."""
+        return self.cpu - (self.built_cpu or 0.0)
+
+    def end(self) -> None:
+        """Stop it (an idle spare) and reap it in the background."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        threading.Thread(target=self.reap, daemon=True, name="fitwork-reap").start()
+
+    def reap(self) -> UnitDied:
+        """Wait for it to end; why it did."""
+        self.sock.close()
+        try:
+            _, status = os.waitpid(self.pid, 0)
+            return UnitDied(os.waitstatus_to_exitcode(status))
+        except ChildProcessError:
+            return UnitDied(None)
+
+
+class Forked:
+    """A replica's unit run in a forked child, with one spare built behind it; the same
+    face as `fitwork.engine.serving.Calls` (``call``, ``drain``, ``close``)."""
+
+    def __init__(self, build: Build, busy: Busy) -> None:
+        self.build, self.busy = build, busy
+        self.lock = threading.Lock()
+        self.spare: _Kid | None = None
+        self.pending: dict[int, tuple[Future[Settled], list[Segment]]] = {}
+        self.next = 0
+        self.deaths = 0
+        self.drained = False
+        self.gone_cpu = 0.0  # items' CPU of the children that ended
+        self.closed = False
+        # Every child is forked by the reader's thread: a child dies with the thread that
+        # forked it (``PR_SET_PDEATHSIG``), and that one lives as long as the children do.
+        first: Future[_Kid] = Future()
+        threading.Thread(target=self._read, args=(first,), daemon=True,
+                         name="fitwork-forked").start()
+        self.error = first.result().ready()
+
+    def call(self, segments: list[Segment]) -> Future[Settled]:
+        """Hand a frame to the child; its future holds the frame settled, or `UnitDied`."""
+        future: Future[Settled] = Future()
+        with self.lock:
+            self.next += 1
+            self.pending[self.next] = (future, segments)
+            with contextlib.suppress(OSError):  # a dead child: the reader fails the call
+                send(self.kid.sock, ("frame", self.next, segments))
+        return future
+
+    def drain(self) -> None:
+        """Nothing more comes but retries: batches wait no longer (a child that takes over
+        later is told too)."""
+        with self.lock, contextlib.suppress(OSError):
+            self.drained = True
+            send(self.kid.sock, ("drain",))
+
+    def close(self) -> None:
+        """No more calls: the child ends once it has finished what it holds; the spare ends."""
+        with self.lock:
+            self.closed = True
+            with contextlib.suppress(OSError):
+                self.kid.sock.shutdown(socket.SHUT_WR)
+            spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.end()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the children spent on items so far."""
+        with self.lock:
+            return self.gone_cpu + self.kid.spent()
+
+    def _read(self, first: Future[_Kid]) -> None:
+        """The reader's thread: if it fails, the actor ends (the driver replaces it as for
+        any death) rather than leave its calls waiting for ever."""
+        try:
+            self._serve(first)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+
+    def _serve(self, first: Future[_Kid]) -> None:
+        """Results to their calls; a dead child's calls failed and the spare in its place."""
+        kid = self.kid = _Kid(self.build)
+        kid.ready()
+        first.set_result(kid)
+        if kid.said != (None,):  # said by `error`: the replica reports it
+            kid.reap()
+            return
+        spare = _Kid(self.build)
+        with self.lock:
+            if not self.closed:
+                spare, self.spare = None, spare
+        if spare is not None:
+            spare.end()
+        while True:
+            kid = self.kid
+            message = receive(kid.sock)
+            if message is not None:
+                _, number, settled, intervals, cpu = message
+                kid.cpu = cpu
+                self.busy.add(intervals)
+                with self.lock:
+                    held = self.pending.pop(number, None)
+                if held is not None:
+                    held[0].set_result(settled)
+                continue
+            died = kid.reap()
+            with self.lock:
+                lost, self.pending = self.pending, {}
+                self.gone_cpu += kid.spent()
+                closing = self.closed
+                if not closing:
+                    self.deaths += 1
+                    died.number = self.deaths
+                    self.kid, self.spare = self.spare or _Kid(self.build), None
+            for future, _ in lost.values():
+                future.set_exception(died)
+            if closing:
+                return
+            if self.kid.ready() is not None:  # a fresh child cannot build the unit: the
+                os._exit(1)  # actor ends (the driver replaces it as for any death)
+            spare = _Kid(self.build)
+            with self.lock:
+                if self.drained:
+                    with contextlib.suppress(OSError):
+                        send(self.kid.sock, ("drain",))
+                if not self.closed:
+                    spare, self.spare = None, spare
+            if spare is not None:
+                spare.end()
+
+
+__all__ = ["Build", "Forked", "Settled", "UnitDied"]

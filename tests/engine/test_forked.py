@@ -1,0 +1,114 @@
+"""A replica's unit in a forked child (`fitwork.engine.ray.forked`): a row that kills the
+child fails only the frames it held, the spare built behind it takes the next frame, and
+closing leaves no child behind.  Real forked processes, driven as the Ray replica drives
+them (Ray itself is not started: the children never touch it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray")
+
+from fitwork import unit
+from fitwork.engine.ray.forked import Build, Forked, UnitDied
+from fitwork.engine.segment import Segment
+from fitwork.engine.serve import Busy
+from fitwork.workload.allotment import allot
+
+
+@unit
+def deadly(n: int) -> dict[str, int]:
+    """Doubles ``n``; a negative ``n`` kills its process, ``n`` 99 raises."""
+    if n < 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if n == 99:
+        raise ValueError("ninety-nine")
+    return {"n": n * 2, "pid": os.getpid()}
+
+
+@unit(batch_size=4, batch_wait=5.0)
+def summed(values: list[int]) -> list[int]:
+    """A batch unit: each item plus the batch's length."""
+    return [v + len(values) for v in values]
+
+
+def forked(fn: Any) -> tuple[Forked, Busy]:
+    busy = Busy()
+    return Forked(Build(fn, allot(fn, None), 1.0, None, None, 1), busy), busy
+
+
+def segment(frame: int, values: list[int], attempt: int = 0) -> Segment:
+    return Segment(frame, attempt, range(len(values)), None, None, values)
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has ended and been reaped (not a zombie, not running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ")[1][0] == "Z"
+
+
+def test_a_death_fails_only_its_frame_and_the_spare_serves_the_next() -> None:
+    child, busy = forked(deadly)
+    assert child.error is None
+    settled = child.call([segment(0, [1, 2, 3])]).result(timeout=30)
+    out, back, failures = settled[0]
+    assert out is not None and [v["n"] for v in out.values] == [2, 4, 6]
+    first_pid = out.values[0]["pid"]
+    assert first_pid != os.getpid() and back is None and not failures
+
+    with pytest.raises(UnitDied, match="SIGKILL") as died:
+        child.call([segment(1, [5, -1, 6])]).result(timeout=30)
+    assert died.value.number == 1
+
+    # the next frame runs at once in the spare, which was built before the death
+    started = time.monotonic()
+    settled = child.call([segment(2, [7, 99])]).result(timeout=30)
+    took = time.monotonic() - started
+    out, _, failures = settled[0]
+    assert out is not None and [v["n"] for v in out.values] == [14]
+    assert out.values[0]["pid"] not in (first_pid, os.getpid())
+    assert [f.error for f in failures] == ["ValueError: ninety-nine"]
+    assert "deadly" in failures[0].traceback  # the record was made where the error was
+    assert took < 5.0
+    assert child.deaths == 1
+    assert child.cpu_seconds() >= 0.0 and busy.so_far() > 0.0
+
+    pids = [child.kid.pid] + ([child.spare.pid] if child.spare is not None else [])
+    child.close()
+    deadline = time.monotonic() + 10
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(pid) for pid in pids)
+
+
+def test_a_batch_unit_runs_in_the_child_and_drain_ends_its_wait() -> None:
+    child, _ = forked(summed)
+    future = child.call([segment(0, [10, 20])])
+    time.sleep(0.3)
+    assert not future.done()  # two items wait for a batch of four (up to 5 s)
+    child.drain()  # nothing more comes: the batch runs now
+    out, _, _ = future.result(timeout=10)[0]
+    assert out is not None and out.values == [12, 22]
+    child.close()
+
+
+def test_a_unit_that_cannot_be_built_in_the_child_is_said() -> None:
+    @unit
+    class Broken:
+        def __init__(self) -> None:
+            raise RuntimeError("no model file")
+
+        def __call__(self, value: int) -> int:
+            return value
+
+    child, _ = forked(Broken)
+    assert child.error is not None and "no model file" in child.error
