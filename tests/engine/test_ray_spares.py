@@ -66,9 +66,10 @@ def test_deaths_are_replaced_from_warm_spares(ray_cluster: Any, tmp_path: Path) 
     mine = spares["first"]
     # The two first replicas each die once; their replacements run the unit in a forked
     # child, so every later death costs a child, not an actor.  The first death made the
-    # unit keep spares: the second took one.
+    # unit keep a spare for the replica that does not fork yet (none for those that do),
+    # which the second death takes unless both came before it started.
     assert mine["forked_deaths"] == deaths - 2, mine
-    assert mine["handed_over"] == 1, mine
+    assert mine["started"] <= 1 and mine["handed_over"] <= 1, mine
     assert mine["started"] == mine["handed_over"] + mine["let_go"]
     assert all(0.0 <= cpu <= 0.5 for cpu in mine["cores"])
     assert all(s["ended_s"] >= s["started_s"] for s in mine["spares"])

@@ -244,19 +244,20 @@ DEATHS = DeathNotices()
 
 def deaths_line(names: list[str], core: Any, lost: set[str], refits: list[Any],
                 forks: dict[int, int] | None = None) -> str:
-    """One line for the replica deaths a run handled (by unit), the forked unit processes
-    that died inside live replicas (``forks``, by stage), and the nodes it lost; '' where
-    none.  Ray's notice of each replica's death is in its logs, not on the user's output."""
-    forks = forks or {}
-    if core is None or not (core.restarts or forks):
+    """One line for the deaths a run handled, by unit (``forks``, by stage: those of them
+    that were a replica's forked unit process, the replica living on), and the nodes it
+    lost; '' where none.  Ray's notice of each actor's death is in its logs, not on the
+    user's output."""
+    if core is None or not core.restarts:
         return ""
-    by_unit = ", ".join(f"{name} {count}" for name, count in
-                        zip(names, core.stage_deaths, strict=True) if count)
+    forks = forks or {}
+    by_unit = ", ".join(
+        f"{name} {count}" + (f" ({forks[stage]} in a forked unit process)"
+                             if forks.get(stage) else "")
+        for stage, (name, count) in enumerate(zip(names, core.stage_deaths, strict=True))
+        if count)
     nodes = f"; {len(lost)} node(s) lost ({', '.join(sorted(n[:8] for n in lost))}), " \
         f"{len(refits)} re-fit(s) in the run record" if lost else ""
-    forked = "; {} unit process death(s) handled inside their replicas ({})".format(
-        sum(forks.values()), ", ".join(f"{names[stage]} {count}" for stage, count
-                                       in sorted(forks.items()))) if forks else ""
-    return (f"fitwork: {core.restarts} Ray replica death(s) handled ({by_unit}){forked}"
-            f"{nodes}; {core.retries} retries, items kept; Ray's notice of each replica's "
-            "death is in its logs (ray logs raylet.out)")
+    return (f"fitwork: {core.restarts} Ray replica death(s) handled ({by_unit}){nodes}; "
+            f"{core.retries} retries, items kept; Ray's notice of each actor's death is in "
+            "its logs (ray logs raylet.out)")

@@ -104,7 +104,10 @@ class Lost(NamedTuple):
     stage ``stage`` died holding them (on Ray, the replica that was sent them says so).
     ``blame`` False: the items ran, but their outputs went with a process that died of
     something else (on Ray, the owner of the last unit's outputs); they are sent again and
-    the loss does not count toward making any of them poison."""
+    the loss does not count toward making any of them poison.  ``died``: the items went
+    with a process of stage ``stage`` that died while its worker lives on (a Ray replica's
+    forked unit process): counted once as a death of that stage, as an `Exited` would be,
+    for the record and the frame sizes (one `Lost` per death says so)."""
 
     worker: int
     frame: int
@@ -113,6 +116,7 @@ class Lost(NamedTuple):
     parts: Sequence[tuple[int, Sequence[int]]] | None = None
     stage: int | None = None
     blame: bool = True
+    died: bool = False
 
 
 class Tick(NamedTuple):

@@ -341,6 +341,9 @@ class RunCore(Settling):
         worker = self.workers.get(event.worker)
         if event.parts is not None:  # some items of a call its worker still holds
             stage = event.stage if event.stage is not None else 0
+            if event.died:  # a process of the stage died; its worker lives on
+                self.restarts += 1
+                self.stage_deaths[stage] += 1
             for frame_id, offsets in event.parts:
                 self._retry_part(frame_id, offsets, self.names[stage], event.cause,
                                  event.now, event.blame)

@@ -121,6 +121,7 @@ class Actor:
     ended: bool = False
     retiring: bool = False
     ready: bool = False  # it said hello: its unit is built and it takes calls
+    forked: bool = False  # its unit runs in a child it forks (`forked.py`): rows cannot kill it
 
 
 class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
@@ -287,7 +288,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
                          self.take_spare(stage, options, spec, instruction.worker)) or \
             self.start_replica(remote_class(Replica), stage, options, spec, bundle is not None)
         self.keep_spares(stage, remote_class(Replica), options, spec)
-        actor = Actor(instruction.worker, stage, handle, bundle)
+        actor = Actor(instruction.worker, stage, handle, bundle, forked=spec.forked)
         # counted by the driver from the calls that came back (`record`): a replica none
         # of whose calls did has 0 in and out, whatever it worked on before it died
         self.items_in[instruction.worker] = self.items_out[instruction.worker] = 0
@@ -411,7 +412,6 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         except GetTimeoutError:
             raise EngineError(f"Ray did not deliver a frame's outputs within {self.timeout:g} "
                               "s; check the object store of the cluster") from None
-        self.fork_deaths(summary.forks)
         for actor_id in summary.dead:  # seen dead by a replica on the way
             dead = self.by_key.get(actor_id)
             if dead is not None:
@@ -423,8 +423,12 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.handle(Arrived(segments, now, summary.returns, summary.failures))
         # what the dead peers held, once what came back is settled: a retry group sends
         # again only its items that did not come back
+        deaths = self.fork_deaths(summary.forks)  # each counted once, with its first loss
         for stage, cause, parts in summary.lost:
-            self.handle(Lost(worker, call, now, cause, parts=parts, stage=stage))
+            died = stage in deaths
+            if died:
+                deaths.remove(stage)
+            self.handle(Lost(worker, call, now, cause, parts=parts, stage=stage, died=died))
         self.handle(Done(worker, [call], (), (), now))
 
     def summary(self, ref: Any, worker: int, call: int, now: float) -> Summary | None:

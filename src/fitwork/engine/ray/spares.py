@@ -18,7 +18,8 @@ The replacements of a unit that lost a replica (spares included) run the unit in
 process they fork (`fitwork.engine.ray.forked`, not for units that hold a device): from
 then on a row that kills its process costs that replica a fork from a child built ahead,
 not an actor, and the record counts those deaths per unit (``forked_deaths``) and in its
-worker restarts.  The record's host says, per unit,
+worker restarts.  A unit whose replacements fork keeps spares only for its replicas that
+do not (the first ones), as no row can kill the others.  The record's host says, per unit,
 how many spares were started, handed over (and how many of those were built by then), let
 go unused, and the cores each held and for how long (``ray_spares``).  Every spare not
 handed over is killed at the end of the run.
@@ -78,6 +79,7 @@ class Spares:
     placement: Any
     clock: Callable[[], float]
     warm_space: str | None
+    actors: dict[int, Any]
 
     @property
     def spare_books(self) -> SpareBooks:
@@ -97,14 +99,18 @@ class Spares:
         return (stage in self.spare_books.stages
                 and not any(options.get(k) for k in DEVICE_ASKS))
 
-    def fork_deaths(self, deaths: list[tuple[int, str, int]]) -> None:
-        """Forked unit processes that died (their actors lived; `Summary.forks`): each
-        counted once per unit, however many calls it took with it."""
+    def fork_deaths(self, deaths: list[tuple[int, str, int]]) -> list[int]:
+        """Forked unit processes that died (their actors lived; `Summary.forks`), each
+        counted once per unit however many calls it took with it: the stages of those not
+        seen before."""
         books = self.spare_books
+        new: list[int] = []
         for death in deaths:
             if death not in books.fork_deaths:
                 books.fork_deaths.add(death)
                 books.forks[death[0]] = books.forks.get(death[0], 0) + 1
+                new.append(death[0])
+        return new
 
     def take_spare(self, stage: int, options: dict[str, Any], spec: ReplicaSpec,
                    worker: int) -> tuple[Any, Any] | None:
@@ -144,7 +150,11 @@ class Spares:
                 or (self.core is not None and self.core.stopping)):
             return
         kept = books.kept.setdefault(stage, [])
-        while len(kept) < books.want.get(stage, SPARES):
+        want = books.want.get(stage, SPARES)
+        if spec.forked:  # a row kills only a child of these: a spare waits for the others
+            want = min(want, sum(1 for a in self.actors.values()
+                                 if a.stage == stage and not a.ended and not a.forked))
+        while len(kept) < want:
             kept.append(self.start_spare(stage, remote, options, spec, len(books.all) + 1))
             books.all.append(kept[-1])
 
@@ -180,13 +190,11 @@ class Spares:
                 self.end_spare(kept.pop())
 
     def record(self) -> RunRecord:
-        """The run record; its host says, per unit, what its spares held and did, and its
-        worker restarts count the forked unit processes that died as well as replicas."""
+        """The run record; its host says, per unit, what its spares held and did."""
         record = super().record()  # type: ignore[misc]
         books = self.spare_books
         if not books.all and not books.forks:
             return record
-        record.worker_restarts += sum(books.forks.values())
         t0 = self.core.t0 if self.core is not None else 0.0
         record.host = {**(record.host or {}), "ray_spares": books.notes(self.names, t0,
                                                                         self.clock())}
