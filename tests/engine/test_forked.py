@@ -112,3 +112,20 @@ def test_a_unit_that_cannot_be_built_in_the_child_is_said() -> None:
 
     child, _ = forked(Broken)
     assert child.error is not None and "no model file" in child.error
+
+
+@unit
+def echo(value: bytes) -> bytes:
+    return value
+
+
+def test_large_frames_from_many_calls_at_once_all_come_back() -> None:
+    # A frame's write to the child may wait for the child to read while the child waits
+    # for its results to be read: neither may wait on the other's lock.
+    child, _ = forked(echo)
+    blobs = [bytes([n]) * (3 << 20) for n in range(6)]
+    futures = [child.call([segment(n, [blob])]) for n, blob in enumerate(blobs)]
+    for blob, future in zip(blobs, futures, strict=True):
+        out, _, _ = future.result(timeout=60)[0]
+        assert out is not None and out.values == [blob]
+    child.close()

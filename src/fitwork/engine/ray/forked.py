@@ -245,7 +245,8 @@ class Forked:
 
     def __init__(self, build: Build, busy: Busy) -> None:
         self.build, self.busy = build, busy
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the books: pending calls, which child serves
+        self.writing = threading.Lock()  # one message at a time on a child's socket
         self.spare: _Kid | None = None
         self.pending: dict[int, tuple[Future[Settled], list[Segment]]] = {}
         self.next = 0
@@ -265,17 +266,21 @@ class Forked:
         future: Future[Settled] = Future()
         with self.lock:
             self.next += 1
-            self.pending[self.next] = (future, segments)
-            with contextlib.suppress(OSError):  # a dead child: the reader fails the call
-                send(self.kid.sock, ("frame", self.next, segments))
+            number, kid = self.next, self.kid
+            self.pending[number] = (future, segments)
+        # Not under ``lock``: a child busy writing results waits for the reader, which needs
+        # ``lock``, while this write waits for the child to read.
+        with self.writing, contextlib.suppress(OSError):  # a dead child: the reader fails
+            send(kid.sock, ("frame", number, segments))  # the call
         return future
 
     def drain(self) -> None:
         """Nothing more comes but retries: batches wait no longer (a child that takes over
         later is told too)."""
-        with self.lock, contextlib.suppress(OSError):
-            self.drained = True
-            send(self.kid.sock, ("drain",))
+        with self.lock:
+            self.drained, kid = True, self.kid
+        with self.writing, contextlib.suppress(OSError):
+            send(kid.sock, ("drain",))
 
     def close(self) -> None:
         """No more calls: the child ends once it has finished what it holds; the spare ends."""
@@ -344,9 +349,11 @@ class Forked:
                 os._exit(1)  # actor ends (the driver replaces it as for any death)
             spare = _Kid(self.build)
             with self.lock:
-                if self.drained:
-                    with contextlib.suppress(OSError):
-                        send(self.kid.sock, ("drain",))
+                drained, kid = self.drained, self.kid
+            if drained:
+                with self.writing, contextlib.suppress(OSError):
+                    send(kid.sock, ("drain",))
+            with self.lock:
                 if not self.closed:
                     spare, self.spare = None, spare
             if spare is not None:
