@@ -32,9 +32,11 @@ DESERIALIZERS = {
 # the modules allowed to unpickle what this run's own processes made: frames between them
 # (wire.py checks that a spilled frame's file is this user's private file before it maps
 # it), and on Ray the unit its driver pickled by value, which a replica loads from the
-# run's own object store (a cluster joined with its token)
+# run's own object store (a cluster joined with its token), and the frames between a Ray
+# replica and the child it forks, over a socket pair only those two processes hold
 ALLOWED = {("engine/local/wire.py", "pickle", "loads"),
-           ("engine/ray/replica.py", "cloudpickle", "loads")}
+           ("engine/ray/replica.py", "cloudpickle", "loads"),
+           ("engine/ray/forked.py", "cloudpickle", "loads")}
 
 
 def calls(tree: ast.AST) -> list[tuple[str, str, ast.Call]]:
