@@ -111,3 +111,30 @@ def test_a_call_waiting_out_a_grace_starts_when_the_ack_comes() -> None:
     alone.ack(alone.seq)
     caller.join(timeout=8)
     assert started and started[0] - began < LongGrace.GRACE / 2
+
+
+def test_a_retry_after_a_forked_retry_needs_no_grace() -> None:
+    clock = Clock()
+    alone = Alone(clock)
+    assert alone.claim()
+    alone.release(grace=False)  # its unit runs in a forked child: the reply is safe here
+    assert alone.claim()  # the next retry may start at once, no ack needed
+    alone.release()
+    assert not alone.claim()  # an in-process unit's retry still has its grace
+
+
+def test_a_retry_may_go_to_a_busy_forked_replica_and_does_not_fence_it() -> None:
+    from fitwork.engine.ray.routing import Router
+
+    router = Router(0, limit=4)
+    router.set_members(["plain", "forked"], 1)
+    router.set_forked("forked")
+    router.in_flight.update({"plain": 1, "forked": 1})  # both busy with a call each
+    # A retry needs a member with nothing in flight, unless that member runs its unit in a
+    # forked child (it runs the retry alone there itself): only "forked" qualifies now,
+    # and it stays open to other frames.
+    assert router.pick(block=False, alone=True) == "forked"
+    assert router.alone == set() and router.in_flight["forked"] == 2
+    router.in_flight["plain"] = 0
+    picked = {router.pick(block=False, alone=True) for _ in range(20)}
+    assert "plain" in picked and "plain" in router.alone  # a plain one is fenced

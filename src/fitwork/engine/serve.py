@@ -316,12 +316,13 @@ class Alone:
             self.held = True
             return True
 
-    def release(self) -> None:
-        """End a retry's hold (taken by `claim` or `hold`)."""
+    def release(self, grace: bool = True) -> None:
+        """End a retry's hold (taken by `claim` or `hold`); without ``grace`` (a process a
+        unit cannot kill: its unit runs in a forked child) the next call may start at once."""
         with self.cond:
             self.held = False
             self.seq += 1
-            self.after = self.clock() + self.GRACE
+            self.after = self.clock() + (self.GRACE if grace else 0.0)
             self.cond.notify_all()
 
     def ack(self, seq: int) -> None:
@@ -337,9 +338,9 @@ class Alone:
             self.cond.wait(delay)
 
     @contextmanager
-    def hold(self, alone: bool) -> Iterator[None]:
+    def hold(self, alone: bool, grace: bool = True) -> Iterator[None]:
         """Run a call: a retry (``alone``) once the process is empty, any other once no
-        retry holds it or waits for it."""
+        retry holds it or waits for it (``grace``: see `release`)."""
         with self.cond:
             if alone:
                 self.waiting += 1
@@ -358,7 +359,7 @@ class Alone:
             yield
         finally:
             if alone:
-                self.release()
+                self.release(grace)
             else:
                 with self.cond:
                     self.running -= 1

@@ -252,6 +252,8 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         for actor in self.actors.values():
             if actor.ready and not actor.ended and not actor.retiring:
                 live[actor.stage].append(actor.handle)
+                if actor.forked and actor.stage == 0:
+                    self.router.set_forked(actor.handle)
         self.router.set_members(live[0], self.version)
         for actor in self.actors.values():  # retiring ones too: they finish what they hold
             if not actor.ended and actor.stage < len(self.units) - 1:

@@ -250,6 +250,9 @@ class Replica:
         reference, so the driver alone reads it.
         """
         alone = any(s.attempt > 0 for s in segments)
+        # A retry's reply cannot be lost to a death of a forked unit process (this actor
+        # lives and holds it), so no grace follows it there.
+        grace = not isinstance(self.serving, Forked)
         if alone and self.stage > 0:
             if not (self.alone.take(lease) or self.alone.claim()):
                 # a retry queued behind other calls would die with them: the sender picks
@@ -258,9 +261,9 @@ class Replica:
             try:
                 summary, outputs = self.run(segments, hints, version)
             finally:
-                self.alone.release()
+                self.alone.release(grace)
         else:
-            with self.alone.hold(alone):
+            with self.alone.hold(alone, grace):
                 summary, outputs = self.run(segments, hints, version)
         if alone:  # no call enters before this retry's grace ends: the number is its own
             summary.graced = self.alone.seq

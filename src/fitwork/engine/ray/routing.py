@@ -36,6 +36,7 @@ class Router:
         self.version = -1
         self.in_flight: dict[str, int] = {}
         self.alone: set[str] = set()
+        self.forked: set[str] = set()  # members a unit cannot kill (`set_forked`)
         self.dead: set[str] = set()
         self.cond = threading.Condition()
 
@@ -47,6 +48,15 @@ class Router:
                 return
             self.members = [m for m in members if key(m) not in self.dead]
             self.version = version
+            self.cond.notify_all()
+
+    def set_forked(self, member: Any) -> None:
+        """``member`` runs its unit in a forked child (`fitwork.engine.ray.forked`): a
+        retry may go there while it holds other calls, as the replica itself runs the
+        retry alone in its child (it waits for the others and holds new ones back), and a
+        death there is blamed on the calls the child held."""
+        with self.cond:
+            self.forked.add(key(member))
             self.cond.notify_all()
 
     def follow(self, version: int) -> None:
@@ -65,14 +75,15 @@ class Router:
                 load = self.in_flight
                 members = [m for m in self.members if key(m) not in self.alone]
                 if alone:
-                    members = [m for m in members if not load.get(key(m), 0)]
+                    members = [m for m in members
+                               if key(m) in self.forked or not load.get(key(m), 0)]
                 if members:
                     a, b = random.sample(members, 2) if len(members) > 1 else (members[0],) * 2
                     target = a if load.get(key(a), 0) <= load.get(key(b), 0) else b
                     name = key(target)
                     if load.get(name, 0) < self.limit:
                         load[name] = load.get(name, 0) + 1
-                        if alone:
+                        if alone and name not in self.forked:
                             self.alone.add(name)
                         return target
                 if not block:
