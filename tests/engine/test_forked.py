@@ -37,9 +37,9 @@ def summed(values: list[int]) -> list[int]:
     return [v + len(values) for v in values]
 
 
-def forked(fn: Any) -> tuple[Forked, Busy]:
+def forked(fn: Any, spares: int = 1) -> tuple[Forked, Busy]:
     busy = Busy()
-    return Forked(Build(fn, allot(fn, None), 1.0, None, None, 1), busy), busy
+    return Forked(Build(fn, allot(fn, None), 1.0, None, None, 1, spares), busy), busy
 
 
 def segment(frame: int, values: list[int], attempt: int = 0) -> Segment:
@@ -127,4 +127,16 @@ def test_large_frames_from_many_calls_at_once_all_come_back() -> None:
     for blob, future in zip(blobs, futures, strict=True):
         out, _, _ = future.result(timeout=60)[0]
         assert out is not None and out.values == [blob]
+    child.close()
+
+
+def test_without_spares_a_death_forks_and_builds_the_next_child_then() -> None:
+    child, _ = forked(deadly, spares=0)
+    first = child.call([segment(0, [1])]).result(timeout=30)[0][0]
+    assert first is not None and child.spare is None  # no second built copy held
+    with pytest.raises(UnitDied):
+        child.call([segment(1, [-1])]).result(timeout=30)
+    after = child.call([segment(2, [2])]).result(timeout=30)[0][0]
+    assert after is not None and after.values[0]["n"] == 4
+    assert after.values[0]["pid"] != first.values[0]["pid"] and child.spare is None
     child.close()

@@ -106,3 +106,15 @@ def test_items_in_count_each_item_once(engine: str, where: int, tmp_path: Path,
     assert record.retries > 0
     assert [u.items_in for u in record.units] == [ROWS, ROWS]
     assert [u.items_out for u in record.units] == [ROWS, ROWS]
+
+
+def test_without_spares_deaths_are_still_handled_and_no_spare_is_kept(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    with fitwork.run(Pipeline(first, second), rows(tmp_path, 0), engine="ray",
+                     workers={"first": 2, "second": 2}, spares=0) as result:
+        outputs = Counter(result)
+    record = result.record
+    assert outputs == Counter(range(ROWS))  # exactly once
+    assert record.worker_restarts == sum(1 for n in range(ROWS) if killer(n))
+    mine = (record.host or {})["ray_spares"]["first"]
+    assert mine["started"] == 0 and mine["forked_deaths"] >= 1, mine

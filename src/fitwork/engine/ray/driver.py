@@ -285,7 +285,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
             if self.options.sink is not None and stage == len(self.units) - 1 else None
         spec = ReplicaSpec(self.blobs[stage], stage, self.names, self.limits,
                            allot(unit, group), wanted.cpu, self.timeout, replicas, sink,
-                           self.forks_units(stage, options))
+                           self.forks_units(stage, options), self.ray_options.spares)
         handle, hello = (None if bundle is not None else  # a spare, built ahead, if any
                          self.take_spare(stage, options, spec, instruction.worker)) or \
             self.start_replica(remote_class(Replica), stage, options, spec, bundle is not None)

@@ -7,7 +7,8 @@ few milliseconds for the local engine's forked spare (`fitwork.engine.local.zygo
 Once a unit has lost a replica, the driver starts its replacements *forked*
 (`ReplicaSpec.forked`): the actor forks a child that builds the unit and runs the one
 replica loop (`fitwork.engine.serving.Serving`, the same as everywhere) over a socket, and
-keeps one more child forked and built behind it.  A child that dies fails only the calls
+keeps one more child forked and built behind it (none with the engine's ``spares=0``: a
+built spare holds as much memory as the unit).  A child that dies fails only the calls
 it held (`UnitDied`: the actor reports their items lost, the run core retries them alone as
 for any death) and the spare takes over at once; a new spare is forked behind it.
 
@@ -80,6 +81,8 @@ class Build(NamedTuple):
     max_concurrency: int | None
     rate_limit: float | None
     replicas: int
+    spares: int = 1
+    """Children kept built behind the one that runs (0: a death forks and builds one)."""
 
 
 def send(sock: socket.socket, message: tuple[Any, ...]) -> None:
@@ -314,12 +317,7 @@ class Forked:
         if kid.said != (None,):  # said by `error`: the replica reports it
             kid.reap()
             return
-        spare = _Kid(self.build)
-        with self.lock:
-            if not self.closed:
-                spare, self.spare = None, spare
-        if spare is not None:
-            spare.end()
+        self._fork_spare()
         while True:
             kid = self.kid
             message = receive(kid.sock)
@@ -347,17 +345,23 @@ class Forked:
                 return
             if self.kid.ready() is not None:  # a fresh child cannot build the unit: the
                 os._exit(1)  # actor ends (the driver replaces it as for any death)
-            spare = _Kid(self.build)
             with self.lock:
                 drained, kid = self.drained, self.kid
             if drained:
                 with self.writing, contextlib.suppress(OSError):
                     send(kid.sock, ("drain",))
-            with self.lock:
-                if not self.closed:
-                    spare, self.spare = None, spare
-            if spare is not None:
-                spare.end()
+            self._fork_spare()
+
+    def _fork_spare(self) -> None:
+        """Fork the next child to build behind the one that runs (none with ``spares`` 0)."""
+        if self.build.spares < 1:
+            return
+        spare: _Kid | None = _Kid(self.build)
+        with self.lock:
+            if not self.closed:
+                spare, self.spare = None, spare
+        if spare is not None:
+            spare.end()
 
 
 __all__ = ["Build", "Forked", "Settled", "UnitDied"]

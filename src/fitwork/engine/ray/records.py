@@ -45,6 +45,8 @@ class ReplicaSpec(NamedTuple):
     forked: bool = False
     """Run the unit in a child process the actor forks (`fitwork.engine.ray.forked`): a
     unit that lost a replica, so that its next deaths cost a fork, not an actor."""
+    spares: int = 1
+    """Forked children kept built behind the one that runs (`RayOptions.spares`)."""
 
 
 class Hello(NamedTuple):

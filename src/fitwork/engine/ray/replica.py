@@ -93,7 +93,7 @@ class Replica:
                 self.kernel = None
                 self.serving = Forked(Build(self.unit, spec.given, spec.cores,
                                             self.unit.max_concurrency, self.unit.rate_limit,
-                                            spec.replicas), self.busy)
+                                            spec.replicas, spec.spares), self.busy)
                 self.error = self.serving.error
             elif self.load_error is None:  # a warm replica may keep the instance it built
                 kept = None if build or self.kernel is None else self.kernel.fn

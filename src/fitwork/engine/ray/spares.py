@@ -19,10 +19,11 @@ process they fork (`fitwork.engine.ray.forked`, not for units that hold a device
 then on a row that kills its process costs that replica a fork from a child built ahead,
 not an actor, and the record counts those deaths per unit (``forked_deaths``) and in its
 worker restarts.  A unit whose replacements fork keeps spares only for its replicas that
-do not (the first ones), as no row can kill the others.  The record's host says, per unit,
-how many spares were started, handed over (and how many of those were built by then), let
-go unused, and the cores each held and for how long (``ray_spares``).  Every spare not
-handed over is killed at the end of the run.
+do not (the first ones), as no row can kill the others.  With the engine's ``spares=0`` a
+unit keeps no spare actors and its forked replicas no spare children.  The record's host
+says, per unit, how many spares were started, handed over (and how many of those were built
+by then), let go unused, and the cores each held and for how long (``ray_spares``).  Every
+spare not handed over is killed at the end of the run.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Spares:
     clock: Callable[[], float]
     warm_space: str | None
     actors: dict[int, Any]
+    ray_options: Any
 
     @property
     def spare_books(self) -> SpareBooks:
@@ -145,7 +147,8 @@ class Spares:
         """Start spares of ``stage`` until it keeps as many as it wants (only a unit that
         lost a replica, asks for no device and is placed by its ask alone)."""
         books = self.spare_books
-        if (stage not in books.stages or "scheduling_strategy" in options
+        if (stage not in books.stages or self.ray_options.spares < 1
+                or "scheduling_strategy" in options
                 or any(options.get(k) for k in DEVICE_ASKS)
                 or (self.core is not None and self.core.stopping)):
             return
