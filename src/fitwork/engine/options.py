@@ -77,11 +77,11 @@ class RayOptions:
     Ray's warm worker pool instead of actors: no replica start-up, the same books
     (`fitwork.engine.ray.tasks`); other pipelines keep their actors.  ``keep_warm=S``
     keeps the replicas alive ``S`` seconds after the run for the next run of the same
-    pipeline on that cluster to adopt (`fitwork.engine.ray.warm`).  ``spares``: a unit
-    that lost a replica keeps spare actors, and its replicas that fork their unit keep that
-    many children built behind the one that runs (`fitwork.engine.ray.forked`), so a death
-    costs a hand-over; 0: none (a death then costs a start and a build; each built spare
-    holds the unit's memory).
+    pipeline on that cluster to adopt (`fitwork.engine.ray.warm`).  ``spares`` (1 or
+    more): a unit that lost a replica keeps spare actors, and its replicas that fork their
+    unit keep a child built behind the one that runs (`fitwork.engine.ray.forked`), so a
+    death costs a hand-over; 0: neither (a death then costs a start and a build; a built
+    spare holds as much memory as the unit).
     """
 
     address: str | None = None

@@ -82,7 +82,8 @@ class Build(NamedTuple):
     rate_limit: float | None
     replicas: int
     spares: int = 1
-    """Children kept built behind the one that runs (0: a death forks and builds one)."""
+    """1 or more: a child kept built behind the one that runs; 0: a death forks and builds
+    the next one then."""
 
 
 def send(sock: socket.socket, message: tuple[Any, ...]) -> None:

@@ -46,7 +46,7 @@ class ReplicaSpec(NamedTuple):
     """Run the unit in a child process the actor forks (`fitwork.engine.ray.forked`): a
     unit that lost a replica, so that its next deaths cost a fork, not an actor."""
     spares: int = 1
-    """Forked children kept built behind the one that runs (`RayOptions.spares`)."""
+    """`RayOptions.spares`: 0, no forked child is kept built behind the one that runs."""
 
 
 class Hello(NamedTuple):
