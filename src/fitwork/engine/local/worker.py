@@ -20,8 +20,6 @@ channel for one with none (`retry_next`).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import itertools
 import os
 import pickle
@@ -36,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
+from fitwork.engine.forking import after_fork
 from fitwork.engine.framing import outputs_per_frame
 from fitwork.engine.local.channel import STOP, Channel
 from fitwork.engine.local.streaming import RowStreams, install
@@ -99,10 +98,8 @@ def prepare_process(spec: WorkerSpec) -> None:
     with the driver, take the unit's environment, fresh stdio locks, torch held to its cores."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent()
+    after_fork()
     os.environ.update(spec.env)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - a fresh lock after fork
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     limit_torch(spec.cores)
 
 
@@ -121,11 +118,6 @@ def worker_main(spec: WorkerSpec) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Worker:

@@ -44,11 +44,11 @@ from typing import Any, NamedTuple
 
 from ray import cloudpickle
 
+from fitwork.engine.forking import after_fork
 from fitwork.engine.limits import local_gate
 from fitwork.engine.segment import Return, Segment, settle
 from fitwork.engine.serve import Busy, Runner
 from fitwork.engine.serving import DRAIN, IDLE, STOP, Finished, Frame, Serving
-from fitwork.engine.threads import hold_threads
 from fitwork.failure import Failure, describe
 from fitwork.workload.allotment import Allotment
 from fitwork.workload.kernel import Kernel
@@ -77,7 +77,6 @@ class Build(NamedTuple):
 
     unit: Unit
     given: Allotment
-    cores: float
     max_concurrency: int | None
     rate_limit: float | None
     replicas: int
@@ -106,7 +105,7 @@ def _read(sock: socket.socket, size: int) -> bytes | None:
     while left:
         try:
             chunk = sock.recv(min(left, 1 << 20))
-        except (ConnectionResetError, OSError):
+        except OSError:  # a reset connection among them
             return None
         if not chunk:
             return None
@@ -164,15 +163,10 @@ def _child(sock: socket.socket, build: Build) -> None:
     code = 0
     try:
         gc.freeze()  # the actor's objects stay as they are: shared, never collected here
-        with contextlib.suppress(OSError, AttributeError):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        after_fork()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - fresh locks
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        hold_threads(build.cores)
+        # the thread pools are held already: the actor held them before forking
         try:
             kernel = Kernel(build.unit, None, build.given)
         except Exception as exc:
@@ -252,7 +246,7 @@ class Forked:
         self.lock = threading.Lock()  # the books: pending calls, which child serves
         self.writing = threading.Lock()  # one message at a time on a child's socket
         self.spare: _Kid | None = None
-        self.pending: dict[int, tuple[Future[Settled], list[Segment]]] = {}
+        self.pending: dict[int, Future[Settled]] = {}
         self.next = 0
         self.deaths = 0
         self.drained = False
@@ -271,7 +265,7 @@ class Forked:
         with self.lock:
             self.next += 1
             number, kid = self.next, self.kid
-            self.pending[number] = (future, segments)
+            self.pending[number] = future
         # Not under ``lock``: a child busy writing results waits for the reader, which needs
         # ``lock``, while this write waits for the child to read.
         with self.writing, contextlib.suppress(OSError):  # a dead child: the reader fails
@@ -329,7 +323,7 @@ class Forked:
                 with self.lock:
                     held = self.pending.pop(number, None)
                 if held is not None:
-                    held[0].set_result(settled)
+                    held.set_result(settled)
                 continue
             died = kid.reap()
             with self.lock:
@@ -340,7 +334,7 @@ class Forked:
                     self.deaths += 1
                     died.number = self.deaths
                     self.kid, self.spare = self.spare or _Kid(self.build), None
-            for future, _ in lost.values():
+            for future in lost.values():
                 future.set_exception(died)
             if closing:
                 return

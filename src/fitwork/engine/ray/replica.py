@@ -91,9 +91,9 @@ class Replica:
             hold_threads(spec.cores)
             if self.load_error is None and spec.forked:  # the unit in a child process
                 self.kernel = None
-                self.serving = Forked(Build(self.unit, spec.given, spec.cores,
-                                            self.unit.max_concurrency, self.unit.rate_limit,
-                                            spec.replicas, spec.spares), self.busy)
+                self.serving = Forked(Build(self.unit, spec.given, self.unit.max_concurrency,
+                                            self.unit.rate_limit, spec.replicas, spec.spares),
+                                      self.busy)
                 self.error = self.serving.error
             elif self.load_error is None:  # a warm replica may keep the instance it built
                 kept = None if build or self.kernel is None else self.kernel.fn
