@@ -6,7 +6,9 @@ import contextlib
 import importlib.util
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +28,18 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 ENGINES = ["local", "ray", "sim"]
 PROCESS_ENGINES = ["local", "ray"]
 FAILED = pytest.StashKey[bool]()
+
+
+@contextlib.contextmanager
+def short_temp(prefix: str) -> Iterator[Path]:
+    """A fresh folder under /tmp for a Ray node's temp dir, removed after: Ray's Unix
+    sockets live in it and their paths must stay under 108 bytes, which a folder under
+    pytest's base temp (deeper still under pytest-xdist) does not promise."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class RayCluster:
@@ -82,7 +96,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+def ray_cluster() -> Iterator[RayCluster]:
     """A Ray cluster on this host, started for the test session."""
     if importlib.util.find_spec("ray") is None:
         pytest.skip("Ray is not installed: pip install 'fitwork[ray]'")
@@ -96,12 +110,13 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         from ray._raylet import Config
 
         Config.initialize("")
-    cluster = RayCluster(tmp_path_factory.mktemp("ray"))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        ray.shutdown()
+    with short_temp("fw-ray-") as temp:
+        cluster = RayCluster(temp)
+        cluster.start()
+        try:
+            yield cluster
+        finally:
+            ray.shutdown()
 
 
 @pytest.fixture(params=ENGINES)

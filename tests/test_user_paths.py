@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import short_temp
 from tests.user_paths.matrix import Case, all_pairs
 from tests.user_paths.sources import KILLS, MODULE, RAISES, ROWS, SCRIPTS
 
@@ -155,14 +156,15 @@ class RayHead:
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+def ray_head() -> Iterator[RayHead]:
     if importlib.util.find_spec("ray") is None:
         pytest.skip("Ray is not installed: pip install 'fitwork[ray]'")
-    head = RayHead(tmp_path_factory.mktemp("rayhead", numbered=True))
-    try:
-        yield head
-    finally:
-        head.stop()
+    with short_temp("fw-head-") as temp:
+        head = RayHead(temp)
+        try:
+            yield head
+        finally:
+            head.stop()
 
 
 def _command(case: Case, root: Path, data: Path, where: Path, address: str) -> list[str]:
