@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,3 +50,4 @@ def held_cluster(prefix: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             holder.kill()
             holder.wait()
+        shutil.rmtree(temp, ignore_errors=True)
