@@ -18,7 +18,8 @@ run's); per mode, the median ratio.
 temp dir, this host's cores) against the local engine, driver-fed, in ``--rounds`` rounds,
 Ray first in even rounds and last in odd ones: wall seconds of each, their ratio, deaths,
 spares handed over (built by then), rows lost and doubled, each unit's items in, and the
-load average.
+load average; ``--fork-first`` adds Ray with the option ``fork_first`` (every replica runs
+its unit in a forked child from the start) as a third contender.
 """
 
 from __future__ import annotations
@@ -213,12 +214,14 @@ def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
     return failed
 
 
-def timed(engine: str, path: Path, workers: int) -> tuple[float, Counter[int], Any]:
-    """One driver-fed run with bad rows on ``engine``: wall seconds, outputs, record."""
+def timed(engine: str, path: Path, workers: int, **options: Any
+          ) -> tuple[float, Counter[int], Any]:
+    """One driver-fed run with bad rows on ``engine`` (with its ``options``): wall seconds,
+    outputs, record."""
     pipeline = Pipeline(decode, name="poison_bench")
     start = time.perf_counter()
     with fitwork.run(pipeline, read_items(path), engine=engine,
-                     workers={"decode": workers}) as result:
+                     workers={"decode": workers}, **options) as result:
         seen = Counter(row["n"] for row in result)
     return time.perf_counter() - start, seen, result.record
 
@@ -236,28 +239,32 @@ def ray_vs_local(args: argparse.Namespace, path: Path, workdir: Path, per_millio
     os.environ[MARKS], os.environ[BAD] = str(marks), str(per_million)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              object_store_memory=200 * 2**20, _temp_dir=str(workdir / "ray"))
-    print(f"{'round':<6} {'engine':<6} {'wall s':>7} {'deaths':>7} {'spares':>7} "
+    print(f"{'round':<6} {'engine':<8} {'wall s':>7} {'deaths':>7} {'spares':>7} "
           f"{'built':>6} {'lost':>5} {'doubled':>8} {'items in':>9} {'load':>5}")
-    failed, ratios = False, []
+    contenders = ["ray", "ray fork", "local"] if args.fork_first else ["ray", "local"]
+    failed, ratios = False, {c: [] for c in contenders if c != "local"}
     for turn in range(args.rounds):
         walls = {}
-        for engine in ("ray", "local") if turn % 2 == 0 else ("local", "ray"):
+        for engine in contenders if turn % 2 == 0 else contenders[::-1]:
             for mark in marks.iterdir():  # every once-killer kills again
                 mark.unlink()
-            wall, seen, record = timed(engine, path, args.workers)
+            options = {"fork_first": True} if engine == "ray fork" else {}
+            wall, seen, record = timed(engine.split()[0], path, args.workers, **options)
             walls[engine] = wall
             lost, doubled = sum((want - seen).values()), sum((seen - want).values())
             failed |= bool(lost or doubled)
             spares = (record.host or {}).get("ray_spares", {}).get("decode", {})
-            print(f"{turn:<6} {engine:<6} {wall:>7.2f} {record.worker_restarts:>7} "
+            print(f"{turn:<6} {engine:<8} {wall:>7.2f} {record.worker_restarts:>7} "
                   f"{spares.get('handed_over', '-'):>7} {spares.get('built_when_handed', '-'):>6} "
                   f"{lost:>5} {doubled:>8} {record.units[0].items_in:>9} "
                   f"{os.getloadavg()[0]:>5.1f}", flush=True)
-        ratios.append(walls["ray"] / walls["local"])
-        print(f"{turn:<6} ray / local wall: {ratios[-1]:.2f}x "
-              f"({'ray' if turn % 2 == 0 else 'local'} first)", flush=True)
-    print(f"median ray / local wall over {args.rounds} rounds: "
-          f"{statistics.median(ratios):.2f}x (aim: <= 2x)")
+        for contender, found in ratios.items():
+            found.append(walls[contender] / walls["local"])
+            print(f"{turn:<6} {contender} / local wall: {found[-1]:.2f}x "
+                  f"({contenders[0] if turn % 2 == 0 else 'local'} first)", flush=True)
+    for contender, found in ratios.items():
+        print(f"median {contender} / local wall over {args.rounds} rounds: "
+              f"{statistics.median(found):.2f}x (aim: <= 2x)")
     ray.shutdown()
     return failed
 
@@ -278,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=("local", "ray"), default="local",
                         help="ray: bad-row runs on a Ray cluster of this host against the "
                              "local engine, driver-fed, both orders (default local)")
+    parser.add_argument("--fork-first", action="store_true",
+                        help="with --engine ray: also run Ray with fork_first=True (every "
+                             "replica runs its unit in a forked child from the start)")
     parser.add_argument("--spares", default="1,0",
                         help="runs with bad rows: how many spare workers a unit that lost one "
                              "keeps forked ahead, one run per count (default 1,0; 0: every "

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("ray")
 
 from fitwork import unit
-from fitwork.engine.ray.forked import Build, Forked, UnitDied
+from fitwork.engine.ray.forked import Build, Forked, UnitDied, _Mark
 from fitwork.engine.segment import Segment
 from fitwork.engine.serve import Busy
 from fitwork.workload.allotment import allot
@@ -23,7 +23,10 @@ from fitwork.workload.allotment import allot
 
 @unit
 def deadly(n: int) -> dict[str, int]:
-    """Doubles ``n``; a negative ``n`` kills its process, ``n`` 99 raises."""
+    """Doubles ``n``; a negative ``n`` kills its process (-2 after a quarter second), ``n``
+    99 raises."""
+    if n == -2:
+        time.sleep(0.25)
     if n < 0:
         os.kill(os.getpid(), signal.SIGKILL)
     if n == 99:
@@ -128,6 +131,30 @@ def test_large_frames_from_many_calls_at_once_all_come_back() -> None:
         out, _, _ = future.result(timeout=60)[0]
         assert out is not None and out.values == [blob]
     child.close()
+
+
+def test_frames_the_dead_child_had_not_taken_run_in_the_next_one() -> None:
+    child, _ = forked(deadly)
+    killer = child.call([segment(0, [3, -2])])  # dies a quarter second in
+    time.sleep(0.05)  # it has taken its frame; these wait in its socket behind it
+    later = [child.call([segment(n, [n, n + 1])]) for n in (1, 2, 3)]
+    with pytest.raises(UnitDied, match="SIGKILL"):
+        killer.result(timeout=30)
+    for n, call in zip((1, 2, 3), later, strict=True):
+        out, _, failures = call.result(timeout=30)[0]  # not failed: they never ran
+        assert out is not None and [v["n"] for v in out.values] == [2 * n, 2 * n + 2]
+        assert not failures
+    assert child.deaths == 1
+    child.close()
+
+
+def test_a_frame_being_read_when_the_child_died_counts_as_taken() -> None:
+    mark = _Mark()
+    assert mark.taken([1, 2]) == set()  # nothing read: both go to the next child
+    mark.took(3)
+    assert mark.taken([2, 3, 4, 5]) == {2, 3}
+    mark.reading()  # reading 4 when it died: 4 may be what killed it
+    assert mark.taken([2, 3, 4, 5]) == {2, 3, 4}
 
 
 def test_without_spares_a_death_forks_and_builds_the_next_child_then() -> None:

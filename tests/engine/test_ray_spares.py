@@ -118,3 +118,24 @@ def test_without_spares_deaths_are_still_handled_and_no_spare_is_kept(
     assert record.worker_restarts == sum(1 for n in range(ROWS) if killer(n))
     mine = (record.host or {})["ray_spares"]["first"]
     assert mine["started"] == 0 and mine["forked_deaths"] >= 1, mine
+
+
+def test_with_fork_first_every_death_is_a_forked_childs_and_no_actor_dies(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    with fitwork.run(Pipeline(first, second), rows(tmp_path, 1), engine="ray",
+                     workers={"first": 2, "second": 2}, fork_first=True) as result:
+        outputs = Counter(result)
+    record = result.record
+    killers = sum(1 for n in range(ROWS) if killer(n))
+    assert outputs == Counter(range(ROWS))  # exactly once
+    assert record.worker_restarts == killers
+    mine = (record.host or {})["ray_spares"]["second"]
+    # the replicas forked their unit from the start: no actor was lost, none replaced
+    assert mine["forked_deaths"] == killers and mine["started"] == 0, mine
+    assert [u.items_in for u in record.units] == [ROWS, ROWS]
+
+
+def test_fork_first_and_keep_warm_are_refused_together(ray_cluster: Any) -> None:
+    with pytest.raises(fitwork.UnitDefinitionError, match="fork_first and keep_warm"):
+        fitwork.run(Pipeline(first, second), [], engine="ray", fork_first=True,
+                    keep_warm=10.0)

@@ -81,7 +81,11 @@ class RayOptions:
     more): a unit that lost a replica keeps spare actors, and its replicas that fork their
     unit keep a child built behind the one that runs (`fitwork.engine.ray.forked`), so a
     death costs a hand-over; 0: neither (a death then costs a start and a build; a built
-    spare holds as much memory as the unit).
+    spare holds as much memory as the unit).  ``fork_first=True``: replicas of units that
+    hold no device run their unit in a forked child from the start, not only once the unit
+    has lost one, so a replica's first death costs a hand-over too, not an actor (for
+    inputs with rows that kill their process).  Not for a unit that calls Ray itself (the
+    child has no Ray), nor with ``keep_warm`` (a pool keeps actors, not their children).
     """
 
     address: str | None = None
@@ -91,6 +95,13 @@ class RayOptions:
     task_replicas: bool = False
     keep_warm: float = 0.0
     spares: int = 1
+    fork_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.fork_first and self.keep_warm:
+            raise UnitDefinitionError(
+                "Ray engine options fork_first and keep_warm do not go together (a warm "
+                "pool keeps actors, not their forked children); drop one")
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ Once a unit has lost a replica, the driver starts its replacements *forked*
 replica loop (`fitwork.engine.serving.Serving`, the same as everywhere) over a socket, and
 keeps one more child forked and built behind it (none with the engine's ``spares=0``: a
 built spare holds as much memory as the unit).  A child that dies fails only the calls
-it held (`UnitDied`: the actor reports their items lost, the run core retries them alone as
-for any death) and the spare takes over at once; a new spare is forked behind it.
+whose frames it had taken (`UnitDied`: the actor reports their items lost, the run core
+retries them alone as for any death); frames sent to it that it had not taken yet never
+ran, and go to the spare, which takes over at once; a new spare is forked behind it.
+Which frames a child took it marks in memory it shares with the actor (`_Mark`), before
+it reads each frame and after: a frame whose reading kills the child counts as taken.
 
 The child never touches Ray: it reads frames, runs them, settles them (outputs, returned
 weight, dead-letter records, made where the traceback is) and writes the results back with
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import mmap
 import os
 import select
 import signal
@@ -114,14 +118,39 @@ def _read(sock: socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
+class _Mark:
+    """What a child has taken, in memory shared with its actor (made before the fork): the
+    number of the last frame it read, and whether it is reading the next one now."""
+
+    def __init__(self) -> None:
+        self.memory = mmap.mmap(-1, 16)  # anonymous and shared: the child writes, we read
+        self.slots = memoryview(self.memory).cast("q")
+
+    def reading(self) -> None:
+        self.slots[1] = 1
+
+    def took(self, number: int) -> None:
+        self.slots[0], self.slots[1] = number, 0
+
+    def taken(self, pending: list[int]) -> set[int]:
+        """Which of ``pending`` (sent in this order) the child had taken when it ended:
+        those up to the last it read, and the one after while it was reading it."""
+        last, reading = self.slots[0], self.slots[1]
+        taken = {n for n in pending if n <= last}
+        later = [n for n in pending if n > last]
+        if reading and later:
+            taken.add(min(later))
+        return taken
+
+
 # -- the child ---------------------------------------------------------------------------
 
 
 class _Socket:
     """The child's transport (`fitwork.engine.serving.Transport`) over its socket."""
 
-    def __init__(self, sock: socket.socket, kernel: Kernel, busy: Busy) -> None:
-        self.sock, self.kernel, self.busy = sock, kernel, busy
+    def __init__(self, sock: socket.socket, kernel: Kernel, busy: Busy, mark: _Mark) -> None:
+        self.sock, self.kernel, self.busy, self.mark = sock, kernel, busy, mark
         self.waker, self.woken = os.pipe()
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
@@ -134,11 +163,14 @@ class _Socket:
             os.read(self.waker, 4096)
         if self.sock.fileno() not in ready:
             return None
+        self.mark.reading()
         message = receive(self.sock)
         if message is None:
             return STOP
         if message[0] == "drain":
+            self.mark.took(self.mark.slots[0])
             return DRAIN
+        self.mark.took(message[1])
         return Frame(message[1], message[2])
 
     def finish(self, frames: list[Finished]) -> None:
@@ -158,7 +190,7 @@ class _Socket:
         return False
 
 
-def _child(sock: socket.socket, build: Build) -> None:
+def _child(sock: socket.socket, build: Build, mark: _Mark) -> None:
     """A forked child's life: build the unit, say so, serve frames until told to stop."""
     code = 0
     try:
@@ -175,7 +207,7 @@ def _child(sock: socket.socket, build: Build) -> None:
         send(sock, ("ready", None, time.process_time()))
         busy = Busy()
         gate = local_gate(build.max_concurrency, build.rate_limit, build.replicas)
-        Serving(Runner(kernel, gate, busy)).serve(_Socket(sock, kernel, busy))
+        Serving(Runner(kernel, gate, busy)).serve(_Socket(sock, kernel, busy, mark))
     except BaseException:  # nothing of the actor's may run in this process
         code = 1
     finally:
@@ -193,11 +225,12 @@ class _Kid:
 
     def __init__(self, build: Build) -> None:
         mine, theirs = socket.socketpair()
+        self.mark = _Mark()
         with warnings.catch_warnings():  # a Ray worker has threads; the child uses none of theirs
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:
-            _child(theirs, build)
+            _child(theirs, build, self.mark)
         theirs.close()
         self.pid, self.sock = pid, mine
         self.built_cpu: float | None = None
@@ -246,7 +279,7 @@ class Forked:
         self.lock = threading.Lock()  # the books: pending calls, which child serves
         self.writing = threading.Lock()  # one message at a time on a child's socket
         self.spare: _Kid | None = None
-        self.pending: dict[int, Future[Settled]] = {}
+        self.pending: dict[int, tuple[Future[Settled], list[Segment]]] = {}
         self.next = 0
         self.deaths = 0
         self.drained = False
@@ -262,15 +295,21 @@ class Forked:
     def call(self, segments: list[Segment]) -> Future[Settled]:
         """Hand a frame to the child; its future holds the frame settled, or `UnitDied`."""
         future: Future[Settled] = Future()
-        with self.lock:
-            self.next += 1
-            number, kid = self.next, self.kid
-            self.pending[number] = future
-        # Not under ``lock``: a child busy writing results waits for the reader, which needs
-        # ``lock``, while this write waits for the child to read.
-        with self.writing, contextlib.suppress(OSError):  # a dead child: the reader fails
-            send(kid.sock, ("frame", number, segments))  # the call
+        self._send(future, segments)
         return future
+
+    def _send(self, future: Future[Settled], segments: list[Segment]) -> None:
+        """Write a frame to the child that runs now, numbered in the order frames are
+        written (which `_Mark.taken` reads).  Never on the reader's thread: the write is
+        not under ``lock``, as a child busy writing results waits for the reader, which
+        needs ``lock``, while this write waits for the child to read."""
+        with self.writing:
+            with self.lock:
+                self.next += 1
+                number, kid = self.next, self.kid
+                self.pending[number] = (future, segments)
+            with contextlib.suppress(OSError):  # a dead child: the reader fails or resends it
+                send(kid.sock, ("frame", number, segments))
 
     def drain(self) -> None:
         """Nothing more comes but retries: batches wait no longer (a child that takes over
@@ -323,29 +362,40 @@ class Forked:
                 with self.lock:
                     held = self.pending.pop(number, None)
                 if held is not None:
-                    held.set_result(settled)
+                    held[0].set_result(settled)
                 continue
             died = kid.reap()
             with self.lock:
-                lost, self.pending = self.pending, {}
+                pending, self.pending = self.pending, {}
+                taken = kid.mark.taken(sorted(pending))
                 self.gone_cpu += kid.spent()
                 closing = self.closed
                 if not closing:
                     self.deaths += 1
                     died.number = self.deaths
                     self.kid, self.spare = self.spare or _Kid(self.build), None
-            for future in lost.values():
-                future.set_exception(died)
+            for number, (future, _) in pending.items():
+                if closing or number in taken:
+                    future.set_exception(died)
             if closing:
                 return
             if self.kid.ready() is not None:  # a fresh child cannot build the unit: the
                 os._exit(1)  # actor ends (the driver replaces it as for any death)
-            with self.lock:
-                drained, kid = self.drained, self.kid
-            if drained:
-                with self.writing, contextlib.suppress(OSError):
-                    send(kid.sock, ("drain",))
+            untaken = [pending[n] for n in sorted(pending) if n not in taken]
+            threading.Thread(target=self._resend, args=(untaken,), daemon=True,
+                             name="fitwork-resend").start()
             self._fork_spare()
+
+    def _resend(self, frames: list[tuple[Future[Settled], list[Segment]]]) -> None:
+        """After a death: tell the child that took over that nothing more comes but
+        retries, if so, and send it the frames the dead one never took (they never ran)."""
+        with self.lock:
+            drained, kid = self.drained, self.kid
+        if drained:
+            with self.writing, contextlib.suppress(OSError):
+                send(kid.sock, ("drain",))
+        for future, segments in frames:
+            self._send(future, segments)
 
     def _fork_spare(self) -> None:
         """Fork the next child to build behind the one that runs (none with ``spares`` 0)."""

@@ -96,9 +96,10 @@ class Spares:
 
     def forks_units(self, stage: int, options: dict[str, Any]) -> bool:
         """Whether a replica of ``stage`` runs its unit in a forked child
-        (`fitwork.engine.ray.forked`): once the unit has lost a replica, unless it holds
-        a device (a device context does not survive a fork)."""
-        return (stage in self.spare_books.stages
+        (`fitwork.engine.ray.forked`): once the unit has lost a replica (from the start
+        with the option ``fork_first``), unless it holds a device (a device context does
+        not survive a fork)."""
+        return ((self.ray_options.fork_first or stage in self.spare_books.stages)
                 and not any(options.get(k) for k in DEVICE_ASKS))
 
     def fork_deaths(self, deaths: list[tuple[int, str, int]]) -> list[int]:
