@@ -148,6 +148,22 @@ def test_frames_the_dead_child_had_not_taken_run_in_the_next_one() -> None:
     child.close()
 
 
+def test_a_death_loses_only_the_item_it_died_in_the_others_run_in_the_next_child() -> None:
+    child, _ = forked(deadly)
+    frame = [segment(0, [1, 2]), segment(1, [3, -1, 4, -3, 5])]  # two items that kill
+    with pytest.raises(UnitDied) as died:
+        child.call(frame).result(timeout=30)
+    # each death lost the one item it happened in (the item after the first killer ran in
+    # the next child and met the second killer, which took that child too)
+    assert [(n, [(s.frame, list(s.offsets), s.values) for s in lost])
+            for n, lost in died.value.losses] == [(1, [(1, [1], [-1])]), (2, [(1, [3], [-3])])]
+    done = sorted((out.frame, o, v["n"]) for out, _, _ in died.value.settled
+                  if out is not None for o, v in zip(out.offsets, out.values, strict=True))
+    assert done == [(0, 0, 2), (0, 1, 4), (1, 0, 6), (1, 2, 8), (1, 4, 10)]
+    assert child.deaths == 2
+    child.close()
+
+
 def test_a_frame_being_read_when_the_child_died_counts_as_taken() -> None:
     mark = _Mark()
     assert mark.taken([1, 2]) == set()  # nothing read: both go to the next child

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from typing import Any, NamedTuple, Protocol
@@ -122,6 +122,21 @@ class _Pending:
         return Finished(frame.key, frame.segments, slots, [failed_count(r) for r in slots])
 
 
+class _Told(list[Any]):
+    """A segment's values that tell ``each`` the place in the frame of every value taken."""
+
+    def __init__(self, values: list[Any], start: int, each: Callable[[int], None]) -> None:
+        super().__init__(values)
+        self.start, self.each = start, each
+
+    def __iter__(self) -> Iterator[Any]:
+        each, place = self.each, self.start
+        for value in super().__iter__():
+            each(place)
+            place += 1
+            yield value
+
+
 class Serving:
     """One replica's loop: frames from a transport through the unit's calls, results back.
 
@@ -130,8 +145,9 @@ class Serving:
     after another.
     """
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, each: Callable[[int], None] | None = None) -> None:
         self.runner = runner
+        self.each = each  # told each item's place in its frame as it starts (one at a time)
         self.pending = _Pending()
         given = runner.kernel.given
         self.batches: Batches[tuple[int, int, int]] | None = (
@@ -163,11 +179,14 @@ class Serving:
             if message == STOP:
                 return
             assert isinstance(message, Frame)
-            results, failed = [], []
+            results, failed, start = [], [], 0
             for segment in message.segments:
-                out, count = runner.results(segment.values)
+                values = segment.values if self.each is None else \
+                    _Told(segment.values, start, self.each)
+                out, count = runner.results(values)
                 results.append(out)
                 failed.append(count)
+                start += len(segment.values)
             transport.finish([Finished(message.key, message.segments, results, failed)])
 
     # -- batches ---------------------------------------------------------------------------

@@ -65,15 +65,30 @@ Settled = list[tuple[Segment | None, Return | None, list[Failure]]]
 
 
 class UnitDied(Exception):
-    """The child running a replica's unit died while it held this call's frame."""
+    """The child running a replica's unit died while it held this call's frame.
 
-    def __init__(self, exitcode: int | None) -> None:
+    ``losses``: per death (its number among the replica's children's: 1, 2, ...), the items
+    of the call lost in it; ``settled``: what the call's other items came to, run again in
+    the next child (empty where the whole frame was lost)."""
+
+    def __init__(self, exitcode: int | None, number: int = 0) -> None:
         self.exitcode = exitcode
         how = ("ended" if exitcode is None else
                f"was killed by {signal.Signals(-exitcode).name}" if exitcode < 0
                else f"exited with code {exitcode}")
         super().__init__(f"the unit's process {how}")
-        self.number = 0  # which death of its replica's children this is (1, 2, ...)
+        self.number = number  # which death of its replica's children this is
+        self.losses: list[tuple[int, list[Segment]]] = []
+        self.settled: Settled = []
+
+    def of(self, lost: list[Segment], settled: Settled | None = None,
+           more: list[tuple[int, list[Segment]]] | None = None) -> UnitDied:
+        """This death as one call's: ``lost`` in it, ``settled`` what else the call came
+        to, ``more`` what it lost in later deaths."""
+        died = UnitDied(self.exitcode, self.number)
+        died.losses = [(self.number, lost), *(more or [])]
+        died.settled = list(settled or [])
+        return died
 
 
 class Build(NamedTuple):
@@ -123,14 +138,25 @@ class _Mark:
     number of the last frame it read, and whether it is reading the next one now."""
 
     def __init__(self) -> None:
-        self.memory = mmap.mmap(-1, 16)  # anonymous and shared: the child writes, we read
+        self.memory = mmap.mmap(-1, 24)  # anonymous and shared: the child writes, we read
         self.slots = memoryview(self.memory).cast("q")
+        self.slots[2] = -1
 
     def reading(self) -> None:
         self.slots[1] = 1
 
     def took(self, number: int) -> None:
-        self.slots[0], self.slots[1] = number, 0
+        self.slots[0], self.slots[1], self.slots[2] = number, 0, -1
+
+    def running(self, item: int) -> None:
+        """The child starts item ``item`` of the frame it took last (counted across its
+        segments)."""
+        self.slots[2] = item
+
+    def at(self) -> tuple[int, int]:
+        """The frame the child took last and the item of it it was running (-1: not known:
+        a batch or calls at once, or none started)."""
+        return self.slots[0], self.slots[2]
 
     def taken(self, pending: list[int]) -> set[int]:
         """Which of ``pending`` (sent in this order) the child had taken when it ended:
@@ -141,6 +167,26 @@ class _Mark:
         if reading and later:
             taken.add(min(later))
         return taken
+
+
+def cut_at(segments: list[Segment], item: int
+           ) -> tuple[list[Segment], list[Segment], list[Segment]] | None:
+    """A frame cut around its item ``item`` (counted across its segments): the segments
+    before it, the item, and after it; None where that cannot be done (no item known, or
+    a flat-map's outputs in it, several of which share an input item)."""
+    if item < 0 or any(s.paths is not None for s in segments):
+        return None
+    before: list[Segment] = []
+    for index, segment in enumerate(segments):
+        size = len(segment.values)
+        if item < size:
+            head, rest = segment.cut(0, item), segment.cut(item + 1, size)
+            after = [rest] if rest.values else []
+            return (before + ([head] if head.values else []), [segment.cut(item, item + 1)],
+                    after + segments[index + 1:])
+        before.append(segment)
+        item -= size
+    return None
 
 
 # -- the child ---------------------------------------------------------------------------
@@ -207,7 +253,8 @@ def _child(sock: socket.socket, build: Build, mark: _Mark) -> None:
         send(sock, ("ready", None, time.process_time()))
         busy = Busy()
         gate = local_gate(build.max_concurrency, build.rate_limit, build.replicas)
-        Serving(Runner(kernel, gate, busy)).serve(_Socket(sock, kernel, busy, mark))
+        Serving(Runner(kernel, gate, busy), each=mark.running).serve(
+            _Socket(sock, kernel, busy, mark))
     except BaseException:  # nothing of the actor's may run in this process
         code = 1
     finally:
@@ -374,21 +421,29 @@ class Forked:
                     self.deaths += 1
                     died.number = self.deaths
                     self.kid, self.spare = self.spare or _Kid(self.build), None
-            for number, (future, _) in pending.items():
-                if closing or number in taken:
-                    future.set_exception(died)
+            last, item = kid.mark.at()
+            splits = []
+            for number, (future, segments) in pending.items():
+                if not closing and number == last and cut_at(segments, item) is not None:
+                    splits.append((future, segments, died, item))
+                elif closing or number in taken:
+                    future.set_exception(died.of(segments))
             if closing:
                 return
             if self.kid.ready() is not None:  # a fresh child cannot build the unit: the
                 os._exit(1)  # actor ends (the driver replaces it as for any death)
             untaken = [pending[n] for n in sorted(pending) if n not in taken]
-            threading.Thread(target=self._resend, args=(untaken,), daemon=True,
+            threading.Thread(target=self._resend, args=(untaken, splits), daemon=True,
                              name="fitwork-resend").start()
             self._fork_spare()
 
-    def _resend(self, frames: list[tuple[Future[Settled], list[Segment]]]) -> None:
+    def _resend(self, frames: list[tuple[Future[Settled], list[Segment]]],
+                splits: list[tuple[Future[Settled], list[Segment], UnitDied, int]]) -> None:
         """After a death: tell the child that took over that nothing more comes but
-        retries, if so, and send it the frames the dead one never took (they never ran)."""
+        retries, if so, and send it the frames the dead one never took (they never ran).
+        A frame it died in, at a known item, loses that item only: the items before it ran
+        (their outputs went with the child) and those after never did, so both go to the
+        next child, and the call gets what they come to and the item as lost."""
         with self.lock:
             drained, kid = self.drained, self.kid
         if drained:
@@ -396,6 +451,25 @@ class Forked:
                 send(kid.sock, ("drain",))
         for future, segments in frames:
             self._send(future, segments)
+        waits = []
+        for future, segments, died, item in splits:
+            cut = cut_at(segments, item)
+            assert cut is not None
+            before, suspect, after = cut
+            pieces = [(Future(), part) for part in (before, after) if part]
+            for piece, part in pieces:
+                self._send(piece, part)
+            waits.append((future, died, suspect, pieces))
+        for future, died, suspect, pieces in waits:
+            settled: Settled = []
+            more: list[tuple[int, list[Segment]]] = []
+            for piece, _ in pieces:
+                try:
+                    settled.extend(piece.result())
+                except UnitDied as again:  # a later death took more of it
+                    settled.extend(again.settled)
+                    more.extend(again.losses)
+            future.set_exception(died.of(suspect, settled, more))
 
     def _fork_spare(self) -> None:
         """Fork the next child to build behind the one that runs (none with ``spares`` 0)."""

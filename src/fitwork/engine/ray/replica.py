@@ -270,9 +270,10 @@ class Replica:
         summary.counters[self.id] = self.counters()
         summary.entered[self.id] = summary.entered.get(self.id, 0) + entered(
             segments, summary, self.stage)
-        if summary.made:
+        if summary.made:  # its outputs, less those lost below it (they come through again);
+            # an item lost in its own unit made none
             summary.exited[self.id] = summary.exited.get(self.id, 0) + max(
-                0, summary.made - lost_below(summary, self.stage))
+                0, summary.made - lost_below(summary, self.stage + 1))
         summary.carries = outputs is not None
         return summary, outputs
 
@@ -293,13 +294,13 @@ class Replica:
             summary = Summary()
             try:
                 settled = self._settled(segments)
-            except UnitDied as died:  # its items go again, by the core's rules, as for any
-                summary.forks.append((self.stage, self.id, died.number))  # death; the
-                # actor lives on
-                summary.lost.append(LostFrame(
-                    self.stage, f"{died} in a replica of {self.unit.name!r}",
-                    [(s.frame, list(s.offsets)) for s in segments]))
-                settled = []
+            except UnitDied as died:  # the items lost go again, by the core's rules, as
+                for number, lost in died.losses:  # for any death; the actor lives on
+                    summary.forks.append((self.stage, self.id, number))
+                    summary.lost.append(LostFrame(
+                        self.stage, f"{died} in a replica of {self.unit.name!r}",
+                        [(s.frame, list(s.offsets)) for s in lost]))
+                settled = died.settled
             for out, back, failures in settled:
                 if out is not None:
                     outputs.append(out)
