@@ -155,8 +155,9 @@ def test_a_death_loses_only_the_item_it_died_in_the_others_run_in_the_next_child
         child.call(frame).result(timeout=30)
     # each death lost the one item it happened in (the item after the first killer ran in
     # the next child and met the second killer, which took that child too)
-    assert [(n, [(s.frame, list(s.offsets), s.values) for s in lost])
-            for n, lost in died.value.losses] == [(1, [(1, [1], [-1])]), (2, [(1, [3], [-3])])]
+    assert [(n, [(s.frame, list(s.offsets), s.values) for s in lost], named)
+            for n, lost, named in died.value.losses] == [
+        (1, [(1, [1], [-1])], True), (2, [(1, [3], [-3])], True)]
     done = sorted((out.frame, o, v["n"]) for out, _, _ in died.value.settled
                   if out is not None for o, v in zip(out.offsets, out.values, strict=True))
     assert done == [(0, 0, 2), (0, 1, 4), (1, 0, 6), (1, 2, 8), (1, 4, 10)]

@@ -107,7 +107,9 @@ class Lost(NamedTuple):
     the loss does not count toward making any of them poison.  ``died``: the items went
     with a process of stage ``stage`` that died while its worker lives on (a Ray replica's
     forked unit process): counted once as a death of that stage, as an `Exited` would be,
-    for the record and the frame sizes (one `Lost` per death says so)."""
+    for the record and the frame sizes (one `Lost` per death says so).  ``named``: the
+    engine names the one item the process died in, the rest of its frame having gone on:
+    the death took no other item with it, so the stage's frames need not shrink for it."""
 
     worker: int
     frame: int
@@ -117,6 +119,7 @@ class Lost(NamedTuple):
     stage: int | None = None
     blame: bool = True
     died: bool = False
+    named: bool = False
 
 
 class Tick(NamedTuple):

@@ -133,6 +133,7 @@ class RunCore(Settling):
         self.stage_items = [0] * len(self.stages)
         self.stage_busy = [0.0] * len(self.stages)
         self.stage_deaths = [0] * len(self.stages)  # workers of the stage that died unasked
+        self.named_deaths = [0] * len(self.stages)  # of them, those that lost only their item
         self.stage_cpu = [0.0] * len(self.stages)
         self.stage_queued = [0.0] * len(self.stages)
         self.targets = [placement.replicas(name) for name in self.names]
@@ -344,6 +345,7 @@ class RunCore(Settling):
             if event.died:  # a process of the stage died; its worker lives on
                 self.restarts += 1
                 self.stage_deaths[stage] += 1
+                self.named_deaths[stage] += event.named
             for frame_id, offsets in event.parts:
                 self._retry_part(frame_id, offsets, self.names[stage], event.cause,
                                  event.now, event.blame)
@@ -465,7 +467,8 @@ class RunCore(Settling):
         if stage == 0 and self.policy.whole_path:
             busy = sum(self.stage_busy)
         return frame_size(self.policy, self.stages[stage], self.sizes[stage],
-                          self.stage_items[stage], busy, self.stage_deaths[stage])
+                          self.stage_items[stage], busy,
+                          self.stage_deaths[stage] - self.named_deaths[stage])
 
     def _note_replicas(self, now: float) -> None:
         if self.stopping:

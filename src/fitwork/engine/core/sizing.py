@@ -21,8 +21,9 @@ def frame_size(policy: Policy, stage: Stage, current: int, items: int, busy: flo
                deaths: int) -> int:
     """Items per frame into ``stage``: about ``frame_time`` of its measured work (``busy``
     seconds over ``items``), a batch at least, within ``max_frame``; an I/O unit's frames a
-    share of its calls in flight; and once its workers die (``deaths``), few enough that a
-    death loses about ``KILLER_SHARE`` of one.  ``current`` until something is measured."""
+    share of its calls in flight; and once its workers die losing their frames
+    (``deaths``: not those that lost only the item they died in), few enough that a death
+    loses about ``KILLER_SHARE`` of one.  ``current`` until something is measured."""
     if not items:
         return current
     per_item = max(busy / items, 1e-7)

@@ -426,11 +426,12 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         # what the dead peers held, once what came back is settled: a retry group sends
         # again only its items that did not come back
         deaths = self.fork_deaths(summary.forks)  # each counted once, with its first loss
-        for stage, cause, parts in summary.lost:
-            died = stage in deaths
+        for lost in summary.lost:
+            died = lost.stage in deaths
             if died:
-                deaths.remove(stage)
-            self.handle(Lost(worker, call, now, cause, parts=parts, stage=stage, died=died))
+                deaths.remove(lost.stage)
+            self.handle(Lost(worker, call, now, lost.cause, parts=lost.parts, stage=lost.stage,
+                             died=died, named=lost.named))
         self.handle(Done(worker, [call], (), (), now))
 
     def summary(self, ref: Any, worker: int, call: int, now: float) -> Summary | None:

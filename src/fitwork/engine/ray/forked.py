@@ -68,8 +68,9 @@ class UnitDied(Exception):
     """The child running a replica's unit died while it held this call's frame.
 
     ``losses``: per death (its number among the replica's children's: 1, 2, ...), the items
-    of the call lost in it; ``settled``: what the call's other items came to, run again in
-    the next child (empty where the whole frame was lost)."""
+    of the call lost in it, and whether that is the one item it died in (named) or all the
+    child held of the frame; ``settled``: what the call's other items came to, run again
+    in the next child (empty where the whole frame was lost)."""
 
     def __init__(self, exitcode: int | None, number: int = 0) -> None:
         self.exitcode = exitcode
@@ -78,15 +79,16 @@ class UnitDied(Exception):
                else f"exited with code {exitcode}")
         super().__init__(f"the unit's process {how}")
         self.number = number  # which death of its replica's children this is
-        self.losses: list[tuple[int, list[Segment]]] = []
+        self.losses: list[tuple[int, list[Segment], bool]] = []
         self.settled: Settled = []
 
     def of(self, lost: list[Segment], settled: Settled | None = None,
-           more: list[tuple[int, list[Segment]]] | None = None) -> UnitDied:
-        """This death as one call's: ``lost`` in it, ``settled`` what else the call came
-        to, ``more`` what it lost in later deaths."""
+           more: list[tuple[int, list[Segment], bool]] | None = None) -> UnitDied:
+        """This death as one call's: ``lost`` in it (named: the item it died in, where
+        ``settled``, what else the call came to, is given), ``more`` what it lost in later
+        deaths."""
         died = UnitDied(self.exitcode, self.number)
-        died.losses = [(self.number, lost), *(more or [])]
+        died.losses = [(self.number, lost, settled is not None), *(more or [])]
         died.settled = list(settled or [])
         return died
 
@@ -462,7 +464,7 @@ class Forked:
             waits.append((future, died, suspect, pieces))
         for future, died, suspect, pieces in waits:
             settled: Settled = []
-            more: list[tuple[int, list[Segment]]] = []
+            more: list[tuple[int, list[Segment], bool]] = []
             for piece, _ in pieces:
                 try:
                     settled.extend(piece.result())

@@ -80,11 +80,13 @@ class Stats(NamedTuple):
 class LostFrame(NamedTuple):
     """A frame whose items died with a process: a replica downstream, or the forked child
     running a replica's own unit; its stage, the cause, and the items it held (feed frame
-    and offsets per segment)."""
+    and offsets per segment).  ``named``: the one item the child died in, the rest of its
+    frame having gone on (`fitwork.engine.ray.forked`)."""
 
     stage: int
     cause: str
     parts: list[tuple[int, list[int]]]
+    named: bool = False
 
 
 @dataclass(slots=True)

@@ -295,11 +295,11 @@ class Replica:
             try:
                 settled = self._settled(segments)
             except UnitDied as died:  # the items lost go again, by the core's rules, as
-                for number, lost in died.losses:  # for any death; the actor lives on
+                for number, lost, named in died.losses:  # for any death; the actor lives on
                     summary.forks.append((self.stage, self.id, number))
                     summary.lost.append(LostFrame(
                         self.stage, f"{died} in a replica of {self.unit.name!r}",
-                        [(s.frame, list(s.offsets)) for s in lost]))
+                        [(s.frame, list(s.offsets)) for s in lost], named))
                 settled = died.settled
             for out, back, failures in settled:
                 if out is not None:
@@ -418,8 +418,8 @@ def entered(segments: list[Segment], summary: Summary, stage: int) -> int:
 def lost_below(summary: Summary, stage: int) -> int:
     """Items a call lost in ``stage``'s unit (its forked child died) or in units below it
     (their retry comes through it again)."""
-    return sum(len(offsets) for below, _, parts in summary.lost if below >= stage
-               for _, offsets in parts)
+    return sum(len(offsets) for lost in summary.lost if lost.stage >= stage
+               for _, offsets in lost.parts)
 
 
 def load_unit(blob: bytes, name: str) -> Unit | str:
