@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +112,6 @@ class Spares:
         for death in deaths:
             if death not in books.fork_deaths:
                 books.fork_deaths.add(death)
-                books.forks[death[0]] = books.forks.get(death[0], 0) + 1
                 new.append(death[0])
         return new
 
@@ -215,22 +215,27 @@ class SpareBooks:
         self.used: list[Spare] = []  # handed over
         self.gone: list[Spare] = []  # let go unused
         self.all: list[Spare] = []
-        self.forks: dict[int, int] = {}  # per stage: forked unit processes that died
-        self.fork_deaths: set[tuple[int, str, int]] = set()
+        self.fork_deaths: set[tuple[int, str, int]] = set()  # (stage, actor, number) seen
+
+    @property
+    def forks(self) -> dict[int, int]:
+        """Per stage: forked unit processes that died."""
+        return dict(Counter(stage for stage, _, _ in self.fork_deaths))
 
     def notes(self, names: list[str], t0: float, now: float) -> dict[str, Any]:
         """Per unit: spares started, handed over (built by then), let go; forked unit
         processes that died inside live replicas; the cores each spare held and the
         core-seconds they held idle (to the hand-over, or to the end)."""
         notes: dict[str, Any] = {}
-        for stage in sorted({s.stage for s in self.all} | set(self.forks)):
+        forks = self.forks
+        for stage in sorted({s.stage for s in self.all} | set(forks)):
             mine = [s for s in self.all if s.stage == stage]
             used = [s for s in mine if s.worker is not None]
             notes[names[stage]] = {
                 "kept": self.want.get(stage, SPARES), "started": len(mine),
                 "handed_over": len(used), "built_when_handed": sum(s.built for s in used),
                 "let_go": len(mine) - len(used),
-                "forked_deaths": self.forks.get(stage, 0),
+                "forked_deaths": forks.get(stage, 0),
                 "cores": [s.cpu for s in mine],
                 "idle_core_s": round(sum(s.cpu * ((s.ended or now) - s.born) for s in mine), 3),
                 "spares": [{"cpu": s.cpu, "started_s": round(s.born - t0, 4),
