@@ -61,6 +61,10 @@ def test_journals_and_parts_follow_the_umask(project: Path, umask: int) -> None:
     """A run stopped by a failure keeps its journal (and a Parquet output's parts) for
     --resume: those files get the umask too."""
     pytest.importorskip("pyarrow")
+    # the refused row last, after 2,000 good ones: items are done (so the journal is kept)
+    # before the failure stops the run, however the host's load orders them
+    (project / "in.jsonl").write_text(
+        "".join(f'{{"n": {i}}}\n' for i in range(100, 2100)) + '{"n": 13}\n')
     for output in ("out/kept/o.jsonl", "out/kept/o.parquet"):
         done = run_cli("run", "squares.py:pipeline", "--input", "in.jsonl", "--output", output,
                        "--max-failures", "0", "-q", cwd=project, umask=umask)
