@@ -26,7 +26,9 @@ from fitwork.engine.core import (
     Exited,
     Fed,
     Finished,
+    FrameSizes,
     Lost,
+    Measured,
     Policy,
     Ready,
     Resize,
@@ -303,6 +305,27 @@ def test_outputs_lost_with_another_process_never_make_an_item_poison() -> None:
         sends = of(out, Send)
         send = sends[0] if sends else send
     assert [d.failure.kind for d in of(out, DeadLetter)] == ["poison"]
+
+
+def test_a_death_that_lost_only_its_item_does_not_shrink_the_frames() -> None:
+    """A process that died in one item the engine names (`Lost.named`: a Ray replica's
+    forked child, the rest of its frame gone on) is a death of the unit, but it took no
+    other item with it: the stage's frames keep the size its work gives them.  A death that
+    lost its frame shrinks them to hold about a tenth of a death's worth of items."""
+    sizes = {}
+    for named in (True, False):
+        core, worker = one_stage(Policy(frame_time=0.01, max_frame=1000))
+        (send,) = of(core.handle(Fed(list(range(100)), 0.0)), Send)
+        core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.1))
+        lost = [5] if named else list(range(100))
+        out = core.handle(Lost(worker, send.frame, 0.2, "the unit's process died",
+                               parts=[(send.frame, lost)], stage=0, died=True, named=named))
+        assert len(of(out, Send)) == 1  # the item alone, or the frame as one group
+        out = core.handle(Measured(worker, Counters(items_in=99, items_out=99, busy_s=0.0099),
+                                   0.3))  # 0.1 ms an item: 100 to a 10 ms frame
+        assert core.restarts == 1 and core.stage_deaths == [1]
+        sizes[named] = [f.sizes[0] for f in of(out, FrameSizes)]
+    assert sizes == {True: [100], False: [10]}
 
 
 def test_a_shard_s_rows_lost_with_another_process_go_again_as_they_were() -> None:
