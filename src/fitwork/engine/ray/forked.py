@@ -43,6 +43,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
@@ -82,13 +83,12 @@ class UnitDied(Exception):
         self.losses: list[tuple[int, list[Segment], bool]] = []
         self.settled: Settled = []
 
-    def of(self, lost: list[Segment], settled: Settled | None = None,
-           more: list[tuple[int, list[Segment], bool]] | None = None) -> UnitDied:
-        """This death as one call's: ``lost`` in it (named: the item it died in, where
-        ``settled``, what else the call came to, is given), ``more`` what it lost in later
-        deaths."""
+    def of(self, lost: list[Segment], named: bool = False, settled: Settled | None = None,
+           more: Sequence[tuple[int, list[Segment], bool]] = ()) -> UnitDied:
+        """This death as one call's: ``lost`` in it (``named``: the one item it died in),
+        ``settled`` what else the call came to, ``more`` what it lost in later deaths."""
         died = UnitDied(self.exitcode, self.number)
-        died.losses = [(self.number, lost, settled is not None), *(more or [])]
+        died.losses = [(self.number, lost, named), *more]
         died.settled = list(settled or [])
         return died
 
@@ -171,8 +171,11 @@ class _Mark:
         return taken
 
 
-def cut_at(segments: list[Segment], item: int
-           ) -> tuple[list[Segment], list[Segment], list[Segment]] | None:
+_Cut = tuple[list[Segment], list[Segment], list[Segment]]
+"""A frame cut around one item: the segments before it, the item, those after it."""
+
+
+def cut_at(segments: list[Segment], item: int) -> _Cut | None:
     """A frame cut around its item ``item`` (counted across its segments): the segments
     before it, the item, and after it; None where that cannot be done (no item known, or
     a flat-map's outputs in it, several of which share an input item)."""
@@ -413,34 +416,42 @@ class Forked:
                 if held is not None:
                     held[0].set_result(settled)
                 continue
-            died = kid.reap()
-            with self.lock:
-                pending, self.pending = self.pending, {}
-                taken = kid.mark.taken(sorted(pending))
-                self.gone_cpu += kid.spent()
-                closing = self.closed
-                if not closing:
-                    self.deaths += 1
-                    died.number = self.deaths
-                    self.kid, self.spare = self.spare or _Kid(self.build), None
-            last, item = kid.mark.at()
-            splits = []
-            for number, (future, segments) in pending.items():
-                if not closing and number == last and cut_at(segments, item) is not None:
-                    splits.append((future, segments, died, item))
-                elif closing or number in taken:
-                    future.set_exception(died.of(segments))
-            if closing:
+            if self._died(kid):
                 return
-            if self.kid.ready() is not None:  # a fresh child cannot build the unit: the
-                os._exit(1)  # actor ends (the driver replaces it as for any death)
-            untaken = [pending[n] for n in sorted(pending) if n not in taken]
-            threading.Thread(target=self._resend, args=(untaken, splits), daemon=True,
-                             name="fitwork-resend").start()
-            self._fork_spare()
+
+    def _died(self, kid: _Kid) -> bool:
+        """``kid`` ended: fail the calls whose frames it took, or only the item it died in,
+        and hand the rest to the child that takes over; True once the replica is closing."""
+        died = kid.reap()
+        with self.lock:
+            pending, self.pending = self.pending, {}
+            taken = kid.mark.taken(sorted(pending))
+            self.gone_cpu += kid.spent()
+            closing = self.closed
+            if not closing:
+                self.deaths += 1
+                died.number = self.deaths
+                self.kid, self.spare = self.spare or _Kid(self.build), None
+        last, item = kid.mark.at()
+        splits = []
+        for number, (future, segments) in pending.items():
+            cut = None if closing or number != last else cut_at(segments, item)
+            if cut is not None:
+                splits.append((future, died, cut))
+            elif closing or number in taken:
+                future.set_exception(died.of(segments))
+        if closing:
+            return True
+        if self.kid.ready() is not None:  # a fresh child cannot build the unit: the
+            os._exit(1)  # actor ends (the driver replaces it as for any death)
+        untaken = [pending[n] for n in sorted(pending) if n not in taken]
+        threading.Thread(target=self._resend, args=(untaken, splits), daemon=True,
+                         name="fitwork-resend").start()
+        self._fork_spare()
+        return False
 
     def _resend(self, frames: list[tuple[Future[Settled], list[Segment]]],
-                splits: list[tuple[Future[Settled], list[Segment], UnitDied, int]]) -> None:
+                splits: list[tuple[Future[Settled], UnitDied, _Cut]]) -> None:
         """After a death: tell the child that took over that nothing more comes but
         retries, if so, and send it the frames the dead one never took (they never ran).
         A frame it died in, at a known item, loses that item only: the items before it ran
@@ -454,10 +465,7 @@ class Forked:
         for future, segments in frames:
             self._send(future, segments)
         waits = []
-        for future, segments, died, item in splits:
-            cut = cut_at(segments, item)
-            assert cut is not None
-            before, suspect, after = cut
+        for future, died, (before, suspect, after) in splits:
             pieces = [(Future(), part) for part in (before, after) if part]
             for piece, part in pieces:
                 self._send(piece, part)
@@ -471,7 +479,7 @@ class Forked:
                 except UnitDied as again:  # a later death took more of it
                     settled.extend(again.settled)
                     more.extend(again.losses)
-            future.set_exception(died.of(suspect, settled, more))
+            future.set_exception(died.of(suspect, named=True, settled=settled, more=more))
 
     def _fork_spare(self) -> None:
         """Fork the next child to build behind the one that runs (none with ``spares`` 0)."""

@@ -41,6 +41,7 @@ from fitwork.engine.ray.records import ReplicaSpec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from fitwork.engine.options import RayOptions
     from fitwork.telemetry.record import RunRecord
 
 SPARES = 1
@@ -82,7 +83,7 @@ class Spares:
     clock: Callable[[], float]
     warm_space: str | None
     actors: dict[int, Any]
-    ray_options: Any
+    ray_options: RayOptions
 
     @property
     def spare_books(self) -> SpareBooks:
