@@ -294,13 +294,8 @@ class Replica:
             summary = Summary()
             try:
                 settled = self._settled(segments)
-            except UnitDied as died:  # the items lost go again, by the core's rules, as
-                for number, lost, named in died.losses:  # for any death; the actor lives on
-                    summary.forks.append((self.stage, self.id, number))
-                    summary.lost.append(LostFrame(
-                        self.stage, f"{died} in a replica of {self.unit.name!r}",
-                        [(s.frame, list(s.offsets)) for s in lost], named))
-                settled = died.settled
+            except UnitDied as died:  # the actor lives on
+                settled = self._report_deaths(died, summary)
             for out, back, failures in settled:
                 if out is not None:
                     outputs.append(out)
@@ -338,6 +333,16 @@ class Replica:
             with self.lock:
                 self.calls -= 1
                 self.last_call = time.monotonic()
+
+    def _report_deaths(self, died: UnitDied, summary: Summary) -> Settled:
+        """Each death of the forked unit as a lost frame, which goes again by the core's
+        rules as for any death; what the call settled besides."""
+        for number, lost, named in died.losses:
+            summary.forks.append((self.stage, self.id, number))
+            summary.lost.append(LostFrame(
+                self.stage, f"{died} in a replica of {self.unit.name!r}",
+                [(s.frame, list(s.offsets)) for s in lost], named))
+        return died.settled
 
     def _settled(self, segments: list[Segment]) -> Settled:
         """A frame run by the replica's loop (here, or in its forked child) and settled:
