@@ -328,6 +328,63 @@ def test_a_death_that_lost_only_its_item_does_not_shrink_the_frames() -> None:
     assert sizes == {True: [100], False: [10]}
 
 
+def test_a_worker_that_died_in_a_named_item_retries_it_alone_and_sends_the_rest_on() -> None:
+    """A local worker marks the item it runs (`Exited.died_in`: the frame it took, the
+    item's place in it): that item alone is retried (its segments say attempt 1, so it runs
+    alone); the frame's other items go again together in a frame no unit runs alone
+    (attempt 0), their earlier weight not counted twice.  A row that kills every time then
+    costs one death shared and ``max_attempts`` alone, where a frame narrowed down by
+    groups cost a death per level."""
+    core, worker = one_stage(Policy(max_attempts=2))
+    (send,) = of(core.handle(Fed(list(range(30)), 0.0)), Send)
+    core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.0))
+    out = core.handle(Exited(worker, clean=False, now=0.1, cause="signal SIGKILL",
+                             died_in=(send.frame, 5)))
+    single, rest = of(out, Send)
+    assert single.retry and single.segment[5] == [5] and single.segment[1] == 1
+    assert rest.retry and rest.segment[5] == [i for i in range(30) if i != 5]
+    assert rest.segment[1] == 0  # runs beside other frames
+    assert core.named_deaths == [1] and core.stage_deaths == [1]
+    worker = of(out, Spawn)[0].worker
+    # items 0-4 ran before the death; had their outputs got out, they arrive beside the
+    # rest's: each item is emitted once
+    emitted = []
+    for frame, offsets in ((send.frame, range(5)), (rest.frame, rest.segment[2])):
+        values = [send.segment[5][i] for i in offsets] if frame == send.frame \
+            else rest.segment[5]
+        out = core.handle(Arrived([Segment(frame, 0, offsets, None, None, values)], 0.2))
+        emitted += [v for e in of(out, Emit) for v in e.values]
+    assert sorted(emitted) == [i for i in range(30) if i != 5]
+    now, send, letters = 0.3, single, []
+    while send is not None:  # item 5 kills every worker, alone, until it is poison
+        core.handle(Taken(worker, send.frame, [(send.frame, range(1))], now))
+        out = core.handle(Exited(worker, clean=False, now=now, cause="signal SIGKILL",
+                                 died_in=(send.frame, 0)))
+        letters += of(out, DeadLetter)
+        sends = of(out, Send)
+        send = sends[0] if sends else None
+        worker = of(out, Spawn)[0].worker
+        now += 0.1
+    (letter,) = letters
+    assert letter.failure.kind == "poison" and letter.failure.attempt == 2
+    assert core.restarts == 1 + 2  # one shared, then max_attempts alone
+    assert core.completed == 30 and not core.frames
+
+
+def test_where_the_core_sends_a_frame_s_rest_on_named_deaths_size_frames_by_its_cost() -> None:
+    """A local worker's named death sends the rest of its frame through the core again, and
+    the items before the killer run again: frames are sized so that what frames cost
+    (``frame_cost`` each) and what deaths make run again are least together,
+    ``sqrt(2 c M / t)``: here c = 0.1 ms, M = 100 items a death, t = 0.1 ms an item, 14."""
+    core, worker = one_stage(Policy(frame_time=0.01, max_frame=1000, frame_cost=1e-4))
+    (send,) = of(core.handle(Fed(list(range(100)), 0.0)), Send)
+    core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.1))
+    core.handle(Exited(worker, clean=False, now=0.2, cause="signal SIGKILL",
+                       died_in=(send.frame, 5)))
+    out = core.handle(Measured(worker, Counters(items_in=99, items_out=99, busy_s=0.0099), 0.3))
+    assert [f.sizes[0] for f in of(out, FrameSizes)] == [14]
+
+
 def test_a_shard_s_rows_lost_with_another_process_go_again_as_they_were() -> None:
     """A shard whose reader died goes again as one open piece of the rows it had not
     delivered (not split: that waits for a death of the piece); a piece whose outputs were

@@ -175,6 +175,40 @@ def test_the_issue_repro_finishes_exactly_every_time(tmp_path: Path) -> None:
     assert result.record.poisoned == 0
 
 
+def sparse(n: int) -> bool:
+    """One row in a thousand kills every worker that meets it."""
+    return n % 1000 == 999
+
+
+@unit(cpu=0.5, name="sparse")
+def sparse_killer(row: dict[str, Any]) -> int:
+    n = int(row["n"])
+    if sparse(n):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n
+
+
+def test_rows_that_kill_every_time_cost_one_death_shared_and_their_attempts(
+        tmp_path: Path) -> None:
+    """A worker marks the item it runs, so a death names its row: the row is retried
+    alone and the rest of its frame goes on.  Each row that kills every time then costs
+    one death shared and ``max_attempts`` alone.  (Narrowing whole frames down by groups,
+    the killers of 20,000 rows were isolated back to back and the run stopped as a
+    restart storm, 3 runs of 3.)"""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"n": n}) + "\n" for n in range(20_000)))
+    dead = tmp_path / "dead.jsonl"
+    with fitwork.run(Pipeline(sparse_killer), read_items(path), engine="local",
+                     workers={"sparse": 2}, dead_letter=dead, max_attempts=3,
+                     max_failures=100) as result:
+        outputs = list(result)
+    killers = [n for n in range(20_000) if sparse(n)]
+    assert Counter(outputs) == Counter(n for n in range(20_000) if not sparse(n))
+    assert sorted(d["input"]["n"] for d in letters_of(dead)) == killers
+    assert result.record.status == "completed"
+    assert result.record.worker_restarts == 4 * len(killers)
+
+
 FORKS = [0]  # processes this test process forked (the local driver runs in it)
 os.register_at_fork(before=lambda: FORKS.__setitem__(0, FORKS[0] + 1))
 

@@ -316,9 +316,9 @@ class RunCore(Settling):
                 # nothing, and only such deaths run toward the restart-storm limit.
                 self.deaths_since_progress += 1
             why = f"worker died ({event.cause or 'exited unasked'})"
-            for parts in worker.held.values():
-                for frame_id, offsets in parts:
-                    self._retry_part(frame_id, offsets, name, why, event.now)
+            named = self._named_item(worker, event.died_in)
+            self.named_deaths[worker.stage] += named is not None
+            self._retry_held(list(worker.held.values()), name, why, event.now, named)
             worker.held.clear()
             per_row = self.policy.max_attempts
             if self.slices:
@@ -336,6 +336,23 @@ class RunCore(Settling):
         if not self.stopping and self.live(worker.stage) < self.targets[worker.stage]:
             self._spawn(worker.stage, worker.group, event.now)
         self._note_replicas(event.now)
+
+    def _named_item(self, worker: WorkerBooks,
+                    died_in: Sequence[int] | None) -> tuple[int, int] | None:
+        """The item (feed frame, offset) a dead worker was running, from where its engine saw
+        it die (`Exited.died_in`); None where not known, or where an item is a shard (a
+        reader's rows are narrowed down by row ranges instead)."""
+        if died_in is None or self.slices:
+            return None
+        key, place = died_in
+        parts = worker.held.get(key)
+        if parts is None or place < 0:
+            return None
+        for frame_id, offsets in parts:
+            if place < len(offsets):
+                return frame_id, offsets[place]
+            place -= len(offsets)
+        return None
 
     def _lost(self, event: Lost) -> None:
         self.last_activity = event.now
@@ -468,7 +485,8 @@ class RunCore(Settling):
             busy = sum(self.stage_busy)
         return frame_size(self.policy, self.stages[stage], self.sizes[stage],
                           self.stage_items[stage], busy,
-                          self.stage_deaths[stage] - self.named_deaths[stage])
+                          self.stage_deaths[stage] - self.named_deaths[stage],
+                          self.named_deaths[stage])
 
     def _note_replicas(self, now: float) -> None:
         if self.stopping:

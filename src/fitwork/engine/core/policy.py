@@ -17,6 +17,11 @@ class Policy:
     frame_time: float = 0.005
     max_frame: int = 256
     io_frame_share: float = 0.5
+    frame_cost: float | None = None
+    """Seconds a frame costs beyond its items' work, where the core sends on the rest of a
+    frame whose worker died in a named item (the local engine's): a stage's frames are then
+    sized against it (`fitwork.engine.core.sizing.frame_size`).  None (Ray: a forked
+    replica sends the rest on itself): named deaths do not shrink frames."""
     quiet_after: float | None = 1.0
     whole_path: bool = False
     sample_interval: float = 0.1

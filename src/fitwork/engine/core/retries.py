@@ -17,6 +17,11 @@ a stage's workers die, its frames shrink to hold about ``KILLER_SHARE`` of a dea
 (`_frame_size`), so a death takes few innocent rows with it and the run keeps settling
 items between deaths.
 
+Where the engine names the item a worker died in (`Exited.died_in`: a local worker marks
+each item as it starts it), that item alone is retried as a death's, and the rest of the
+worker's frames go again at once, together, in a frame no unit runs alone (`_resend`): a
+death then costs its item and a frame's re-run, and the stage's frames need not shrink.
+
 An item of a sharded source's reader (``Stage.slices``) is a shard of thousands of rows,
 which only a reader can re-read: replaying its rows one by one would re-read the shard once
 per row. It is *bisected* instead: its retry is two `Slice`s, row ranges a reader reads
@@ -126,6 +131,70 @@ class Retries:
                 f"{self.failures} items failed, more than max_failures={limit}, "
                 f"{self.poisoned} of them rows isolated as poison (last: unit "
                 f"{failure.unit!r}: {failure.error}); fix the unit or raise max_failures"))
+
+    def _retry_held(self, held: Sequence[Sequence[tuple[int, Sequence[int]]]], unit: str,
+                    why: str, now: float, named: tuple[int, int] | None = None) -> None:
+        """The items a dead worker held (its frames' parts) go again.  Where its engine named
+        the item it died in (``named``: feed frame, offset), that item alone is retried as a
+        death's, and every other goes again as it was (`_resend`); else each part is
+        narrowed down (`_retry_part`)."""
+        if named is None:
+            for parts in held:
+                for frame_id, offsets in parts:
+                    self._retry_part(frame_id, offsets, unit, why, now)
+            return
+        by_frame: dict[int, list[int]] = {}
+        for parts in held:
+            for frame_id, offsets in parts:
+                by_frame.setdefault(frame_id, []).extend(offsets)
+        for frame_id, offsets in by_frame.items():
+            self._resend(frame_id, offsets, named[1] if frame_id == named[0] else None, unit,
+                         why, now)
+
+    def _resend(self, frame_id: int, offsets: Sequence[int], named: int | None, unit: str,
+                why: str, now: float) -> None:
+        """Items ``offsets`` of a frame were held by a worker that died in item ``named``
+        of it (None: in another frame's): that item is retried as a death's; the rest ran,
+        or never started, and go again together as they were, a frame no unit runs alone
+        (on a fresh attempt, so their earlier weight does not count twice, and with the
+        death counted shared, so none of them is nearer poison for it)."""
+        frame = self.frames.get(frame_id)
+        if frame is None:
+            return
+        if frame.piece is not None or (frame.origin is not None and frame.group is None):
+            self._retry_part(frame_id, offsets, unit, why, now, blame=named is not None)
+            return
+        if frame.group is not None:  # all its items go again, as for any death of a group
+            assert frame.origin is not None
+            owner, items = frame.origin[0], frame.origin[0].itemize()
+            held = [i for i in frame.group
+                    if not items[i].settled and items[i].attempt == frame.attempt]
+            named = frame.group[named] if named is not None else None
+            self.frames.pop(frame.id, None)
+        else:
+            owner, items = frame, frame.itemize()
+            held = [o for o in sorted(set(offsets))
+                    if not items[o].settled and items[o].attempt == 0]
+        if named is not None and named in held:
+            held.remove(named)
+            self._retry_or_poison(owner, named, unit, why, now,
+                                  alone=frame.group is None and frame.count == 1)
+        if not held:
+            return
+        for index in held:
+            items[index].attempt += 1
+            items[index].shared += 1
+        values = [owner.values[i] for i in held]
+        rest = Frame(next(self.frame_ids), owner.src + held[0], values, now,
+                     attempt=items[held[0]].attempt, origin=(owner, held[0]))
+        rest.group = tuple(held)
+        self.frames[rest.id] = rest
+        owner.retries.append(rest.id)
+        self.retries += 1
+        self.fed_records += len(values)
+        # its segments say attempt 0, so no unit runs them alone; a retry all the same, so
+        # the driver sends it ahead of fresh items
+        self.out.append(Send(rest.id, fresh(rest.id, values, 0), retry=True))
 
     def _retry_part(self, frame_id: int, offsets: Sequence[int], unit: str, why: str,
                     now: float, blame: bool = True) -> None:

@@ -49,6 +49,7 @@ from fitwork.engine.framing import MAX_FRAME, first_sizes, sizes_told
 from fitwork.engine.limits import shared_gate
 from fitwork.engine.local.channel import Channel
 from fitwork.engine.local.counting import ItemCounts
+from fitwork.engine.local.marks import Marks
 from fitwork.engine.local.spare import Spare, fork_spare
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.local.worker import Fatal, Final, WorkerSpec, worker_main
@@ -64,6 +65,10 @@ from fitwork.telemetry.record import RunRecord, WorkerRecord
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.005
+FRAME_COST = 0.0001
+"""Seconds a frame costs the driver and a worker beyond its items (books, pickling, a
+datagram): what the frames of a unit whose workers die in named items are sized against
+(`Policy.frame_cost`)."""
 QUIET = 1.0
 REAP_SCAN = 0.5
 """Seconds between checks of every worker for an exit its sentinel did not show."""
@@ -107,11 +112,13 @@ class LocalRun(Shell):
         capacity = local.channel_capacity
         replicas = sum(placement.replicas(u.name) for u in pipeline.units)
         policy = policy_for(options, max_frames=capacity * (stages + 1) + 4 * replicas,
-                            frame_time=FRAME_TIME, max_frame=MAX_FRAME, quiet_after=QUIET)
+                            frame_time=FRAME_TIME, frame_cost=FRAME_COST,
+                            max_frame=MAX_FRAME, quiet_after=QUIET)
         super().__init__(pipeline, source, placement, options, policy)
         self.local = local
         self.ctx = multiprocessing.get_context("fork")
         self.wire = Wire(f"fitwork-{self.run_id}")
+        self.marks = Marks()  # before any fork: every worker writes its slot of it
         # enough credits for two frames per replica reading each channel (the sink: one)
         self.channels = [Channel(self.ctx, max(capacity, 2 * placement.replicas(u.name)))
                          for u in pipeline.units] + [Channel(self.ctx, capacity)]
@@ -161,7 +168,7 @@ class LocalRun(Shell):
         data, size = self.wire.dumps((send.frame, [tuple(send.segment)]),
                                      retry=send.segment.attempt > 0)
         self.bytes_sent += size
-        if send.segment.attempt > 0:  # a retry: whose items it holds (`counting`)
+        if send.retry:  # items sent again: whose items it holds (`counting`)
             self.counts.sent(send.frame)
         self.channels[0].send_end.send(data)
 
@@ -175,7 +182,7 @@ class LocalRun(Shell):
             inbox=self.channels[stage], outbox=self.channels[stage + 1],
             control=self.control_send, wire_prefix=self.wire.prefix, hints=self.hints,
             parent_pid=os.getpid(), env=self.worker_env(stage, given.resources.gpu),
-            gate=self.gates[stage],
+            gate=self.gates[stage], marks=self.marks,
             sink=(self.options.sink, self.run_id) if self.options.sink is not None
             and stage == len(self.units) - 1 else None)
         process = self.start_worker(spec)
@@ -446,7 +453,9 @@ class LocalRun(Shell):
                     self.deaths[handle.stage] = (last, self.clock())
             self.counts.ended(worker)  # what it held is counted where it runs again
             self.handle(Exited(handle.worker_id, clean=handle.final, now=self.clock(),
-                               cause=cause, code=code))
+                               cause=cause, code=code,
+                               died_in=None if handle.final else
+                               self.marks.died_in(handle.worker_id)))
 
     def stop_workers(self) -> None:
         """Tell every worker to stop, collect their final counters, and wait for them."""
@@ -484,6 +493,7 @@ class LocalRun(Shell):
             channel.close()
         self.control_send.close()
         self.control_recv.close()
+        self.marks.close()
 
 
 def _selector() -> selectors.BaseSelector:

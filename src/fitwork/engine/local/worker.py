@@ -37,6 +37,7 @@ from fitwork.engine.core.events import Counters, Done, Measured, Ready, Taken
 from fitwork.engine.forking import after_fork
 from fitwork.engine.framing import outputs_per_frame
 from fitwork.engine.local.channel import STOP, Channel
+from fitwork.engine.local.marks import Marks
 from fitwork.engine.local.streaming import RowStreams, install
 from fitwork.engine.local.wire import Wire
 from fitwork.engine.parts import PartWriter, Sink, Written
@@ -86,6 +87,7 @@ class WorkerSpec:
     gate: Any = None
     next_replicas: int = 1  # replicas of the next unit (frames are cut for them)
     sink: tuple[Sink, str] | None = None  # the last unit's: where it writes outputs, run id
+    marks: Marks | None = None  # where it marks the item it runs (`marks`)
 
     @property
     def cores(self) -> float:
@@ -142,6 +144,7 @@ class Worker:
         self.watch_wake = self.watch_drain = False  # what `take` waits on besides frames
         self.wake_read, self.wake_write = os.pipe()
         self.streams: RowStreams | None = None  # a reader's rows sent on as read
+        self.mark = spec.marks.bind(self.id) if spec.marks is not None else None
 
     # -- talking to the driver -------------------------------------------------------------
 
@@ -175,6 +178,8 @@ class Worker:
         """A frame from its datagram, its `Taken` sent to the driver."""
         (frame_id, crossed), size = self.wire.loads(data)
         segments = typed(crossed)
+        if self.mark is not None:
+            self.mark.took(frame_id)
         self.send(Taken(self.id, frame_id, [(s.frame, s.offsets) for s in segments],
                         time.monotonic()))
         if self.streams is not None:
@@ -312,7 +317,7 @@ class Worker:
         runner = Runner(kernel, self.spec.gate, self.busy)
         self.watch_wake = runner.concurrent
         self.watch_drain = kernel.batched and not runner.concurrent
-        Serving(runner).serve(self)
+        Serving(runner, each=self.mark.running if self.mark is not None else None).serve(self)
         self.send(Final(self.id, self.counters(), self.busy.take()))
 
     def take(self, timeout: float | None) -> Frame | str | None:
@@ -364,6 +369,8 @@ class Worker:
     def finish(self, frames: list[Finished]) -> None:
         """Settle the frames' segments, send their outputs on, and report them done."""
         kernel = self.kernel
+        if self.mark is not None:
+            self.mark.between()
         if self.streams is not None:
             frames = self.streams.finished(frames)
         for frame in frames:

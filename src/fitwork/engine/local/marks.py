@@ -1,0 +1,78 @@
+"""Which item each local worker runs, in memory it shares with the driver.
+
+A worker writes, into its slot of an anonymous shared mapping the driver made before it
+forked anything (workers, zygotes and their spares inherit it), the frame it took and then
+the place in that frame of each item as the item starts.  When a worker dies, the driver
+reads its slot and names the item in its `Exited` (``died_in``), so the run core retries
+that item alone and sends the rest of the frame on (`fitwork.engine.core.retries`), where
+it would otherwise narrow the whole frame down.  Only a unit that runs one item at a time
+marks items: a batch, or calls at once, leave the place unknown and their frames go whole.
+
+A slot is ``(worker id, frame, place)``; slots are shared by worker ids modulo their
+count, so a read whose worker id is not the dead worker's (a later worker took the slot)
+names nothing.  The place is -1 between items (the frame's outputs are going out: a death
+then is no item's).
+"""
+
+from __future__ import annotations
+
+import mmap
+
+SLOTS = 1 << 14
+"""Slots in a run's mapping (24 bytes each; pages are committed only once touched)."""
+
+
+class Marks:
+    """A run's mapping of worker slots: the driver makes it, a worker binds its own slot."""
+
+    def __init__(self, slots: int = SLOTS) -> None:
+        self.slots = slots
+        self.memory = mmap.mmap(-1, 24 * slots)  # anonymous and shared across fork
+        self.cells = memoryview(self.memory).cast("q")
+
+    def bind(self, worker: int) -> Mark:
+        """Worker ``worker``'s slot, for it to write (in its own process)."""
+        return Mark(self.cells, 3 * (worker % self.slots), worker)
+
+    def died_in(self, worker: int) -> tuple[int, int] | None:
+        """The frame worker ``worker`` had taken and the place in it of the item it was
+        running; None where not known (no item running, or its slot is another's now)."""
+        cells, base = self.cells, 3 * (worker % self.slots)
+        if cells[base] != worker:
+            return None
+        frame, place = cells[base + 1], cells[base + 2]
+        if place < 0 or cells[base] != worker:
+            return None
+        return frame, place
+
+    def close(self) -> None:
+        """Unmap (the run is over: no worker writes any more)."""
+        self.cells.release()
+        self.memory.close()
+
+
+class Mark:
+    """One worker's slot."""
+
+    __slots__ = ("base", "cells", "worker")
+
+    def __init__(self, cells: memoryview, base: int, worker: int) -> None:
+        self.cells, self.base, self.worker = cells, base, worker
+
+    def took(self, frame: int) -> None:
+        """The worker took frame ``frame`` and runs none of its items yet."""
+        cells, base = self.cells, self.base
+        cells[base + 2] = -1
+        cells[base + 1] = frame
+        cells[base] = self.worker
+
+    def running(self, place: int) -> None:
+        """The worker starts the item at ``place`` of its frame (across its segments)."""
+        self.cells[self.base + 2] = place
+
+    def between(self) -> None:
+        """The worker runs no item now (its frame's outputs are going out)."""
+        self.cells[self.base + 2] = -1
+
+
+__all__ = ["SLOTS", "Mark", "Marks"]
