@@ -371,18 +371,22 @@ def test_a_worker_that_died_in_a_named_item_retries_it_alone_and_sends_the_rest_
     assert core.completed == 30 and not core.frames
 
 
-def test_where_the_core_sends_a_frame_s_rest_on_named_deaths_size_frames_by_its_cost() -> None:
+def test_where_the_core_sends_a_frame_s_rest_on_a_named_death_shrinks_frames() -> None:
     """A local worker's named death sends the rest of its frame through the core again, and
-    the items before the killer run again: frames are sized so that what frames cost
-    (``frame_cost`` each) and what deaths make run again are least together,
-    ``sqrt(2 c M / t)``: here c = 0.1 ms, M = 100 items a death, t = 0.1 ms an item, 14."""
-    core, worker = one_stage(Policy(frame_time=0.01, max_frame=1000, frame_cost=1e-4))
-    (send,) = of(core.handle(Fed(list(range(100)), 0.0)), Send)
-    core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.1))
-    core.handle(Exited(worker, clean=False, now=0.2, cause="signal SIGKILL",
-                       died_in=(send.frame, 5)))
-    out = core.handle(Measured(worker, Counters(items_in=99, items_out=99, busy_s=0.0099), 0.3))
-    assert [f.sizes[0] for f in of(out, FrameSizes)] == [14]
+    the items before the killer run again: with ``named_shrink`` it shrinks the stage's
+    frames as a death that lost its frame does (100 items to a 10 ms frame, 10 after one
+    death in 100 items); without it (Ray's), it leaves them at 100."""
+    sizes = {}
+    for shrink in (True, False):
+        core, worker = one_stage(Policy(frame_time=0.01, max_frame=1000, named_shrink=shrink))
+        (send,) = of(core.handle(Fed(list(range(100)), 0.0)), Send)
+        core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.1))
+        core.handle(Exited(worker, clean=False, now=0.2, cause="signal SIGKILL",
+                           died_in=(send.frame, 5)))
+        out = core.handle(Measured(worker, Counters(items_in=99, items_out=99,
+                                                    busy_s=0.0099), 0.3))
+        sizes[shrink] = [f.sizes[0] for f in of(out, FrameSizes)]
+    assert sizes == {True: [10], False: [100]}
 
 
 def test_a_shard_s_rows_lost_with_another_process_go_again_as_they_were() -> None:

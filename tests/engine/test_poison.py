@@ -206,7 +206,9 @@ def test_rows_that_kill_every_time_cost_one_death_shared_and_their_attempts(
     assert Counter(outputs) == Counter(n for n in range(20_000) if not sparse(n))
     assert sorted(d["input"]["n"] for d in letters_of(dead)) == killers
     assert result.record.status == "completed"
-    assert result.record.worker_restarts == 4 * len(killers)
+    # the unit's first death is not named (a worker marks items once its unit has lost
+    # one): its frame is narrowed down, which costs a death or two more
+    assert 4 * len(killers) <= result.record.worker_restarts <= 4 * len(killers) + 2
 
 
 FORKS = [0]  # processes this test process forked (the local driver runs in it)

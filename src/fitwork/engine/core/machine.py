@@ -483,10 +483,11 @@ class RunCore(Settling):
         busy = self.stage_busy[stage]
         if stage == 0 and self.policy.whole_path:
             busy = sum(self.stage_busy)
+        deaths = self.stage_deaths[stage]
+        if not self.policy.named_shrink:
+            deaths -= self.named_deaths[stage]
         return frame_size(self.policy, self.stages[stage], self.sizes[stage],
-                          self.stage_items[stage], busy,
-                          self.stage_deaths[stage] - self.named_deaths[stage],
-                          self.named_deaths[stage])
+                          self.stage_items[stage], busy, deaths)
 
     def _note_replicas(self, now: float) -> None:
         if self.stopping:

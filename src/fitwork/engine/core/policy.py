@@ -17,11 +17,12 @@ class Policy:
     frame_time: float = 0.005
     max_frame: int = 256
     io_frame_share: float = 0.5
-    frame_cost: float | None = None
-    """Seconds a frame costs beyond its items' work, where the core sends on the rest of a
-    frame whose worker died in a named item (the local engine's): a stage's frames are then
-    sized against it (`fitwork.engine.core.sizing.frame_size`).  None (Ray: a forked
-    replica sends the rest on itself): named deaths do not shrink frames."""
+    named_shrink: bool = False
+    """Whether a death that lost only the item it died in (a named death) shrinks its
+    stage's frames as a death that lost its frame does.  Where the core sends the rest of
+    the frame on (the local engine's), such a death still costs a frame's re-send and the
+    re-run of the items before it, so it does; where the replica sends the rest on itself
+    (a Ray replica's forked unit), it does not."""
     quiet_after: float | None = 1.0
     whole_path: bool = False
     sample_interval: float = 0.1

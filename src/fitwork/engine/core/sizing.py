@@ -7,8 +7,6 @@ frames by `cut`, from the sizes the core hands it (0 for a stage not measured ye
 
 from __future__ import annotations
 
-import math
-
 from fitwork.engine.core.events import Stage
 from fitwork.engine.core.policy import Policy
 
@@ -20,19 +18,12 @@ FANOUT = 64
 
 
 def frame_size(policy: Policy, stage: Stage, current: int, items: int, busy: float,
-               deaths: int, named: int = 0) -> int:
+               deaths: int) -> int:
     """Items per frame into ``stage``: about ``frame_time`` of its measured work (``busy``
     seconds over ``items``), a batch at least, within ``max_frame``; an I/O unit's frames a
-    share of its calls in flight; and once its workers die, smaller:
-
-    * ``deaths`` that lost their frames: few enough that a death loses about
-      ``KILLER_SHARE`` of one;
-    * ``named`` deaths, which lost only the item they died in, but whose frame's other
-      items go again (those before it run again), where the policy prices a frame
-      (``frame_cost``): the size that makes a run's frame costs and the items run again
-      (half a frame's per death) least, ``sqrt(2 c M / t)`` for frame cost ``c``, ``M``
-      items a death and ``t`` seconds an item.
-
+    share of its calls in flight; and once its workers die losing their frames
+    (``deaths``: those that lost only the item they died in too, where the policy says so,
+    ``named_shrink``), few enough that a death loses about ``KILLER_SHARE`` of one.
     ``current`` until something is measured."""
     if not items:
         return current
@@ -42,9 +33,6 @@ def frame_size(policy: Policy, stage: Stage, current: int, items: int, busy: flo
         size = min(policy.max_frame, max(1, int(stage.io * policy.io_frame_share)))
     if deaths:  # rows that kill: frames few of which hold one (a death loses the frame)
         size = min(size, max(1, int(KILLER_SHARE * (items + deaths) / deaths)))
-    if named and policy.frame_cost is not None:
-        best = math.sqrt(2 * policy.frame_cost * (items + named) / named / per_item)
-        size = min(size, max(stage.batch_size or 1, int(best)))
     return size
 
 

@@ -65,10 +65,6 @@ from fitwork.telemetry.record import RunRecord, WorkerRecord
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.005
-FRAME_COST = 0.0001
-"""Seconds a frame costs the driver and a worker beyond its items (books, pickling, a
-datagram): what the frames of a unit whose workers die in named items are sized against
-(`Policy.frame_cost`)."""
 QUIET = 1.0
 REAP_SCAN = 0.5
 """Seconds between checks of every worker for an exit its sentinel did not show."""
@@ -112,7 +108,7 @@ class LocalRun(Shell):
         capacity = local.channel_capacity
         replicas = sum(placement.replicas(u.name) for u in pipeline.units)
         policy = policy_for(options, max_frames=capacity * (stages + 1) + 4 * replicas,
-                            frame_time=FRAME_TIME, frame_cost=FRAME_COST,
+                            frame_time=FRAME_TIME, named_shrink=True,
                             max_frame=MAX_FRAME, quiet_after=QUIET)
         super().__init__(pipeline, source, placement, options, policy)
         self.local = local
@@ -447,6 +443,7 @@ class LocalRun(Shell):
             handle.process.close()
             if not handle.final:  # it died: a frame it was still writing is no one's
                 self.wire.sweep_unsent(handle.pid)
+                self.marks.want(handle.stage)  # its stage's workers mark items from now on
                 if self.local.spares:  # its stage keeps a spare from now on
                     self.spare_stages.add(handle.stage)
                     last = self.deaths.get(handle.stage, (-1e9, -1e9))[1]

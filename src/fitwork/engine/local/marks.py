@@ -12,6 +12,11 @@ A slot is ``(worker id, frame, place)``; slots are shared by worker ids modulo t
 count, so a read whose worker id is not the dead worker's (a later worker took the slot)
 names nothing.  The place is -1 between items (the frame's outputs are going out: a death
 then is no item's).
+
+Items are marked only in a unit whose workers have died in this run (the driver raises a
+flag per stage, `Marks.want`): marking costs a call per item, a tenth of a no-op unit's
+throughput (`bench/overhead.py`), and a unit that never kills never needs a name.  Its
+first death is narrowed down as any unnamed death is.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import mmap
 
 SLOTS = 1 << 14
-"""Slots in a run's mapping (24 bytes each; pages are committed only once touched)."""
+"""Worker slots in a run's mapping (24 bytes each; pages are committed only once touched)."""
+STAGES = 512
+"""Stage flags after the slots (a pipeline of more units marks none past these)."""
 
 
 class Marks:
@@ -27,12 +34,18 @@ class Marks:
 
     def __init__(self, slots: int = SLOTS) -> None:
         self.slots = slots
-        self.memory = mmap.mmap(-1, 24 * slots)  # anonymous and shared across fork
+        self.memory = mmap.mmap(-1, 8 * (3 * slots + STAGES))  # anonymous, shared across fork
         self.cells = memoryview(self.memory).cast("q")
 
-    def bind(self, worker: int) -> Mark:
-        """Worker ``worker``'s slot, for it to write (in its own process)."""
-        return Mark(self.cells, 3 * (worker % self.slots), worker)
+    def bind(self, worker: int, stage: int) -> Mark:
+        """Worker ``worker``'s slot, for it (of stage ``stage``) to write in its process."""
+        flag = 3 * self.slots + stage if stage < STAGES else None
+        return Mark(self.cells, 3 * (worker % self.slots), worker, flag)
+
+    def want(self, stage: int) -> None:
+        """Have the workers of stage ``stage`` mark their items from their next frame on."""
+        if stage < STAGES:
+            self.cells[3 * self.slots + stage] = 1
 
     def died_in(self, worker: int) -> tuple[int, int] | None:
         """The frame worker ``worker`` had taken and the place in it of the item it was
@@ -54,10 +67,14 @@ class Marks:
 class Mark:
     """One worker's slot."""
 
-    __slots__ = ("base", "cells", "worker")
+    __slots__ = ("base", "cells", "flag", "worker")
 
-    def __init__(self, cells: memoryview, base: int, worker: int) -> None:
-        self.cells, self.base, self.worker = cells, base, worker
+    def __init__(self, cells: memoryview, base: int, worker: int, flag: int | None) -> None:
+        self.cells, self.base, self.worker, self.flag = cells, base, worker, flag
+
+    def wanted(self) -> bool:
+        """Whether the driver wants this worker's items marked (its unit has lost one)."""
+        return self.flag is not None and self.cells[self.flag] == 1
 
     def took(self, frame: int) -> None:
         """The worker took frame ``frame`` and runs none of its items yet."""

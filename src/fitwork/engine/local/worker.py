@@ -144,7 +144,8 @@ class Worker:
         self.watch_wake = self.watch_drain = False  # what `take` waits on besides frames
         self.wake_read, self.wake_write = os.pipe()
         self.streams: RowStreams | None = None  # a reader's rows sent on as read
-        self.mark = spec.marks.bind(self.id) if spec.marks is not None else None
+        self.mark = spec.marks.bind(self.id, spec.stage) if spec.marks is not None else None
+        self.serving: Serving | None = None  # set when it serves
 
     # -- talking to the driver -------------------------------------------------------------
 
@@ -180,6 +181,8 @@ class Worker:
         segments = typed(crossed)
         if self.mark is not None:
             self.mark.took(frame_id)
+            if self.serving is not None:  # mark this frame's items if a death would want it
+                self.serving.each = self.mark.running if self.mark.wanted() else None
         self.send(Taken(self.id, frame_id, [(s.frame, s.offsets) for s in segments],
                         time.monotonic()))
         if self.streams is not None:
@@ -317,7 +320,8 @@ class Worker:
         runner = Runner(kernel, self.spec.gate, self.busy)
         self.watch_wake = runner.concurrent
         self.watch_drain = kernel.batched and not runner.concurrent
-        Serving(runner, each=self.mark.running if self.mark is not None else None).serve(self)
+        self.serving = Serving(runner)
+        self.serving.serve(self)
         self.send(Final(self.id, self.counters(), self.busy.take()))
 
     def take(self, timeout: float | None) -> Frame | str | None:
