@@ -339,7 +339,7 @@ def test_a_worker_that_died_in_a_named_item_retries_it_alone_and_sends_the_rest_
     (send,) = of(core.handle(Fed(list(range(30)), 0.0)), Send)
     core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.0))
     out = core.handle(Exited(worker, clean=False, now=0.1, cause="signal SIGKILL",
-                             died_in=(send.frame, 5)))
+                             died_in=(send.frame, 5, -1)))
     single, rest = of(out, Send)
     assert single.retry and single.segment[5] == [5] and single.segment[1] == 1
     assert rest.retry and rest.segment[5] == [i for i in range(30) if i != 5]
@@ -359,7 +359,7 @@ def test_a_worker_that_died_in_a_named_item_retries_it_alone_and_sends_the_rest_
     while send is not None:  # item 5 kills every worker, alone, until it is poison
         core.handle(Taken(worker, send.frame, [(send.frame, range(1))], now))
         out = core.handle(Exited(worker, clean=False, now=now, cause="signal SIGKILL",
-                                 died_in=(send.frame, 0)))
+                                 died_in=(send.frame, 0, -1)))
         letters += of(out, DeadLetter)
         sends = of(out, Send)
         send = sends[0] if sends else None
@@ -382,7 +382,7 @@ def test_where_the_core_sends_a_frame_s_rest_on_a_named_death_shrinks_frames() -
         (send,) = of(core.handle(Fed(list(range(100)), 0.0)), Send)
         core.handle(Taken(worker, send.frame, [(send.frame, send.segment[2])], 0.1))
         core.handle(Exited(worker, clean=False, now=0.2, cause="signal SIGKILL",
-                           died_in=(send.frame, 5)))
+                           died_in=(send.frame, 5, -1)))
         out = core.handle(Measured(worker, Counters(items_in=99, items_out=99,
                                                     busy_s=0.0099), 0.3))
         sizes[shrink] = [f.sizes[0] for f in of(out, FrameSizes)]

@@ -211,6 +211,30 @@ def test_rows_that_kill_every_time_cost_one_death_shared_and_their_attempts(
     assert 4 * len(killers) <= result.record.worker_restarts <= 4 * len(killers) + 2
 
 
+def test_a_shard_s_rows_that_kill_every_time_are_named_not_bisected(tmp_path: Path) -> None:
+    """A reader marks the row of its shard it reads once its unit has lost a worker, so a
+    death names the row: the shard's rest goes again as one piece that remembers it, and a
+    row that kills that piece's reader too is read alone.  Each row that kills every time
+    costs at most two deaths shared and ``max_attempts`` alone (bisecting the shard by row
+    ranges cost about 13 a row: 544 deaths for 40 such rows in 40,000)."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "rows.jsonl").write_text("".join(json.dumps({"n": n}) + "\n"
+                                               for n in range(20_000)))
+    dead, out = tmp_path / "dead.jsonl", tmp_path / "out"
+    source = Source.files(str(inputs), split_bytes=1 << 17)  # ~8,000 rows a shard
+    with fitwork.run(Pipeline(sparse_killer), source, engine="local",
+                     workers={"sparse": 2}, output=fitwork.Sink.files(out),
+                     dead_letter=dead, max_attempts=3, max_failures=100) as result:
+        list(result)
+    killers = [n for n in range(20_000) if sparse(n)]
+    assert Counter(int(r) for r in read_parts(out)) == \
+        Counter(n for n in range(20_000) if not sparse(n))
+    assert len(letters_of(dead)) == len(killers)
+    assert result.record.status == "completed"
+    assert 4 * len(killers) <= result.record.worker_restarts <= 5 * len(killers) + 2
+
+
 FORKS = [0]  # processes this test process forked (the local driver runs in it)
 os.register_at_fork(before=lambda: FORKS.__setitem__(0, FORKS[0] + 1))
 

@@ -78,6 +78,9 @@ def streamed(stream: RowStream | None, shard: Any, rows: Iterable[Any]) -> Itera
         yield from rows
         return
     lo = shard.lo if type(shard) is Slice else 0
+    mark = getattr(stream, "mark_row", None)
+    if mark is not None:  # the engine would know which row a death comes in
+        rows = _marked(rows, mark, lo)
     chunk: list[Any] = []
     try:
         for row in rows:
@@ -91,6 +94,21 @@ def streamed(stream: RowStream | None, shard: Any, rows: Iterable[Any]) -> Itera
             stream(shard, lo, chunk)
         raise
     yield from chunk
+
+
+def _marked(rows: Iterable[Any], mark: Callable[[int], None], first: int) -> Iterator[Any]:
+    """``rows`` (numbered from ``first``), telling ``mark`` each row's number before it is
+    read (and, in a reader that runs the first unit, run)."""
+    found = iter(rows)
+    number = first
+    while True:
+        mark(number)
+        try:
+            row = next(found)
+        except StopIteration:
+            return
+        yield row
+        number += 1
 
 
 def sliced(rows: Iterable[Any], piece: Slice) -> Iterator[Any]:

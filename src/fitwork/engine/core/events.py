@@ -89,9 +89,10 @@ class Arrived(NamedTuple):
 class Exited(NamedTuple):
     """A worker is gone: ``clean`` when it stopped as asked; ``fatal`` if it never started.
 
-    ``died_in``: where its engine saw it die, ``(frame, place)``: the frame it had taken
-    (as its `Taken` said) and the place in it of the item it was running, counted across
-    the frame's segments; None where not known (a batch, calls at once, or between items)."""
+    ``died_in``: where its engine saw it die, ``(frame, place, row)``: the frame it had
+    taken (as its `Taken` said), the place in it of the item it was running, counted across
+    the frame's segments, and for a sharded source's reader the row of that shard it was
+    reading (-1: none); None where not known (a batch, calls at once, between items)."""
 
     worker: int
     clean: bool
@@ -99,7 +100,7 @@ class Exited(NamedTuple):
     cause: str = ""
     code: int | None = None
     fatal: str | None = None
-    died_in: tuple[int, int] | None = None
+    died_in: tuple[int, int, int] | None = None
 
 
 class Lost(NamedTuple):

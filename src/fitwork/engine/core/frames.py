@@ -21,12 +21,14 @@ from fitwork.engine.segment import Weight, weight_of
 
 class Piece(NamedTuple):
     """Rows ``[lo, hi)`` of an item (``hi`` None: to its end; ``width``: where a death splits
-    such a tail), and how many workers died holding them (``deaths``)."""
+    such a tail), how many workers died holding them (``deaths``), and the row the engine
+    named in the death that made the piece (``killer``; -1: none named)."""
 
     lo: int
     hi: int | None
     width: int
     deaths: int
+    killer: int = -1
 
 
 class Item:

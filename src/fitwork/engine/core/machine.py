@@ -338,19 +338,19 @@ class RunCore(Settling):
         self._note_replicas(event.now)
 
     def _named_item(self, worker: WorkerBooks,
-                    died_in: Sequence[int] | None) -> tuple[int, int] | None:
-        """The item (feed frame, offset) a dead worker was running, from where its engine saw
-        it die (`Exited.died_in`); None where not known, or where an item is a shard (a
-        reader's rows are narrowed down by row ranges instead)."""
-        if died_in is None or self.slices:
+                    died_in: Sequence[int] | None) -> tuple[int, int, int] | None:
+        """The item (feed frame, offset, and a shard's row, else -1) a dead worker was
+        running, from where its engine saw it die (`Exited.died_in`); None where not known,
+        or where a shard's row is not (its rows are narrowed down by row ranges)."""
+        if died_in is None:
             return None
-        key, place = died_in
+        key, place, row = died_in
         parts = worker.held.get(key)
-        if parts is None or place < 0:
+        if parts is None or place < 0 or (self.slices and row < 0):
             return None
         for frame_id, offsets in parts:
             if place < len(offsets):
-                return frame_id, offsets[place]
+                return frame_id, offsets[place], row
             place -= len(offsets)
         return None
 

@@ -133,11 +133,27 @@ class Retries:
                 f"{failure.unit!r}: {failure.error}); fix the unit or raise max_failures"))
 
     def _retry_held(self, held: Sequence[Sequence[tuple[int, Sequence[int]]]], unit: str,
-                    why: str, now: float, named: tuple[int, int] | None = None) -> None:
+                    why: str, now: float, named: tuple[int, int, int] | None = None) -> None:
         """The items a dead worker held (its frames' parts) go again.  Where its engine named
-        the item it died in (``named``: feed frame, offset), that item alone is retried as a
-        death's, and every other goes again as it was (`_resend`); else each part is
-        narrowed down (`_retry_part`)."""
+        the item it died in (``named``: feed frame, offset, a shard's row), that item alone
+        is retried as a death's, and every other goes again as it was (`_resend`); a shard's
+        row, where a piece of the shard died in it, is read alone (`_piece_died`); else each
+        part is narrowed down (`_retry_part`)."""
+        if named is not None and self.slices:
+            for parts in held:
+                for frame_id, offsets in parts:
+                    frame = self.frames.get(frame_id)
+                    if (frame_id == named[0] and frame is not None
+                            and frame.piece is not None and frame.origin is not None):
+                        owner, index = frame.origin
+                        if not owner.itemize()[index].settled and \
+                                frame.id in owner.itemize()[index].pieces:
+                            self._piece_died(owner, index, frame, unit, why, now,
+                                             row=named[2])
+                    else:
+                        self._retry_part(frame_id, offsets, unit, why, now,
+                                         named=named[1:] if frame_id == named[0] else None)
+            return
         if named is None:
             for parts in held:
                 for frame_id, offsets in parts:
@@ -197,10 +213,12 @@ class Retries:
         self.out.append(Send(rest.id, fresh(rest.id, values, 0), retry=True))
 
     def _retry_part(self, frame_id: int, offsets: Sequence[int], unit: str, why: str,
-                    now: float, blame: bool = True) -> None:
+                    now: float, blame: bool = True,
+                    named: tuple[int, int] | None = None) -> None:
         """Items ``offsets`` of a frame are gone with a worker: narrow them down and send them
         again.  Without ``blame`` (they ran, and their outputs went with another process)
-        they go again as they were, and the loss is no death of theirs alone."""
+        they go again as they were, and the loss is no death of theirs alone.  ``named``:
+        (offset, row) of a shard whose reader the engine saw die in that row."""
         frame = self.frames.get(frame_id)
         if frame is None:
             return
@@ -229,16 +247,21 @@ class Retries:
                 items[offset].attempt = 1
                 width = max(1, self.shard_rows // 2)
                 lo = delivered_rows(items[offset])  # rows delivered: not read again
-                self._send_piece(frame, offset, Piece(lo, None, width, 1), 0, now)
+                killer = named[1] if named is not None and named[0] == offset else -1
+                self._send_piece(frame, offset, Piece(lo, None, width, 1, killer), 0, now)
             else:
                 self._retry_or_poison(frame, offset, unit, why, now,
                                       alone=blame and frame.count == 1)
 
     def _piece_died(self, owner: Frame, index: int, frame: Frame, unit: str, why: str,
-                    now: float, blame: bool = True) -> None:
+                    now: float, blame: bool = True, row: int = -1) -> None:
         """A worker died holding rows ``piece`` of an item: split them, or retry the row it
         holds alone (poison once it has killed ``max_attempts`` workers).  Without
         ``blame`` the rows not yet delivered go again as one piece, on the same attempt.
+        Where the engine names the ``row`` it died in: the rows not delivered go again as
+        one piece that remembers the row (a row that kills once does not again), and where
+        that same row killed the piece's worker before, it is read alone and the rows around
+        it go again as they were: no halves, two deaths shared for such a row.
 
         A piece that delivered rows before it died (a streaming reader's chunks) got past
         the row that killed the worker before it: a reader streams a chunk only once its
@@ -255,6 +278,19 @@ class Retries:
         start = delivered_rows(item, lo)  # rows of it delivered: not read again
         if hi is not None and start >= hi:
             pass  # every row of it was delivered before its worker died
+        elif blame and start <= row and (hi is None or row < hi) and \
+                (hi is None or hi - start > 1):
+            if row != piece.killer:  # a row that may kill once: the rest as one piece
+                self._send_piece(owner, index, Piece(start, hi, width, deaths, row), 0, now)
+            else:  # it killed this piece's reader before too: alone, the rest as they were
+                if row > start:
+                    self._send_piece(owner, index, Piece(start, row, row - start,
+                                                         piece.deaths), 0, now)
+                self._send_piece(owner, index, Piece(row, row + 1, 1, deaths), 0, now)
+                if hi is None or row + 1 < hi:
+                    rest = hi - row - 1 if hi is not None else width
+                    self._send_piece(owner, index, Piece(row + 1, hi, rest, piece.deaths),
+                                     0, now)
         elif not blame:
             self._send_piece(owner, index, piece._replace(lo=start), frame.attempt, now)
         elif start > lo and (hi is None or hi - start > 1):  # another row killed it

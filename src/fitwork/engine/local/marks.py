@@ -2,13 +2,14 @@
 
 A worker writes, into its slot of an anonymous shared mapping the driver made before it
 forked anything (workers, zygotes and their spares inherit it), the frame it took and then
-the place in that frame of each item as the item starts.  When a worker dies, the driver
+the place in that frame of each item as the item starts (a reader of a sharded source, the
+row of its shard it reads, as each row starts).  When a worker dies, the driver
 reads its slot and names the item in its `Exited` (``died_in``), so the run core retries
 that item alone and sends the rest of the frame on (`fitwork.engine.core.retries`), where
 it would otherwise narrow the whole frame down.  Only a unit that runs one item at a time
 marks items: a batch, or calls at once, leave the place unknown and their frames go whole.
 
-A slot is ``(worker id, frame, place)``; slots are shared by worker ids modulo their
+A slot is ``(worker id, frame, place, row)``; slots are shared by worker ids modulo their
 count, so a read whose worker id is not the dead worker's (a later worker took the slot)
 names nothing.  The place is -1 between items (the frame's outputs are going out: a death
 then is no item's).
@@ -24,7 +25,7 @@ from __future__ import annotations
 import mmap
 
 SLOTS = 1 << 14
-"""Worker slots in a run's mapping (24 bytes each; pages are committed only once touched)."""
+"""Worker slots in a run's mapping (32 bytes each; pages are committed only once touched)."""
 STAGES = 512
 """Stage flags after the slots (a pipeline of more units marks none past these)."""
 
@@ -34,29 +35,30 @@ class Marks:
 
     def __init__(self, slots: int = SLOTS) -> None:
         self.slots = slots
-        self.memory = mmap.mmap(-1, 8 * (3 * slots + STAGES))  # anonymous, shared across fork
+        self.memory = mmap.mmap(-1, 8 * (4 * slots + STAGES))  # anonymous, shared across fork
         self.cells = memoryview(self.memory).cast("q")
 
     def bind(self, worker: int, stage: int) -> Mark:
         """Worker ``worker``'s slot, for it (of stage ``stage``) to write in its process."""
-        flag = 3 * self.slots + stage if stage < STAGES else None
-        return Mark(self.cells, 3 * (worker % self.slots), worker, flag)
+        flag = 4 * self.slots + stage if stage < STAGES else None
+        return Mark(self.cells, 4 * (worker % self.slots), worker, flag)
 
     def want(self, stage: int) -> None:
         """Have the workers of stage ``stage`` mark their items from their next frame on."""
         if stage < STAGES:
-            self.cells[3 * self.slots + stage] = 1
+            self.cells[4 * self.slots + stage] = 1
 
-    def died_in(self, worker: int) -> tuple[int, int] | None:
-        """The frame worker ``worker`` had taken and the place in it of the item it was
-        running; None where not known (no item running, or its slot is another's now)."""
-        cells, base = self.cells, 3 * (worker % self.slots)
+    def died_in(self, worker: int) -> tuple[int, int, int] | None:
+        """The frame worker ``worker`` had taken, the place in it of the item it was
+        running and the row of it (-1: not a reader's, or none started); None where not
+        known (no item running, or its slot is another's now)."""
+        cells, base = self.cells, 4 * (worker % self.slots)
         if cells[base] != worker:
             return None
-        frame, place = cells[base + 1], cells[base + 2]
+        frame, place, row = cells[base + 1], cells[base + 2], cells[base + 3]
         if place < 0 or cells[base] != worker:
             return None
-        return frame, place
+        return frame, place, row
 
     def close(self) -> None:
         """Unmap (the run is over: no worker writes any more)."""
@@ -79,17 +81,22 @@ class Mark:
     def took(self, frame: int) -> None:
         """The worker took frame ``frame`` and runs none of its items yet."""
         cells, base = self.cells, self.base
-        cells[base + 2] = -1
+        cells[base + 2] = cells[base + 3] = -1
         cells[base + 1] = frame
         cells[base] = self.worker
 
     def running(self, place: int) -> None:
         """The worker starts the item at ``place`` of its frame (across its segments)."""
+        self.cells[self.base + 3] = -1
         self.cells[self.base + 2] = place
+
+    def row(self, row: int) -> None:
+        """The worker, a reader, starts row ``row`` of the shard it reads."""
+        self.cells[self.base + 3] = row
 
     def between(self) -> None:
         """The worker runs no item now (its frame's outputs are going out)."""
-        self.cells[self.base + 2] = -1
+        self.cells[self.base + 2] = self.cells[self.base + 3] = -1
 
 
 __all__ = ["SLOTS", "Mark", "Marks"]

@@ -13,6 +13,7 @@ the shard's weights still add up to exactly its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fitwork.engine.parts import Written
@@ -33,6 +34,7 @@ class RowStreams:
         self.worker, self.kernel = worker, kernel
         self.places: dict[int, tuple[Segment, int]] = {}
         self.streamed: dict[int, tuple[int, int]] = {}  # id(value): chunks, next row
+        self.mark_row: Callable[[int], None] | None = None  # told each row as it starts
 
     def note(self, segments: list[Segment]) -> None:
         """A frame taken: where each of its values is (the reader is called with them)."""

@@ -181,8 +181,11 @@ class Worker:
         segments = typed(crossed)
         if self.mark is not None:
             self.mark.took(frame_id)
-            if self.serving is not None:  # mark this frame's items if a death would want it
-                self.serving.each = self.mark.running if self.mark.wanted() else None
+            wanted = self.mark.wanted()  # mark this frame's items if a death would want it
+            if self.serving is not None:
+                self.serving.each = self.mark.running if wanted else None
+            if self.streams is not None:
+                self.streams.mark_row = self.mark.row if wanted else None
         self.send(Taken(self.id, frame_id, [(s.frame, s.offsets) for s in segments],
                         time.monotonic()))
         if self.streams is not None:
