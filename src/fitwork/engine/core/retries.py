@@ -18,9 +18,12 @@ a stage's workers die, its frames shrink to hold about ``KILLER_SHARE`` of a dea
 items between deaths.
 
 Where the engine names the item a worker died in (`Exited.died_in`: a local worker marks
-each item as it starts it), that item alone is retried as a death's, and the rest of the
-worker's frames go again at once, together, in a frame no unit runs alone (`_resend`): a
-death then costs its item and a frame's re-run, and the stage's frames need not shrink.
+each item as it starts it, once its unit has lost one), that item alone is retried as a
+death's, and the rest of the worker's frames go again at once, together, in a frame no unit
+runs alone (`_resend`): a row that kills every time costs one death shared and then
+``max_attempts`` alone, where narrowing by groups cost a death a level (and, with such rows
+one in a thousand, isolated them back to back until the run stopped as a restart storm).
+Whether such a death shrinks the stage's frames is the engine's (`Policy.named_shrink`).
 
 An item of a sharded source's reader (``Stage.slices``) is a shard of thousands of rows,
 which only a reader can re-read: replaying its rows one by one would re-read the shard once
@@ -36,6 +39,10 @@ more per death (its open half mostly past the shard's end, holding nothing: ``wi
 half the largest shard's rows rounded up to a power of 2), ~10 ms of a worker's CPU a death
 in ``bench/poison.py``'s sharded runs, where every killer kills once; a row that kills every
 time pays one death more before it is alone.
+A local reader names the row it died in, too: the rows not delivered then go again as one
+piece that remembers it (`Piece.killer`: a row that kills once does not again), and a row
+that kills such a piece's reader as well is read alone, the rows around it as they were, in
+place of halving (about 13 deaths a row that kills every time in a 5,700-row shard; 5 now).
 The dead letter names the shard and the row. Any other row of a killing range is read again
 in a smaller one, and the paths it delivered before are not emitted twice; a range starts
 after the rows its item has delivered (`delivered_rows`: a local reader streams its rows
@@ -139,25 +146,13 @@ class Retries:
         is retried as a death's, and every other goes again as it was (`_resend`); a shard's
         row, where a piece of the shard died in it, is read alone (`_piece_died`); else each
         part is narrowed down (`_retry_part`)."""
-        if named is not None and self.slices:
-            for parts in held:
-                for frame_id, offsets in parts:
-                    frame = self.frames.get(frame_id)
-                    if (frame_id == named[0] and frame is not None
-                            and frame.piece is not None and frame.origin is not None):
-                        owner, index = frame.origin
-                        if not owner.itemize()[index].settled and \
-                                frame.id in owner.itemize()[index].pieces:
-                            self._piece_died(owner, index, frame, unit, why, now,
-                                             row=named[2])
-                    else:
-                        self._retry_part(frame_id, offsets, unit, why, now,
-                                         named=named[1:] if frame_id == named[0] else None)
-            return
         if named is None:
             for parts in held:
                 for frame_id, offsets in parts:
                     self._retry_part(frame_id, offsets, unit, why, now)
+            return
+        if self.slices:
+            self._retry_rows(held, unit, why, now, named)
             return
         by_frame: dict[int, list[int]] = {}
         for parts in held:
@@ -166,6 +161,24 @@ class Retries:
         for frame_id, offsets in by_frame.items():
             self._resend(frame_id, offsets, named[1] if frame_id == named[0] else None, unit,
                          why, now)
+
+    def _retry_rows(self, held: Sequence[Sequence[tuple[int, Sequence[int]]]], unit: str,
+                    why: str, now: float, named: tuple[int, int, int]) -> None:
+        """A sharded source's reader died in a row it named: a piece of a shard it held
+        goes again by that row (`_piece_died`); a whole shard as one piece from its first
+        row not delivered, remembering the row (`_retry_part`)."""
+        for parts in held:
+            for frame_id, offsets in parts:
+                frame = self.frames.get(frame_id)
+                if (frame_id != named[0] or frame is None or frame.piece is None
+                        or frame.origin is None):
+                    self._retry_part(frame_id, offsets, unit, why, now,
+                                     named=named[1:] if frame_id == named[0] else None)
+                    continue
+                owner, index = frame.origin
+                item = owner.itemize()[index]
+                if not item.settled and frame.id in item.pieces:
+                    self._piece_died(owner, index, frame, unit, why, now, row=named[2])
 
     def _resend(self, frame_id: int, offsets: Sequence[int], named: int | None, unit: str,
                 why: str, now: float) -> None:
