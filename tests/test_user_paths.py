@@ -32,7 +32,7 @@ import pytest
 
 from tests.conftest import short_temp
 from tests.user_paths.matrix import Case, all_pairs
-from tests.user_paths.sources import KILLS, MODULE, RAISES, ROWS, SCRIPTS
+from tests.user_paths.sources import KILLS, MODULE, POISONS, RAISES, ROWS, SCRIPTS
 
 FITWORK = str(Path(sys.executable).with_name("fitwork"))
 SHARDS = 4
@@ -251,6 +251,40 @@ def test_user_path(case: Case, workspace: Path, tmp_path: Path,
         killers = {i for i in range(ROWS) if i % KILLS[0] == KILLS[1]}
         assert {int(p.name) for p in (tmp_path / "marks").iterdir()} == killers, \
             "every killing row killed a worker once"
+
+
+@pytest.mark.parametrize("input_kind", ["jsonl", "shards"])
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_rows_that_kill_every_worker_are_dead_lettered_through_the_command_line(
+        input_kind: str, workspace: Path, tmp_path: Path) -> None:
+    """``fitwork run`` on the local engine over rows three of which kill every worker that
+    meets them: each of those rows is dead-lettered as poison, alone and by its id, every
+    other row's output is written once, and the run exits 1 naming the failure."""
+    rows = _rows()
+    poisons = {i for i in range(ROWS) if i % POISONS[0] == POISONS[1]}
+    for row in rows:
+        if row["id"] in poisons:
+            row["fail"] = "poison"
+    data = tmp_path / "data"
+    data.mkdir()
+    _write_inputs(data, rows)
+    case = Case("module", "local", "none", input_kind, "poison")
+    result = _run(_command(case, workspace, data, tmp_path, ""), workspace, _clean_env())
+    said = f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    assert result.returncode == 1, said
+    assert "poison" in result.stdout + result.stderr, said
+    outputs = {output["id"]: output for output in _outputs(case, tmp_path)}
+    assert len(outputs) == len(_outputs(case, tmp_path)), "outputs doubled"
+    assert outputs == {k: v for k, v in _expected("clean").items() if k not in poisons}
+    letters = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
+    assert sorted(letter["kind"] for letter in letters) == ["poison"] * len(poisons), said
+    if input_kind == "jsonl":
+        assert {letter["input"]["id"] for letter in letters} == poisons
+    else:  # a shard's letter names its file and the row in it
+        per = ROWS // SHARDS
+        assert sorted((Path(letter["input"]["shard"][0]).name, letter["input"]["row"])
+                      for letter in letters) == sorted((f"part{i // per}.jsonl", i % per)
+                                                       for i in poisons)
 
 
 def test_decompose_samples_the_rows_of_a_directory_of_shards(workspace: Path) -> None:

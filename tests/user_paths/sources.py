@@ -19,6 +19,10 @@ with killing rows: such a row says ``"fail": "kill:DIR"``, and a marker file per
 DIR says the row has killed once already.  (What a row does travels in the row, not the
 environment: a Ray worker has the environment of its node, not of the driver.)"""
 
+POISONS = 101, 42
+"""Rows whose id is 42 modulo 101 kill every worker that meets them (``"fail": "poison"``),
+in the test of such rows through the command line."""
+
 STAGES = textwrap.dedent('''
     import os
     import signal
@@ -28,6 +32,8 @@ STAGES = textwrap.dedent('''
     def _maybe_fail(ident, fail):
         if fail == "raise":
             raise ValueError(f"row {ident} is bad")
+        if fail == "poison":  # kills every worker that meets it
+            os.kill(os.getpid(), signal.SIGKILL)
         if fail and fail.startswith("kill:"):
             mark = Path(fail[len("kill:"):]) / str(ident)
             try:
