@@ -19,7 +19,9 @@ temp dir, this host's cores) against the local engine, driver-fed, in ``--rounds
 Ray first in even rounds and last in odd ones: wall seconds of each, their ratio, deaths,
 spares handed over (built by then), rows lost and doubled, each unit's items in, and the
 load average; ``--fork-first`` adds Ray with the option ``fork_first`` (every replica runs
-its unit in a forked child from the start) as a third contender.
+its unit in a forked child from the start) as a third contender.  ``--always SHARE`` adds
+rows that kill every worker that meets them to the bad-row runs: each must end
+dead-lettered as poison (the run fails otherwise), and the deaths each cost are printed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from fitwork.io.inputs import read_items
 
 MARKS = "FITWORK_BENCH_POISON_MARKS"
 BAD = "FITWORK_BENCH_POISON_PER_MILLION"
+ALWAYS = "FITWORK_BENCH_POISON_ALWAYS_PER_MILLION"
 WORK = "FITWORK_BENCH_POISON_WORK_US"
 
 
@@ -52,11 +55,20 @@ def bad(n: int, per_million: int) -> bool:
     return (n * 2654435761) % 1_000_000 < per_million
 
 
+def always(n: int, per_million: int, once: int) -> bool:
+    """Whether row ``n`` kills every worker that meets it (another fixed hash; never a row
+    that `bad` picks at ``once`` per million)."""
+    return (n * 40503 + 7919) % 1_000_000 < per_million and not bad(n, once)
+
+
 @unit(cpu=1.0)
 def decode(row: dict[str, Any]) -> dict[str, int]:
     """A light unit that dies the first time it meets a bad row."""
     n = int(row["n"])
-    if bad(n, int(os.environ.get(BAD, "0"))):
+    once = int(os.environ.get(BAD, "0"))
+    if always(n, int(os.environ.get(ALWAYS, "0")), once):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if bad(n, once):
         try:
             os.close(os.open(os.path.join(os.environ[MARKS], str(n)),
                              os.O_CREAT | os.O_EXCL))
@@ -111,6 +123,7 @@ class Outcome:
     frames: int = 0  # fresh frames fed (retries not counted)
     retries: int = 0  # retry frames (groups, singles, pieces)
     fed_twice: int = 0  # records fed again in retry frames
+    poisoned: int = 0  # rows dead-lettered as poison
 
 
 def core_of(result: Any) -> Any:
@@ -149,7 +162,7 @@ def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
         worker_cpu=(after.children_user + after.children_system
                     - cpu.children_user - cpu.children_system),
         forks=FORKS[0] - forks, frames=fresh, retries=core.retries,
-        fed_twice=core.fed_records - core.fed)
+        fed_twice=core.fed_records - core.fed, poisoned=record.poisoned)
 
 
 HEAD = (f"{'mode':<11} {'order':<10} {'spares':>6} {'clean rows/s':>13} {'bad rows/s':>11} "
@@ -185,13 +198,16 @@ def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
     os.environ[MARKS] = str(marks)
 
     def clean_run() -> Outcome:
-        os.environ[BAD] = "0"
+        os.environ[BAD] = os.environ[ALWAYS] = "0"
         outcome = run(mode, path, args.items, workdir, args.split_bytes, args.workers)
         assert outcome.seen == want, "the clean run lost or doubled rows"
         return outcome
 
     clean = clean_run() if clean_first else None
     os.environ[BAD] = str(per_million)
+    os.environ[ALWAYS] = str(round(args.always * 1_000_000))
+    poisons = [n for n in range(args.items)
+               if always(n, round(args.always * 1_000_000), per_million)]
     bads: list[tuple[str, Outcome, float]] = []
     for spares in args.spares.split(","):
         for mark in marks.iterdir():  # every once-killer kills again
@@ -200,17 +216,27 @@ def one_round(mode: str, path: Path, workdir: Path, args: argparse.Namespace,
                                  args.workers, int(spares)), os.getloadavg()[0]))
     clean = clean or clean_run()
     failed = False
-    for spares, bad, load in bads:
-        lost = sum((want - bad.seen).values())
-        doubled = sum((bad.seen - want).values())
+    kept = want - Counter(poisons)  # rows that kill every time make no output
+    once = sum(1 for n in range(args.items) if bad(n, per_million))
+    for spares, outcome, load in bads:
+        lost = sum((kept - outcome.seen).values())
+        doubled = sum((outcome.seen - kept).values())
+        failed |= outcome.poisoned != len(poisons)
         failed |= bool(lost or doubled)
-        ratios.setdefault(spares, []).append(clean.wall / bad.wall)
-        per_death = (bad.wall - clean.wall) / bad.restarts * 1e3 if bad.restarts else 0.0
+        ratios.setdefault(spares, []).append(clean.wall / outcome.wall)
+        per_death = ((outcome.wall - clean.wall) / outcome.restarts * 1e3
+                     if outcome.restarts else 0.0)
         print(f"{mode:<11} {'clean 1st' if clean_first else 'clean 2nd':<10} {spares:>6} "
-              f"{args.items / clean.wall:>13,.0f} {args.items / bad.wall:>11,.0f} "
-              f"{clean.wall / bad.wall:>6.2f} {bad.restarts:>9} {lost:>5} {doubled:>8} "
-              f"{per_death:>9.1f} {bad.handover_ms:>10.1f} {load:>5.1f}")
-        print(breakdown(mode, bad, clean, args.items), flush=True)
+              f"{args.items / clean.wall:>13,.0f} {args.items / outcome.wall:>11,.0f} "
+              f"{clean.wall / outcome.wall:>6.2f} {outcome.restarts:>9} {lost:>5} "
+              f"{doubled:>8} "
+              f"{per_death:>9.1f} {outcome.handover_ms:>10.1f} {load:>5.1f}")
+        print(breakdown(mode, outcome, clean, args.items), flush=True)
+        if poisons:  # each once-killer dies once: the other deaths are theirs
+            print(f"{'':<11} {len(poisons)} rows kill every time: {outcome.poisoned} "
+                  f"dead-lettered as poison, {(outcome.restarts - once) / len(poisons):.1f} "
+                  "deaths each",
+                  flush=True)
     return failed
 
 
@@ -275,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows (default 200,000; the issue's figure is 1,000,000)")
     parser.add_argument("--bad", type=float, default=0.001,
                         help="share of rows that kill their worker once (default 0.001)")
+    parser.add_argument("--always", type=float, default=0.0,
+                        help="share of rows that kill every worker that meets them (default "
+                             "0); each must end dead-lettered as poison, the rest output once")
     parser.add_argument("--split-bytes", type=int, default=1 << 20,
                         help="bytes of input a shard covers (default 1 MiB)")
     parser.add_argument("--workers", type=int, default=2)
