@@ -295,7 +295,8 @@ def ray_vs_local(args: argparse.Namespace, path: Path, workdir: Path, per_millio
     return failed
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The command line's settings."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000,
                         help="rows (default 200,000; the issue's figure is 1,000,000)")
@@ -326,7 +327,11 @@ def main(argv: list[str] | None = None) -> int:
                              "clean run first in even rounds and last in odd ones (default "
                              "2: both orders); the median ratio is printed (a shared host's "
                              "load moves a single run's speed several-fold)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
     per_million = round(args.bad * 1_000_000)
     with tempfile.TemporaryDirectory(prefix="fitwork-poison-") as temp:
         workdir = Path(temp)

@@ -291,19 +291,8 @@ class Retries:
         start = delivered_rows(item, lo)  # rows of it delivered: not read again
         if hi is not None and start >= hi:
             pass  # every row of it was delivered before its worker died
-        elif blame and start <= row and (hi is None or row < hi) and \
-                (hi is None or hi - start > 1):
-            if row != piece.killer:  # a row that may kill once: the rest as one piece
-                self._send_piece(owner, index, Piece(start, hi, width, deaths, row), 0, now)
-            else:  # it killed this piece's reader before too: alone, the rest as they were
-                if row > start:
-                    self._send_piece(owner, index, Piece(start, row, row - start,
-                                                         piece.deaths), 0, now)
-                self._send_piece(owner, index, Piece(row, row + 1, 1, deaths), 0, now)
-                if hi is None or row + 1 < hi:
-                    rest = hi - row - 1 if hi is not None else width
-                    self._send_piece(owner, index, Piece(row + 1, hi, rest, piece.deaths),
-                                     0, now)
+        elif blame and start <= row and (hi is None or (row < hi and hi - start > 1)):
+            self._piece_by_row(owner, index, piece, start, row, now)
         elif not blame:
             self._send_piece(owner, index, piece._replace(lo=start), frame.attempt, now)
         elif start > lo and (hi is None or hi - start > 1):  # another row killed it
@@ -329,6 +318,24 @@ class Retries:
                 item=owner.src + index, run_id=self.run_id))
         if not item.pieces and not item.settled:
             self._settle_item(owner, item, now, progress=False)
+
+    def _piece_by_row(self, owner: Frame, index: int, piece: Piece, start: int, row: int,
+                      now: float) -> None:
+        """The rows of ``piece`` from ``start`` on go again by the ``row`` its worker died
+        in: as one piece that remembers the row (a row that kills once does not again), or,
+        where that row made this piece too, the row alone and the rows around it as they
+        were."""
+        hi, width, deaths = piece.hi, piece.width, piece.deaths + 1
+        if row != piece.killer:
+            self._send_piece(owner, index, Piece(start, hi, width, deaths, row), 0, now)
+            return
+        if row > start:
+            self._send_piece(owner, index, Piece(start, row, row - start, piece.deaths), 0,
+                             now)
+        self._send_piece(owner, index, Piece(row, row + 1, 1, deaths), 0, now)
+        if hi is None or row + 1 < hi:
+            rest = hi - row - 1 if hi is not None else width
+            self._send_piece(owner, index, Piece(row + 1, hi, rest, piece.deaths), 0, now)
 
     def _send_piece(self, owner: Frame, index: int, piece: Piece, attempt: int,
                     now: float) -> None:
