@@ -49,6 +49,7 @@ from fitwork.engine.core import (
     Send,
     Spawn,
     Stage,
+    Stale,
     Tick,
 )
 from fitwork.engine.core.account import assemble
@@ -176,7 +177,8 @@ class Shell:
             DeadLetter: lambda i: self.dead.write(i.failure),
             Emit: self._emit, FrameSizes: self.frame_sizes,
             RestoreCredits: lambda _: self.restore_credits(), Abort: self._abort,
-            Report: self._report, Drain: self.drain, Finished: lambda _: None,
+            Report: self._report, Drain: self.drain, Stale: self.stale,
+            Finished: lambda _: None,
         }
 
     # -- what an engine supplies -----------------------------------------------------------
@@ -213,6 +215,10 @@ class Shell:
     def drain(self, instruction: Drain) -> None:
         """Have a batched stage's replicas run what they hold without waiting for fuller
         batches (engines whose replicas wait; others go on as they were)."""
+
+    def stale(self, instruction: Stale) -> None:
+        """Have a reader still streaming that item's rows stop (engines whose readers
+        stream; others go on as they were)."""
 
     def wait(self) -> None:
         """Block until something arrives, or a short while passes."""

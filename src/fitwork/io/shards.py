@@ -43,7 +43,7 @@ READER = "read"
 STREAM_ROWS = 128
 """Rows a reader hands on at a time while an engine streams its rows (`streamed`)."""
 
-RowStream = Callable[[Any, int, list[Any]], None]
+RowStream = Callable[[Any, int, list[Any]], bool | None]
 """What an engine sets as a reader's ``stream``: called with the shard (or `Slice`) being
 read, the number of the first row of a chunk, and the chunk's children, which it sends on
 at once (the reader does not yield them)."""
@@ -73,7 +73,9 @@ def streamed(stream: RowStream | None, shard: Any, rows: Iterable[Any]) -> Itera
     handed on (and the engine reported) the rows before its last chunk.  A read that
     raises (a corrupt line of a shard read with ``bad_input="error"``) hands on every row
     before the fault first: they are delivered, and the shard's dead letter names the
-    fault (an engine that does not stream, Ray's, delivers none of that shard)."""
+    fault (an engine that does not stream, Ray's, delivers none of that shard).  A stream
+    that answers False wants no more of the shard (it goes again as new pieces): the read
+    stops there, yielding nothing."""
     if stream is None:
         yield from rows
         return
@@ -86,7 +88,8 @@ def streamed(stream: RowStream | None, shard: Any, rows: Iterable[Any]) -> Itera
         for row in rows:
             chunk.append(row)
             if len(chunk) >= STREAM_ROWS:
-                stream(shard, lo, chunk)
+                if stream(shard, lo, chunk) is False:
+                    return
                 lo += len(chunk)
                 chunk = []
     except Exception:

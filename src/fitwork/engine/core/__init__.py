@@ -32,6 +32,7 @@ from fitwork.engine.core.instructions import (
     Retire,
     Send,
     Spawn,
+    Stale,
 )
 from fitwork.engine.core.policy import Policy
 from fitwork.engine.core.workers import WorkerBooks
@@ -55,5 +56,5 @@ __all__ = [
     "Abort", "Arrived", "Counters", "DeadLetter", "Done", "Drain", "Emit", "Event", "Exited",
     "Fed", "Finished", "FrameSizes", "Instruction", "Lost", "Measured", "Policy", "Ready",
     "Report", "Resize", "RestoreCredits", "Retire", "RunCore", "Send", "Spawn", "Stage",
-    "Taken", "Tick", "WorkerBooks",
+    "Stale", "Taken", "Tick", "WorkerBooks",
 ]

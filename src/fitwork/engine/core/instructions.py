@@ -93,11 +93,21 @@ class Drain:
 
 
 @dataclass(frozen=True, slots=True)
+class Stale:
+    """Item ``offset`` of frame ``frame`` (a sharded source's shard, or a piece of one) goes
+    again as new pieces: a reader still streaming its rows may stop, and send on none more
+    (engines whose readers do not stream, or have died with it, go on as they were)."""
+
+    frame: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """Every source item is settled: stop the workers and close the run."""
 
 
 Instruction = (Send | Spawn | Retire | DeadLetter | Emit | FrameSizes | RestoreCredits | Abort
-               | Report | Drain | Finished)
+               | Report | Drain | Stale | Finished)
 INSTRUCTIONS = (Send, Spawn, Retire, DeadLetter, Emit, FrameSizes, RestoreCredits, Abort, Report,
-                Drain, Finished)
+                Drain, Stale, Finished)

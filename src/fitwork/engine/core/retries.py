@@ -39,14 +39,18 @@ more per death (its open half mostly past the shard's end, holding nothing: ``wi
 half the largest shard's rows rounded up to a power of 2), ~10 ms of a worker's CPU a death
 in ``bench/poison.py``'s sharded runs, where every killer kills once; a row that kills every
 time pays one death more before it is alone.
-A local reader names the row it died in, too: the rows not delivered then go again as one
-piece that remembers it (`Piece.killer`: a row that kills once does not again), and a row
-that kills such a piece's reader as well is read alone, the rows around it as they were, in
-place of halving (about 13 deaths a row that kills every time in a 5,700-row shard; 5 now).
-The dead letter names the shard and the row. Any other row of a killing range is read again
-in a smaller one, and the paths it delivered before are not emitted twice; a range starts
-after the rows its item has delivered (`delivered_rows`: a local reader streams its rows
-as it reads, so most of a shard read before a death is not read again).
+A local reader names the row it died in, too, and a unit after a reader of its own the row
+it runs (by its path): the rows not delivered then go again as one piece that remembers it
+(`Piece.killer`: a row that kills once does not again), and a row that kills such a piece's
+reader as well is read alone, the rows around it as they were, in place of halving (about
+13 deaths a row that kills every time in a 5,700-row shard; 5 now). A reader still
+streaming the shard or piece that went again is told to stop (`Stale`): it went on handing
+every later row, killers too, to the next unit once per piece (about 15 deaths a row that
+kills every time, 5-6 now). The dead letter names the shard and the row. Any other row of a
+killing range is read again in a smaller one, and the paths it delivered before are not
+emitted twice; a range starts after the rows its item has delivered (`delivered_rows`: a
+local reader streams its rows as it reads, so most of a shard read before a death is not
+read again).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from fitwork.engine.core.frames import Frame, Item, Piece
-from fitwork.engine.core.instructions import Abort, DeadLetter, Instruction, Send
+from fitwork.engine.core.instructions import Abort, DeadLetter, Instruction, Send, Stale
 from fitwork.engine.core.policy import Policy
 from fitwork.engine.segment import fresh
 from fitwork.errors import TooManyFailures
@@ -258,6 +262,7 @@ class Retries:
         for offset in held:
             if self.slices:  # the rows not delivered, as one piece: bisected if it dies
                 items[offset].attempt = 1
+                self.out.append(Stale(frame.id, offset))  # a reader reading it: stop
                 width = max(1, self.shard_rows // 2)
                 lo = delivered_rows(items[offset])  # rows delivered: not read again
                 killer = named[1] if named is not None and named[0] == offset else -1
@@ -288,6 +293,7 @@ class Retries:
         lo, hi, width, deaths = piece.lo, piece.hi, piece.width, piece.deaths + 1
         item.pieces.discard(frame.id)
         self.frames.pop(frame.id, None)
+        self.out.append(Stale(frame.id, 0))  # a reader still reading the piece: stop
         start = delivered_rows(item, lo)  # rows of it delivered: not read again
         if hi is not None and start >= hi:
             pass  # every row of it was delivered before its worker died

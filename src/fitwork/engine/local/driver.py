@@ -42,6 +42,7 @@ from fitwork.engine.core import (
     Retire,
     Send,
     Spawn,
+    Stale,
     Taken,
 )
 from fitwork.engine.core.account import counted_items
@@ -325,6 +326,9 @@ class LocalRun(Shell):
 
     def drain(self, instruction: Drain) -> None:
         self.channels[instruction.stage].put_drain()
+
+    def stale(self, instruction: Stale) -> None:
+        self.marks.stale(instruction.frame, instruction.offset)
 
     def frame_sizes(self, instruction: FrameSizes) -> None:
         told = sizes_told(instruction.sizes, instruction.measured,

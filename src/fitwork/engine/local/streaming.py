@@ -9,6 +9,13 @@ driver), so the run core's books hold the rows delivered before a death and a re
 only the rest (`fitwork.engine.core.retries`).  When the call ends, the rows it yielded
 settle as a `Slice` from the first row not streamed, with the weight left (``e + C``):
 the shard's weights still add up to exactly its own.
+
+A shard (or piece of one) whose rows the run core sends again as new pieces, after a death
+in a later unit, is *stale* (`fitwork.engine.local.marks.Mark.is_stale`): the reader sends
+none of its rows more and stops reading it, and the call settles nothing of it (the new
+pieces carry its weight).  Streaming on had every later row of the shard, a row that kills
+every time too, reach the next unit once per piece: about 15 deaths a such row, where
+naming the row and stopping the stream cost 5-6 (`tests/engine/test_poison.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ class RowStreams:
         self.places: dict[int, tuple[Segment, int]] = {}
         self.streamed: dict[int, tuple[int, int]] = {}  # id(value): chunks, next row
         self.mark_row: Callable[[int], None] | None = None  # told each row as it starts
+        self.stopped: set[int] = set()  # id(value) of stale values: they settle nothing
 
     def note(self, segments: list[Segment]) -> None:
         """A frame taken: where each of its values is (the reader is called with them)."""
@@ -42,9 +50,14 @@ class RowStreams:
             for j, value in enumerate(segment.values):
                 self.places[id(value)] = (segment, j)
 
-    def __call__(self, value: Any, lo: int, rows: list[Any]) -> None:
-        """Settle rows ``lo..`` of ``value`` as its next chunk and send them on now."""
+    def __call__(self, value: Any, lo: int, rows: list[Any]) -> bool:
+        """Settle rows ``lo..`` of ``value`` as its next chunk and send them on now; False
+        (nothing sent) where the value is stale: its reader stops."""
         segment, j = self.places[id(value)]
+        mark = self.worker.mark
+        if mark is not None and mark.is_stale(segment.frame, segment.offsets[j]):
+            self.stopped.add(id(value))
+            return False
         chunks = self.streamed.get(id(value), (0, 0))[0] + 1
         self.streamed[id(value)] = (chunks, lo + len(rows))
         exp = (segment.exps[j] if segment.exps else 0) + chunks
@@ -59,12 +72,15 @@ class RowStreams:
             worker.items_out += sum(len(s.values) for s in worker.written)
             worker.send(Written(worker.written))
             worker.written = []
+        return True
 
     def finished(self, frames: list[Finished]) -> list[Finished]:
         """``frames`` with each streamed value's segment settling only what it yielded:
         from its first row not streamed, with the weight left."""
         out = []
         for frame in frames:
+            if self.stopped:
+                frame = self._unstale(frame)
             segments = [self._rest(s, r) for s, r in zip(frame.segments, frame.results,
                                                          strict=True)]
             out.append(frame._replace(segments=segments))
@@ -73,6 +89,21 @@ class RowStreams:
                     self.places.pop(id(value), None)
                     self.streamed.pop(id(value), None)
         return out
+
+    def _unstale(self, frame: Finished) -> Finished:
+        """``frame`` without its stale values (they settle nothing: new pieces carry them)."""
+        stopped = self.stopped
+        segments, results = [], []
+        for segment, got in zip(frame.segments, frame.results, strict=True):
+            kept = [j for j, v in enumerate(segment.values) if id(v) not in stopped]
+            for value in segment.values:
+                if id(value) in stopped:
+                    stopped.discard(id(value))
+                    self.places.pop(id(value), None)
+                    self.streamed.pop(id(value), None)
+            segments.append(segment if len(kept) == len(segment.values) else segment.keep(kept))
+            results.append(got if len(kept) == len(got) else [got[j] for j in kept])
+        return frame._replace(segments=segments, results=results)
 
     def _rest(self, segment: Segment, results: list[Any]) -> Segment:
         """``segment`` with its streamed values as the rest of them (a call that failed

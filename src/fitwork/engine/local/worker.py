@@ -180,7 +180,7 @@ class Worker:
         (frame_id, crossed), size = self.wire.loads(data)
         segments = typed(crossed)
         if self.mark is not None:
-            self.mark_items(frame_id)
+            self.mark_items(frame_id, segments)
         self.send(Taken(self.id, frame_id, [(s.frame, s.offsets) for s in segments],
                         time.monotonic()))
         if self.streams is not None:
@@ -189,20 +189,25 @@ class Worker:
         self.bytes_in += size
         return frame_id, segments
 
-    def mark_items(self, frame_id: int) -> None:
+    def mark_items(self, frame_id: int, segments: list[Segment]) -> None:
         """Mark frame ``frame_id`` taken and, if the driver wants items named (this unit
-        has lost a worker), each item as it starts, and a reader's each row.  Rows that
-        reach a unit after the reader are not named: a reader streams the rest of a shard
-        to the next unit after a death there, so naming them made a piece per death, each
-        streaming every later killer of its shard again (a scratch run of 20,000 rows took
-        twice as long)."""
+        has lost a worker), each item as it starts, and a reader's each row.  A row a
+        reader handed on is named by its path (the row of its shard): the core reads the
+        rest of the shard again as a piece that remembers the row, and the reader still
+        streaming the shard stops (`fitwork.engine.core.Stale`)."""
         mark = self.mark
         assert mark is not None
         mark.took(frame_id)
         wanted = mark.wanted()
         if self.streams is not None:
             self.streams.mark_row = mark.row if wanted else None
-        if self.serving is not None:
+        if self.serving is None:
+            return
+        if wanted and self.streams is None and any(s.paths for s in segments):
+            rows = [p[0] if s.paths and p else -1 for s in segments
+                    for p in (s.paths or [()] * len(s.values))]
+            self.serving.each = lambda place: mark.running(place, rows[place])
+        else:
             self.serving.each = mark.running if wanted else None
 
     def frame_limit(self, total: int) -> int:
