@@ -4,7 +4,8 @@ A unit SIGKILLs its own worker (as a native decoder's segfault does) the first t
 meets a "bad" row: ``--bad`` of the rows (0.1% by default), chosen by a hash of the row
 number; a marker file per row, made before the kill, lets the next worker that meets it
 live.  The same rows run on the local engine driver-fed (a JSON Lines file read by this
-process) and sharded (`Source.files` into `Sink.files` parts), each once with no bad rows
+process) and sharded (`Source.files` into `Sink.files` parts; ``--modes sharded-own``: with a
+reader of its own in front of the unit), each once with no bad rows
 and once with them per ``--spares`` count (spare workers forked ahead; 0: none), in
 ``--rounds`` rounds, the clean run first in even rounds and last in odd ones.  Printed per
 run: rows/s of both, their ratio, worker restarts, rows lost and doubled (both must be 0:
@@ -144,9 +145,10 @@ def run(mode: str, path: Path, items: int, workdir: Path, split_bytes: int,
         with fitwork.run(pipeline, read_items(path), engine="local",
                          workers={"decode": workers}, spares=spares) as result:
             seen = Counter(row["n"] for row in result)
-    else:
+    else:  # sharded: the readers run decode; sharded-own: a reader of its own hands rows on
+        asked = {"decode": workers} | ({"read": 1} if mode == "sharded-own" else {})
         with fitwork.run(pipeline, Source.files(str(path), split_bytes=split_bytes),
-                         engine="local", workers={"decode": workers}, spares=spares,
+                         engine="local", workers=asked, spares=spares,
                          output=fitwork.Sink.files(out)) as result:
             for _ in result:
                 pass
