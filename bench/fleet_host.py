@@ -2,15 +2,17 @@
 
 The three pipelines of ``examples/jobs`` (weights 2:1:1) are profiled once and planned two
 ways: each alone with `fitwork plan` (the status quo: every team plans the whole host for
-itself) and together with `fitwork plan --jobs` (fair).  Then, alternating, ``--trials``
+itself) and together with `fitwork plan --jobs` (fair). Then, alternating, ``--trials``
 times each: every pipeline alone with its own plan (what it gets owning the host, the
 normaliser), the three alone-plans started at once (status quo), and `fitwork run --jobs
---plan` (fitwork).  A pipeline's rate is its items over the time from its contender's
-launch to its end (start-up, and any wait for the cluster, included); the aggregate
-normalised throughput is the sum over pipelines of rate ÷ its rate alone, the weighted one
-weighs each by its weight.  From the fleet record: each pipeline's realized share of the
-cores against its planned share while all three run, and how the others' cores grew once the
-first finished (the re-fit).  Everything through the CLI, in subprocesses, as a user runs it.
+--plan` (fitwork). A pipeline's rate is its items over the time from its contender's launch
+to its end (start-up, and any wait for the cluster, included); the aggregate normalised
+throughput is the sum over pipelines of rate ÷ its rate alone, the weighted one weighs each
+by its weight; under the ratio, the ceiling the status quo's own figures allow where the
+cores are all that is shared (`print_ceiling`). From the fleet record: each pipeline's
+realized share of the cores against its planned share while all three run, and how the
+others' cores grew once the first finished (the re-fit). Everything through the CLI, in
+subprocesses, as a user runs it.
 """
 
 from __future__ import annotations
@@ -283,8 +285,26 @@ def print_rates(rows: dict[str, list[dict[str, float]]]) -> None:
     ours = statistics.median(normalised(r, base, False) for r in rows["fitwork"])
     ratio = f"{ours / quo:.2f}x" if quo > 0 else "- (the status quo did nothing)"
     print(f"fitwork / status quo, aggregate normalised throughput: {ratio} (aim >= 1.2x)")
+    print_ceiling(rows, base, quo)
     for failed in FAILED:
         print(f"failed, counted as 0 items/s: {failed}")
+
+
+def print_ceiling(rows: dict[str, list[dict[str, float]]], base: dict[str, float],
+                  quo: float) -> None:
+    """What any split of the cores can reach, from the status quo's own figures, where the
+    cores are all the pipelines share and each keeps its CPU per item: the status quo's
+    unweighted sum is the host's capacity in alone-rates, so a split moves the sum only by
+    what start-up and oversubscription waste, and the weighted sum at most to the
+    capacity's share in proportion to the weights (the fair plan's)."""
+    if quo <= 0:
+        return
+    quo_weighted = statistics.median(normalised(r, base, True) for r in rows["status quo"])
+    weights = [WEIGHTS[n] for n in NAMES]
+    fair = quo * sum(w * w for w in weights) / sum(weights)
+    print(f"ceiling where the cores are all that is shared: unweighted 1.00x (any split sums "
+          f"to the status quo's {quo:.2f}); weighted, shares by weight, {fair:.2f} / "
+          f"{quo_weighted:.2f} = {fair / quo_weighted:.2f}x")
 
 
 def print_plan_held(cwd: Path, plan: FleetPlan, records: list[FleetRecord]) -> None:

@@ -93,6 +93,42 @@ def test_a_clean_sharded_run_settles_every_shard_whole(tmp_path: Path) -> None:
     assert result.record.worker_restarts == 0
 
 
+@pytest.mark.parametrize("block", [7, 97, 4096, 1 << 16])
+def test_a_slice_passes_rows_in_blocks_as_it_would_line_by_line(
+        tmp_path: Path, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows passed a block at a time (`fitwork.io.shards._skip_rows`) are the rows a line
+    by line reading passes: blank and white-space lines (no rows), CRLF, a byte-order mark,
+    lines that start with a space or hold an array, a line longer than the block, shards
+    that start and end mid-line, blocks that end anywhere; and alike lines, which pass
+    by counting."""
+    import random
+
+    import fitwork.io.shards as shards
+
+    monkeypatch.setattr(shards, "SKIP_BLOCK", block)
+    pick = random.Random(block)
+    lines = []
+    for n in range(4000):
+        kind = pick.random() if n >= 2000 else 1.0  # alike lines first: two counts a block
+        if kind < 0.05:
+            lines.append(pick.choice(["", " ", "\t", "\r", "  \r"]))
+        elif kind < 0.1:
+            lines.append(" " + json.dumps([n, "x" * pick.randrange(40)]))
+        elif kind < 0.12:
+            lines.append(json.dumps({"n": n}) + "\r")
+        else:
+            lines.append(json.dumps({"n": n, "pad": "y" * pick.randrange(30)}))
+    lines[2500] = json.dumps({"n": 2500, "long": "z" * 70_000})
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + ("\n".join(lines) + "\n").encode())
+    for shard in file_shards(str(path), 20_000):
+        rows = list(read_shard(shard))
+        for lo in sorted({0, 1, 2, len(rows) // 3, len(rows) // 2, len(rows) - 1, len(rows),
+                          *pick.sample(range(max(1, len(rows))), min(5, len(rows)))}):
+            assert list(read_slice(read_shard, Slice(shard, lo, None))) == rows[lo:], lo
+            assert list(read_slice(read_shard, Slice(shard, lo, lo + 3))) == rows[lo:lo + 3]
+
+
 def test_a_slice_of_a_jsonl_shard_skips_its_first_rows_unparsed(tmp_path: Path) -> None:
     """`read_slice` yields what slicing the whole shard's rows yields (blank lines are no
     rows), for shards that start mid-file and slices open or closed."""
