@@ -217,22 +217,33 @@ def test_a_shard_s_rows_that_kill_every_time_are_named_not_bisected(tmp_path: Pa
     row that kills that piece's reader too is read alone.  Each row that kills every time
     costs at most two deaths shared and ``max_attempts`` alone (bisecting the shard by row
     ranges cost about 13 a row: 544 deaths for 40 such rows in 40,000)."""
+    deaths, killers = sparse_sharded(tmp_path, files=1, split_bytes=1 << 17,  # ~8,000 rows
+                                     workers={"sparse": 2})
+    assert 4 * killers <= deaths <= 5 * killers + 2
+
+
+def sparse_sharded(tmp_path: Path, files: int, split_bytes: int,
+                   workers: dict[str, int]) -> tuple[int, int]:
+    """20,000 rows in ``files`` files through `sparse_killer`, sharded: every other row's
+    output once, each killer dead-lettered; the deaths and the killers."""
     inputs = tmp_path / "in"
     inputs.mkdir()
-    (inputs / "rows.jsonl").write_text("".join(json.dumps({"n": n}) + "\n"
-                                               for n in range(20_000)))
+    size = 20_000 // files
+    for k in range(files):
+        (inputs / f"rows{k}.jsonl").write_text("".join(
+            json.dumps({"n": n}) + "\n" for n in range(k * size, (k + 1) * size)))
     dead, out = tmp_path / "dead.jsonl", tmp_path / "out"
-    source = Source.files(str(inputs), split_bytes=1 << 17)  # ~8,000 rows a shard
-    with fitwork.run(Pipeline(sparse_killer), source, engine="local",
-                     workers={"sparse": 2}, output=fitwork.Sink.files(out),
-                     dead_letter=dead, max_attempts=3, max_failures=100) as result:
+    source = Source.files(str(inputs), split_bytes=split_bytes)
+    with fitwork.run(Pipeline(sparse_killer), source, engine="local", workers=workers,
+                     output=fitwork.Sink.files(out), dead_letter=dead, max_attempts=3,
+                     max_failures=100) as result:
         list(result)
     killers = [n for n in range(20_000) if sparse(n)]
     assert Counter(int(r) for r in read_parts(out)) == \
         Counter(n for n in range(20_000) if not sparse(n))
     assert len(letters_of(dead)) == len(killers)
     assert result.record.status == "completed"
-    assert 4 * len(killers) <= result.record.worker_restarts <= 5 * len(killers) + 2
+    return result.record.worker_restarts, len(killers)
 
 
 def test_rows_that_kill_every_time_behind_a_reader_of_its_own_are_named(
@@ -243,23 +254,9 @@ def test_rows_that_kill_every_time_behind_a_reader_of_its_own_are_named(
     piece).  Each row that kills every time costs about five deaths; the code before cost
     about 15 (307-317 deaths for these 20 rows: row ranges bisected, streams never
     stopped), and stopping streams without naming 14."""
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    for k in range(4):
-        (inputs / f"rows{k}.jsonl").write_text("".join(
-            json.dumps({"n": n}) + "\n" for n in range(k * 5_000, (k + 1) * 5_000)))
-    dead, out = tmp_path / "dead.jsonl", tmp_path / "out"
-    source = Source.files(str(inputs), split_bytes=64_000)  # ~5,000 rows a shard
-    with fitwork.run(Pipeline(sparse_killer), source, engine="local",
-                     workers={"sparse": 2, "read": 1}, output=fitwork.Sink.files(out),
-                     dead_letter=dead, max_attempts=3, max_failures=100) as result:
-        list(result)
-    killers = [n for n in range(20_000) if sparse(n)]
-    assert Counter(int(r) for r in read_parts(out)) == \
-        Counter(n for n in range(20_000) if not sparse(n))
-    assert len(letters_of(dead)) == len(killers)
-    assert result.record.status == "completed"
-    assert 4 * len(killers) <= result.record.worker_restarts <= 7 * len(killers)
+    deaths, killers = sparse_sharded(tmp_path, files=4, split_bytes=64_000,  # ~5,000 rows
+                                     workers={"sparse": 2, "read": 1})
+    assert 4 * killers <= deaths <= 7 * killers
 
 
 FORKS = [0]  # processes this test process forked (the local driver runs in it)
