@@ -436,7 +436,7 @@ def _skip_rows(handle: Any, position: int, stop: int, skip: int) -> tuple[int, i
     (the handle put there) and the rows left to pass line by line.
     Passing a 1 MiB shard's 70,000 rows with a `readline` each cost 33 ms, most of what a
     death cost in a sharded run whose piece starts deep in its shard."""
-    while skip:
+    while skip and position < stop:
         block = handle.read(SKIP_BLOCK)
         # past the last whole line that ends by the shard's end (the rest: the next block)
         cut = block.rfind(b"\n", 0, min(len(block), stop - position)) + 1
