@@ -11,9 +11,9 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+from bench_shape import Shape, spin
 
 from fitwork import Pipeline, unit
-from heldout.shape import Shape, spin
 
 LAUNCH_S = 0.003  # the model's fixed CPU cost per call, whatever the batch
 FEATURES = 512

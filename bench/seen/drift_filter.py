@@ -9,9 +9,9 @@ of the whole file do).  The filter keeps 80% of the items at phase 0, falling li
 from __future__ import annotations
 
 import numpy as np
+from bench_shape import Shape
 
 from fitwork import Pipeline, unit
-from heldout.shape import Shape
 
 PERIOD = 10_000
 DRIFT = 3_000  # items over which the keep ratio falls from EARLY to LATE

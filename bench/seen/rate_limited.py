@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 import numpy as np
+from bench_shape import Shape
 
 from fitwork import Pipeline, unit
-from heldout.shape import Shape
 
 RATE = 200.0  # requests per second the service allows
 BURST = 8  # requests it allows at once above the rate

@@ -8,9 +8,9 @@ replica's first few dozen calls are slow and every later call takes about a mill
 from __future__ import annotations
 
 import numpy as np
+from bench_shape import Shape, spin
 
 from fitwork import Pipeline, unit
-from heldout.shape import Shape, spin
 
 SHAPES = 24  # distinct input shapes, each compiled once per replica
 COMPILE_S = 0.012

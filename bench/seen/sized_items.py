@@ -11,9 +11,9 @@ import itertools
 import math
 
 import numpy as np
+from bench_shape import Shape
 
 from fitwork import Pipeline, unit
-from heldout.shape import Shape
 
 MEDIAN_TOKENS = 600
 SIGMA = 1.1

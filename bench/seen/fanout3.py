@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+from bench_shape import Shape
 
 from fitwork import Pipeline, unit
-from heldout.shape import Shape
 
 VIEWS = ((24, 8), (48, 22), (96, 35))  # (side, passes) of each view
 
