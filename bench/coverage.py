@@ -10,8 +10,8 @@ Two checks, each with its n:
 2. Plans, on this host: ``bench/fit_quality.py``'s pipelines (all, or ``--only``: names, or
    the sets ``trained`` and ``heldout``), in two tables: the trained shapes (fit_quality's
    own and bench/seen/'s, which the model was tuned on, changed for or read against) and
-   the held-out shapes (bench/heldout/, frozen at commit HELD_OUT_AT of
-   fit_quality_table.py, never used to change the model).  Each
+   the held-out shapes (bench/heldout/, frozen at commit 3667fd1 (HELD_OUT_AT of
+   fit_quality_table.py), never used to change the model).  Each
    profiled and fitted, its plan run ``--runs`` times (each run at least ``--seconds`` at
    the predicted rate, so start-up is a small part of it); the share of runs whose realized
    throughput (the run record's, as fit_quality reads it) falls inside the plan's range,

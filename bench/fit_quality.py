@@ -8,7 +8,7 @@ Two sets of pipelines, reported in separate tables:
   at every stop since).  All are training data now: sleep_io, batch_faster, lookup_model,
   filter and blas_stages each drove a model change (7b2ae79, 3fdcc1b, f72b42c, 9cbeb66,
   a69cfff), and every one of them has been run and read while the model was changed.
-- held-out shapes: bench/heldout/, frozen at commit HELD_OUT_AT (fit_quality_table.py)
+- held-out shapes: bench/heldout/, frozen at commit 3667fd1 (HELD_OUT_AT, fit_quality_table.py)
   (shelling out to gzip, GIL-free CPU work, seven light stages, I/O at both ends with one
   undeclared, I/O and CPU in one unit, padded batches), written before any model change
   of stop 47 and never used to make one; a shape that drives a change moves to the

@@ -56,7 +56,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
 )
 
 
-HELD_OUT_AT = "eb8f9d57bd3d109c078487787b0a04679663c8c4"  # the commit bench/heldout/ froze at
+HELD_OUT_AT = "3667fd149aa8355a4751831bf1c379eb5a244650"  # the commit bench/heldout/ froze at
 TITLES = {False: "trained shapes (this file's: the model was tuned on or changed for them)",
           True: f"HELD-OUT shapes (bench/heldout/, frozen at commit {HELD_OUT_AT[:7]}; "
                 "never used to change the model)"}
