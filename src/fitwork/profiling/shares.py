@@ -10,7 +10,12 @@ processes of this session get little more.  Which holds, and how much, is read h
 than assumed: ``k`` processes forked from the profiler work together for a window, each
 reports its CPU over its wall time, and their sum over the cores is the share of the host
 ``k`` such processes got, for ``k`` in `counts`, `ROUNDS` times over, interleaved, so
-a moment of other load lowers one reading of each count, not all of one.  A plan of ``n``
+a moment of other load lowers one reading of each count, not all of one.  The ``k`` start
+their window together, once all are forked: forking a large profiler (the demo's, with its
+ONNX models loaded) takes milliseconds a process, and probes that began as they were
+forked ran alone for part of a 0.15 s window, so eight of them beside a spinning loop in
+another session read 0.78-0.88 of the host where they got 0.49-0.56 started together
+(and the demo's plan, at 0.88, realized half its prediction: issue 37).  A plan of ``n``
 busy threads is then planned at what ``n`` got (`fitwork.fit.ceiling.share_ceiling`).
 
 Each probe process works as a replica of the pipeline does: it spins until it has had
@@ -32,6 +37,7 @@ import multiprocessing
 import os
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 
 from fitwork.profiling.record import host_busy_seconds
 
@@ -61,9 +67,12 @@ def counts(cores: int) -> tuple[int, ...]:
     return tuple(sorted({min(k, MOST_PROCESSES) for k in (1, cores, 2 * cores, 4 * cores)}))
 
 
-def _work(seconds: float, duty: float, conn: Connection) -> None:
-    """For ``seconds``: spin until ``duty`` x `PERIOD_S` of CPU is had, sleep the rest of
-    the period; send back the CPU and wall seconds this process spent."""
+def _work(seconds: float, duty: float, go: Event, conn: Connection) -> None:
+    """Once ``go`` is set, for ``seconds``: spin until ``duty`` x `PERIOD_S` of CPU is had,
+    sleep the rest of the period; send back the CPU and wall seconds this process spent."""
+    if not go.wait(JOIN_S):
+        conn.close()
+        return
     cpu0, wall0 = time.process_time(), time.perf_counter()
     end = wall0 + seconds
     while time.perf_counter() < end:
@@ -83,16 +92,18 @@ def share_of(k: int, cores: int, seconds: float = WINDOW_S,
     meanwhile (1.0 where the platform does not say); ``None`` where a process did not
     report."""
     ctx = multiprocessing.get_context("fork")
-    host0, wall0 = host_busy_seconds(), time.perf_counter()
+    go = ctx.Event()
     pipes, procs = [], []
     for _ in range(k):
         recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_work, args=(seconds, duty, send), daemon=True)
+        proc = ctx.Process(target=_work, args=(seconds, duty, go, send), daemon=True)
         proc.start()
         send.close()
         pipes.append(recv)
         procs.append(proc)
     got = spent = 0.0
+    host0, wall0 = host_busy_seconds(), time.perf_counter()
+    go.set()  # all at once: a process forked late must not leave the early ones alone
     try:
         for recv in pipes:
             if not recv.poll(JOIN_S):
