@@ -115,7 +115,7 @@ def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
     import fit_quality as fq
 
     import fitwork
-    from fitwork.fit.layout_error import layout_spread
+    from fitwork.fit.layout_error import layout_spread, profiled_busy
     from fitwork.fit.plan import plan_for
 
     try:
@@ -125,7 +125,8 @@ def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
     except Exception as failed:  # a pipeline that cannot run here is said, not fatal
         print(f"  {spec.name:<14} skipped: {str(failed)[:120]}", flush=True)
         return None
-    spread = layout_spread(exclude=spec.name)  # this pipeline's own rows left out
+    busy = profiled_busy(profile)
+    spread = layout_spread(exclude=spec.name, busy=busy)  # this pipeline's own rows left out
     plan = plan_for(profile, fleet, layout_error=spread)
     # long enough at the predicted rate that start-up is a small part of the run; judged
     # against what the plan predicts for a run of that many items (its replicas' builds
@@ -144,11 +145,12 @@ def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
             written.append({"pipeline": spec.name, "predicted": f"{predicted:.6g}",
                             "realized": f"{runs[-1]:.6g}",
                             "load": f"{os.getloadavg()[0]:.2f}", "cores": os.cpu_count(),
-                            "host": host})
+                            "host": host, "profiled_busy": int(busy)})
     hits = sum(low <= r <= high for r in runs)
     shown = ", ".join(f"{r:.1f}" for r in runs)
     print(f"  {spec.name:<14} predicted {predicted:8.1f} [{low:8.1f} - {high:8.1f}] "
-          f"(model's miss +-{math.expm1(spread):.0%})  realized {shown}  "
+          f"(model's miss +-{math.expm1(spread):.0%}{', busy profile' if busy else ''})  "
+          f"realized {shown}  "
           f"inside {hits}/{len(runs)}", flush=True)
     return hits, len(runs)
 

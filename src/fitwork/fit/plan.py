@@ -41,7 +41,7 @@ from fitwork.fit.inputs import (
     solver_nodes,
     waiting_seconds,
 )
-from fitwork.fit.layout_error import layout_spread
+from fitwork.fit.layout_error import layout_spread, profiled_busy
 from fitwork.fit.monolithic import FUSED, monolithic
 from fitwork.fit.result import FitResult, Objective
 from fitwork.fit.result import Placement as Replicas
@@ -367,7 +367,7 @@ def plan_for(profile: PipelineProfile, fleet: Fleet, *, objective: Objective = "
     fuse, uncertainty, tie = _choose(split, whole, objective, fuse)
     # The model's own miss widens both ranges alike, after the tie rule: it does not tell
     # the two layouts apart.
-    error = layout_spread() if layout_error is None else layout_error
+    error = layout_spread(busy=profiled_busy(profile)) if layout_error is None else layout_error
     split, whole = _widened(split, error), _widened(whole, error)
     if fuse:
         ceiling, nodes = whole_ceiling, solver_nodes(fleet, known, whole_ceiling)
