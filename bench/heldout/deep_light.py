@@ -58,9 +58,9 @@ def shingles(words: list[str]) -> list[int]:
 
 
 @unit
-def sketch(hashes: list[int]) -> tuple[int, ...]:
-    """The 8 smallest shingle hashes (a MinHash-style sketch)."""
-    return tuple(sorted(hashes)[:8])
+def sketch(hashes: list[int]) -> float:
+    """The mean of the 8 smallest shingle hashes, scaled to [0, 1) (a MinHash-style sketch)."""
+    return sum(sorted(hashes)[:8]) / 8 / 2**32
 
 
 SHAPE = Shape(Pipeline(raw, untag, normalise, squeeze, tokens, shingles, sketch,
