@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from bench_shape import Shape
 
-from heldout import deep_light, fetch_parse, gzip_shell, padded_batch, two_waits, zlib_threads
+from heldout import (
+    deep_light,
+    fetch_parse,
+    file_read,
+    gzip_shell,
+    padded_batch,
+    two_waits,
+    zlib_threads,
+)
 
 SHAPES: tuple[Shape, ...] = (gzip_shell.SHAPE, zlib_threads.SHAPE, deep_light.SHAPE,
-                             two_waits.SHAPE, fetch_parse.SHAPE, padded_batch.SHAPE)
+                             two_waits.SHAPE, fetch_parse.SHAPE, padded_batch.SHAPE,
+                             file_read.SHAPE)
 
 __all__ = ["SHAPES", "Shape"]
