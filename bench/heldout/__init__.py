@@ -8,14 +8,12 @@ from heldout import (
     deep_light,
     fetch_parse,
     file_read,
-    gzip_shell,
     padded_batch,
     two_waits,
     zlib_threads,
 )
 
-SHAPES: tuple[Shape, ...] = (gzip_shell.SHAPE, zlib_threads.SHAPE, deep_light.SHAPE,
-                             two_waits.SHAPE, fetch_parse.SHAPE, padded_batch.SHAPE,
-                             file_read.SHAPE)
+SHAPES: tuple[Shape, ...] = (zlib_threads.SHAPE, deep_light.SHAPE, two_waits.SHAPE,
+                             fetch_parse.SHAPE, padded_batch.SHAPE, file_read.SHAPE)
 
 __all__ = ["SHAPES", "Shape"]

@@ -20,6 +20,7 @@ from fitwork.profiling.record import (
     others_share,
 )
 from fitwork.profiling.timers import Timers
+from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
@@ -131,7 +132,7 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
     if size > 1 and inputs:
         with contextlib.suppress(Exception):
             call([inputs[j % len(inputs)] for j in range(size)])
-    host0, own0, start = host_busy_seconds(), time.process_time(), time.perf_counter()
+    host0, own0, start = host_busy_seconds(), cpu_seconds(), time.perf_counter()
     windows = OthersReadings()
     produced: list[Any] = []
     source: str | None = None
@@ -141,11 +142,11 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
         # the timed window
         windows.tick()
         queue0 = run_queue_seconds()
-        wall0, cpu0 = time.perf_counter(), time.process_time()
+        wall0, cpu0 = time.perf_counter(), cpu_seconds()
         timers.start()
         results, failed = call(batch)
         accel_s, timer = timers.stop()
-        used, took = time.process_time() - cpu0, time.perf_counter() - wall0
+        used, took = cpu_seconds() - cpu0, time.perf_counter() - wall0
         waited = run_queue_seconds() - queue0
         if failed == len(batch):
             failures += fresh if own else 0

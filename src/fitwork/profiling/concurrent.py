@@ -14,6 +14,7 @@ from typing import Any
 from fitwork.forked import forked_ints
 from fitwork.profiling.record import WAIT_THREADS
 from fitwork.profiling.rss import high_water, reset_high_water
+from fitwork.telemetry.cputime import cpu_seconds
 
 MEMORY_THREADS = 4
 """Calls at once `measure_concurrent` runs, in threads of one process."""
@@ -123,7 +124,7 @@ def _at_once(calls: Callable[..., None], items: list[Any], threads: int
              ) -> tuple[float, float]:
     """(CPU, wall) seconds of ``items`` called by ``threads`` threads started together
     (one: in this thread, in turn)."""
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
     if threads == 1:
         calls(items)
     else:
@@ -134,4 +135,4 @@ def _at_once(calls: Callable[..., None], items: list[Any], threads: int
             thread.start()
         for thread in running:
             thread.join()
-    return time.process_time() - cpu0, time.perf_counter() - wall0
+    return cpu_seconds() - cpu0, time.perf_counter() - wall0

@@ -29,6 +29,7 @@ from typing import Any
 
 from fitwork.placement import allot
 from fitwork.profiling.pools import hold_pools
+from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
 
@@ -159,11 +160,11 @@ def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any, theirs: lis
             window = pipe.recv()
         except EOFError:
             break
-        items, start, cpu0 = 0, time.perf_counter(), time.process_time()
+        items, start, cpu0 = 0, time.perf_counter(), cpu_seconds()
         while time.perf_counter() - start < window:
             batch = next(cycled)
             with contextlib.suppress(Exception):
                 call(batch)
             items += len(batch)
-        pipe.send((time.process_time() - cpu0, items))
+        pipe.send((cpu_seconds() - cpu0, items))
     pipe.close()

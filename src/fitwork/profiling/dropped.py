@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitwork.profiling.record import BatchMeasurement
+from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.telemetry.schedstat import run_queue_seconds
 
 DROPPED_MIN = 64 * 1024
@@ -43,10 +44,10 @@ def time_dropping(call: Callable[[list[Any]], tuple[list[Any], int]], inputs: li
     for i in range(0, len(inputs), size):
         batch = inputs[i:i + size]
         queue0 = run_queue_seconds()  # outside the window, as `time_batches` keeps it
-        wall0, cpu0 = time.perf_counter(), time.process_time()
+        wall0, cpu0 = time.perf_counter(), cpu_seconds()
         results, failed = call(batch)
         del results
-        cpu += time.process_time() - cpu0
+        cpu += cpu_seconds() - cpu0
         wall += time.perf_counter() - wall0
         queued += run_queue_seconds() - queue0
         measured += len(batch) - failed

@@ -55,6 +55,7 @@ from fitwork.profiling.record import PipelineProfile, UnitProfile
 from fitwork.profiling.rss import peak_since_start
 from fitwork.profiling.shares import pipeline_duty, share_readings
 from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale, wire_seconds_per_byte
+from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.telemetry.host_speed import host_speed
 from fitwork.version import __version__
 from fitwork.workload.kernel import Kernel
@@ -214,13 +215,13 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
     peak = peak_since_start()
     threads = allot(unit, None).threads
     hold_pools(threads)  # as a replica is held, before the unit builds (torch reads it)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
     kernel = Kernel(unit)
     call = kernel.caller()
     warm: list[Any] = []
     with contextlib.suppress(Exception):
         warm, _ = call([inputs[0]])  # warm-up: imports, caches, CUDA context
-    build = (time.process_time() - cpu0, time.perf_counter() - wall0)
+    build = (cpu_seconds() - cpu0, time.perf_counter() - wall0)
     pools = hold_pools(threads)  # again, for the pools the unit or its warm-up loaded
     accelerated = on.on_accelerator(unit)
     dropped = None

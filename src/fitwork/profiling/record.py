@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from fitwork.document import Document
 from fitwork.errors import InputError
+from fitwork.telemetry.cputime import cpu_seconds
 
 IO_BOUND_BELOW = 0.5
 MEASURED_SPREAD = 0.10
@@ -93,7 +94,7 @@ def others_share(host0: float | None, own0: float, wall0: float) -> float | None
     wall = time.perf_counter() - wall0
     if host is None or host0 is None or wall <= 0:
         return None
-    own = time.process_time() - own0
+    own = cpu_seconds() - own0
     return min(1.0, max(0.0, (host - host0 - own) / wall / max(len(_cores()), 1)))
 
 
@@ -111,7 +112,7 @@ class OthersReadings:
         self._restart()
 
     def _restart(self) -> None:
-        self._host, self._own, self._start = (host_busy_seconds(), time.process_time(),
+        self._host, self._own, self._start = (host_busy_seconds(), cpu_seconds(),
                                               time.perf_counter())
 
     def tick(self) -> None:

@@ -48,6 +48,7 @@ from fitwork.engine.serving import STOP as SERVING_STOP
 from fitwork.engine.threads import limit_torch
 from fitwork.failure import Failure, describe
 from fitwork.placement import Allotment
+from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
@@ -158,7 +159,7 @@ class Worker:
         """Cumulative counters: items and bytes in and out; busy, blocked, CPU seconds, and
         seconds spent waiting for a core."""
         return Counters(self.items_in, self.items_out, self.bytes_in, self.bytes_out,
-                        self.busy.so_far(), self.blocked_s, time.process_time() - self.built_cpu,
+                        self.busy.so_far(), self.blocked_s, cpu_seconds() - self.built_cpu,
                         run_queue_seconds())
 
     def report(self, finished: list[int]) -> None:
@@ -332,7 +333,7 @@ class Worker:
 
     def serve(self, kernel: Kernel) -> None:
         """Say hello, serve frames until told to stop, and report final counters."""
-        self.built_cpu = time.process_time()  # starting and building: not the unit's work
+        self.built_cpu = cpu_seconds()  # starting and building: not the unit's work
         self.kernel = kernel
         self.streams = install(self, kernel)
         self.send(Ready(self.id, os.getpid(), time.monotonic(), build_cpu_s=self.built_cpu))

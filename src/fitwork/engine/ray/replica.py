@@ -45,6 +45,7 @@ from fitwork.engine.serve import Alone, Busy, Runner
 from fitwork.engine.serving import Calls, Serving
 from fitwork.engine.threads import hold_threads
 from fitwork.failure import Failure, describe
+from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
@@ -112,7 +113,7 @@ class Replica:
         self.last_call = time.monotonic()
         self.waiting = 0
         self.seq = getattr(self, "seq", 0)  # numbers each reading, so the driver keeps the
-        self.built_cpu = time.process_time()  # newest; starting, building: not unit work
+        self.built_cpu = cpu_seconds()  # newest; starting, building: not unit work
         self.contact = time.monotonic()  # the driver's last word (a warm pool's watch)
 
     # -- a warm pool between runs (`fitwork.engine.ray.warm`) ------------------------------
@@ -201,7 +202,7 @@ class Replica:
         self.seq += 1
         return Reading(self.seq, Counters(
             self.items_in - self.waiting, self.items_out, self.bytes_in, self.bytes_out,
-            self.busy.so_far(), self.blocked_s, time.process_time() - self.built_cpu
+            self.busy.so_far(), self.blocked_s, cpu_seconds() - self.built_cpu
             + (self.serving.cpu_seconds() if isinstance(self.serving, Forked) else 0.0),
             run_queue_seconds()))
 
