@@ -40,7 +40,6 @@ import socket
 import struct
 import sys
 import threading
-import time
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ from fitwork.engine.segment import Return, Segment, settle
 from fitwork.engine.serve import Busy, Runner
 from fitwork.engine.serving import DRAIN, IDLE, STOP, Finished, Frame, Serving
 from fitwork.failure import Failure, describe
+from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.workload.allotment import Allotment
 from fitwork.workload.kernel import Kernel
 from fitwork.workload.unit import Unit
@@ -230,7 +230,7 @@ class _Socket:
                        in zip(frame.segments, frame.results, frame.failed, strict=True)]
             with contextlib.suppress(OSError):  # the actor is gone: this process follows
                 send(self.sock, ("done", frame.key, settled, self.busy.take(),
-                                 time.process_time()))
+                                 cpu_seconds()))
 
     def wake(self) -> None:
         with contextlib.suppress(OSError):
@@ -253,9 +253,9 @@ def _child(sock: socket.socket, build: Build, mark: _Mark) -> None:
         try:
             kernel = Kernel(build.unit, None, build.given)
         except Exception as exc:
-            send(sock, ("ready", f"{describe(exc)}", time.process_time()))
+            send(sock, ("ready", f"{describe(exc)}", cpu_seconds()))
             return
-        send(sock, ("ready", None, time.process_time()))
+        send(sock, ("ready", None, cpu_seconds()))
         busy = Busy()
         gate = local_gate(build.max_concurrency, build.rate_limit, build.replicas)
         Serving(Runner(kernel, gate, busy), each=mark.running).serve(

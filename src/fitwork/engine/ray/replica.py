@@ -113,7 +113,7 @@ class Replica:
         self.last_call = time.monotonic()
         self.waiting = 0
         self.seq = getattr(self, "seq", 0)  # numbers each reading, so the driver keeps the
-        self.built_cpu = cpu_seconds()  # newest; starting, building: not unit work
+        self.built_cpu = self._own_cpu()  # newest; starting, building: not unit work
         self.contact = time.monotonic()  # the driver's last word (a warm pool's watch)
 
     # -- a warm pool between runs (`fitwork.engine.ray.warm`) ------------------------------
@@ -195,6 +195,12 @@ class Replica:
         with self.lock:
             return self._counters()
 
+    def _own_cpu(self) -> float:
+        """This actor's CPU seconds, with its finished children's where the unit runs here
+        (tools it shells out to); not where the unit runs in a forked child, which reports
+        its own (its tools' included) and whose death would count it twice."""
+        return time.process_time() if isinstance(self.serving, Forked) else cpu_seconds()
+
     def _counters(self) -> Reading:
         """The counters now, numbered (the caller holds the lock).  Items still waiting in
         a call are not in yet: busy time covers only the items worked on, and the core
@@ -202,7 +208,7 @@ class Replica:
         self.seq += 1
         return Reading(self.seq, Counters(
             self.items_in - self.waiting, self.items_out, self.bytes_in, self.bytes_out,
-            self.busy.so_far(), self.blocked_s, cpu_seconds() - self.built_cpu
+            self.busy.so_far(), self.blocked_s, self._own_cpu() - self.built_cpu
             + (self.serving.cpu_seconds() if isinstance(self.serving, Forked) else 0.0),
             run_queue_seconds()))
 
