@@ -4,16 +4,17 @@ Two sets of pipelines, reported in separate tables:
 
 - trained shapes, defined in fit_quality_shapes.py: six the model was tuned on, seven
   written for issue 22 as a new user would write them, lookup_model (from a user's
-  pipeline after stop 30), and bench/seen/'s six (held out from eb8f9d5 to stop 46, read
-  at every stop since).  All are training data now: sleep_io, batch_faster, lookup_model,
-  filter and blas_stages each drove a model change (7b2ae79, 3fdcc1b, f72b42c, 9cbeb66,
-  a69cfff), and every one of them has been run and read while the model was changed.
+  pipeline after stop 30), and bench/seen/'s seven (six held out from eb8f9d5 to stop 46,
+  read at every stop since, and gzip_shell, which drove a change at stop 47).  All are
+  training data now: sleep_io, batch_faster, lookup_model, filter, blas_stages and
+  gzip_shell each drove a model change (7b2ae79, 3fdcc1b, f72b42c, 9cbeb66, a69cfff,
+  44191c1), and every one of them has been run and read while the model was changed.
 - held-out shapes: bench/heldout/, frozen at commit 3667fd1 (HELD_OUT_AT, fit_quality_table.py)
-  (shelling out to gzip, GIL-free CPU work, seven light stages, I/O at both ends with one
-  undeclared, I/O and CPU in one unit, padded batches), written before any model change
-  of stop 47 and never used to make one; a shape that drives a change moves to the
-  trained set in that commit (bench/heldout/README.md).  ``--only trained`` /
-  ``--only heldout`` run one set.
+  (GIL-free CPU work, seven light stages, I/O at both ends with one undeclared, I/O and CPU
+  in one unit, padded batches, and file_read, added at 01b834d in gzip_shell's place),
+  written before any model change of stop 47 and never used to make one; a shape that
+  drives a change moves to the trained set in that commit (bench/heldout/README.md).
+  ``--only trained`` / ``--only heldout`` run one set.
 
 Each pipeline gets two rows: the plan
 as planned, and a run of the same plan with ``--adapt`` (a fused plan re-fits its fused
