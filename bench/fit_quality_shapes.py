@@ -15,6 +15,7 @@ from typing import Any
 import heldout
 import numpy as np
 import seen
+from bench_shape import Handler, ok_json, requested_number, start_loopback
 
 from fitwork import Pipeline, unit
 
@@ -38,13 +39,9 @@ async def _answer(bodies: list[bytes], reader: asyncio.StreamReader,
                   writer: asyncio.StreamWriter) -> None:
     """One connection: read ``GET /doc/N``, wait the latency, send document N, close."""
     try:
-        request = await reader.readline()
-        while (await reader.readline()) not in (b"\r\n", b""):
-            pass  # the headers
-        body = bodies[int(request.split()[1].rsplit(b"/", 1)[1]) % len(bodies)]
+        body = bodies[await requested_number(reader) % len(bodies)]
         await asyncio.sleep(SERVICE_LATENCY_S)
-        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        ok_json(writer, body)
         await writer.drain()
     except (ConnectionError, IndexError, ValueError):
         pass
@@ -52,31 +49,17 @@ async def _answer(bodies: list[bytes], reader: asyncio.StreamReader,
         writer.close()
 
 
-def _serve(ready: Any) -> None:
-    """The service process: an asyncio HTTP/1.0 server on a loopback port (a light one, since
-    it shares the host's cores with the pipeline; its CPU is reported per request)."""
-    bodies = _documents()
-
-    async def serve() -> None:
-        server = await asyncio.start_server(lambda r, w: _answer(bodies, r, w), "127.0.0.1",
-                                            0, backlog=1024)
-        ready.send(server.sockets[0].getsockname()[1])
-        ready.close()
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(serve())
-
-
 def start_service() -> multiprocessing.process.BaseProcess:
-    """Start the loopback service in its own process; sets `SERVICE_PORT`."""
+    """Start the loopback service in its own process (a light one, since it shares the
+    host's cores with the pipeline; its CPU is reported per request); sets
+    `SERVICE_PORT`."""
     global SERVICE_PORT
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_serve, args=(send,), daemon=True, name="fit-service")
-    process.start()
-    send.close()
-    SERVICE_PORT = receive.recv()
+
+    def handler() -> Handler:
+        bodies = _documents()
+        return lambda r, w: _answer(bodies, r, w)
+
+    process, SERVICE_PORT = start_loopback(handler, "fit-service")
     return process
 
 

@@ -14,10 +14,9 @@ import http.client
 import json
 import multiprocessing
 import time
-from typing import Any
 
 import numpy as np
-from bench_shape import Shape
+from bench_shape import Handler, Shape, ok_json, requested_number, start_loopback
 
 from fitwork import Pipeline, unit
 
@@ -52,18 +51,13 @@ async def _answer(bucket: Bucket, reader: asyncio.StreamReader,
                   writer: asyncio.StreamWriter) -> None:
     """One connection: ``GET /item/N``; 429 past the rate, else the record after the wait."""
     try:
-        request = await reader.readline()
-        while (await reader.readline()) not in (b"\r\n", b""):
-            pass
-        number = int(request.split()[1].rsplit(b"/", 1)[1])
+        number = await requested_number(reader)
         if not bucket.take():
             writer.write(b"HTTP/1.0 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n")
         else:
             await asyncio.sleep(LATENCY_S)
             values = np.random.default_rng(number).normal(size=96).round(4).tolist()
-            body = json.dumps({"id": number, "values": values}).encode()
-            writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            ok_json(writer, json.dumps({"id": number, "values": values}).encode())
         await writer.drain()
     except (ConnectionError, IndexError, ValueError):
         pass
@@ -71,31 +65,16 @@ async def _answer(bucket: Bucket, reader: asyncio.StreamReader,
         writer.close()
 
 
-def _serve(ready: Any) -> None:
-    """The service process: an asyncio HTTP/1.0 server on a loopback port."""
-    bucket = Bucket()
-
-    async def serve() -> None:
-        server = await asyncio.start_server(lambda r, w: _answer(bucket, r, w), "127.0.0.1",
-                                            0, backlog=1024)
-        ready.send(server.sockets[0].getsockname()[1])
-        ready.close()
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(serve())
-
-
 def start_service() -> multiprocessing.process.BaseProcess:
     """Start the rate-limited service in its own process and set `PORT`; the caller
     terminates the process it returns."""
     global PORT
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_serve, args=(send,), daemon=True, name="rate-service")
-    process.start()
-    send.close()
-    PORT = receive.recv()
+
+    def handler() -> Handler:
+        bucket = Bucket()
+        return lambda r, w: _answer(bucket, r, w)
+
+    process, PORT = start_loopback(handler, "rate-service")
     return process
 
 
