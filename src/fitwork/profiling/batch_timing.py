@@ -20,7 +20,7 @@ from fitwork.profiling.record import (
     others_share,
 )
 from fitwork.profiling.timers import Timers
-from fitwork.telemetry.cputime import cpu_seconds
+from fitwork.telemetry.cputime import children_seconds, cpu_seconds
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
@@ -133,6 +133,7 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
         with contextlib.suppress(Exception):
             call([inputs[j % len(inputs)] for j in range(size)])
     host0, own0, start = host_busy_seconds(), cpu_seconds(), time.perf_counter()
+    children0 = children_seconds()  # tools the unit ran: read once a pass, not a call
     windows = OthersReadings()
     produced: list[Any] = []
     source: str | None = None
@@ -142,11 +143,11 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
         # the timed window
         windows.tick()
         queue0 = run_queue_seconds()
-        wall0, cpu0 = time.perf_counter(), cpu_seconds()
+        wall0, cpu0 = time.perf_counter(), time.process_time()
         timers.start()
         results, failed = call(batch)
         accel_s, timer = timers.stop()
-        used, took = cpu_seconds() - cpu0, time.perf_counter() - wall0
+        used, took = time.process_time() - cpu0, time.perf_counter() - wall0
         waited = run_queue_seconds() - queue0
         if failed == len(batch):
             failures += fresh if own else 0
@@ -164,6 +165,7 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
                 produced.extend(kernel.outputs(item, result))
     if not measured:
         return None, produced, failures, None
+    cpu += children_seconds() - children0
     return BatchMeasurement(batch_size=size, items=max(distinct, 1), wall_s=wall / measured,
                             cpu_s=cpu / measured, queued_s=queued / measured,
                             accel_s=accel / measured if accel else None,
