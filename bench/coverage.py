@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import math
 import multiprocessing
 import os
@@ -118,6 +119,9 @@ def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
     from fitwork.fit.layout_error import layout_spread, profiled_busy
     from fitwork.fit.plan import plan_for
 
+    if spec.needs and importlib.util.find_spec(spec.needs) is None:
+        print(f"  {spec.name:<14} skipped: {spec.needs} is not installed", flush=True)
+        return None
     try:
         profile = fitwork.profile_pipeline(spec.pipeline,
                                            range(10_000, 10_000 + fq.PROFILE_INPUT),
