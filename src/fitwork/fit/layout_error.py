@@ -29,6 +29,8 @@ import math
 import statistics
 from collections import defaultdict
 
+import numpy as np
+
 from fitwork.fit.heldout import Residual, data_rows
 from fitwork.profiling.record import PipelineProfile
 
@@ -81,13 +83,4 @@ def layout_spread(exclude: str | None = None, busy: bool | None = None) -> float
         return 0.0
     within = [abs(x - statistics.median(v)) for v in by_group.values() for x in v]
     between = [abs(statistics.median(v)) for v in by_group.values()]
-    return math.hypot(_quantile(within, SPREAD_Q), _quantile(between, SPREAD_Q))
-
-
-def _quantile(values: list[float], q: float) -> float:
-    """The ``q`` quantile of ``values``, linear between order statistics (numpy's default)."""
-    ordered = sorted(values)
-    at = q * (len(ordered) - 1)
-    low = math.floor(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    return math.hypot(float(np.quantile(within, SPREAD_Q)), float(np.quantile(between, SPREAD_Q)))

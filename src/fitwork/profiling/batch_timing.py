@@ -20,7 +20,7 @@ from fitwork.profiling.record import (
     others_share,
 )
 from fitwork.profiling.timers import Timers
-from fitwork.telemetry.cputime import children_seconds, cpu_seconds
+from fitwork.telemetry.cputime import children_seconds
 from fitwork.telemetry.schedstat import run_queue_seconds
 from fitwork.workload.kernel import Failed, Kernel
 from fitwork.workload.unit import Unit
@@ -132,8 +132,9 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
     if size > 1 and inputs:
         with contextlib.suppress(Exception):
             call([inputs[j % len(inputs)] for j in range(size)])
-    host0, own0, start = host_busy_seconds(), cpu_seconds(), time.perf_counter()
     children0 = children_seconds()  # tools the unit ran: read once a pass, not a call
+    host0, own0, start = host_busy_seconds(), time.process_time() + children0, \
+        time.perf_counter()
     windows = OthersReadings()
     produced: list[Any] = []
     source: str | None = None
