@@ -16,4 +16,4 @@ from heldout import (
 SHAPES: tuple[Shape, ...] = (zlib_threads.SHAPE, deep_light.SHAPE, two_waits.SHAPE,
                              fetch_parse.SHAPE, padded_batch.SHAPE, file_read.SHAPE)
 
-__all__ = ["SHAPES", "Shape"]
+__all__ = ["SHAPES", "Shape", "file_read"]

@@ -1,7 +1,7 @@
 """Held out: a unit that reads local files.
 
-Each item names one of 48 files of 2 MiB written to a temporary folder when the module is
-first imported (so they sit in the page cache, as a hot dataset on local disk does); the
+Each item names one of 48 files of 2 MiB written to a temporary folder by `prepare`, before
+the bench forks anything (so they sit in the page cache, as a hot dataset on local disk does); the
 unit reads its file whole and checksums it (zlib's CRC-32, which releases the GIL on large
 buffers), then a light unit folds the checksum.
 """
@@ -24,25 +24,29 @@ FILES = 48
 FILE_BYTES = 2 * 1024 * 1024
 
 
-def _write_files() -> Path:
-    """The files, written once per interpreter that imports this module first (workers
-    forked after it inherit the folder's name)."""
-    folder = Path(tempfile.mkdtemp(prefix="fitwork-heldout-files-"))
-    for k in range(FILES):
-        data = np.random.default_rng(k).integers(0, 256, FILE_BYTES, dtype=np.uint8)
-        (folder / f"part-{k:03d}.bin").write_bytes(data.tobytes())
-    owner = os.getpid()
-    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
-    return folder
+FOLDER: Path | None = None  # set by `prepare` before anything forks; workers inherit it
 
 
-FOLDER = _write_files()
+def prepare() -> Path:
+    """Write the files once per interpreter (the bench calls it before it forks anything, so
+    its workers share one folder); removed when the process that wrote them exits."""
+    global FOLDER
+    if FOLDER is None:
+        folder = Path(tempfile.mkdtemp(prefix="fitwork-heldout-files-"))
+        for k in range(FILES):
+            data = np.random.default_rng(k).integers(0, 256, FILE_BYTES, dtype=np.uint8)
+            (folder / f"part-{k:03d}.bin").write_bytes(data.tobytes())
+        owner = os.getpid()
+        atexit.register(
+            lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
+        FOLDER = folder
+    return FOLDER
 
 
 @unit
 def path_of(number: int) -> str:
     """The file item ``number`` reads."""
-    return str(FOLDER / f"part-{number % FILES:03d}.bin")
+    return str(prepare() / f"part-{number % FILES:03d}.bin")
 
 
 @unit
