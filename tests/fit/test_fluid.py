@@ -22,7 +22,15 @@ from fitwork.fit.inputs import (
     byte_seconds,
     crossing_seconds,
 )
-from fitwork.fit.plan import MEMORY_MARGIN, TIE_MARGIN, Plan, plan_for, refit
+from fitwork.fit.plan import (
+    MEMORY_MARGIN,
+    MEMORY_SHARE,
+    TIE_MARGIN,
+    Plan,
+    PlanSide,
+    plan_for,
+    refit,
+)
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling import PipelineProfile, profile_pipeline
 from fitwork.profiling.record import BatchMeasurement, UnitProfile
@@ -190,6 +198,10 @@ def test_a_tie_within_the_plans_uncertainty_goes_to_the_fused_layout_by_a_stated
     assert wide.fitted.throughput > (1 + wide.uncertainty) * wide.monolithic.throughput
 
 
+def _memory_of(side: PlanSide) -> float:
+    return sum(n.memory_used for n in side.result.nodes)
+
+
 def test_a_tie_goes_to_the_split_layout_where_the_fused_one_holds_twice_its_memory(
         ) -> None:
     # The same tie, but each OCR call in flight holds 300 MiB: every fused replica holds
@@ -206,6 +218,15 @@ def test_a_tie_goes_to_the_split_layout_where_the_fused_one_holds_twice_its_memo
     assert held[0] * MEMORY_MARGIN <= held[1]
     # Light calls leave the two layouts' memory alike: the tie stays with the fused one.
     assert plan_for(demo_profile(), TWO_CORES).fused
+    # The same two layouts on two cores with 64 GiB: the fused one's 2 GiB is 3% of the
+    # node, so halving it buys nothing and the tie stays with the fused layout.
+    roomy = plan_for(heavy, Fleet.parse({"name": "roomy", "node_types": [
+        {"name": "roomy", "cores": 2, "memory": "64GiB"}]}))
+    assert roomy.fused and roomy.tie is not None and "runs fused" in roomy.tie
+    assert "of 64 GiB" in roomy.tie and roomy.monolithic.throughput > 0
+    held = sum(n.memory_used for n in roomy.monolithic.result.nodes)
+    assert held < MEMORY_SHARE * (64 << 30) and roomy.split is not None
+    assert _memory_of(roomy.split) * MEMORY_MARGIN <= held
 
 
 def test_the_ceiling_comes_from_the_measured_run_queue_wait() -> None:

@@ -95,7 +95,8 @@ class Plan(Document):
     load or the same units' spread, does not tell them apart); where the split and fused
     layouts predict within it of each other, ``tie`` says so and which runs by the rule
     (`tie_rule`): fused, unless split predicts more than ``1 + uncertainty`` times it or
-    holds at most 1 / `MEMORY_MARGIN` of its memory.  Live
+    holds at most 1 / `MEMORY_MARGIN` of its memory where that is a real share of the
+    nodes' (`MEMORY_SHARE`).  Live
     re-fitting takes it as the plan's range for a unit's rate and CPU per item.
     ``layout_error`` is the log half-width both sides' ranges were widened by for the
     model's own miss on whole plans (`fitwork.fit.layout_error`).  ``build_cpu_s`` and
@@ -426,8 +427,8 @@ def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
     Not splitting is one of the layouts a plan may choose: the fitted side IS the fused
     layout unless the split one predicts more than the plan's own uncertainty above it
     (`tie_rule`), or the two predict within it and the split one holds at most
-    1 / `MEMORY_MARGIN` of the fused one's memory; the split one is then kept for the
-    record.  Both sides run the same units
+    1 / `MEMORY_MARGIN` of the fused one's memory where that is a real share of the nodes'
+    (`MEMORY_SHARE`); the split one is then kept for the record.  Both sides run the same units
     on the same host: a range the host's load or a unit's spread widens widens both alike,
     and only the difference between them is uncertainty about which is faster (on a host at
     load 12 both ranges reached +700%).
@@ -435,7 +436,7 @@ def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
     uncertainty = TIE_MARGIN + abs(_spread(split) - _spread(whole))
     tied = objective == "max_throughput" and split.throughput > 0 and \
         whole.throughput > 0 and abs(split.throughput / whole.throughput - 1) <= uncertainty
-    memory = (_memory(split), _memory(whole))
+    memory = (_memory(split), _memory(whole), _owned(whole))
     fuse = fuse and objective == "max_throughput" and not (tied and _lighter(memory)) and \
         split.throughput <= (1 + uncertainty) * whole.throughput
     tie = tie_rule(split.throughput, whole.throughput, uncertainty, fuse, memory) \
@@ -492,6 +493,13 @@ and the memory a plan predicts misses by up to about this much (the OCR demo's f
 of 3 processes x 8 threads predicted 2.07 GiB and held 1.29 GiB of PSS on the 2-core host;
 its split layout predicted 414 MiB and a hand layout like it held 396 MiB).  Where both
 hold about the same, the fused layout runs: no items move between units."""
+MEMORY_SHARE = 0.10
+"""The memory clause of the tie rule counts only where the fused layout is predicted to hold
+at least this share of the memory of the nodes it runs on: below it, halving it frees under
+a twentieth of a node, which buys nothing a tie could be broken for.  Beside a busy core on
+the 2-core, 24 GiB host, the demo's fused plan held 730 MiB (3%) and its tie went to the
+split layout for its 360 MiB; the split then used 0.167 CPU-s a page against the 0.138
+planned (the fused one 0.141 against 0.140) and reached 0.74-0.88x the best monolith."""
 PROCESS_MEMORY = 4 << 20
 """Bytes a replica's process holds of its own beside its unit's (which the profile
 measures): a forked local-engine worker of three trivial units held 3.9 MiB that no other
@@ -510,24 +518,34 @@ def _spread(side: PlanSide) -> float:
 
 
 def tie_rule(split: float, fused: float, uncertainty: float, fused_chosen: bool,
-             memory: tuple[float, float] | None = None) -> str:
+             memory: tuple[float, float, float] | None = None) -> str:
     """One line: the two layouts are within the plan's uncertainty, and which runs, by what
-    rule; with ``memory`` (bytes the split and the fused layout hold), what each holds."""
+    rule; with ``memory`` (bytes the split and the fused layout hold, and the nodes the
+    fused one runs on own), what each holds."""
     chosen = "fused" if fused_chosen else "split (it holds less memory)" \
         if memory is not None and _lighter(memory) else "split (--no-fuse)"
     held = (f"; the split layout holds {format_bytes(memory[0])}, the fused one "
-            f"{format_bytes(memory[1])}" if memory else "")
+            f"{format_bytes(memory[1])} of {format_bytes(memory[2])}" if memory else "")
     return (f"split {split:,.1f} and fused {fused:,.1f} items/s are within the plan's "
             f"uncertainty (±{uncertainty:.0%}): runs {chosen}; the rule: the fused layout "
             "(no items moved between units, one process per replica) unless the split one "
             f"predicts more than {1 + uncertainty:.2f}x it or holds at most "
-            f"1/{MEMORY_MARGIN:g} of its memory{held}")
+            f"1/{MEMORY_MARGIN:g} of its memory where that is {MEMORY_SHARE:.0%} or more of "
+            f"the nodes'{held}")
 
 
-def _lighter(memory: tuple[float, float]) -> bool:
+def _lighter(memory: tuple[float, float, float]) -> bool:
     """Whether the split layout holds at most 1 / `MEMORY_MARGIN` of what the fused one
-    does (``memory``: the two, in bytes)."""
-    return memory[0] * MEMORY_MARGIN <= memory[1]
+    does, and the fused one at least `MEMORY_SHARE` of its nodes' memory (``memory``: the
+    split's and the fused one's bytes, and the bytes those nodes own)."""
+    split, fused, owned = memory
+    return split * MEMORY_MARGIN <= fused and fused >= MEMORY_SHARE * owned
+
+
+def _owned(side: PlanSide) -> float:
+    """Bytes of memory the nodes a side's replicas run on own."""
+    return sum(n.memory_capacity / n.count * n.nodes_used for n in side.result.nodes
+               if n.count)
 
 
 def _memory(side: PlanSide) -> float:
