@@ -16,7 +16,9 @@ from fitwork.fit.monolithic import (
     FUSED,
     GIL_SHARE,
     MOST_THREADS,
+    THREAD_FILL,
     THREAD_GAIN,
+    carried_rates,
     fused_problem,
     threaded_rate,
 )
@@ -63,6 +65,24 @@ def test_a_waiting_pipeline_fuses_into_a_threaded_monolith_of_one_core_a_process
     # the cores, not the waiting, bound it: near 2 cores / 87 ms of CPU per item
     assert result.throughput > 0.95 * 2 / 0.087
     assert sum(p.replicas for p in result.replicas) <= 3
+
+
+def test_threaded_replicas_get_the_threads_their_share_needs_not_one_replicas_most() -> None:
+    # A 300 ms wait and 85 ms of CPU: one replica alone would want 8 threads to near the
+    # 10.3 items/s its lock serves, but three share 2 cores at 7.7 items/s each.
+    units = [stage("fetch", 0.300, 0.002), stage("ocr", 0.085, 0.085)]
+    first = monolithic(units, TWO_CORES)
+    trimmed = monolithic(units, TWO_CORES, carried=carried_rates(first))
+    assert trimmed.throughput >= (1 - 1e-6) * first.throughput
+    hold, wait = 0.087, 0.300 + 0.085 - 0.087
+    for before, after in zip(first.replicas, trimmed.replicas, strict=True):
+        assert before.threads and after.threads and after.threads < before.threads
+        share = after.items_per_s / after.replicas
+        assert threaded_rate(after.threads, hold, wait) >= share / THREAD_FILL  # carries it
+        assert threaded_rate(after.threads // 2, hold, wait) < share / THREAD_FILL  # fewest
+    # Where one item at a time carries a replica's share, it gets no threads.
+    light = monolithic(units, TWO_CORES, carried={"laptop": 2.0})  # one carries 2.6
+    assert not any(p.threads for p in light.replicas) and light.throughput > 0
 
 
 def test_work_that_does_not_wait_gets_no_threads() -> None:

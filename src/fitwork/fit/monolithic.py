@@ -80,7 +80,8 @@ def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
                objective: Objective = "max_throughput", target: float | None = None,
                time_limit: float = 10.0, mip_gap: float = 0.01,
                hop_seconds: float = 0.0, edge_seconds: float = 0.0,
-               waiting: float | None = None, memory: int | None = None) -> FitResult:
+               waiting: float | None = None, memory: int | None = None,
+               carried: dict[str, float] | None = None) -> FitResult:
     """The baseline plan: ``units`` fused into one unit named ``monolithic``, then fitted.
 
     ``hop_seconds`` is the engine's work per item per channel crossed: the fused unit pays it
@@ -92,11 +93,16 @@ def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
     wait a loaded host adds (which threads do not overlap); ``None``: a stage's wall time
     beyond its CPU time.  ``memory`` is what one fused replica was measured to hold
     (`fitwork.profiling.record.PipelineProfile.fused_rss`); ``None``: its stages' summed.
+    ``carried`` sizes a threaded replica's threads to the items/s it carries (per node type;
+    `carried_rates` of an earlier solve) rather than to the most one replica could.
     """
+    def solved(problem: Problem) -> FitResult:
+        return solve_problem(problem, objective=objective, target=target,
+                             time_limit=time_limit, mip_gap=mip_gap)
+
     problem = fused_problem(units, node_types, 2 * hop_seconds, edge_seconds, waiting,
-                            memory)
-    best = solve_problem(problem, objective=objective, target=target, time_limit=time_limit,
-                         mip_gap=mip_gap)
+                            memory, carried=carried)
+    best = solved(problem)
     threaded = tuple(c for c in problem.candidates if c.concurrency > 1)
     if objective != "max_throughput" or not threaded or any(p.threads for p in best.replicas):
         return best
@@ -104,9 +110,14 @@ def monolithic(units: Sequence[UnitDemand], node_types: Sequence[NodeType], *,
     # processes for meeting each other on the cores (the fewest whose load fills them
     # collide most), which a process's threads absorb; so the threaded monolith runs unless
     # one item at a time predicts more than THREAD_GAIN above it.
-    alone = solve_problem(replace(problem, candidates=threaded), objective=objective,
-                          target=target, time_limit=time_limit, mip_gap=mip_gap)
+    alone = solved(replace(problem, candidates=threaded))
     return alone if alone.throughput * (1 + THREAD_GAIN) >= best.throughput else best
+
+
+def carried_rates(result: FitResult) -> dict[str, float]:
+    """Items/s each threaded replica of ``result`` carries, per node type."""
+    return {p.node_type: p.items_per_s / p.replicas for p in result.replicas
+            if p.threads and p.replicas}
 
 
 def _stages(units: Sequence[UnitDemand], accel: str | None,
@@ -184,17 +195,22 @@ def threaded_rate(threads: int, hold: float, wait: float, most: float = math.inf
     return min(rate if threads == 1 else min(rate, GIL_SHARE / hold), most)
 
 
-def threaded_option(hold: float, wait: float, most: float = math.inf
-                    ) -> tuple[int, float] | None:
+def threaded_option(hold: float, wait: float, most: float = math.inf,
+                    need: float | None = None) -> tuple[int, float] | None:
     """(threads, items/s) of a threaded replica: the fewest threads, a power of two up to
     `MOST_THREADS`, that carry `THREAD_FILL` of the most the lock lets them
-    (``GIL_SHARE / hold``) or the node's cores do (``most``); ``None`` where threads carry
-    under `THREAD_GAIN` more than one item at a time."""
+    (``GIL_SHARE / hold``) or the node's cores do (``most``), or, where the replica is
+    planned to carry ``need`` items/s, that rate over `THREAD_FILL` if less; ``None``
+    where threads carry under `THREAD_GAIN` more than one item at a time, or one item at
+    a time carries ``need``."""
     alone = threaded_rate(1, hold, wait, most)
     ceiling = min(GIL_SHARE / max(hold, 1e-12), most)
+    wanted = THREAD_FILL * ceiling if need is None else min(THREAD_FILL * ceiling,
+                                                            need / THREAD_FILL)
+    if alone >= wanted and need is not None:
+        return None
     threads = 2
-    while threads < MOST_THREADS and \
-            threaded_rate(threads, hold, wait, most) < THREAD_FILL * ceiling:
+    while threads < MOST_THREADS and threaded_rate(threads, hold, wait, most) < wanted:
         threads *= 2
     rate = threaded_rate(threads, hold, wait, most)
     if rate < alone * (1 + THREAD_GAIN):
@@ -216,8 +232,8 @@ def _held(d: ClassDemand) -> float:
 
 
 def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
-              edge: float = 0.0, waiting: float | None = None, cores: float = math.inf
-              ) -> tuple[ClassDemand, int] | None:
+              edge: float = 0.0, waiting: float | None = None, cores: float = math.inf,
+              need: float | None = None) -> tuple[ClassDemand, int] | None:
     """The threaded monolith beside the fused replica ``demand`` (stages all on CPU), and its
     threads; ``None`` where its stages do not wait enough for threads to help.  Each stage
     holds the lock its CPU time at its own parallelism (`_held`); the engine's work on an
@@ -231,7 +247,7 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
     wait = work - held if waiting is None else max(waiting, 0.0)
     spent = sum(m * d.core_seconds() for _, d, m in stages)
     most = cores / spent if spent > 0 else math.inf
-    trial = threaded_option(held + edge, wait, most)
+    trial = threaded_option(held + edge, wait, most, need)
     if trial is None:
         return None
     threads = trial[0]
@@ -251,14 +267,14 @@ def _threaded(stages: list[Stage], demand: ClassDemand, hop: float = 0.0,
 
 def _options(stages: list[Stage], accel: str | None, hop: float, edge: float, *,
              threaded: bool, waiting: float | None = None, cores: float = math.inf,
-             memory: int | None = None
+             memory: int | None = None, need: float | None = None
              ) -> list[tuple[ClassDemand, tuple[tuple[str, float], ...], int]]:
     """The fused replica's options (demand, busy seconds per item per class, threads): one
     item at a time, and where ``threaded`` (every stage on CPU) and its stages wait, the
-    threaded monolith (on a node of ``cores``)."""
+    threaded monolith (on a node of ``cores``; sized to carry ``need`` items/s if given)."""
     demand, busy = _fused(stages, accel, hop, edge, memory)
     found = [(demand, busy, 1)]
-    more = _threaded(stages, demand, hop, edge, waiting, cores) if threaded else None
+    more = _threaded(stages, demand, hop, edge, waiting, cores, need) if threaded else None
     if more is not None:
         threads_demand, threads = more
         found.append((threads_demand, tuple((c, threads_demand.core_seconds() if
@@ -276,9 +292,11 @@ def unit_limits(units: Sequence[UnitDemand]) -> tuple[int | None, float | None]:
 
 def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
                   hop_seconds: float = 0.0, edge_seconds: float = 0.0,
-                  waiting: float | None = None, memory: int | None = None) -> Problem:
-    """The baseline as a one-unit `Problem` (``memory``: one replica's, where measured);
-    raises `UnitFitsNowhere` if it fits no node."""
+                  waiting: float | None = None, memory: int | None = None,
+                  carried: dict[str, float] | None = None) -> Problem:
+    """The baseline as a one-unit `Problem` (``memory``: one replica's, where measured;
+    ``carried``: per node type, the items/s a threaded replica is sized to carry, where a
+    solve planned it); raises `UnitFitsNowhere` if it fits no node."""
     check_inputs(units, node_types)
     fleet = tuple(n for n in node_types if n.count > 0)
     most, per_s = unit_limits(units)
@@ -297,7 +315,8 @@ def fused_problem(units: Sequence[UnitDemand], node_types: Sequence[NodeType],
             assert cls is not None
             found = _options(stages, accel, hop_seconds, edge_seconds,
                              threaded=not uses_accel, waiting=waiting,
-                             cores=node.cores * node.core_ceiling, memory=memory)
+                             cores=node.cores * node.core_ceiling, memory=memory,
+                             need=(carried or {}).get(node.name))
             for option, (demand, busy, threads) in enumerate(found):
                 cand = candidate(0, n, node, cls, demand, UnitDemand(name=FUSED, classes={},
                                                                      concurrency=threads),
