@@ -65,9 +65,10 @@ def start_service() -> multiprocessing.process.BaseProcess:
 
 def start_services() -> list[multiprocessing.process.BaseProcess]:
     """Start every loopback service a bench pipeline calls (this file's, and the seen
-    rate-limited one's), and write the files held-out file_read reads, before anything
-    forks; the services' CPU is counted as this bench's."""
+    rate-limited one's), and write the files held-out file_read and sqlite_lookup read,
+    before anything forks; the services' CPU is counted as this bench's."""
     heldout.file_read.prepare()  # its files, written once, before the workers fork
+    heldout.sqlite_lookup.prepare()
     services = [start_service(), seen.rate_limited.start_service()]
     SERVICE_PIDS[:] = [p.pid for p in services if p.pid is not None]
     return services

@@ -9,11 +9,13 @@ from heldout import (
     fetch_parse,
     file_read,
     padded_batch,
+    sqlite_lookup,
     two_waits,
     zlib_threads,
 )
 
 SHAPES: tuple[Shape, ...] = (zlib_threads.SHAPE, deep_light.SHAPE, two_waits.SHAPE,
-                             fetch_parse.SHAPE, padded_batch.SHAPE, file_read.SHAPE)
+                             fetch_parse.SHAPE, padded_batch.SHAPE, file_read.SHAPE,
+                             sqlite_lookup.SHAPE)
 
-__all__ = ["SHAPES", "Shape", "file_read"]
+__all__ = ["SHAPES", "Shape", "file_read", "sqlite_lookup"]
