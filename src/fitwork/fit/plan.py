@@ -18,7 +18,7 @@ lists which units' rates were measured and which transferred.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -27,7 +27,7 @@ from fitwork.document import Document
 from fitwork.errors import InputError
 from fitwork.fit import ranges
 from fitwork.fit.candidates import format_bytes
-from fitwork.fit.ceiling import busy_threads, settled_ceiling, share_ceiling
+from fitwork.fit.ceiling import settled_ceiling, trimmed_threads
 from fitwork.fit.cost import Precision, RateEstimate, peak_flops
 from fitwork.fit.errors import FitInputError, TargetUnreachable
 from fitwork.fit.heldout import widened
@@ -412,7 +412,7 @@ def _fused_baseline(profile: PipelineProfile, stages: list[UnitDemand],
     """The monolithic baseline and the ceiling it settles at (`settled_ceiling`); its fused
     chain, edge and waiting seconds and its memory built once, not inside the
     ceiling-settling solve each step re-runs.  Its threaded replicas then get the fewest
-    threads that carry what each is planned to (`_trimmed`)."""
+    threads that carry what each is planned to (`trimmed_threads`)."""
     chain, edge = sequential(stages, rates, profile), edge_seconds(profile)
     waiting, memory = waiting_seconds(profile), fused_memory(profile)
 
@@ -423,29 +423,8 @@ def _fused_baseline(profile: PipelineProfile, stages: list[UnitDemand],
                           memory=memory, carried=carried)
 
     ceiling, base = settled_ceiling(profile, solve_at)
-    return ceiling, _trimmed(profile, ceiling, base,
-                             lambda carried: solve_at(ceiling, carried), mip_gap)
-
-
-def _trimmed(profile: PipelineProfile, ceiling: float, base: FitResult,
-             resolve: Callable[[dict[str, float]], FitResult], mip_gap: float) -> FitResult:
-    """``base`` re-solved with each threaded replica sized to the items/s it carries
-    (`carried_rates`) where that keeps its throughput within ``mip_gap`` and its threads
-    still claim ``ceiling`` (`share_ceiling`); else ``base``.
-
-    A threaded replica is first given the threads that would carry the most one replica
-    alone could; where the cores are shared among several, each carries less and the rest
-    only hold items in flight.  Beside a busy core the demo's fused plan ran 2 x 8 threads
-    at 30 ms and 2 x 16 at 150 ms, at 0.178 CPU-s a page where 2 processes of one item at a
-    time used 0.136 and 2 x 4 threads 0.146, and reached 0.89x and 0.81x of those."""
-    rates = carried_rates(base)
-    if not rates:
-        return base
-    trimmed = resolve(rates)
-    if trimmed.throughput < (1 - mip_gap) * base.throughput or \
-            share_ceiling(profile, busy_threads(trimmed)) < ceiling - 1e-3:
-        return base
-    return trimmed
+    return ceiling, trimmed_threads(profile, ceiling, base,
+                                    lambda b: solve_at(ceiling, carried_rates(b)), mip_gap)
 
 
 def _choose(split: PlanSide, whole: PlanSide, objective: Objective,
