@@ -63,7 +63,9 @@ MOST_THREADS = 64
 """The most threads a fused replica is planned with."""
 THREAD_FILL = 0.95
 """A threaded replica gets the fewest threads (a power of two) that reach this share of the
-most its interpreter lock lets it carry: more only hold more items in flight."""
+most its interpreter lock lets it carry, or that carry the rate it is planned at over this
+share where that is less (`threaded_option`'s ``need``): more only hold more items in
+flight."""
 THREAD_GAIN = 0.05
 """Threads are offered only where they carry this much more than one item at a time."""
 GIL_SHARE = 0.9
