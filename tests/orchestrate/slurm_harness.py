@@ -97,7 +97,7 @@ class SlurmCluster:
             "SchedulerParameters=bf_interval=1", "GresTypes=gpu",
             "SlurmdParameters=config_overrides", "ReturnToService=2", "MpiDefault=none",
             "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
-            "JobAcctGatherType=jobacct_gather/none", "MailProg=/bin/true", "KillWait=10",
+            "JobAcctGatherType=jobacct_gather/none", "MailProg=/bin/true", "KillWait=30",
             f"FirstJobId={1000 + os.getpid() % 50000}",  # job folders /tmp/fwr-ID unique
         ]
         for name, extra in NODES.items():

@@ -33,11 +33,13 @@ from typing import Any, Literal
 
 import psutil
 
+from fitwork.errors import InputError
 from fitwork.jobs.control import write_control
 from fitwork.jobs.plan import FleetPlan, Refit, refit
 from fitwork.jobs.record import Decision, FleetRecord, JobOutcome, Sample, ShareControl
 from fitwork.jobs.shares import ShareController, choose_lever
 from fitwork.jobs.spec import Job, JobsFile
+from fitwork.telemetry.record import RunRecord
 
 __all__ = ["run_many"]
 
@@ -222,11 +224,13 @@ class _Fleet:
             if j.name in admitted:
                 self.waiting.remove(j)
                 if self.resume and _complete(j):
+                    code, why = _ended_before(j)
                     self.say(f"{j.name}: already complete ({j.output} and no journal left); "
-                             "not run again")
+                             f"not run again; {why}")
                     self.done[j.name] = JobOutcome(
-                        name=j.name, team=j.team, status="succeeded", exit_code=0,
-                        reason="already complete", record=str(j.record_path))
+                        name=j.name, team=j.team, status="succeeded" if code == 0 else "failed",
+                        exit_code=code, reason=f"already complete; {why}",
+                        record=str(j.record_path))
                     continue
                 self._start(j)
         self.decisions.append(Decision(
@@ -332,6 +336,21 @@ class _Fleet:
 def _journal(job: Job) -> Path:
     """Where `fitwork run` journals ``job`` (its default, beside the output)."""
     return job.output.with_name(job.output.name + ".journal")
+
+
+def _ended_before(job: Job) -> tuple[int, str]:
+    """The exit status ``job``'s earlier run ended with, as its record tells (1 where items
+    failed, as `fitwork run` exits), and why in a few words."""
+    try:
+        record = RunRecord.load(job.record_path)
+    except InputError as exc:  # none, or one this version cannot read: not known
+        return 0, f"its earlier run's record is not readable ({exc})"
+    if record.status != "completed":
+        return 1, f"its earlier run ended {record.status}"
+    if record.failures:
+        return 1, (f"{record.failures} item(s) failed in its earlier run "
+                   f"(dead letters in {record.dead_letter or job.dead_letters})")
+    return 0, "its earlier run succeeded"
 
 
 def _complete(job: Job) -> bool:

@@ -39,6 +39,9 @@ class Concurrent:
 LOCK_BUSY = 0.8
 """One thread's calls must keep this much of a core busy for the lock share to be read: a
 unit that mostly waits meets few others on the cores whatever it holds."""
+LOCK_CORES = 1.5
+"""The threads must have had this many cores (busy or left idle, not taken by other processes)
+for the lock share to be read: on fewer, one core held and all free look alike."""
 
 
 def measure_concurrent(call: Callable[[list[Any]], Any], inputs: list[Any]) -> Concurrent:
@@ -53,8 +56,10 @@ def measure_concurrent(call: Callable[[list[Any]], Any], inputs: list[Any]) -> C
     - ``lock_share``: the share of a call's CPU that holds the interpreter lock, from the
       cores the threads kept busy: ``k`` of them where no call holds it (a native library
       that lets go of it, as onnxruntime and BLAS do), one where every call does, ``k``
-      the cores the copy may use, at most `MEMORY_THREADS`; read only where one thread's
-      calls kept `LOCK_BUSY` of a core busy and the copy has two cores or more.
+      the cores the copy could have had (those the threads kept busy and those left idle, so a
+      core another process holds is not read as the lock), at most `MEMORY_THREADS`; read
+      only where one thread's calls kept `LOCK_BUSY` of a core busy and that ``k`` is at
+      least `LOCK_CORES`.
     - ``cpu_factor``: CPU seconds of the threads' calls over the one thread's (calls that
       share caches and cores, and hand the lock on, spend more each).
     - ``threaded_cpu_s``: for a unit whose calls mostly wait (the one thread's CPU under
@@ -93,18 +98,32 @@ def _threads_measured(call: Callable[[list[Any]], Any],
     cpu1, wall1 = _at_once(calls, items, 1)
     alone = high_water() if reset else None
     reset_high_water()
+    mine = sorted(os.sched_getaffinity(0))
+    idle0 = _idle_s(mine)
     cpu4, wall4 = _at_once(calls, items, MEMORY_THREADS)
+    idle = _idle_s(mine) - idle0
     together = high_water() if reset else None
     memory = -1 if alone is None or together is None else \
         max(0, together - alone) // (MEMORY_THREADS - 1)
-    cores = min(MEMORY_THREADS, len(os.sched_getaffinity(0)))
     lock = -1
-    if cores >= 2 and wall1 > 0 and wall4 > 0 and cpu1 >= LOCK_BUSY * wall1:
+    if len(mine) >= 2 and wall1 > 0 and wall4 > 0 and cpu1 >= LOCK_BUSY * wall1:
         busy = cpu4 / wall4  # cores the threads kept busy at once
-        lock = round(1000 * min(1.0, max(0.0, (cores - busy) / (cores - 1))))
+        # the cores they could have had: those they kept busy and those left idle (another
+        # process's share of a busy host is not the lock's)
+        cores = min(MEMORY_THREADS, len(mine), busy + max(0.0, idle) / wall4)
+        if cores >= LOCK_CORES:
+            lock = round(1000 * min(1.0, max(0.0, (cores - busy) / (cores - 1))))
     factor = round(1000 * cpu4 / cpu1) if cpu1 > 0 and cpu4 > 0 else -1
     return memory, lock, factor, \
         _waiting_cpu(calls, inputs, max(memory, 0)) if cpu1 < wall1 / 2 else -1
+
+
+def _idle_s(cpus: list[int]) -> float:
+    """Seconds the cores ``cpus`` have been idle (waiting on I/O included) since boot."""
+    import psutil
+
+    times = psutil.cpu_times(percpu=True)
+    return sum(times[c].idle + getattr(times[c], "iowait", 0.0) for c in cpus if c < len(times))
 
 
 def _waiting_cpu(calls: Callable[..., None], inputs: list[Any], call_memory: int) -> int:
