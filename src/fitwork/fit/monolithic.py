@@ -202,15 +202,21 @@ def threaded_option(hold: float, wait: float, most: float = math.inf,
     """(threads, items/s) of a threaded replica: the fewest threads, a power of two up to
     `MOST_THREADS`, that carry `THREAD_FILL` of the most the lock lets them
     (``GIL_SHARE / hold``) or the node's cores do (``most``), or, where the replica is
-    planned to carry ``need`` items/s, that rate over `THREAD_FILL` if less; ``None``
-    where threads carry under `THREAD_GAIN` more than one item at a time, or one item at
-    a time carries ``need``."""
+    planned to carry ``need`` items/s, that rate over `THREAD_FILL` if less (two where one
+    item at a time carries ``need``); ``None`` where threads carry under `THREAD_GAIN`
+    more than one item at a time.
+
+    Two, not none, where one item at a time would do: the fluid cores do not charge
+    processes of one item at a time for meeting on the cores, which threads absorb (the
+    tie rule of `monolithic`).  With none, the OCR demo at 30 ms on a near-quiet host ran
+    3 processes (3 x 2 threads before the trim): 0.91x the threaded monolith of 2 x 4, a
+    stable loss, realizing 0.78x its prediction (0.165 CPU-s and 0.16 s off the cores a
+    page against 0.129 and 0.06 profiled: three processes on two cores queue for them); with
+    two, 3 x 2 did 0.99x (too noisy to call), realizing 1.08x."""
     alone = threaded_rate(1, hold, wait, most)
     ceiling = min(GIL_SHARE / max(hold, 1e-12), most)
     wanted = THREAD_FILL * ceiling if need is None else min(THREAD_FILL * ceiling,
                                                             need / THREAD_FILL)
-    if alone >= wanted and need is not None:
-        return None
     threads = 2
     while threads < MOST_THREADS and threaded_rate(threads, hold, wait, most) < wanted:
         threads *= 2
