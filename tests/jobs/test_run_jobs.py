@@ -238,6 +238,23 @@ def test_an_interrupted_fleet_run_resumes_each_pipeline_where_it_stopped(tmp_pat
     _check_tokens(tmp_path, _got(out / "tokens.jsonl"))
 
 
+def test_a_finished_fleet_resumed_keeps_each_pipelines_exit_status(tmp_path: Path) -> None:
+    jobs = _copy(tmp_path, 200)
+    first = _fitwork("run", "--jobs", str(jobs), cwd=tmp_path)
+    assert first.returncode == 1, first.stderr  # tokens' killing row
+    again = _fitwork("run", "--jobs", str(jobs), "--resume", "--fleet-record", "again.json",
+                     cwd=tmp_path)
+    # nothing runs again, and the pipeline whose row failed still fails the fleet run
+    assert again.returncode == 1, again.stderr
+    assert again.stderr.count("already complete") == 3, again.stderr
+    outcomes = {o.name: o for o in FleetRecord.load(tmp_path / "again.json").jobs}
+    assert outcomes["tokens"].status == "failed" and outcomes["tokens"].exit_code == 1
+    assert "1 item(s) failed in its earlier run" in (outcomes["tokens"].reason or "")
+    assert "tokens.jsonl.dead-letters.jsonl" in (outcomes["tokens"].reason or "")
+    assert {outcomes[n].status for n in ("scoring", "lookup")} == {"succeeded"}
+    assert all(o.started_s is None for o in outcomes.values())  # none was started
+
+
 def test_a_job_the_fleet_cannot_hold_beside_another_is_queued_then_runs(tmp_path: Path
                                                                         ) -> None:
     _copy(tmp_path, 300)
