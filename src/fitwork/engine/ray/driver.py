@@ -210,10 +210,15 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.mark("prepared")
 
     def prepare(self) -> None:
-        """Before the first replica starts: reserve the planned node types' bundles."""
-        if len(self.nodes) > 1:  # on one node there is no node type to choose
-            self.reserve_groups({label for n in self.nodes
-                                 if (label := (n.get("Labels") or {}).get(NODE_TYPE_LABEL))})
+        """Before the first replica starts: reserve the planned node types' bundles, where
+        there is a choice to hold.  On one node there is no node type to choose; on nodes
+        all of one type running one unit (a fused plan) there is neither a type to choose
+        nor units to keep beside each other: there too each replica asks Ray for its
+        resources directly, so the replicas a run keeps warm can serve the next (one held
+        in a group goes with the group)."""
+        labels = {(n.get("Labels") or {}).get(NODE_TYPE_LABEL) for n in self.nodes}
+        if len(self.nodes) > 1 and not (len(self.units) == 1 and len(labels) == 1):
+            self.reserve_groups({label for label in labels if label})
 
     def start(self) -> RunResult:
         """Start every replica and return at once, as `fitwork.run` promises: frames go out
