@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -43,7 +44,9 @@ def two_alike() -> Iterator[str]:
     """A head and a worker node, one CPU each, both labelled ``fitwork.node-type=cpu``."""
     temps = [Path(tempfile.mkdtemp(prefix="fw-wn-")) for _ in range(2)]  # short socket paths
     env = {**os.environ, **ENV}
-    port = 6900 + os.getpid() % 500
+    with socket.socket() as probe:  # a port nothing listens on now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     common = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats",
               "--labels=fitwork.node-type=cpu"]
     try:
