@@ -123,9 +123,11 @@ def test_the_share_of_a_call_that_holds_the_interpreter_lock_is_measured() -> No
     free = min(readings, key=lambda u: 2.0 if u.lock_share is None else u.lock_share)
     print(f"lock share: pure Python {held.lock_share}, hashlib {free.lock_share}; CPU "
           f"with calls at once over alone: {held.concurrent_cpu}, {free.concurrent_cpu}")
-    if held.lock_share is None or free.lock_share is None:
-        pytest.skip(f"other processes left the threads under {LOCK_CORES} cores in three "
-                    "profiles: no lock share is read then (by design), so none to check")
+    # Other processes left the threads under LOCK_CORES cores in three profiles: no share is
+    # read then (by design, rather than a wrong one), and none can be checked; a failure
+    # here beside another test is what CI runs again alone.
+    assert held.lock_share is not None and free.lock_share is not None, \
+        f"no lock share read: the host left the threads under {LOCK_CORES} cores"
     # four threads of pure Python keep one core busy; of hashing, every core the copy has
     # (here 0.99 and 0.50-0.74 on 2 cores)
     assert held.lock_share > 0.8
