@@ -2,63 +2,35 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
-import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from fitwork.fit.plan import plan_for
 from fitwork.hardware.fleet import Fleet
 from fitwork.profiling.record import PipelineProfile, UnitProfile
 
-TOKEN_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-"""Token authentication for the clusters these tests start (fitwork's rule), one token."""
+from .ray_nodes import ROOT, TOKEN_AUTH, Node, ray_nodes
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed: pip install 'fitwork[ray]'")
-ROOT = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def _ray(*args: str, env: dict[str, str]) -> str:
-    done = subprocess.run([RAY, *args], capture_output=True, text=True, env=env, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 @pytest.fixture
 def two_nodes() -> Iterator[str]:
     """A head node labelled ``cpu`` and a worker node with one H100-SXM, labelled ``gpu``."""
-    temp = Path(tempfile.mkdtemp(prefix="fw-ray-"))  # short: Unix socket paths are < 108 bytes
-    env = {**os.environ, **TOKEN_AUTH, "PYTHONPATH": str(ROOT)}
-    port = 6390 + os.getpid() % 500
-    try:
-        _ray("start", "--head", f"--port={port}", "--num-cpus=3", f"--temp-dir={temp}",
-             "--object-store-memory=100000000", "--include-dashboard=false",
-             "--labels=fitwork.node-type=cpu", "--disable-usage-stats", env=env)
-        _ray("start", f"--address=127.0.0.1:{port}", "--num-cpus=1",
-             '--resources={"H100-SXM": 1}', "--object-store-memory=100000000",
-             "--labels=fitwork.node-type=gpu", "--disable-usage-stats", env=env)
-        yield f"127.0.0.1:{port}"
-    finally:
-        for process in psutil.process_iter(["cmdline"]):
-            command = " ".join(process.info["cmdline"] or [])
-            if str(temp) in command or f":{port}" in command:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.kill()
-        shutil.rmtree(temp, ignore_errors=True)
+    with ray_nodes([Node(cpus=3, node_type="cpu"),
+                    Node(cpus=1, node_type="gpu", resources={"H100-SXM": 1})],
+                   prefix="fw-ray-") as cluster:
+        yield cluster.address
 
 
 def profile() -> PipelineProfile:

@@ -19,7 +19,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -27,19 +26,14 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import psutil
 import pytest
 
-TOKEN_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-"""Token authentication for the clusters these tests start (fitwork's rule), one token."""
+from .ray_nodes import ROOT, TOKEN_AUTH, Cluster, Node, node_processes, ray_nodes
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed: pip install 'fitwork[ray]'")
-ROOT = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
 ITEMS = 2400
 FAST_DETECTION = {"RAY_health_check_initial_delay_ms": "1000",
                   "RAY_health_check_period_ms": "500",
@@ -47,55 +41,12 @@ FAST_DETECTION = {"RAY_health_check_initial_delay_ms": "1000",
                   "RAY_health_check_failure_threshold": "3"}
 
 
-def node_processes(temp: str) -> list[psutil.Process]:
-    """A node's processes: those started with its temp dir, and everything under them."""
-    found: dict[int, psutil.Process] = {}
-    me = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
-    for process in psutil.process_iter(["cmdline"]):
-        args = process.info["cmdline"] or []
-        if process.pid in me or not any(a.startswith("--") and temp in a for a in args):
-            continue
-        with contextlib.suppress(psutil.Error):
-            for each in [process, *process.children(recursive=True)]:
-                found[each.pid] = each
-    return list(found.values())
-
-
-def start_node(address: str, temp: str, env: dict[str, str]) -> None:
-    """One worker node of one CPU, its own temp dir and object store."""
-    done = subprocess.run([RAY, "start", f"--address={address}", "--num-cpus=1",
-                           f"--temp-dir={temp}", "--object-store-memory=80000000",
-                           "--labels=fitwork.node-type=cpu", "--disable-usage-stats"],
-                          capture_output=True, text=True, env=env, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 @pytest.fixture
-def three_nodes() -> Iterator[tuple[str, list[str]]]:
-    """A head and two worker nodes, one CPU each; the address and every node's temp dir
-    (a fourth for the node that joins)."""
-    temps = [tempfile.mkdtemp(prefix=f"fw-n{i}-") for i in range(4)]  # short: socket paths
-    env = {**os.environ, **TOKEN_AUTH, "PYTHONPATH": str(ROOT),
-           **FAST_DETECTION}
-    port = 6900 + os.getpid() % 500
-    address = f"127.0.0.1:{port}"
-    try:
-        done = subprocess.run(
-            [RAY, "start", "--head", f"--port={port}", "--num-cpus=1", f"--temp-dir={temps[0]}",
-             "--object-store-memory=80000000", "--include-dashboard=false",
-             "--labels=fitwork.node-type=cpu", "--disable-usage-stats"],
-            capture_output=True, text=True, env=env, timeout=180)
-        assert done.returncode == 0, done.stdout + done.stderr
-        with ThreadPoolExecutor(2) as pool:  # the workers start side by side
-            list(pool.map(lambda temp: start_node(address, temp, env), temps[1:3]))
-        yield address, temps
-    finally:
-        for temp in temps:
-            for process in node_processes(temp):
-                with contextlib.suppress(psutil.Error):
-                    process.kill()
-        for temp in temps:
-            shutil.rmtree(temp, ignore_errors=True)
+def three_nodes() -> Iterator[Cluster]:
+    """A head and two worker nodes, one CPU each, and a spare temp dir for the node that
+    joins."""
+    with ray_nodes([Node(), Node(), Node()], spares=1, extra_env=FAST_DETECTION) as cluster:
+        yield cluster
 
 
 SCRIPT = textwrap.dedent("""
@@ -107,7 +58,8 @@ SCRIPT = textwrap.dedent("""
     from fitwork.hardware.fleet import Fleet
     from fitwork.hardware.ray_cluster import free_per_node
     from fitwork.profiling.record import PipelineProfile, UnitProfile
-    from tests.engine.test_ray_node_death import ITEMS, node_processes, start_node
+    from tests.engine.ray_nodes import node_processes, start_node
+    from tests.engine.test_ray_node_death import ITEMS
 
     address, temps = sys.argv[1], json.loads(sys.argv[2])
 
@@ -173,7 +125,7 @@ SCRIPT = textwrap.dedent("""
                 events["victim_id"] = next(n["NodeID"] for n in ray.nodes()
                                            if victim in n["ObjectStoreSocketName"])
                 joiner = subprocess.Popen([sys.executable, "-c",  # a new node joins
-                    "import sys, os; from tests.engine.test_ray_node_death import "
+                    "import sys, os; from tests.engine.ray_nodes import "
                     "start_node; start_node(sys.argv[1], sys.argv[2], dict(os.environ))",
                     address, temps[3]])
             if joiner is not None and "joined_s" not in events and len(outputs) % 20 == 0 \\
@@ -193,8 +145,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_a_node_dies_mid_run_and_the_run_refits(three_nodes: tuple[str, list[str]]) -> None:
-    address, temps = three_nodes
+def test_a_node_dies_mid_run_and_the_run_refits(three_nodes: Cluster) -> None:
+    address, temps = three_nodes.address, three_nodes.temps
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", SCRIPT, address, json.dumps(temps)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,

@@ -9,60 +9,28 @@ made and the second run adopts the replicas the first kept (in a group they went
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
-import secrets
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
-import psutil
 import pytest
+
+from .ray_nodes import ROOT, TOKEN_AUTH, Node, ray_nodes
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                 reason="Ray is not installed: pip install 'fitwork[ray]'")
-ROOT = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
-ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-       "PYTHONPATH": str(ROOT)}
-
-
-def _ray(*args: str, env: dict[str, str]) -> None:
-    done = subprocess.run([RAY, *args], capture_output=True, text=True, env=env, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
+ENV = {**TOKEN_AUTH, "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture
 def two_alike() -> Iterator[str]:
     """A head and a worker node, one CPU each, both labelled ``fitwork.node-type=cpu``."""
-    temps = [Path(tempfile.mkdtemp(prefix="fw-wn-")) for _ in range(2)]  # short socket paths
-    env = {**os.environ, **ENV}
-    with socket.socket() as probe:  # a port nothing listens on now
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    common = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats",
-              "--labels=fitwork.node-type=cpu"]
-    try:
-        _ray("start", "--head", f"--port={port}", f"--temp-dir={temps[0]}",
-             "--include-dashboard=false", *common, env=env)
-        _ray("start", f"--address=127.0.0.1:{port}", f"--temp-dir={temps[1]}", *common,
-             env=env)
-        yield f"127.0.0.1:{port}"
-    finally:
-        for process in psutil.process_iter(["cmdline"]):
-            command = " ".join(process.info["cmdline"] or [])
-            if any(str(t) in command for t in temps) or f":{port}" in command:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.kill()
-        for temp in temps:
-            shutil.rmtree(temp, ignore_errors=True)
+    with ray_nodes([Node(), Node()], prefix="fw-wn-") as cluster:
+        yield cluster.address
 
 
 SCRIPT = textwrap.dedent("""
