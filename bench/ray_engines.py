@@ -242,6 +242,8 @@ def run_pipeline(pipeline: Pipeline, items: Iterable[Any], **options: Any) -> An
 
 LAST: list[tuple[float, float]] = []
 """The last fitwork run's (seconds to its first settled frame, items/s from then on)."""
+LAST_RECORD: list[Any] = []
+"""The last fitwork run's record."""
 
 
 def steady(record: Any) -> tuple[float, float]:
@@ -262,6 +264,7 @@ def run_fitwork(pipeline: Pipeline, items: int, engine: str,
                       placement=placement, **options) as result:
         total_ = float(sum(result))
     LAST[:] = [steady(result.record)]
+    LAST_RECORD[:] = [result.record]
     return total_
 
 

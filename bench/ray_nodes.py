@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -88,23 +89,60 @@ def ray_data_stages(name: str, sizes: list[int], cpus: int
     return stages
 
 
-def fitwork_run(setup: Setup, address: str, tasks: bool) -> Callable[[], float]:
-    """A run of the plan on the cluster (actors, or task replicas)."""
+KEEP_S = 60.0
+"""How long the kept-warm contender's parked replicas wait for its next run."""
+KEPT = "fitwork kept warm"
+
+
+def fitwork_run(setup: Setup, address: str, tasks: bool, keep: float = 0.0
+                ) -> Callable[[], float]:
+    """A run of the plan on the cluster (actors, or task replicas; actors kept warm for
+    ``keep`` seconds after it when above 0)."""
     def run() -> float:
         return bench.run_fitwork(bench.PIPELINES[setup.name], setup.items, "ray", None,
-                                 setup.plan, address=address, task_replicas=tasks)
+                                 setup.plan, address=address, task_replicas=tasks,
+                                 keep_warm=keep)
     return run
 
 
-def predicted(setup: Setup, cores: float) -> float:
-    """The plan's rate on this cluster for a run of ``setup.items``: start-up, calls and
-    frames crossing nodes taken off (`fitwork.engine.ray.costs`)."""
+def release_pool() -> int:
+    """Stop every replica parked in a fitwork warm pool on the connected cluster (the
+    kept-warm contender's, once its turn is over, so the next contender gets the cores);
+    how many."""
+    import ray
+
+    from fitwork.engine.ray.warm import PREFIX
+
+    stopped = 0
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if str(actor.get("namespace", "")).startswith(PREFIX):
+            try:
+                ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]),
+                         no_restart=True)
+                stopped += 1
+            except ValueError:  # it exited meanwhile
+                continue
+    return stopped
+
+
+def predicted(setup: Setup, cores: float, adopted: int = 0) -> float:
+    """The plan's rate on this cluster for a run of ``setup.items``: start-up (of the
+    replicas not ``adopted`` from a warm pool), calls and frames crossing nodes taken off
+    (`fitwork.engine.ray.costs`)."""
     from fitwork.engine.ray import costs
 
     groups = setup.plan.placement().groups
+    replicas = sum(g.replicas for g in groups)
     return costs.predicted(setup.plan.fitted.throughput, setup.items,
-                           sum(g.replicas for g in groups), len({g.unit for g in groups}),
+                           max(0, replicas - adopted), len({g.unit for g in groups}),
                            cores, costs.plan_crossing(setup.plan))
+
+
+def adopted_by_last() -> int:
+    """Replicas the last fitwork run adopted from a warm pool (its record says)."""
+    record = bench.LAST_RECORD[0] if bench.LAST_RECORD else None
+    pool = ((record.host or {}).get("warm_pool") or {}) if record is not None else {}
+    return int(pool.get("adopted", 0))
 
 
 class Hung(Exception):
@@ -168,9 +206,11 @@ Runner = Callable[[str], Callable[[], float]]  # an address to a run
 
 
 def contenders(setup: Setup, sizes: list[int]) -> list[tuple[str, Runner, bool]]:
-    """(name, run at an address, is fitwork) in ABC order: actors, tasks, Ray Data."""
+    """(name, run at an address, is fitwork) in ABC order: actors, actors kept warm,
+    tasks, Ray Data."""
     out: list[tuple[str, Runner, bool]] = [
         ("fitwork actors", lambda a: fitwork_run(setup, a, False), True),
+        (KEPT, lambda a: fitwork_run(setup, a, False, KEEP_S), True),
         ("fitwork tasks", lambda a: fitwork_run(setup, a, True), True)]
     for size in sizes:
         out.append((f"ray data batch={size}", lambda a, s=size: (
@@ -187,14 +227,15 @@ class Table:
         self.totals: dict[str, float] = {}
         self.cores = cores
         self.starts: list[float] = []  # seconds each cold cluster took to start (untimed)
+        self.adopted: list[int] = []  # replicas each timed kept-warm warm run adopted
 
     def add(self, key: tuple[str, str, str, str], setup: Setup, result: tuple[float, ...],
-            fitwork_run: bool) -> None:
+            fitwork_run: bool, adopted: int = 0) -> None:
         total, seconds, cpu = result
         first = self.totals.setdefault(setup.name, total)
         if abs(total - first) > 1e-9 * max(1.0, abs(first)):
             raise SystemExit(f"{key}: total {total!r} != {first!r}")
-        guess = predicted(setup, self.cores) if fitwork_run else None
+        guess = predicted(setup, self.cores, adopted) if fitwork_run else None
         self.cells.setdefault(key, Cell()).runs.append((setup.items / seconds, cpu, guess))
 
     def hang(self, key: tuple[str, str, str, str], error: Hung) -> None:
@@ -205,7 +246,10 @@ class Table:
 
 def warm(table: Table, setup: Setup, remake: Callable[[], LocalCluster], repeats: int) -> None:
     """One cluster; every contender in ABC then CBA order, by turns (a run that hangs is
-    counted and the rest go on on a new cluster, said so)."""
+    counted and the rest go on on a new cluster, said so).  The kept-warm contender's turn
+    is two runs back to back, the second timed: the first parks its replicas, the second
+    adopts them (what a long-lived cluster serving the pipeline sees run after run); its
+    pool is then stopped so the next contender finds the cores free."""
     cluster = remake()
     address = connect(cluster)
     try:
@@ -215,7 +259,14 @@ def warm(table: Table, setup: Setup, remake: Callable[[], LocalCluster], repeats
             for name, runner, mine in runs if order == "ABC" else runs[::-1]:
                 key = (setup.name, "warm", order, name)
                 try:
-                    table.add(key, setup, timed(cluster, runner(address), table.timeout), mine)
+                    if name == KEPT:  # untimed: fills the pool the timed run adopts
+                        timed(cluster, runner(address), table.timeout)
+                    result = timed(cluster, runner(address), table.timeout)
+                    adopted = adopted_by_last() if name == KEPT else 0
+                    table.add(key, setup, result, mine, adopted)
+                    if name == KEPT:
+                        table.adopted.append(adopted)
+                        release_pool()
                 except Hung as error:  # the rest of the warm runs on a new cluster
                     table.hang(key, error)
                     disconnect(cluster)
@@ -287,7 +338,9 @@ def report(table: Table, setup: Setup, load: tuple[float, float, float]) -> dict
             + f"; worst {min(ratios):.2f}x")
         print(f"  {row} realized / predicted: " + ", ".join(
             f"{m} {o} {f}" for (m, o), f in zip(COLUMNS, fits, strict=True))
-            + f" (predicted {predicted(setup, table.cores):,.0f} items/s)")
+            + f" (predicted {predicted(setup, table.cores):,.0f} items/s starting every "
+               "replica" + (f", {predicted(setup, table.cores, 10**6):,.0f} adopting them all"
+                            if row == KEPT else "") + ")")
     return worst
 
 
@@ -314,6 +367,9 @@ def plan_for(name: str, sample: int, nodes: int, cpus: float) -> Any:
 def main(args: argparse.Namespace) -> None:
     """Warm then cold, light then heavy; the tables and the headline."""
     os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"  # a hung run's thread must not start a Ray
+    if "RAY_AUTH_MODE" not in os.environ:  # before profiling: Ray reads it once a process,
+        # and the driver then joined the clusters (token auth) without one
+        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])  # Ray's workers import these
@@ -342,6 +398,10 @@ def main(args: argparse.Namespace) -> None:
         cold(table, setup, make, size, max(2, args.cold_repeats))
         for row, ratio in report(table, setup, os.getloadavg()).items():
             worst[f"{name} {row}"] = ratio
+    if table.adopted:
+        print(f"{KEPT}: each timed warm run followed an untimed one of its own and adopted "
+              f"{', '.join(map(str, table.adopted))} parked replica(s); its pool was then "
+              "stopped for the next contender (cold, its run is a first run: nothing to adopt)")
     starts = table.starts or [0.0]
     print(f"bench took {time.perf_counter() - began:.0f} s; cold clusters took "
           f"{min(starts):.0f}-{max(starts):.0f} s each to start (not timed)")
