@@ -152,6 +152,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.by_key: dict[str, int] = {}
         self.bundles: list[Bundle] = []
         self.groups: list[Any] = []
+        self.by_label: set[str] = set()  # node types replicas ask for by label, not group
         self.calls: dict[Any, Call] = {}
         self.call_ids = itertools.count(1)
         self.hellos: dict[Any, int] = {}
@@ -205,20 +206,32 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.mark("nodes read")
         self.fit_asks()
         self.warm_open()  # with keep_warm: the parked replicas this run may adopt
+        grouped = self.placing()
         self.make_room()  # idle pools give back cores this run needs (or its groups)
-        self.prepare()
+        if grouped is not None:
+            self.reserve_groups(grouped)
         self.mark("prepared")
 
-    def prepare(self) -> None:
-        """Before the first replica starts: reserve the planned node types' bundles, where
-        there is a choice to hold.  On one node there is no node type to choose; on nodes
-        all of one type running one unit (a fused plan) there is neither a type to choose
-        nor units to keep beside each other: there too each replica asks Ray for its
-        resources directly, so the replicas a run keeps warm can serve the next (one held
-        in a group goes with the group)."""
+    def placing(self) -> set[str] | None:
+        """How replicas find their nodes: None where each asks Ray for its resources
+        directly, else the labelled node types, for a placement group per planned node.
+
+        On one node there is no node type to choose; on nodes all of one type running one
+        unit (a fused plan) there is neither a type to choose nor units to keep beside each
+        other: there too each replica asks directly, so the replicas a run keeps warm can
+        serve the next (one held in a group goes with the group).  A run asked to keep its
+        replicas warm holds no group on several nodes either: each replica asks for its
+        planned node type by the node's label (`by_label`), so it can be kept and adopted;
+        what that gives up is the plan's packing within a node type (which node of it each
+        replica runs on) and the all-or-nothing hold of the groups."""
         labels = {(n.get("Labels") or {}).get(NODE_TYPE_LABEL) for n in self.nodes}
-        if len(self.nodes) > 1 and not (len(self.units) == 1 and len(labels) == 1):
-            self.reserve_groups({label for label in labels if label})
+        labelled = {str(label) for label in labels if label}
+        if len(self.nodes) <= 1 or (len(self.units) == 1 and len(labels) == 1):
+            return None
+        if self.ray_options.keep_warm > 0:
+            self.by_label = labelled
+            return None
+        return labelled
 
     def start(self) -> RunResult:
         """Start every replica and return at once, as `fitwork.run` promises: frames go out
@@ -285,6 +298,8 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
             chosen.holder = instruction.worker
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=chosen.group, placement_group_bundle_index=chosen.index)
+        else:
+            options.update(self.node_label(group))
         replicas = max(1, self.placement.replicas(unit.name))
         sink = (self.options.sink, self.run_id, instruction.worker) \
             if self.options.sink is not None and stage == len(self.units) - 1 else None

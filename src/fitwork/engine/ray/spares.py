@@ -11,8 +11,11 @@ starts), up to `SPARES` plus one per replica, as the local engine's zygote does
 
 What a spare holds: the replica's ask where the cluster has it free when the spare starts;
 else the ask without its cores (an idle spare runs nothing; once handed over it runs on the
-cores its dead predecessor gave back).  Units that ask for a GPU or another device, or are
-placed in a node type's placement group, keep no spares.
+cores its dead predecessor gave back).  On several nodes such a spare is handed over only
+where its node has the cores free then (`Spares.spare_has_cores`): after a node died, a
+coreless spare on a full node took the replica a node that joined was there for.  Units
+that ask for a GPU or another device, or are placed in a node type's placement group, keep
+no spares.
 
 The replacements of a unit that lost a replica (spares included) run the unit in a child
 process they fork (`fitwork.engine.ray.forked`, not for units that hold a device): from
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from fitwork.engine.ray.records import ReplicaSpec
+from fitwork.hardware.ray_cluster import free_per_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -84,6 +88,7 @@ class Spares:
     warm_space: str | None
     actors: dict[int, Any]
     ray_options: RayOptions
+    nodes: list[dict[str, Any]]
 
     @property
     def spare_books(self) -> SpareBooks:
@@ -129,7 +134,8 @@ class Spares:
         while kept and taken is None:
             spare = kept.pop(0)
             built = _built(spare.hello)
-            if built is False or not spare.fits(stage, options, spec):
+            if built is False or not spare.fits(stage, options, spec) \
+                    or not self.spare_has_cores(spare, built, options):
                 self.end_spare(spare)
                 continue
             taken, spare.built = spare, bool(built)
@@ -143,6 +149,26 @@ class Spares:
         if spec.sink is not None:  # a sink's part is named by its worker
             return taken.handle, taken.handle.serve_as.remote(worker)
         return taken.handle, taken.hello
+
+    def spare_has_cores(self, spare: Spare, built: bool | None,
+                        options: dict[str, Any]) -> bool:
+        """Whether ``spare`` can run a replica asking ``options`` where it is: it holds the
+        cores asked, or the cluster is one node (the cores a dead replica gave back are
+        there), or its node has them free now.  On several nodes a spare started without
+        cores may sit on a node whose cores are taken while the room is elsewhere (a node
+        that died took its cores, one that joined has them): there a new actor, placed by
+        its ask, runs where the room is."""
+        missing = float(options.get("num_cpus", 0.0)) - spare.cpu
+        if missing <= 1e-9 or len(self.nodes) <= 1:
+            return True
+        if not built:  # still building: where it runs is not known yet
+            return False
+        try:
+            node = ray.get(spare.hello, timeout=0).node
+            free = float(free_per_node().get(node, {}).get("CPU", 0.0))
+        except Exception:
+            return False
+        return free + 1e-9 >= missing
 
     def keep_spares(self, stage: int, remote: Any, options: dict[str, Any],
                     spec: ReplicaSpec) -> None:

@@ -13,7 +13,8 @@ built for an earlier run is kept (a unit that loads a model), so a class unit th
 its own state call by call should not be kept warm.  A parked replica nobody claims exits
 after its time; one whose run's driver went silent (no call, no stats for `ORPHAN_S`)
 exits too.  Replicas placed in a node type's placement group are not kept (the group goes
-with the run).
+with the run), so a run that keeps its replicas warm on several nodes holds no group: its
+replicas ask for their node type by label (`fitwork.engine.ray.driver.RayRun.prepare`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from fitwork.engine.ray.records import ReplicaSpec
 from fitwork.engine.ray.routing import key
+from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL
 
 if TYPE_CHECKING:
     from fitwork.engine.shell import Shell
@@ -47,8 +49,9 @@ ORPHAN_S = 600.0
 while its caller iterates; one paused longer loses its replicas and starts new ones)."""
 PREFIX = "fitwork-warm-"
 ASKED = {"num_cpus": "CPU", "num_gpus": "GPU"}
-RESOURCES = ("num_cpus", "num_gpus", "memory", "resources")
-"""The actor options a warm replica is matched by (`fitwork.resources.Resources.to_ray`)."""
+RESOURCES = ("num_cpus", "num_gpus", "memory", "resources", "label_selector")
+"""The actor options a warm replica is matched by (`fitwork.resources.Resources.to_ray`,
+and the node type it asked for by label)."""
 PARK_WAIT_S = 1.0
 """How long the end of a run waits for its built replicas to say they parked."""
 
@@ -219,6 +222,7 @@ class WarmPool(_Driver):
     timeout: float
     tasks: bool
     marks: dict[str, float]
+    by_label: set[str]
 
     def mark(self, phase: str, again: bool = False) -> None:
         """Note when ``phase`` of the start-up was reached (its first time, unless
@@ -244,6 +248,13 @@ class WarmPool(_Driver):
             self.warm_space = namespace(self.units)
             self.claimed = claim_all(self.warm_space, self.run_id, self.timeout)
 
+    def node_label(self, group: Any) -> dict[str, Any]:
+        """The option that asks for ``group``'s node type by the node's label, where the run
+        places its replicas so (`fitwork.engine.ray.driver.RayRun.placing`)."""
+        if group is None or group.node_type not in self.by_label:
+            return {}
+        return {"label_selector": {NODE_TYPE_LABEL: group.node_type}}
+
     def make_room(self) -> None:
         """If the cluster lacks what this run's new replicas ask (those it adopts aside),
         free the cores idle pools hold: other pipelines' parked replicas, and this one's
@@ -255,7 +266,7 @@ class WarmPool(_Driver):
         spare = {k: list(held) for k, held in self.claimed.items()}
         for stage, name in enumerate(self.names):
             for group in self.placement.of(name) or (None,):
-                asked = demand(stage, group).to_ray()
+                asked = {**demand(stage, group).to_ray(), **self.node_label(group)}
                 held = spare.pop(ask_key(stage, asked), [])
                 count = max(0, (group.replicas if group is not None else 1) - len(held))
                 for kind in ("num_cpus", "num_gpus"):
