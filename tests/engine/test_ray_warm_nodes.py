@@ -18,8 +18,11 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from fitwork.hardware.fleet import Fleet
 
 from .ray_nodes import ROOT, TOKEN_AUTH, Node, ray_nodes
 
@@ -125,3 +128,66 @@ def test_a_plan_over_two_node_types_is_kept_warm_each_replica_on_its_type(
                                           for t in ("a", "b")]}
     first, _ = _twice(two_types, fleet, 2)
     assert first["types"] == ["a", "b"], first  # the plan uses both, each replica on its own
+
+
+def test_fleet_ray_reads_two_nodes_of_one_label_as_one_node_type(two_alike: str,
+                                                                  tmp_path: Path) -> None:
+    """Two nodes of one label on this host differ in the memory Ray read as each started;
+    `fitwork fleet ray` failed on them with a traceback (the node type named twice)."""
+    done = subprocess.run([sys.executable, "-m", "fitwork.cli", "fleet", "ray",
+                           "--ray-address", two_alike, "-o", str(tmp_path / "f.yaml")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **ENV})
+    assert done.returncode == 0, done.stderr[-2000:]
+    fleet = Fleet.from_yaml(tmp_path / "f.yaml")
+    assert [(n.name, n.count, n.cores) for n in fleet.node_types] == [("cpu", 2, 1.0)]
+
+
+PIPELINE = textwrap.dedent("""
+    import time
+    from fitwork import Pipeline, unit
+
+    @unit
+    def parse(x):
+        time.sleep(0.001)
+        return x * 2
+
+    @unit
+    def score(x):
+        return x + sum(range(500))
+
+    pipeline = Pipeline(parse, score, name="cliwarm")
+""")
+
+
+@pytest.mark.timeout(420)
+def test_the_cli_keeps_a_split_plan_warm_on_two_nodes(two_alike: str, tmp_path: Path) -> None:
+    """As a user would: `fleet ray`, `profile`, `plan --no-fuse` on that fleet, then `run
+    --engine ray --ray-address --keep-warm --plan` twice: the second run adopts every
+    replica the first kept (each built: one still starting when a run ends is not kept, as
+    a claim of it would wait), and both write the same outputs."""
+    (tmp_path / "pipe.py").write_text(PIPELINE)
+    (tmp_path / "items.jsonl").write_text("".join(f"{i}\n" for i in range(2000)))
+    env = {**os.environ, **ENV}
+
+    def fitwork(*args: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "fitwork.cli", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=240, env=env)
+        assert done.returncode == 0, (args, done.stderr[-3000:])
+
+    fitwork("fleet", "ray", "--ray-address", two_alike, "-o", "fleet.yaml")
+    fitwork("profile", "pipe.py:pipeline", "--input", "items.jsonl", "-o", "profile.json")
+    fitwork("plan", "pipe.py:pipeline", "--profile", "profile.json", "--fleet", "fleet.yaml",
+            "--no-fuse", "-o", "plan.json")
+    records = []
+    for run in range(2):
+        fitwork("run", "pipe.py:pipeline", "--input", "items.jsonl", "--output",
+                f"out{run}.jsonl", "--engine", "ray", "--ray-address", two_alike,
+                "--keep-warm", "20", "--plan", "plan.json", "--record", f"rec{run}.json", "-q")
+        records.append(json.loads((tmp_path / f"rec{run}.json").read_text())["host"])
+    first, second = (r["warm_pool"] for r in records)
+    assert first["kept"] >= 2 and first["adopted"] == 0, first
+    assert second["adopted_ids"] == first["kept_ids"], (first, second)
+    # adopted, its replicas were up at once: it fed well inside a claim's wait
+    assert records[1]["ray_start"]["feeding"] < 2.0, records[1]["ray_start"]
+    outputs = [sorted((tmp_path / f"out{run}.jsonl").read_text().split()) for run in range(2)]
+    assert outputs[0] == outputs[1] == sorted(str(2 * i + sum(range(500))) for i in range(2000))

@@ -224,3 +224,18 @@ def test_fleet_from_ray_nodes_groups_by_label_and_shape() -> None:
     fleet = fleet_from_nodes([cpu, cpu, gpu, dead])
     shapes = {n.name: (n.count, n.cores, n.devices) for n in fleet.node_types}
     assert shapes == {"ray-0": (2, 16.0, {}), "gpu": (1, 32.0, {"H100-SXM": 8})}
+
+
+def test_nodes_of_one_label_are_one_node_type_at_the_least_any_has() -> None:
+    """Ray reads each node's free memory as it starts: two nodes of one machine type differ a
+    little, and a label names one node type (the engine places by it), so they are one."""
+    from fitwork.hardware.ray_fleet import fleet_from_nodes
+
+    def node(cores: float, memory: float, label: str | None = None) -> dict:
+        return {"Alive": True, "Resources": {"CPU": cores, "memory": memory},
+                "Labels": {"fitwork.node-type": label} if label else {}}
+
+    fleet = fleet_from_nodes([node(4.0, 24.7e9, "cpu"), node(4.0, 24.4e9, "cpu"),
+                              node(2.0, 25e9, "cpu"), node(8.0, 9e9), node(8.0, 8e9)])
+    shapes = {n.name: (n.count, n.cores, n.memory) for n in fleet.node_types}
+    assert shapes == {"cpu": (3, 2.0, int(24.4e9)), "ray-0": (2, 8.0, int(8e9))}

@@ -46,17 +46,31 @@ def accelerator_class(kind: str, known: Catalog) -> str | None:
 
 def fleet_from_nodes(nodes: list[dict[str, Any]], name: str = "ray",
                      known: Catalog | None = None) -> Fleet:
-    """Group live nodes of the same label and shape into node types."""
+    """Group live nodes into node types: those that share a ``fitwork.node-type`` label
+    form that type (the engine places by the label), each unlabelled group of the same cores
+    and devices one type of its own.  Memory is the least any of a type's nodes has (Ray
+    reads each node's free memory as it starts, so two nodes of one machine type differ a
+    little), and so are a labelled type's cores and devices where its nodes differ: every
+    node of a type holds what a plan puts on one."""
     known = known or catalog()
-    shapes = Counter(node_shape(n, known) for n in nodes if n.get("Alive", True))
+    groups: dict[tuple[Any, ...], list[tuple[float, int, dict[str, int]]]] = {}
+    for node in nodes:
+        if not node.get("Alive", True):
+            continue
+        label, cores, memory, devices = node_shape(node, known)
+        key = (label,) if label else (None, cores, devices)
+        groups.setdefault(key, []).append((cores, memory, dict(devices)))
     node_types = []
-    for index, ((label, cores, memory, devices), count) in enumerate(sorted(
-            shapes.items(), key=lambda item: (item[0][0] or "", -item[0][1]))):
+    ordered = sorted(groups.items(), key=lambda item: (item[0][0] or "", -item[1][0][0]))
+    for index, (key, shapes) in enumerate(ordered):
+        classes = set.intersection(*(set(d) for _, _, d in shapes))
         node_types.append(NodeType(
-            name=label or f"ray-{index}", count=count, cores=cores, memory=memory,
-            devices=dict(devices),
-            discovered_from={"cores": "Ray node resources: CPU",
-                             "memory": "Ray node resources: memory",
+            name=key[0] or f"ray-{index}", count=len(shapes),
+            cores=min(c for c, _, _ in shapes), memory=min(m for _, m, _ in shapes),
+            devices={c: min(d[c] for _, _, d in shapes) for c in sorted(classes)},
+            discovered_from={"cores": "Ray node resources: CPU (the least of the type's)",
+                             "memory": "Ray node resources: memory (the least of the "
+                                       "type's nodes)",
                              "devices": "custom resources named after catalog classes, "
                                         "or GPU with its accelerator_type"}))
     return Fleet(name=name, node_types=node_types)

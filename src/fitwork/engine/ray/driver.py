@@ -551,8 +551,6 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         """Collect every replica's last counters (within a deadline), and the hello of any
         that started too late to take part (so the record says where it ran)."""
         self.mark("stopping")
-        self.parkable = [a.handle for a in self.live_actors()  # a warm pool's to keep
-                         if not a.retiring and a.bundle is None]
         pending = {actor.handle.stats.remote(): actor.worker for actor in self.live_actors()}
         late = list(self.hellos)
         ready, _ = ray.wait([*late, *pending], num_returns=len(late) + len(pending),
@@ -565,6 +563,10 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
                     self._up(worker, info)
         for ref in (r for r in ready if r in pending):
             self._stats(ref, pending[ref])
+        # A warm pool's to keep: those built by now.  One not yet up (never placed: the
+        # cluster had no room for it) is not kept: the next run's claim of it would wait.
+        self.parkable = [a.handle for a in self.live_actors()
+                         if not a.retiring and a.bundle is None and a.ready]
         now = self.clock()
         for actor in self.actors.values():
             if not actor.ended:

@@ -54,6 +54,9 @@ RESOURCES = ("num_cpus", "num_gpus", "memory", "resources", "label_selector")
 and the node type it asked for by label)."""
 PARK_WAIT_S = 1.0
 """How long the end of a run waits for its built replicas to say they parked."""
+CLAIM_WAIT_S = 2.0
+"""How long a run waits for the parked replicas it claims to answer (a parked one answers
+at once; one that does not is left to the run's end, which parks it if it was taken)."""
 
 
 class WarmState:
@@ -163,9 +166,11 @@ def ask_key(stage: int, options: dict[str, Any]) -> str:
     return f"{stage}.{hashlib.sha256(repr(asked).encode()).hexdigest()[:12]}"
 
 
-def claim_all(space: str, token: str, timeout: float) -> dict[str, list[Any]]:
+def claim_all(space: str, token: str, timeout: float,
+              late: dict[Any, Any] | None = None) -> dict[str, list[Any]]:
     """Claim every parked replica in ``space`` for run ``token``, all at once: their
-    handles by ask key (see `ask_key`)."""
+    handles by ask key (see `ask_key`); the claims not answered within ``timeout`` go
+    into ``late`` (reference to handle), for the caller to look at again."""
     import ray
 
     named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
@@ -180,7 +185,9 @@ def claim_all(space: str, token: str, timeout: float) -> dict[str, list[Any]]:
     claimed: dict[str, list[Any]] = {}
     if not handles:
         return claimed
-    ready, _ = ray.wait(list(handles), num_returns=len(handles), timeout=timeout)
+    ready, waiting = ray.wait(list(handles), num_returns=len(handles), timeout=timeout)
+    if late is not None:
+        late.update({ref: handles[ref][1] for ref in waiting})
     for ref in ready:
         try:
             taken = ray.get(ref, timeout=0)
@@ -244,9 +251,11 @@ class WarmPool(_Driver):
         self.adopted: list[str] = []
         self.kept: list[str] = []
         self.parkable: list[Any] = []
+        self.late_claims: dict[Any, Any] = {}
         if self.ray_options.keep_warm > 0:
             self.warm_space = namespace(self.units)
-            self.claimed = claim_all(self.warm_space, self.run_id, self.timeout)
+            self.claimed = claim_all(self.warm_space, self.run_id,
+                                     min(self.timeout, CLAIM_WAIT_S), self.late_claims)
 
     def node_label(self, group: Any) -> dict[str, Any]:
         """The option that asks for ``group``'s node type by the node's label, where the run
@@ -307,9 +316,18 @@ class WarmPool(_Driver):
     def warm_release(self) -> set[str]:
         """Park the replicas this run ended with (if it ended well) and the claimed ones
         it did not need; the keys of those parked (the rest the caller kills)."""
+        import ray
+
         if getattr(self, "warm_space", None) is None:
             return set()
         spare = [handle for held in self.claimed.values() for handle in held]
+        late = self.late_claims  # claims answered after the run stopped waiting: taken ones
+        done, _ = ray.wait(list(late), num_returns=len(late), timeout=0) if late else ([], [])
+        for ref in done:  # parked again (one still silent, if taken later, exits once its
+            # driver has said nothing for ORPHAN_S; if not, when its own time is up)
+            with contextlib.suppress(Exception):
+                if ray.get(ref, timeout=0):
+                    spare.append(late[ref])
         keep = (self.parkable if self.status == "completed" else []) + spare
         self.claimed = {}
         refused = {key(h) for h in park_all(keep, self.ray_options.keep_warm, self.timeout)}
@@ -329,5 +347,5 @@ class WarmPool(_Driver):
         return notes
 
 
-__all__ = ["ORPHAN_S", "REBUILD_UNDER_S", "WarmPool", "WarmState", "ask_key", "claim_all",
-           "namespace", "park_all"]
+__all__ = ["CLAIM_WAIT_S", "ORPHAN_S", "REBUILD_UNDER_S", "WarmPool", "WarmState", "ask_key",
+           "claim_all", "namespace", "park_all"]
