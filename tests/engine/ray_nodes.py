@@ -47,10 +47,9 @@ class Cluster:
 
 
 def free_port() -> int:
-    """A port nothing listens on now, below the ephemeral range (tests side by side start
-    from different ones).  A head on an ephemeral port (the kernel's pick) failed
-    ``test_ray_node_death`` 3 runs of 3 here, the joining node's replica started on the
-    head, where the same test with a port below passed every time; why is not known."""
+    """A port nothing listens on now, below the ephemeral range (so no port the kernel
+    hands out to a connection meanwhile takes it); tests side by side start their search
+    at different ports."""
     start = 6300 + os.getpid() % 1500
     for port in [*range(start, 7800), *range(6300, start)]:
         with socket.socket() as probe:
