@@ -153,6 +153,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.bundles: list[Bundle] = []
         self.groups: list[Any] = []
         self.by_label: set[str] = set()  # node types replicas ask for by label, not group
+        self.grouped: set[str] | None = None  # labelled node types when groups are held
         self.calls: dict[Any, Call] = {}
         self.call_ids = itertools.count(1)
         self.hellos: dict[Any, int] = {}
@@ -206,11 +207,16 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.mark("nodes read")
         self.fit_asks()
         self.warm_open()  # with keep_warm: the parked replicas this run may adopt
-        grouped = self.placing()
+        self.grouped = self.placing()
         self.make_room()  # idle pools give back cores this run needs (or its groups)
-        if grouped is not None:
-            self.reserve_groups(grouped)
+        self.prepare()
         self.mark("prepared")
+
+    def prepare(self) -> None:
+        """Before the first replica starts: reserve the node types' groups `placing`
+        chose, if any."""
+        if self.grouped is not None:
+            self.reserve_groups(self.grouped)
 
     def placing(self) -> set[str] | None:
         """How replicas find their nodes: None where each asks Ray for its resources
