@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from fitwork.engine.ray.records import ReplicaSpec
 from fitwork.engine.ray.routing import key
-from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL
 
 if TYPE_CHECKING:
     from fitwork.engine.shell import Shell
@@ -260,6 +259,9 @@ class WarmPool(_Driver):
     def node_label(self, group: Any) -> dict[str, Any]:
         """The option that asks for ``group``'s node type by the node's label, where the run
         places its replicas so (`fitwork.engine.ray.driver.RayRun.placing`)."""
+        from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL  # the driver's: a replica
+        # imports this module and should not import the hardware package (pydantic)
+
         if group is None or group.node_type not in self.by_label:
             return {}
         return {"label_selector": {NODE_TYPE_LABEL: group.node_type}}
