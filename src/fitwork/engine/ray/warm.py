@@ -14,7 +14,7 @@ its own state call by call should not be kept warm.  A parked replica nobody cla
 after its time; one whose run's driver went silent (no call, no stats for `ORPHAN_S`)
 exits too.  Replicas placed in a node type's placement group are not kept (the group goes
 with the run), so a run that keeps its replicas warm on several nodes holds no group: its
-replicas ask for their node type by label (`fitwork.engine.ray.driver.RayRun.prepare`).
+replicas ask for their node type by label (`fitwork.engine.ray.driver.RayRun.placing`).
 """
 
 from __future__ import annotations
