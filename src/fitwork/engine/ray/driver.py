@@ -35,7 +35,10 @@ from ray.exceptions import (
     OwnerDiedError,
 )
 from ray.util.placement_group import remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
@@ -79,7 +82,7 @@ from fitwork.hardware.ray_cluster import (
     deaths_line,
     live_nodes,
 )
-from fitwork.placement import Placement, allot, allot_unit
+from fitwork.placement import Group, Placement, allot, allot_unit
 from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.pipeline import Pipeline
 
@@ -154,6 +157,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.groups: list[Any] = []
         self.by_label: set[str] = set()  # node types replicas ask for by label, not group
         self.grouped: set[str] | None = None  # labelled node types when groups are held
+        self.affined: dict[tuple[int, str | None, str | None], int] = {}  # replicas started
         self.calls: dict[Any, Call] = {}
         self.call_ids = itertools.count(1)
         self.hellos: dict[Any, int] = {}
@@ -227,9 +231,9 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         other: there too each replica asks directly, so the replicas a run keeps warm can
         serve the next (one held in a group goes with the group).  A run asked to keep its
         replicas warm holds no group on several nodes either: each replica asks for its
-        planned node type by the node's label (`by_label`), so it can be kept and adopted;
-        what that gives up is the plan's packing within a node type (which node of it each
-        replica runs on) and the all-or-nothing hold of the groups."""
+        planned node type by the node's label (`by_label`) and its planned node as a soft
+        affinity (`planned_node`), so it can be kept and adopted; what that gives up is the
+        all-or-nothing hold of the groups (and the plan's node where that one is full)."""
         labels = {(n.get("Labels") or {}).get(NODE_TYPE_LABEL) for n in self.nodes}
         labelled = {str(label) for label in labels if label}
         if len(self.nodes) <= 1 or (len(self.units) == 1 and len(labels) == 1):
@@ -238,6 +242,25 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
             self.by_label = labelled
             return None
         return labelled
+
+    def planned_node(self, stage: int, group: Group | None) -> dict[str, Any]:
+        """Where a run that asks by label (`placing`) starts a replica of ``stage``: on the
+        node its plan put it, a soft affinity (Ray places it elsewhere where that node has
+        no room).  Left to Ray's own order, small replicas can fill the nodes a larger one
+        needed: a plan of eight 0.08-core and two 0.57-core replicas on two one-core nodes
+        left one 0.57-core replica unplaced."""
+        if group is None or group.node_type not in self.by_label \
+                or len(group.nodes) != group.replicas or not group.nodes:
+            return {}
+        ids = sorted(n["NodeID"] for n in self.nodes
+                     if (n.get("Labels") or {}).get(NODE_TYPE_LABEL) == group.node_type)
+        if not ids:
+            return {}
+        which = (stage, group.node_type, group.device_class)
+        started = self.affined.get(which, 0)
+        self.affined[which] = started + 1
+        node = ids[group.nodes[started % len(group.nodes)] % len(ids)]
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)}
 
     def start(self) -> RunResult:
         """Start every replica and return at once, as `fitwork.run` promises: frames go out
@@ -306,6 +329,7 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
                 placement_group=chosen.group, placement_group_bundle_index=chosen.index)
         else:
             options.update(self.node_label(group))
+            options.update(self.planned_node(stage, group))
         replicas = max(1, self.placement.replicas(unit.name))
         sink = (self.options.sink, self.run_id, instruction.worker) \
             if self.options.sink is not None and stage == len(self.units) - 1 else None
