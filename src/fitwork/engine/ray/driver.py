@@ -35,10 +35,7 @@ from ray.exceptions import (
     OwnerDiedError,
 )
 from ray.util.placement_group import remove_placement_group
-from ray.util.scheduling_strategies import (
-    NodeAffinitySchedulingStrategy,
-    PlacementGroupSchedulingStrategy,
-)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fitwork.engine.contract import RunResult
 from fitwork.engine.core import (
@@ -77,12 +74,11 @@ from fitwork.engine.shell import Shell, policy_for
 from fitwork.errors import EngineError
 from fitwork.hardware.ray_cluster import (
     DEATHS,
-    NODE_TYPE_LABEL,
     connect,
     deaths_line,
     live_nodes,
 )
-from fitwork.placement import Group, Placement, allot, allot_unit
+from fitwork.placement import Placement, allot, allot_unit
 from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.pipeline import Pipeline
 
@@ -155,9 +151,9 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         self.by_key: dict[str, int] = {}
         self.bundles: list[Bundle] = []
         self.groups: list[Any] = []
-        self.by_label: set[str] = set()  # node types replicas ask for by label, not group
-        self.grouped: set[str] | None = None  # labelled node types when groups are held
-        self.affined: dict[tuple[int, str | None, str | None], int] = {}  # replicas started
+        self.by_label: set[str] = set()  # `Placing.placing`'s books
+        self.grouped: set[str] | None = None
+        self.affined: dict[tuple[int, str | None, str | None], int] = {}
         self.calls: dict[Any, Call] = {}
         self.call_ids = itertools.count(1)
         self.hellos: dict[Any, int] = {}
@@ -221,46 +217,6 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         chose, if any."""
         if self.grouped is not None:
             self.reserve_groups(self.grouped)
-
-    def placing(self) -> set[str] | None:
-        """How replicas find their nodes: None where each asks Ray for its resources
-        directly, else the labelled node types, for a placement group per planned node.
-
-        On one node there is no node type to choose; on nodes all of one type running one
-        unit (a fused plan) there is neither a type to choose nor units to keep beside each
-        other: there too each replica asks directly, so the replicas a run keeps warm can
-        serve the next (one held in a group goes with the group).  A run asked to keep its
-        replicas warm holds no group on several nodes either: each replica asks for its
-        planned node type by the node's label (`by_label`) and its planned node as a soft
-        affinity (`planned_node`), so it can be kept and adopted; what that gives up is the
-        all-or-nothing hold of the groups (and the plan's node where that one is full)."""
-        labels = {(n.get("Labels") or {}).get(NODE_TYPE_LABEL) for n in self.nodes}
-        labelled = {str(label) for label in labels if label}
-        if len(self.nodes) <= 1 or (len(self.units) == 1 and len(labels) == 1):
-            return None
-        if self.ray_options.keep_warm > 0:
-            self.by_label = labelled
-            return None
-        return labelled
-
-    def planned_node(self, stage: int, group: Group | None) -> dict[str, Any]:
-        """Where a run that asks by label (`placing`) starts a replica of ``stage``: on the
-        node its plan put it, a soft affinity (Ray places it elsewhere where that node has
-        no room).  Left to Ray's own order, small replicas can fill the nodes a larger one
-        needed: a plan of eight 0.08-core and two 0.57-core replicas on two one-core nodes
-        left one 0.57-core replica unplaced."""
-        if group is None or group.node_type not in self.by_label \
-                or len(group.nodes) != group.replicas or not group.nodes:
-            return {}
-        ids = sorted(n["NodeID"] for n in self.nodes
-                     if (n.get("Labels") or {}).get(NODE_TYPE_LABEL) == group.node_type)
-        if not ids:
-            return {}
-        which = (stage, group.node_type, group.device_class)
-        started = self.affined.get(which, 0)
-        self.affined[which] = started + 1
-        node = ids[group.nodes[started % len(group.nodes)] % len(ids)]
-        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)}
 
     def start(self) -> RunResult:
         """Start every replica and return at once, as `fitwork.run` promises: frames go out

@@ -27,6 +27,7 @@ from typing import Any
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fitwork.engine.core import Exited, Resize, Spawn
 from fitwork.engine.options import RayOptions
@@ -86,6 +87,8 @@ class Placing:
     share: float
     groups: list[Any]
     bundles: list[Bundle]
+    by_label: set[str]  # node types replicas ask for by label, not in a group
+    affined: dict[tuple[int, str | None, str | None], int]  # replicas started per group
 
     def fit_asks(self) -> None:
         """Fail at once if no node could ever hold one replica of a declared or planned ask;
@@ -127,6 +130,46 @@ class Placing:
             cpu = max(CPU_STEP, cpu)  # a share of 0: the declared asks took every core
         return Resources(cpu=cpu, gpu=wanted.gpu if self.has_gpus else 0.0, memory=0,
                          devices=devices)
+
+    def placing(self) -> set[str] | None:
+        """How replicas find their nodes: None where each asks Ray for its resources
+        directly, else the labelled node types, for a placement group per planned node.
+
+        On one node there is no node type to choose; on nodes all of one type running one
+        unit (a fused plan) there is neither a type to choose nor units to keep beside each
+        other: there too each replica asks directly, so the replicas a run keeps warm can
+        serve the next (one held in a group goes with the group).  A run asked to keep its
+        replicas warm holds no group on several nodes either: each replica asks for its
+        planned node type by the node's label (`by_label`) and its planned node as a soft
+        affinity (`planned_node`), so it can be kept and adopted; what that gives up is the
+        all-or-nothing hold of the groups (and the plan's node where that one is full)."""
+        labels = {(n.get("Labels") or {}).get(NODE_TYPE_LABEL) for n in self.nodes}
+        labelled = {str(label) for label in labels if label}
+        if len(self.nodes) <= 1 or (len(self.units) == 1 and len(labels) == 1):
+            return None
+        if self.ray_options.keep_warm > 0:
+            self.by_label = labelled
+            return None
+        return labelled
+
+    def planned_node(self, stage: int, group: Group | None) -> dict[str, Any]:
+        """Where a run that asks by label (`placing`) starts a replica of ``stage``: on the
+        node its plan put it, a soft affinity (Ray places it elsewhere where that node has
+        no room).  Left to Ray's own order, small replicas can fill the nodes a larger one
+        needed: a plan of eight 0.08-core and two 0.57-core replicas on two one-core nodes
+        left one 0.57-core replica unplaced."""
+        if group is None or group.node_type not in self.by_label \
+                or len(group.nodes) != group.replicas or not group.nodes:
+            return {}
+        ids = sorted(n["NodeID"] for n in self.nodes
+                     if (n.get("Labels") or {}).get(NODE_TYPE_LABEL) == group.node_type)
+        if not ids:
+            return {}
+        which = (stage, group.node_type, group.device_class)
+        started = self.affined.get(which, 0)
+        self.affined[which] = started + 1
+        node = ids[group.nodes[started % len(group.nodes)] % len(ids)]
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)}
 
     def reserve_groups(self, labelled: set[str]) -> None:
         """One placement group per planned node (strictly packed: the replicas the plan put

@@ -14,7 +14,7 @@ its own state call by call should not be kept warm.  A parked replica nobody cla
 after its time; one whose run's driver went silent (no call, no stats for `ORPHAN_S`)
 exits too.  Replicas placed in a node type's placement group are not kept (the group goes
 with the run), so a run that keeps its replicas warm on several nodes holds no group: its
-replicas ask for their node type by label (`fitwork.engine.ray.driver.RayRun.placing`).
+replicas ask for their node type by label (`fitwork.engine.ray.placing.Placing.placing`).
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ class WarmPool(_Driver):
 
     def node_label(self, group: Any) -> dict[str, Any]:
         """The option that asks for ``group``'s node type by the node's label, where the run
-        places its replicas so (`fitwork.engine.ray.driver.RayRun.placing`)."""
+        places its replicas so (`fitwork.engine.ray.placing.Placing.placing`)."""
         from fitwork.hardware.ray_cluster import NODE_TYPE_LABEL  # the driver's: a replica
         # imports this module and should not import the hardware package (pydantic)
 
