@@ -37,6 +37,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def token_auth() -> None:
+    """Token auth for this process and the clusters it starts, as every cluster fitwork
+    starts has, unless ``RAY_AUTH_MODE`` says otherwise.  Call it before anything here
+    touches Ray: Ray reads the mode once a process (a driver that profiled first then
+    joined the clusters without a token)."""
+    if "RAY_AUTH_MODE" not in os.environ:
+        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+
+
 class LocalCluster:
     """``nodes`` Ray nodes of ``cpus`` CPUs each on this host (one the head)."""
 
@@ -44,8 +53,7 @@ class LocalCluster:
         self.count, self.cpus, self.store = nodes, cpus, store
         self.temps: list[str] = []
         self.address = ""
-        if "RAY_AUTH_MODE" not in os.environ:  # token auth, as every cluster fitwork starts
-            os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+        token_auth()
         self.env = dict(os.environ)  # this process joins with the same token
         self.seen: dict[tuple[int, float], float] = {}
         self.roots: list[psutil.Process] = []

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from typing import Any
 
 import psutil
 import ray_engines as bench
-from ray_cluster_local import LocalCluster
+from ray_cluster_local import LocalCluster, token_auth
 
 import fitwork
 
@@ -367,9 +366,7 @@ def plan_for(name: str, sample: int, nodes: int, cpus: float) -> Any:
 def main(args: argparse.Namespace) -> None:
     """Warm then cold, light then heavy; the tables and the headline."""
     os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"  # a hung run's thread must not start a Ray
-    if "RAY_AUTH_MODE" not in os.environ:  # before profiling: Ray reads it once a process,
-        # and the driver then joined the clusters (token auth) without one
-        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    token_auth()  # before profiling
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])  # Ray's workers import these

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ray_engines as bench  # type: ignore[import-not-found]  # a sibling script
 import ray_nodes as nodes  # type: ignore[import-not-found]
-from ray_cluster_local import LocalCluster  # type: ignore[import-not-found]
+from ray_cluster_local import LocalCluster, token_auth  # type: ignore[import-not-found]
 
 import fitwork
 
@@ -91,6 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(  # Ray's workers import the sibling scripts
         [str(Path(__file__).resolve().parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+    token_auth()  # before profiling
     plan = nodes.plan_for("light", 256, args.nodes, 1.0)
     print(f"light pipeline, {args.items:,} items a run, {args.runs} runs back to back per "
           f"contender, a fresh cluster of {args.nodes} one-CPU nodes each; plan "
