@@ -13,9 +13,9 @@ from fitwork.fit.result import FitResult, Placement
 from fitwork.fit.spec import is_cpu_class
 from fitwork.profiling.record import PipelineProfile, UnitProfile
 
-__all__ = ["BUSY_CORES", "FLOOR", "FREE_QUANTILE", "busy_threads", "contended_speed",
-           "core_ceiling", "free_readings", "quantile", "settled_ceiling", "share_ceiling",
-           "shares_read", "threads_of"]
+__all__ = ["BUSY_CORES", "FLOOR", "FREE_QUANTILE", "borne", "busy_threads", "contended_speed",
+           "core_ceiling", "free_readings", "processes_of", "quantile", "settled_ceiling",
+           "share_ceiling", "shares_read", "threads_of", "yields_read"]
 
 FREE_QUANTILE = 0.75
 """The quantile of the profile's readings of the cores others left that the ceiling takes.
@@ -71,32 +71,53 @@ SETTLE_STEPS = 6
 """The most re-solves `settled_ceiling` takes to reach a ceiling the plan bears out."""
 
 
-def share_ceiling(profile: PipelineProfile, threads: float) -> float:
-    """The core ceiling a plan of ``threads`` busy threads may count on: the larger of
-    `core_ceiling` (what one process met) and what ``threads`` processes got at once
-    (`shares_read`: where the host's other work is shared with them fairly, more runnable
-    threads get more of it; beside one process spinning on 2 cores four get 1.6 cores where
-    one gets 1), linear between the counts read, the largest count's held beyond it (work
-    that waits is read up to as many processes as ask for four times the cores,
+def share_ceiling(profile: PipelineProfile, threads: float,
+                  processes: float | None = None) -> float:
+    """The core ceiling a plan of ``threads`` busy threads in ``processes`` processes may
+    count on: the largest of `core_ceiling` (what one process met), what ``threads``
+    processes got at once (`shares_read`: where the host's other work is shared with them
+    fairly, more runnable threads get more of it; beside one process spinning on 2 cores
+    four get 1.6 cores where one gets 1) and, where the profile read them, what
+    ``processes`` spinners got (`yields_read`: work that waits, beside other work that
+    shares with it, takes what that work leaves between its waits; a process's threads
+    take the interpreter lock in turn, as the fit's threaded rate has them, so it counts
+    once).  Linear between the counts read, the largest count's held beyond it (work that
+    waits is read up to as many processes as ask for four times the cores,
     `fitwork.profiling.shares.counts`), never above 1."""
-    base = core_ceiling(profile)
-    got = shares_read(profile)
+    share = _at(shares_read(profile), threads)
+    if processes is not None:
+        share = max(share, _at(yields_read(profile), processes))
+    return min(1.0, max(core_ceiling(profile), share))
+
+
+def _at(got: dict[int, float], count: float) -> float:
+    """``got`` at ``count``: linear between the counts read, the nearest end's beyond them;
+    0 where nothing was read."""
     if not got:
-        return base
+        return 0.0
     counts = sorted(got)
-    if threads <= counts[0] or threads >= counts[-1]:
-        share = got[counts[0] if threads <= counts[0] else counts[-1]]
-    else:
-        high = next(k for k in counts if k >= threads)
-        low = max(k for k in counts if k < threads)
-        share = got[low] + (got[high] - got[low]) * (threads - low) / (high - low)
-    return min(1.0, max(base, share))
+    if count <= counts[0] or count >= counts[-1]:
+        return got[counts[0] if count <= counts[0] else counts[-1]]
+    high = next(k for k in counts if k >= count)
+    low = max(k for k in counts if k < count)
+    return got[low] + (got[high] - got[low]) * (count - low) / (high - low)
 
 
 def shares_read(profile: PipelineProfile) -> dict[int, float]:
     """The share of the host each count of processes got (`fitwork.profiling.shares`)."""
+    return _read(profile.share_readings)
+
+
+def yields_read(profile: PipelineProfile) -> dict[int, float]:
+    """The share of the host each count of spinning processes got, where the profile's
+    duty-cycled readings got all they asked (`PipelineProfile.yield_readings`)."""
+    return _read(profile.yield_readings)
+
+
+def _read(readings: dict[int, list[float]]) -> dict[int, float]:
+    """Each count's `FREE_QUANTILE` reading."""
     return {k: quantile([(v, 1.0) for v in values], FREE_QUANTILE)
-            for k, values in profile.share_readings.items() if values}
+            for k, values in readings.items() if values}
 
 
 def contended_speed(profile: PipelineProfile) -> float | None:
@@ -118,10 +139,22 @@ def busy_threads(result: FitResult) -> float:
     return threads_of(result.replicas)
 
 
+def borne(profile: PipelineProfile, result: FitResult) -> float:
+    """The ceiling a solved side's own replicas claim (`share_ceiling` at its threads and
+    processes)."""
+    return share_ceiling(profile, busy_threads(result), processes_of(result.replicas))
+
+
 def threads_of(groups: Iterable[Placement]) -> float:
     """Threads replica ``groups`` keep runnable at most: each replica's calls at once (its
     ``threads``, else 1), counting only replicas planned at least `BUSY_CORES` of CPU."""
     return float(sum(p.replicas * (p.threads or 1) for p in groups
+                     if p.cores >= BUSY_CORES and is_cpu_class(p.device_class)))
+
+
+def processes_of(groups: Iterable[Placement]) -> float:
+    """Processes replica ``groups`` run that `threads_of` counts: one per replica."""
+    return float(sum(p.replicas for p in groups
                      if p.cores >= BUSY_CORES and is_cpu_class(p.device_class)))
 
 
@@ -137,13 +170,14 @@ def settled_ceiling(profile: PipelineProfile, solve_at: Callable[[float], FitRes
     one-process figure, one replica planned at its share never shows that four get more
     (the demo beside a spinning core, issue 37: 0.29x the best monolith of four).  Without
     share readings: `core_ceiling` and one solve."""
-    ceiling = share_ceiling(profile, max(profile.share_readings, default=1))
+    most = max(profile.share_readings, default=1)
+    ceiling = share_ceiling(profile, most, most)
     result = solve_at(ceiling)
     for _ in range(SETTLE_STEPS):
-        borne = share_ceiling(profile, busy_threads(result))
-        if borne >= ceiling - 1e-3:
+        claimed = borne(profile, result)
+        if claimed >= ceiling - 1e-3:
             break
-        ceiling = borne
+        ceiling = claimed
         result = solve_at(ceiling)
     return ceiling, result
 
@@ -163,7 +197,7 @@ def trimmed_threads(profile: PipelineProfile, ceiling: float, base: FitResult,
         return base
     fewer = resolve(base)
     if fewer.throughput < (1 - mip_gap) * base.throughput or \
-            share_ceiling(profile, busy_threads(fewer)) < ceiling - 1e-3:
+            borne(profile, fewer) < ceiling - 1e-3:
         return base
     return fewer
 

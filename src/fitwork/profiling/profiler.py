@@ -53,7 +53,7 @@ from fitwork.profiling.pools import hold_pools
 from fitwork.profiling.ratios import counted_ratios
 from fitwork.profiling.record import PipelineProfile, UnitProfile
 from fitwork.profiling.rss import peak_since_start
-from fitwork.profiling.shares import pipeline_duty, share_readings
+from fitwork.profiling.shares import pipeline_duty, share_readings, yield_readings
 from fitwork.profiling.wire_cost import LARGE_ITEM, wire_scale, wire_seconds_per_byte
 from fitwork.telemetry.cputime import cpu_seconds
 from fitwork.telemetry.host_speed import host_speed
@@ -118,13 +118,16 @@ def profile_pipeline(
                     "samples, so the units after it cannot be measured; give more samples")
         profiles = counted_ratios(pipeline.units, profiles, source)
         fused = fused_memory(pipeline, first) if len(pipeline.units) > 1 else None
-    shares = share_readings(duty=_duty(profiles)) if loaded else {}
+    duty = _duty(profiles)
+    shares = share_readings(duty=duty) if loaded else {}
+    yields = yield_readings(shares, duty) if loaded else {}
     scale, ns = _wire(profiles)
     return PipelineProfile(fitwork_version=__version__, pipeline=pipeline.name, units=profiles,
                            host_class=on.host_class, accelerator_class=on.accelerator_class,
                            classes_from=on.found_from, created_at=time.time(),
                            wire_scale=scale, wire_ns_per_byte=ns, fused_rss=fused,
-                           host_speed=round(speed, 1), share_readings=shares)
+                           host_speed=round(speed, 1), share_readings=shares,
+                           yield_readings=yields)
 
 
 def _wire(profiles: list[UnitProfile]) -> tuple[float, float | None]:

@@ -434,6 +434,11 @@ class PipelineProfile(Document):
     ``k`` (`fitwork.profiling.shares`): what a plan of several busy threads may count on
     where the host's other work is shared with fairly; empty where not read (``--alone``,
     or a profile made before it was read)."""
+    yield_readings: dict[int, list[float]] = Field(default_factory=dict)
+    """Where ``k`` processes working as the pipeline's replicas do got all they asked for
+    (`share_readings` then tell what this work asks, not what the host would give it):
+    readings of the share ``k`` processes spinning without a pause got, by ``k``
+    (`fitwork.profiling.shares.yield_readings`); empty where not read."""
 
     def under_load(self) -> PipelineProfile:
         """This profile with every unit `UnitProfile.loaded`: what the fit plans from."""
