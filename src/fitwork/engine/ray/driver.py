@@ -83,6 +83,13 @@ from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
+STATS_WAIT_S = 5.0
+"""The most a run's end waits for its started replicas' last counters."""
+LATE_HELLO_S = 1.0
+"""The most a run's end waits for a replica that has not said hello: one Ray never placed
+(no room on the cluster) never does, and waiting `STATS_WAIT_S` for it ended a run of 1.5 s
+of work at 5.07 s; one that comes up in this time is recorded where it ran (and can be kept
+warm)."""
 _REMOTE: dict[type, Any] = {}
 
 
@@ -537,10 +544,12 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
         """Collect every replica's last counters (within a deadline), and the hello of any
         that started too late to take part (so the record says where it ran)."""
         self.mark("stopping")
-        pending = {actor.handle.stats.remote(): actor.worker for actor in self.live_actors()}
+        pending = {actor.handle.stats.remote(): actor.worker
+                   for actor in self.live_actors() if actor.ready}
         late = list(self.hellos)
-        ready, _ = ray.wait([*late, *pending], num_returns=len(late) + len(pending),
-                            timeout=5.0)
+        ready = ray.wait(list(pending), num_returns=len(pending),
+                         timeout=STATS_WAIT_S)[0] if pending else []
+        ready += ray.wait(late, num_returns=len(late), timeout=LATE_HELLO_S)[0] if late else []
         for ref in (r for r in late if r in ready):
             worker = self.hellos.pop(ref)
             with contextlib.suppress(Exception):  # one that could not start just stops
