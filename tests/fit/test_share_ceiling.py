@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -63,18 +60,6 @@ def test_a_share_more_threads_would_need_is_not_planned_without_them() -> None:
     assert plan_for(flat, TWO_CORES).core_ceiling == pytest.approx(0.5)
     counts = plan_for(alone, TWO_CORES).placement().counts()
     assert plan_for(flat, TWO_CORES).placement().counts() == counts
-
-
-@pytest.fixture
-def spinner() -> Iterator[subprocess.Popen[bytes]]:
-    """One process of this session keeping a core busy, as a user's other job would."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    time.sleep(0.3)
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @unit

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -50,18 +47,6 @@ def test_spinners_read_where_the_host_gave_all_that_was_asked_set_the_plan_s_cei
     assert plan_for(other_session, TWO_CORES).core_ceiling == pytest.approx(before.core_ceiling)
     # and without processes to count (the fleet plan's threads), no spinners are read into it
     assert share_ceiling(same_session, 8) == share_ceiling(alone, 8)
-
-
-@pytest.fixture
-def spinner() -> Iterator[subprocess.Popen[bytes]]:
-    """One process of this session keeping a core busy."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    time.sleep(0.3)
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_spinners_are_read_only_where_the_readings_got_what_they_asked(
