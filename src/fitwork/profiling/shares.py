@@ -180,7 +180,7 @@ def yield_readings(readings: dict[int, list[float]], duty: float, cores: int | N
     ``bench/fit_quality.py``'s sleep_io, undeclared or io_service (2 processes x 8-32
     threads, planned at the 51-59% of the host the spinner left) used 1.48-1.66 cores and
     realized 1.08-1.33x its prediction where the spinner was in the plan's own session (it
-    kept 0.30-0.46 of a core), and 0.99-1.12 cores, 0.73-1.22x, where the spinner ran in a
+    kept 0.30-0.46 of a core), and 0.99-1.20 cores, 0.73-1.22x, where the spinner ran in a
     session of its own (it kept its core: the kernel's autogroups share a contended core
     among sessions, then among a session's threads).  Their duty-cycled readings were the
     same in both (8 processes asked 0.16-0.44 of the host and got it), so they cannot tell
