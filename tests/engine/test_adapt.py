@@ -413,10 +413,10 @@ def test_a_real_run_planned_at_a_low_ceiling_reads_the_host_and_grows_where_it_i
     units = [u.model_copy(update={"batches": [b.model_copy(update={
         "others_share": 0.9, "others_readings": [0.9] * 4}) for b in u.batches]})
         for u in profiled.units]
-    # the readings of how much 1-8 processes get are the quiet host's: dropped, as a profile
-    # that read others holding 90% would not have them
-    plan = plan_for(profiled.model_copy(update={"units": units, "share_readings": {}}), two,
-               fuse=False)
+    # the readings of how much 1-8 processes (or spinners) get are the quiet host's:
+    # dropped, as a profile that read others holding 90% would not have them
+    plan = plan_for(profiled.model_copy(update={"units": units, "share_readings": {},
+                                                "yield_readings": {}}), two, fuse=False)
     assert plan.core_ceiling == pytest.approx(0.1)
     before = plan.placement().counts()
     load0 = os.getloadavg()[0]
