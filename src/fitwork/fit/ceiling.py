@@ -7,7 +7,7 @@ shared fairly; `settled_ceiling` the highest ceiling a plan's own threads bear o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from fitwork.fit.result import FitResult, Placement
 from fitwork.fit.spec import is_cpu_class
@@ -148,14 +148,17 @@ def borne(profile: PipelineProfile, result: FitResult) -> float:
 def threads_of(groups: Iterable[Placement]) -> float:
     """Threads replica ``groups`` keep runnable at most: each replica's calls at once (its
     ``threads``, else 1), counting only replicas planned at least `BUSY_CORES` of CPU."""
-    return float(sum(p.replicas * (p.threads or 1) for p in groups
-                     if p.cores >= BUSY_CORES and is_cpu_class(p.device_class)))
+    return float(sum(p.replicas * (p.threads or 1) for p in _busy(groups)))
 
 
 def processes_of(groups: Iterable[Placement]) -> float:
     """Processes replica ``groups`` run that `threads_of` counts: one per replica."""
-    return float(sum(p.replicas for p in groups
-                     if p.cores >= BUSY_CORES and is_cpu_class(p.device_class)))
+    return float(sum(p.replicas for p in _busy(groups)))
+
+
+def _busy(groups: Iterable[Placement]) -> Iterator[Placement]:
+    """The CPU groups planned at least `BUSY_CORES` a replica."""
+    return (p for p in groups if p.cores >= BUSY_CORES and is_cpu_class(p.device_class))
 
 
 def settled_ceiling(profile: PipelineProfile, solve_at: Callable[[float], FitResult]

@@ -66,7 +66,7 @@ from fitwork.engine.ray.records import (
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.spares import Spares
-from fitwork.engine.ray.startup import StartUp, refill
+from fitwork.engine.ray.startup import LATE_HELLO_S, STATS_WAIT_S, StartUp, refill
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.ray.warm import WarmPool
 from fitwork.engine.segment import Segment
@@ -83,13 +83,6 @@ from fitwork.telemetry.record import Refit, RunRecord
 from fitwork.workload.pipeline import Pipeline
 
 FRAME_TIME = 0.1  # a call costs ~1-2 ms of CPU along its path: frames carry ~100 ms of work
-STATS_WAIT_S = 5.0
-"""The most a run's end waits for its started replicas' last counters."""
-LATE_HELLO_S = 1.0
-"""The most a run's end waits for a replica that has not said hello: one Ray never placed
-(no room on the cluster) never does, and waiting `STATS_WAIT_S` for it ended a run of 1.5 s
-of work at 5.07 s; one that comes up in this time is recorded where it ran (and can be kept
-warm)."""
 _REMOTE: dict[type, Any] = {}
 
 

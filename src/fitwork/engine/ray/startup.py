@@ -31,6 +31,14 @@ from fitwork.engine.ray.records import LOAD_FIX, Hello, death_cause
 from fitwork.engine.ray.replica import DEATH
 from fitwork.errors import EngineError
 
+STATS_WAIT_S = 5.0
+"""The most a run's end waits for its started replicas' last counters."""
+LATE_HELLO_S = 1.0
+"""The most a run's end waits for a replica that has not said hello: one Ray never placed
+(no room on the cluster) never does, and waiting `STATS_WAIT_S` for it ended a run of 1.5 s
+of work at 5.07 s; one that comes up in this time is recorded where it ran (and can be kept
+warm)."""
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -160,4 +168,4 @@ def refill(count: int, cores: float) -> list[Any]:
     return [_preloader.remote() for _ in range(count)]
 
 
-__all__ = ["StartUp", "refill"]
+__all__ = ["LATE_HELLO_S", "STATS_WAIT_S", "StartUp", "refill"]
