@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-from fitwork.fit.ceiling import borne, core_ceiling, processes_of, share_ceiling
+from fitwork.fit.ceiling import borne, core_ceiling, processes_of, share_ceiling, yielded
 from fitwork.fit.plan import plan_for
+from fitwork.fit.result import Placement
 from fitwork.profiling.shares import asked, yield_readings
 from tests.fit.test_busy_host_threads import io_profile
 from tests.fit.test_fluid import TWO_CORES
@@ -63,3 +64,30 @@ def test_spinners_are_read_only_where_the_readings_got_what_they_asked(
     assert yield_readings(short, 0.5, cores=2) == {}
     assert yield_readings(granted, 1.0, cores=2) == {}  # spinning readings say it already
     assert yield_readings({1: [0.5]}, duty, cores=2) == {}  # a free host: one reading
+
+
+def test_processes_that_mostly_wait_claim_what_they_ask_not_a_spinner_s_share() -> None:
+    same_session = io_profile(WAITING).model_copy(update={"yield_readings": fair(others=1)})
+    plan = plan_for(same_session, TWO_CORES)
+    host = plan.fitted.result.nodes[0].cores_capacity
+    assert host == 2
+    # 7 fetch processes asking 0.1 core each and 2 parse processes asking 0.54 beside one
+    # spinner: fairly shared, each busy thread gets a level L with 0.7 + 3 L = 2 cores, so
+    # the parses get 0.433 each and the plan 1.567 of 2 cores, not the 9 spinners' 0.9.
+    fetch = Placement(unit="fetch", device_class="cpu-x86", node_type="local", replicas=7,
+                      items_per_s=700, cores=0.1, threads=8)
+    parse = Placement(unit="parse", device_class="cpu-x86", node_type="local", replicas=2,
+                      items_per_s=700, cores=0.54)
+    split = plan.fitted.result.model_copy(update={"replicas": [fetch, parse]})
+    assert yielded(same_session, [0.1] * 7 + [0.54] * 2, host) == pytest.approx(1.5667 / 2,
+                                                                                abs=1e-3)
+    print(f"9 spinners {share_ceiling(same_session, 9 * 1, 9):.3f}, "
+          f"the split plan {borne(same_session, split):.3f}")
+    assert share_ceiling(same_session, 9, 9) > 0.88
+    assert borne(same_session, split) == pytest.approx(1.5667 / 2, abs=1e-3)
+    # processes that all get what they ask are not held back: the spinners' share stands
+    few = split.model_copy(update={"replicas": [fetch]})
+    assert yielded(same_session, [0.1] * 7, host) is None
+    assert borne(same_session, few) == pytest.approx(share_ceiling(same_session, 56, 7))
+    # and without spinners read, nothing is water-filled
+    assert yielded(io_profile(WAITING), [0.54] * 4, host) is None

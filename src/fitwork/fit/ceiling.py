@@ -15,7 +15,7 @@ from fitwork.profiling.record import PipelineProfile, UnitProfile
 
 __all__ = ["BUSY_CORES", "FLOOR", "FREE_QUANTILE", "borne", "busy_threads", "contended_speed",
            "core_ceiling", "free_readings", "processes_of", "quantile", "settled_ceiling",
-           "share_ceiling", "shares_read", "threads_of", "yields_read"]
+           "share_ceiling", "shares_read", "threads_of", "yielded", "yields_read"]
 
 FREE_QUANTILE = 0.75
 """The quantile of the profile's readings of the cores others left that the ceiling takes.
@@ -140,9 +140,54 @@ def busy_threads(result: FitResult) -> float:
 
 
 def borne(profile: PipelineProfile, result: FitResult) -> float:
-    """The ceiling a solved side's own replicas claim (`share_ceiling` at its threads and
-    processes)."""
-    return share_ceiling(profile, busy_threads(result), processes_of(result.replicas))
+    """The ceiling a solved side's own replicas claim: `share_ceiling` at its threads and
+    processes, less where some of its processes would get fewer cores than planned
+    (`yielded`)."""
+    ceiling = share_ceiling(profile, busy_threads(result), processes_of(result.replicas))
+    cores = _host_cores(result)
+    if cores is None:
+        return ceiling
+    demands = [p.cores for p in _busy(result.replicas) for _ in range(p.replicas)]
+    got = yielded(profile, demands, cores)
+    return ceiling if got is None else min(ceiling, max(got, core_ceiling(profile),
+                                                        _at(shares_read(profile),
+                                                            busy_threads(result))))
+
+
+def yielded(profile: PipelineProfile, demands: list[float], cores: float) -> float | None:
+    """The share of a host of ``cores`` that processes planned ``demands`` cores each get,
+    where some would get less than planned; ``None`` where each gets its plan (or the
+    profile read no spinners).
+
+    The spinners read (`yields_read`) say how many threads the host's other work runs
+    against them: ``k`` spinners that got ``s`` of the host left ``1 - s`` to others at the
+    same per-thread share, so others run ``k (1 - s) / s`` (one, beside one spinner of the
+    session).  Shared fairly, a process that asks less than the level every thread gets
+    keeps what it asks and leaves the rest: the level ``λ`` solves
+    ``sum_i min(d_i, λ) + others · min(1, λ) = cores`` and the plan gets
+    ``sum_i min(d_i, λ)``.  Counting each process as a spinner over-claims for a split plan
+    of many processes that mostly wait: 7 fetch and 2 parse processes beside a spinner of
+    their session were planned at 0.89 of 2 cores and realized 0.62x (issue 37)."""
+    got = yields_read(profile)
+    if not got or not demands:
+        return None
+    others = _at({k: k * (1 - s) / s for k, s in got.items() if s > 0}, len(demands))
+    if sum(demands) + others <= cores:
+        return None
+    low, high = 0.0, cores
+    for _ in range(60):
+        level = (low + high) / 2
+        used = sum(min(d, level) for d in demands) + others * min(1.0, level)
+        low, high = (level, high) if used < cores else (low, level)
+    kept = sum(min(d, low) for d in demands)
+    return None if kept >= sum(demands) - 1e-6 else kept / cores
+
+
+def _host_cores(result: FitResult) -> float | None:
+    """The cores of the one node a solved side runs on (``None`` for a fleet of several)."""
+    if len(result.nodes) != 1 or result.nodes[0].count != 1:
+        return None
+    return result.nodes[0].cores_capacity
 
 
 def threads_of(groups: Iterable[Placement]) -> float:
