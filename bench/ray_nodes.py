@@ -106,22 +106,11 @@ def fitwork_run(setup: Setup, address: str, tasks: bool, keep: float = 0.0
 
 def release_pool() -> int:
     """Stop every replica parked in a fitwork warm pool on the connected cluster (the
-    kept-warm contender's, once its turn is over, so the next contender gets the cores);
-    how many."""
-    import ray
+    kept-warm contender's, once its turn is over, so the next contender gets the cores),
+    with Ray's idle workers refilled in their place (`fitwork.release_warm`); how many."""
+    import fitwork
 
-    from fitwork.engine.ray.warm import PREFIX
-
-    stopped = 0
-    for actor in ray.util.list_named_actors(all_namespaces=True):
-        if str(actor.get("namespace", "")).startswith(PREFIX):
-            try:
-                ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]),
-                         no_restart=True)
-                stopped += 1
-            except ValueError:  # it exited meanwhile
-                continue
-    return stopped
+    return fitwork.release_warm()
 
 
 def predicted(setup: Setup, cores: float, adopted: int = 0) -> float:

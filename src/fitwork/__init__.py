@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # what checkers see; at run time each name loads on first use
     from fitwork.engine.contract import RunResult
     from fitwork.engine.options import RunOptions
     from fitwork.engine.parts import Sink
+    from fitwork.engine.ray.warm import release_warm
     from fitwork.errors import (
         EngineError,
         FitworkError,
@@ -56,6 +57,7 @@ _LAZY = {
     "RunResult": "fitwork.engine.contract",
     "RunOptions": "fitwork.engine.options",
     "Sink": "fitwork.engine.parts",
+    "release_warm": "fitwork.engine.ray.warm",
     "EngineError": "fitwork.errors",
     "FitworkError": "fitwork.errors",
     "InputError": "fitwork.errors",
@@ -167,6 +169,7 @@ __all__ = [
     "plan_llm",
     "profile_pipeline",
     "profiling_now",
+    "release_warm",
     "render_fleet_report",
     "render_report",
     "run",

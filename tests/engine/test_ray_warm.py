@@ -160,3 +160,34 @@ def test_a_run_the_cluster_has_no_room_for_frees_the_cores_an_idle_pool_holds(
     assert space is None  # kept no pool of its own
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True)
                 if a["namespace"].startswith("fitwork-warm-")]
+
+
+@pytest.mark.timeout(180)
+def test_release_warm_stops_a_parked_pool_and_frees_its_cores(ray_cluster: object) -> None:
+    """`fitwork.release_warm` stops the replicas a pool parked (their cores free at once,
+    not after the pool's time) and says how many."""
+    import ray
+
+    import fitwork
+    from fitwork import Pipeline, unit
+
+    cores = ray.cluster_resources()["CPU"]
+    holding = Pipeline(unit(_hold, cpu=cores / 2), unit(_other, cpu=cores / 2), name="held")
+    with fitwork.run(holding, range(50), engine="ray", keep_warm=120.0) as result:
+        assert sorted(result) == [2 * (x + 1) for x in range(50)]
+    assert (result.record.host or {})["warm_pool"]["kept"] == 2
+    assert fitwork.release_warm() == 2
+    assert not [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["namespace"].startswith("fitwork-warm-")]
+    deadline = time.monotonic() + 10
+    while ray.available_resources().get("CPU", 0.0) < cores and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.available_resources().get("CPU", 0.0) == pytest.approx(cores)
+    assert fitwork.release_warm() == 0  # nothing parked is left
+
+
+def test_release_warm_unconnected_says_what_to_do() -> None:
+    done = subprocess.run([sys.executable, "-c", "import fitwork; fitwork.release_warm()"],
+                          capture_output=True, text=True, timeout=60, env=env())
+    assert done.returncode != 0
+    assert "not connected to a Ray cluster; call ray.init(address=...)" in done.stderr

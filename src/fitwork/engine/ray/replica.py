@@ -39,7 +39,7 @@ from fitwork.engine.ray.forked import Build, Forked, Settled, UnitDied
 from fitwork.engine.ray.records import Hello, LostFrame, Reading, ReplicaSpec, Stats, Summary
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
-from fitwork.engine.ray.warm import WarmState
+from fitwork.engine.ray.warm import REFILL_WAIT_S, WarmState
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.serve import Alone, Busy, Runner
 from fitwork.engine.serving import Calls, Serving
@@ -156,8 +156,14 @@ class Replica:
         self.pool.watch(orphan, lambda: time.monotonic() - self.contact, self._exit)
 
     def _exit(self) -> None:
-        """End this actor (its name is then free): Ray kills it; if it has not within a
-        few seconds, the process ends itself."""
+        """End this actor (its name is then free): first an idle worker asked of Ray in
+        its place (`fitwork.engine.ray.startup.refill`: an actor's process never returns
+        to Ray's pool, and the next task would wait for a fresh one), then Ray kills it;
+        if it has not within a few seconds, the process ends itself."""
+        from fitwork.engine.ray.startup import refill
+        with contextlib.suppress(Exception):
+            refs = refill(1, 1.0)
+            ray.wait(refs, num_returns=len(refs), timeout=REFILL_WAIT_S)
         with contextlib.suppress(Exception):
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
         time.sleep(5.0)
