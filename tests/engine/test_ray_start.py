@@ -31,7 +31,7 @@ def test_an_actor_run_refills_the_pool_and_the_next_task_run_starts_warm() -> No
     refs: list[Any] = result._run.refilled
     cores = int(ray.cluster_resources().get("CPU", 0))
     assert len(refs) == min(2, cores) > 0  # one for each actor the run ended
-    refilled = set(ray.get(refs, timeout=60))
+    refilled = {pid for pid, _ in ray.get(refs, timeout=60)}
     # idle workers, not the actors' (two, or fewer where Ray ran both tasks in a worker the
     # session's earlier runs had left idle: the pool then held one already)
     assert 1 <= len(refilled) <= len(refs) and not refilled & actors

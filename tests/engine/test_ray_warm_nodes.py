@@ -197,3 +197,30 @@ def test_the_cli_keeps_a_split_plan_warm_on_two_nodes(two_alike: str, tmp_path: 
     assert records[1]["ray_start"]["feeding"] < 2.0, records[1]["ray_start"]
     outputs = [sorted((tmp_path / f"out{run}.jsonl").read_text().split()) for run in range(2)]
     assert outputs[0] == outputs[1] == sorted(str(2 * i + 1) for i in range(2000))
+
+
+REFILL = textwrap.dedent("""
+    import json, sys
+    import ray
+    from fitwork.engine.ray.startup import refill
+
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    here = ray.get_runtime_context().get_node_id()
+    other = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
+    got = ray.get(refill([other, other, here]), timeout=120)
+    print(json.dumps({"here": here, "other": other, "got": got}))
+""")
+
+
+@pytest.mark.timeout(300)
+def test_the_idle_workers_an_actor_run_gives_back_start_on_the_actors_nodes(
+        two_alike: str) -> None:
+    """`refill` starts each idle worker on the node whose actor took one (left to Ray they
+    all started on the driver's node), and no more on a node than it has CPUs."""
+    done = subprocess.run([sys.executable, "-c", REFILL, two_alike], capture_output=True,
+                          text=True, timeout=240, env={**os.environ, **ENV})
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    nodes = sorted(node for _, node in found["got"])
+    # the other node has one CPU: one worker there, though asked twice; one on this node
+    assert nodes == sorted([found["other"], found["here"]]), found

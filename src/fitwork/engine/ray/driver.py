@@ -573,15 +573,14 @@ class RayRun(StartUp, WarmPool, Spares, NodeFit, Placing, Shell):
                 print(said, file=sys.stderr, flush=True)
         self.let_spares_go()
         kept = self.warm_release()  # parked for the next run: not killed
-        killed = 0
+        killed = []
         for actor in self.live_actors(ended=True):
             if key(actor.handle) not in kept:
-                killed += 1
+                killed.append(actor.node)
                 with contextlib.suppress(Exception):
                     ray.kill(actor.handle, no_restart=True)
         with contextlib.suppress(Exception):  # the workers they took, back to Ray's pool
-            self.refilled = refill(killed, sum(n["Resources"].get("CPU", 0.0)
-                                               for n in self.nodes))
+            self.refilled = refill(killed)
         for group in self.groups:
             with contextlib.suppress(Exception):
                 remove_placement_group(group)

@@ -162,7 +162,7 @@ class Replica:
         if it has not within a few seconds, the process ends itself."""
         from fitwork.engine.ray.startup import refill
         with contextlib.suppress(Exception):
-            refs = refill(1, 1.0)
+            refs = refill([ray.get_runtime_context().get_node_id()])
             ray.wait(refs, num_returns=len(refs), timeout=REFILL_WAIT_S)
         with contextlib.suppress(Exception):
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)

@@ -249,19 +249,20 @@ def release_warm(timeout: float = CLAIM_WAIT_S) -> int:
     token = f"release-{uuid.uuid4().hex}"
     spaces = {str(a.get("namespace", "")) for a in ray.util.list_named_actors(
         all_namespaces=True)}
-    stopped = 0
+    nodes: list[str | None] = []  # where each stopped replica ran
     for space in sorted(n for n in spaces if n.startswith(PREFIX)):
         for handles in claim_all(space, token, timeout).values():
             for handle in handles:
+                node = None
+                with contextlib.suppress(Exception):
+                    node = ray.get(handle.hello.remote(), timeout=timeout).node
                 with contextlib.suppress(Exception):
                     ray.kill(handle, no_restart=True)
-                    stopped += 1
-    if stopped:
-        cores = sum(n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive"))
-        refs = refill(stopped, cores)
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=REFILL_WAIT_S)
-    return stopped
+                    nodes.append(node)
+    refs = refill(nodes)
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=REFILL_WAIT_S)
+    return len(nodes)
 
 
 class WarmPool(_Driver):
