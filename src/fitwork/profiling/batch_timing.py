@@ -72,6 +72,12 @@ timed in 50 ms windows for 12 s read 0.33-0.88 ms per item (cv 0.25), in 0.5 s w
 profile of 50 ms read 0.376, and the runs planned from it went at 0.68x the prediction."""
 STEADY_CYCLES = 64
 """The most times the samples are cycled at the batch size a replica runs."""
+WARM_FACTOR = 0.7
+"""A unit warms up (`warm_up`) where its calls on samples seen before, and its calls on new
+samples late in the pass, take under this share of its first calls' median."""
+WARM_CALLS = 8
+"""The fewest calls on samples seen before, and on new ones in each half of the pass, that
+`warm_up` reads."""
 
 
 def _batches(inputs: list[Any], size: int, timed: Callable[[], float],
@@ -129,6 +135,7 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
     wall = cpu = accel = queued = 0.0
     measured = distinct = failures = 0  # items timed, and of them the samples' first visits
     calls: list[float] = []  # wall seconds per item of each call: the rate's spread
+    visits: list[tuple[bool, float, float]] = []  # one item a call: (new, CPU, wall)
     if size > 1 and inputs:
         with contextlib.suppress(Exception):
             call([inputs[j % len(inputs)] for j in range(size)])
@@ -155,6 +162,8 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
             continue
         wall, cpu, queued = wall + took, cpu + used, queued + waited
         calls.append(took / max(len(batch) - failed, 1))
+        if size == 1:
+            visits.append((fresh > 0, used, took))
         accel += accel_s or 0.0
         source = source or timer
         measured += len(batch) - failed
@@ -166,15 +175,81 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
                 produced.extend(kernel.outputs(item, result))
     if not measured:
         return None, produced, failures, None
-    cpu += children_seconds() - children0
-    return BatchMeasurement(batch_size=size, items=max(distinct, 1), wall_s=wall / measured,
-                            cpu_s=cpu / measured, queued_s=queued / measured,
+    children = children_seconds() - children0
+    cpu += children
+    if late_quicker(visits) and sum(not new for new, _, _ in visits) < WARM_CALLS:
+        visits += _again(call, inputs[:2 * WARM_CALLS])  # enough seen-before calls to judge
+    per_cpu, per_wall, warm = cpu / measured, wall / measured, warm_up(visits)
+    if warm is not None:  # the calls once warm are the rate; the rest a replica pays once
+        steady_cpu, steady_wall = warm
+        first = [(c, w) for new, c, w in visits if new]
+        per_cpu, per_wall = steady_cpu + children / measured, steady_wall
+        warm = (max(0.0, sum(c for c, _ in first) - steady_cpu * len(first)),
+                max(0.0, sum(w for _, w in first) - steady_wall * len(first)))
+    return BatchMeasurement(batch_size=size, items=max(distinct, 1), wall_s=per_wall,
+                            cpu_s=per_cpu, queued_s=queued / measured,
                             accel_s=accel / measured if accel else None,
                             host_load=host_load(),
                             others_share=others_share(host0, own0, start),
                             others_readings=windows.readings,
                             peak_rss=peak() if peak is not None else None,
+                            warmup_cpu_s=None if warm is None else round(warm[0], 6),
+                            warmup_wall_s=None if warm is None else round(warm[1], 6),
                             **call_spread(calls)), produced, failures, source if accel else None
+
+
+def warm_up(visits: list[tuple[bool, float, float]]) -> tuple[float, float] | None:
+    """The CPU and wall seconds per call once the unit is warm, where its one-item calls
+    (``visits``: whether the sample was new, CPU, wall; in order) show a warm-up, else
+    ``None``.
+
+    A unit that compiles a kernel per input shape, fills a cache or loads lazily pays it in
+    its first calls: the warmup bench shape (24 kernels of 12 ms) read 5.9 ms an item over a
+    pass where its calls took about 3 ms once warm, and its plans ran 1.35-1.9x their
+    prediction.  The calls on samples seen before are the steady cost only where the unit,
+    not the sample, got faster: new samples late in the pass must be quicker too
+    (`late_quicker`; a unit that caches each input's answer is as slow on a new input late
+    as early).  So: that, and at least `WARM_CALLS` calls on samples seen before, their
+    median under `WARM_FACTOR` of the early new ones'.  The steady figures are then the
+    seen-before calls' means."""
+    again = [(c, w) for new, c, w in visits if not new]
+    if len(again) < WARM_CALLS or not late_quicker(visits):
+        return None
+    if _median([w for _, w in again]) >= WARM_FACTOR * _early(visits):
+        return None
+    return sum(c for c, _ in again) / len(again), sum(w for _, w in again) / len(again)
+
+
+def late_quicker(visits: list[tuple[bool, float, float]]) -> bool:
+    """Whether the calls on new samples in the later half of the pass took under
+    `WARM_FACTOR` of the earlier half's median (at least `WARM_CALLS` in each half)."""
+    first = [w for new, _, w in visits if new]
+    half = len(first) // 2
+    return half >= WARM_CALLS and _median(first[half:]) < WARM_FACTOR * _early(visits)
+
+
+def _early(visits: list[tuple[bool, float, float]]) -> float:
+    """The median wall seconds of the calls on new samples in the pass's first half."""
+    first = [w for new, _, w in visits if new]
+    return _median(first[:max(1, len(first) // 2)]) if first else 0.0
+
+
+def _again(call: Callable[[list[Any]], tuple[list[Any], int]], items: list[Any]
+           ) -> list[tuple[bool, float, float]]:
+    """``items`` called again one at a time, each as a seen-before visit (CPU, wall); calls
+    that failed left out."""
+    found = []
+    for item in items:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        _, failed = call([item])
+        if not failed:
+            found.append((False, time.process_time() - cpu0, time.perf_counter() - wall0))
+    return found
+
+
+def _median(values: list[float]) -> float:
+    """The middle value (the upper of the two middle ones)."""
+    return sorted(values)[len(values) // 2]
 
 
 def timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool,

@@ -76,12 +76,14 @@ def worth_measuring(cpu_s: float, wall_s: float) -> bool:
 
 
 def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
-                  wall_s: float) -> Loaded | None:
+                  wall_s: float, warm: bool = False) -> Loaded | None:
     """`Loaded` for ``unit`` on ``inputs`` at ``batch_size`` (``wall_s`` per item there)
     with ``copies`` copies at once; ``None`` where a copy fails or ``copies`` is under 2.
 
     The copies are built once, each in its own forked process, and kept for every pass:
-    alone, the first copy calls the unit while the others wait; together, all call it."""
+    alone, the first copy calls the unit while the others wait; together, all call it.
+    With ``warm`` (a unit whose first calls cost more, `batch_timing.warm_up`) each copy
+    first takes every sample once, so no pass reads its warm-up."""
     if copies < 2 or not inputs:
         return None
     window = min(MOST_WINDOW_S, max(WINDOW_S, 4 * wall_s * batch_size))
@@ -92,7 +94,7 @@ def loaded_factor(unit: Unit, inputs: list[Any], batch_size: int, copies: int,
         # each copy is forked holding this end and every earlier copy's: it closes them, or
         # no copy would read EOF when this process lets go (they ended on the join's timeout)
         child = ctx.Process(target=_copy, args=(unit, inputs, batch_size, there,
-                                                [*pipes, here]), daemon=True)
+                                                [*pipes, here], warm), daemon=True)
         child.start()
         there.close()
         pipes.append(here)
@@ -139,19 +141,21 @@ def _pass(pipes: list[Any], window: float) -> float | None:
     return statistics.median(figures) if len(figures) == len(pipes) else None
 
 
-def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any, theirs: list[Any]
-          ) -> None:
+def _copy(unit: Unit, inputs: list[Any], batch_size: int, pipe: Any, theirs: list[Any],
+          warm: bool = False) -> None:
     """In a forked child: close ``theirs`` (the parent's ends it was forked with), build the
-    unit as a replica is built, call it once, say so; then, for each window it is sent, call
-    it for that many seconds and send back (CPU seconds, items), until the pipe closes."""
+    unit as a replica is built, call it once (on every batch of samples with ``warm``), say
+    so; then, for each window it is sent, call it for that many seconds and send back (CPU
+    seconds, items), until the pipe closes."""
     for end in theirs:
         end.close()
     hold_pools(allot(unit, None).threads)
     call = Kernel(unit).caller()
     n = len(inputs)
     batches = [[inputs[(i + j) % n] for j in range(batch_size)] for i in range(0, n, batch_size)]
-    with contextlib.suppress(Exception):
-        call(batches[0])
+    for batch in batches if warm else batches[:1]:
+        with contextlib.suppress(Exception):
+            call(batch)
     hold_pools(allot(unit, None).threads)
     pipe.send("ready")
     cycled = itertools.cycle(batches)

@@ -21,7 +21,8 @@ def under_load(unit: Unit, inputs: list[Any], profile: UnitProfile) -> UnitProfi
     # a full host, as replicas fill it, and no more copies than its free memory holds
     room = psutil.virtual_memory().available // max(profile.peak_rss, 1)
     copies = int(min(usable_cores() // max(1.0, profile.replica_parallelism()), room))
-    found = loaded_factor(unit, inputs, chosen.batch_size, copies, chosen.wall_s)
+    found = loaded_factor(unit, inputs, chosen.batch_size, copies, chosen.wall_s,
+                          warm=chosen.warmup_cpu_s is not None)
     if found is None:
         return profile
     loaded = profile.model_copy(update={"loaded_copies": found.copies,

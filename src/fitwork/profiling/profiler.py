@@ -261,7 +261,10 @@ def measure_unit(unit: Unit, inputs: list[Any], on: MeasuredOn
         reserve=unit.reserve,
         max_concurrency=unit.max_concurrency, rate_limit=unit.rate_limit,
         threads=threads, parallelism=parallelism, thread_speedup=speedup,
-        # building it and its first call, beyond that call's share of the work
-        build_cpu_s=round(max(0.0, build[0] - timed.batches[0].cpu_s), 6),
-        build_wall_s=round(max(0.0, build[1] - timed.batches[0].wall_s), 6))
+        # building it and its first call, beyond that call's share of the work, and the
+        # warm-up its first calls showed (`batch_timing.warm_up`)
+        build_cpu_s=round(max(0.0, build[0] - timed.batches[0].cpu_s)
+                          + (chosen.warmup_cpu_s or 0.0), 6),
+        build_wall_s=round(max(0.0, build[1] - timed.batches[0].wall_s)
+                           + (chosen.warmup_wall_s or 0.0), 6))
     return profile, timed.outputs

@@ -53,6 +53,11 @@ class BatchMeasurement(BaseModel):
     """``others_share`` over each `READING_SECONDS` of the pass, in order (empty: the pass
     was shorter, or a profile from before they were kept): a transient load lowers some of
     them only, which the core ceiling reads (`fitwork.fit.ceiling.core_ceiling`)."""
+    warmup_cpu_s: float | None = None
+    warmup_wall_s: float | None = None
+    """What the unit's first calls cost beyond its calls once warm, paid once per replica
+    (``None``: no warm-up seen; `fitwork.profiling.batch_timing.warm_up`).  ``cpu_s`` and
+    ``wall_s`` are then its calls once warm."""
     peak_rss: int | None = Field(default=None, ge=0)
     """The unit's replica's peak RSS over its start once built and called up to this batch
     size (the sweep goes up, so each size's is what a replica at it reached); ``None``: not
