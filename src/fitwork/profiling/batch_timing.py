@@ -211,7 +211,9 @@ def warm_up(visits: list[tuple[bool, float, float]]) -> tuple[float, float] | No
     (`late_quicker`; a unit that caches each input's answer is as slow on a new input late
     as early).  So: that, and at least `WARM_CALLS` calls on samples seen before, their
     median under `WARM_FACTOR` of the early new ones'.  The steady figures are then the
-    seen-before calls' means."""
+    seen-before calls' means.  A host that quickens by a third or more within one pass (its
+    other work ending) reads the same way: the unit is then timed at the quicker moment and
+    charged the difference once per replica."""
     again = [(c, w) for new, c, w in visits if not new]
     if len(again) < WARM_CALLS or not late_quicker(visits):
         return None
