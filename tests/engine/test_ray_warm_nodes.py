@@ -202,7 +202,7 @@ def test_the_cli_keeps_a_split_plan_warm_on_two_nodes(two_alike: str, tmp_path: 
 REFILL = textwrap.dedent("""
     import json, sys
     import ray
-    from fitwork.engine.ray.startup import refill
+    from fitwork.engine.ray.refill import refill
 
     ray.init(address=sys.argv[1], log_to_driver=False)
     here = ray.get_runtime_context().get_node_id()

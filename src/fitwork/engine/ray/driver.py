@@ -63,10 +63,11 @@ from fitwork.engine.ray.records import (
     Stats,
     Summary,
 )
+from fitwork.engine.ray.refill import refill
 from fitwork.engine.ray.replica import DEATH, Replica
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.spares import Spares
-from fitwork.engine.ray.startup import LATE_HELLO_S, STATS_WAIT_S, StartUp, refill
+from fitwork.engine.ray.startup import LATE_HELLO_S, STATS_WAIT_S, StartUp
 from fitwork.engine.ray.transport import pack
 from fitwork.engine.ray.warm import WarmPool
 from fitwork.engine.segment import Segment

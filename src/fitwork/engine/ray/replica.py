@@ -160,7 +160,7 @@ class Replica:
         its place (`fitwork.engine.ray.startup.refill`: an actor's process never returns
         to Ray's pool, and the next task would wait for a fresh one), then Ray kills it;
         if it has not within a few seconds, the process ends itself."""
-        from fitwork.engine.ray.startup import refill
+        from fitwork.engine.ray.refill import refill
         with contextlib.suppress(Exception):
             refs = refill([ray.get_runtime_context().get_node_id()])
             ray.wait(refs, num_returns=len(refs), timeout=REFILL_WAIT_S)

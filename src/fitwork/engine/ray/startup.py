@@ -6,27 +6,15 @@ up, and starts feeding once every unit has a replica up; a replica started with 
 that has not said hello within the start-up timeout fails the run, naming what it asked
 for and what the cluster has.
 
-A run's end gives Ray's worker pool back what its actors took (`refill`): Ray starts as
-many idle workers as a node has cores once, and an actor takes one for good (its process
-ends with it), so after a run of actors the next run's task replicas (or any Ray task)
-waited 1.5-2.7 s for fresh worker processes where one served by idle workers had its first
-frame in 15 ms (``bench/ray_start.py``, a 2-core host at load 11-13).  The refill starts
-those workers in the background, each importing the task replicas' module, as the run
-releases its actors.  They serve tasks, not the next run's actors: on Ray 2.60 here, actors
-asked for after a refill still started fresh processes (only the workers Ray prestarted
-itself, which never ran a task, went to actors).
+A run's end gives Ray's worker pool back what its actors took (`fitwork.engine.ray.refill`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-from collections import Counter
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fitwork.engine.core import Exited, Ready
 from fitwork.engine.options import RayOptions
@@ -147,45 +135,4 @@ class StartUp:
 
 
 
-def _preload() -> tuple[int, str]:
-    """In a pooled Ray worker: import what a task replica runs on (so its first frame does
-    not wait on it); this process's id and its node's.  A worker without fitwork just stays
-    idle."""
-    with contextlib.suppress(ImportError):
-        import fitwork.engine.ray.tasks  # noqa: F401
-    return os.getpid(), ray.get_runtime_context().get_node_id()
-
-
-_preloader: Any = None
-
-
-def refill(nodes: Iterable[str | None]) -> list[Any]:
-    """Ask Ray for an idle worker on each node of ``nodes`` (a node once per worker its
-    actors took; ``None``: wherever Ray starts it), at most as many on a node as it has
-    CPUs, each with the task replicas' module imported; references to their process and
-    node ids (nobody need wait on them: the workers start in the background and stay in
-    Ray's pool, idle).  Each is pinned to its node: left to Ray, they all started on the
-    driver's, and a task replica on another node of a three-node cluster still started
-    cold (tasks right after a released warm pool: 1,009 items/s against 12,166 after Ray
-    Data, ``bench/ray_nodes.py``)."""
-    global _preloader
-    wanted = Counter(nodes)
-    if not wanted:
-        return []
-    if _preloader is None:  # no cores asked: it runs now, beside the next run's replicas
-        _preloader = ray.remote(num_cpus=0, max_retries=0)(_preload)
-    cpus = {n["NodeID"]: int(n["Resources"].get("CPU", 0.0)) for n in ray.nodes()
-            if n.get("Alive")}
-    refs = []
-    for node, count in wanted.items():
-        if node is None:
-            refs += [_preloader.remote() for _ in range(min(count, max(cpus.values(),
-                                                                      default=0)))]
-            continue
-        pinned = _preloader.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node, soft=False))
-        refs += [pinned.remote() for _ in range(min(count, cpus.get(node, 0)))]
-    return refs
-
-
-__all__ = ["LATE_HELLO_S", "STATS_WAIT_S", "StartUp", "refill"]
+__all__ = ["LATE_HELLO_S", "STATS_WAIT_S", "StartUp"]

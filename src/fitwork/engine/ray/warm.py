@@ -241,7 +241,7 @@ def release_warm(timeout: float = CLAIM_WAIT_S) -> int:
                           "pip install 'fitwork[ray]'")
     import ray
 
-    from fitwork.engine.ray.startup import refill
+    from fitwork.engine.ray.refill import refill
     if not ray.is_initialized():
         raise EngineError("release_warm: this process is not connected to a Ray cluster; "
                           "call ray.init(address=...) first (the cluster the warm pool is on)")
