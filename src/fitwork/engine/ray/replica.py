@@ -157,7 +157,7 @@ class Replica:
 
     def _exit(self) -> None:
         """End this actor (its name is then free): first an idle worker asked of Ray in
-        its place (`fitwork.engine.ray.startup.refill`: an actor's process never returns
+        its place (`fitwork.engine.ray.refill`: an actor's process never returns
         to Ray's pool, and the next task would wait for a fresh one), then Ray kills it;
         if it has not within a few seconds, the process ends itself."""
         from fitwork.engine.ray.refill import refill

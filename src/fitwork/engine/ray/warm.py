@@ -225,7 +225,7 @@ REFILL_WAIT_S = 10.0
 def release_warm(timeout: float = CLAIM_WAIT_S) -> int:
     """Stop every replica parked in a fitwork warm pool on the Ray cluster this process is
     connected to, and give Ray back the workers they held: as many idle workers, asked for
-    in their place (`fitwork.engine.ray.startup.refill`, waited on up to `REFILL_WAIT_S`);
+    in their place (`fitwork.engine.ray.refill`, waited on up to `REFILL_WAIT_S`);
     how many replicas were stopped.  A replica is stopped only once this claims it, so one
     a run has adopted (or is adopting) is left alone.
 
