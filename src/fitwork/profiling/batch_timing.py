@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from statistics import median_high
 from typing import Any
 
 from fitwork.profiling.onnx import Runs, watch_runs
@@ -217,7 +218,7 @@ def warm_up(visits: list[tuple[bool, float, float]]) -> tuple[float, float] | No
     again = [(c, w) for new, c, w in visits if not new]
     if len(again) < WARM_CALLS or not late_quicker(visits):
         return None
-    if _median([w for _, w in again]) >= WARM_FACTOR * _early(visits):
+    if median_high([w for _, w in again]) >= WARM_FACTOR * _early(visits):
         return None
     return sum(c for c, _ in again) / len(again), sum(w for _, w in again) / len(again)
 
@@ -227,13 +228,13 @@ def late_quicker(visits: list[tuple[bool, float, float]]) -> bool:
     `WARM_FACTOR` of the earlier half's median (at least `WARM_CALLS` in each half)."""
     first = [w for new, _, w in visits if new]
     half = len(first) // 2
-    return half >= WARM_CALLS and _median(first[half:]) < WARM_FACTOR * _early(visits)
+    return half >= WARM_CALLS and median_high(first[half:]) < WARM_FACTOR * _early(visits)
 
 
 def _early(visits: list[tuple[bool, float, float]]) -> float:
     """The median wall seconds of the calls on new samples in the pass's first half."""
     first = [w for new, _, w in visits if new]
-    return _median(first[:max(1, len(first) // 2)]) if first else 0.0
+    return median_high(first[:max(1, len(first) // 2)]) if first else 0.0
 
 
 def _again(call: Callable[[list[Any]], tuple[list[Any], int]], items: list[Any]
@@ -247,11 +248,6 @@ def _again(call: Callable[[list[Any]], tuple[list[Any], int]], items: list[Any]
         if not failed:
             found.append((False, time.process_time() - cpu0, time.perf_counter() - wall0))
     return found
-
-
-def _median(values: list[float]) -> float:
-    """The middle value (the upper of the two middle ones)."""
-    return sorted(values)[len(values) // 2]
 
 
 def timed_runs(unit: Unit, kernel: Kernel, inputs: list[Any], accelerated: bool,

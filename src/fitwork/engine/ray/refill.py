@@ -34,6 +34,9 @@ def _preload() -> tuple[int, str]:
 
 
 _preloader: Any = None
+REFILL_WAIT_S = 10.0
+"""How long a caller that must see the idle workers up (a released pool, a parked replica
+leaving) waits for them."""
 
 
 def refill(nodes: Iterable[str | None]) -> list[Any]:
@@ -65,4 +68,4 @@ def refill(nodes: Iterable[str | None]) -> list[Any]:
     return refs
 
 
-__all__ = ["refill"]
+__all__ = ["REFILL_WAIT_S", "refill"]

@@ -37,9 +37,10 @@ from fitwork.engine.limits import local_gate
 from fitwork.engine.parts import PartWriter, Written
 from fitwork.engine.ray.forked import Build, Forked, Settled, UnitDied
 from fitwork.engine.ray.records import Hello, LostFrame, Reading, ReplicaSpec, Stats, Summary
+from fitwork.engine.ray.refill import REFILL_WAIT_S, refill
 from fitwork.engine.ray.routing import Router, key
 from fitwork.engine.ray.transport import crosses, frame_bytes, pack
-from fitwork.engine.ray.warm import REFILL_WAIT_S, WarmState
+from fitwork.engine.ray.warm import WarmState
 from fitwork.engine.segment import Return, Segment, settle, split
 from fitwork.engine.serve import Alone, Busy, Runner
 from fitwork.engine.serving import Calls, Serving
@@ -160,7 +161,6 @@ class Replica:
         its place (`fitwork.engine.ray.refill`: an actor's process never returns
         to Ray's pool, and the next task would wait for a fresh one), then Ray kills it;
         if it has not within a few seconds, the process ends itself."""
-        from fitwork.engine.ray.refill import refill
         with contextlib.suppress(Exception):
             refs = refill([ray.get_runtime_context().get_node_id()])
             ray.wait(refs, num_returns=len(refs), timeout=REFILL_WAIT_S)

@@ -218,14 +218,10 @@ def park_all(handles: list[Any], keep: float, timeout: float) -> list[Any]:
     return refused
 
 
-REFILL_WAIT_S = 10.0
-"""How long `release_warm` waits for the idle workers it asks Ray for."""
-
-
 def release_warm(timeout: float = CLAIM_WAIT_S) -> int:
     """Stop every replica parked in a fitwork warm pool on the Ray cluster this process is
     connected to, and give Ray back the workers they held: as many idle workers, asked for
-    in their place (`fitwork.engine.ray.refill`, waited on up to `REFILL_WAIT_S`);
+    in their place (`fitwork.engine.ray.refill`, waited on up to its `REFILL_WAIT_S`);
     how many replicas were stopped.  A replica is stopped only once this claims it, so one
     a run has adopted (or is adopting) is left alone.
 
@@ -241,7 +237,7 @@ def release_warm(timeout: float = CLAIM_WAIT_S) -> int:
                           "pip install 'fitwork[ray]'")
     import ray
 
-    from fitwork.engine.ray.refill import refill
+    from fitwork.engine.ray.refill import REFILL_WAIT_S, refill
     if not ray.is_initialized():
         raise EngineError("release_warm: this process is not connected to a Ray cluster; "
                           "call ray.init(address=...) first (the cluster the warm pool is on)")
@@ -396,5 +392,5 @@ class WarmPool(_Driver):
         return notes
 
 
-__all__ = ["CLAIM_WAIT_S", "ORPHAN_S", "REBUILD_UNDER_S", "REFILL_WAIT_S", "WarmPool",
-           "WarmState", "ask_key", "claim_all", "namespace", "park_all", "release_warm"]
+__all__ = ["CLAIM_WAIT_S", "ORPHAN_S", "REBUILD_UNDER_S", "WarmPool", "WarmState", "ask_key",
+           "claim_all", "namespace", "park_all", "release_warm"]
