@@ -8,6 +8,7 @@ from heldout import (
     deep_light,
     fetch_parse,
     file_read,
+    index_build,
     padded_batch,
     sqlite_lookup,
     two_waits,
@@ -16,6 +17,7 @@ from heldout import (
 
 SHAPES: tuple[Shape, ...] = (zlib_threads.SHAPE, deep_light.SHAPE, two_waits.SHAPE,
                              fetch_parse.SHAPE, padded_batch.SHAPE, file_read.SHAPE,
-                             sqlite_lookup.SHAPE)
+                             sqlite_lookup.SHAPE,
+                             index_build.SHAPE)
 
 __all__ = ["SHAPES", "Shape", "file_read", "sqlite_lookup"]
