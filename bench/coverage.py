@@ -12,8 +12,10 @@ Two checks, each with its n:
    own and bench/seen/'s, which the model was tuned on, changed for or read against) and
    the held-out shapes (bench/heldout/, frozen at commit 3667fd1 (HELD_OUT_AT of
    fit_quality_table.py), never used to change the model).  Each
-   profiled and fitted, its plan run ``--runs`` times (each run at least ``--seconds`` at
-   the predicted rate, so start-up is a small part of it); the share of runs whose realized
+   run ``--runs`` times (each run at least ``--seconds`` at the predicted rate, so start-up
+   is a small part of it), each run from a profile and plan of its own (``--profiles K``
+   spreads the runs over K profiles instead: runs of one profile share its reading of the
+   host, so they hold or miss together); the share of runs whose realized
    throughput (the run record's, as fit_quality reads it) falls inside the plan's range,
    scaled to a run of that many items (`Plan.run_rate`: start-up included, as in the
    realized figure).
@@ -27,6 +29,7 @@ Two checks, each with its n:
 
     .venv/bin/python bench/coverage.py --data-only
     .venv/bin/python bench/coverage.py --runs 3 --scale 0.25 [--load] [--only cpu_numpy,...]
+        [--profiles K]
     .venv/bin/python bench/coverage.py --runs 3 --scale 0.25 \
         --write-residuals src/fitwork/fit/data/plan_residuals.csv
 
@@ -109,19 +112,40 @@ class Tally:
     pipelines: int = 0
 
 
+def split_runs(runs: int, profiles: int) -> list[int]:
+    """Runs per profile: ``runs`` spread as evenly as may be over ``profiles`` (0: one
+    profile per run), the first profiles taking the remainder."""
+    profiles = runs if profiles <= 0 else min(profiles, runs)
+    return [runs // profiles + (1 if k < runs % profiles else 0) for k in range(profiles)]
+
+
 def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
                written: list[dict[str, object]]) -> tuple[int, int] | None:
-    """Profile, fit and run one pipeline's plan ``args.runs`` times; print its line and
-    return (runs inside the range, runs), or None where it could not run here."""
+    """Profile, fit and run one pipeline's plan ``args.runs`` times, a fresh profile and plan
+    for each of ``args.profiles`` groups of runs (a user profiles anew each time, and a
+    profile's reading of the host moves between profiles); print a line per profile and
+    return (runs inside their plan's range, runs), or None where it could not run here."""
+    if spec.needs and importlib.util.find_spec(spec.needs) is None:
+        print(f"  {spec.name:<14} skipped: {spec.needs} is not installed", flush=True)
+        return None
+    hits = total = 0
+    for runs in split_runs(args.runs, args.profiles):
+        result = _one_profile(spec, args, fleet, runs, written)
+        if result is None:
+            return None if total == 0 else (hits, total)
+        hits, total = hits + result[0], total + result[1]
+    return hits, total
+
+
+def _one_profile(spec: Any, args: argparse.Namespace, fleet: Any, count: int,
+                 written: list[dict[str, object]]) -> tuple[int, int] | None:
+    """One profile and its plan, run ``count`` times: its line, (runs inside, runs)."""
     import fit_quality as fq
 
     import fitwork
     from fitwork.fit.layout_error import layout_spread, profiled_busy
     from fitwork.fit.plan import plan_for
 
-    if spec.needs and importlib.util.find_spec(spec.needs) is None:
-        print(f"  {spec.name:<14} skipped: {spec.needs} is not installed", flush=True)
-        return None
     try:
         profile = fitwork.profile_pipeline(spec.pipeline,
                                            range(10_000, 10_000 + fq.PROFILE_INPUT),
@@ -142,7 +166,7 @@ def check_plan(spec: Any, args: argparse.Namespace, fleet: Any,
     low, high = (share * end for end in plan.fitted.throughput_range)
     host = f"{platform.machine()} {os.cpu_count()} cores"
     runs = []
-    for _ in range(args.runs):
+    for _ in range(count):
         contender = fq.Contender("plan", fq.plan_layout(plan), placement=plan)
         runs.append(fq.measure(spec.pipeline, items, contender).record.throughput)
         if not spec.held_out:  # held-out rows never reach the residuals the model reads
@@ -209,7 +233,8 @@ def plan_table(args: argparse.Namespace) -> None:
             print(f"realized inside the plan's range, {'HELD-OUT' if held_out else 'trained'} "
                   f"shapes ({condition}): {tally.inside}/{tally.total} = "
                   f"{tally.inside / tally.total:.0%} ({tally.pipelines} pipelines x "
-                  f"{args.runs} runs of {args.scale:g}x fit_quality's items, or "
+                  f"{args.runs} runs over {len(split_runs(args.runs, args.profiles))} profiles of "
+                  f"{args.scale:g}x fit_quality's items, or "
                   f"{args.seconds:g} s at the predicted rate if more; aim 70-90%)")
 
 
@@ -220,7 +245,10 @@ def main() -> None:
     parser.add_argument("--data-only", action="store_true", help="only the data check")
     parser.add_argument("--only", default="",
                         help="comma-separated fit_quality pipelines, or 'trained' / 'heldout'")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each plan")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each pipeline")
+    parser.add_argument("--profiles", type=int, default=0,
+                        help="profiles (each with its own plan) the runs are spread over; "
+                             "0 (default): a fresh profile for every run")
     parser.add_argument("--scale", type=float, default=0.25,
                         help="items per run, times fit_quality's")
     parser.add_argument("--samples", type=int, default=64, help="profile samples")

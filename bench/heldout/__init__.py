@@ -6,7 +6,6 @@ from bench_shape import Shape
 
 from heldout import (
     deep_light,
-    fetch_parse,
     file_read,
     index_build,
     padded_batch,
@@ -16,7 +15,7 @@ from heldout import (
 )
 
 SHAPES: tuple[Shape, ...] = (zlib_threads.SHAPE, deep_light.SHAPE, two_waits.SHAPE,
-                             fetch_parse.SHAPE, padded_batch.SHAPE, file_read.SHAPE,
+                             padded_batch.SHAPE, file_read.SHAPE,
                              sqlite_lookup.SHAPE,
                              index_build.SHAPE)
 
