@@ -177,16 +177,8 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
     if not measured:
         return None, produced, failures, None
     children = children_seconds() - children0
-    cpu += children
-    if late_quicker(visits) and sum(not new for new, _, _ in visits) < WARM_CALLS:
-        visits += _again(call, inputs[:2 * WARM_CALLS])  # enough seen-before calls to judge
-    per_cpu, per_wall, warm = cpu / measured, wall / measured, warm_up(visits)
-    if warm is not None:  # the calls once warm are the rate; the rest a replica pays once
-        steady_cpu, steady_wall = warm
-        first = [(c, w) for new, c, w in visits if new]
-        per_cpu, per_wall = steady_cpu + children / measured, steady_wall
-        warm = (max(0.0, sum(c for c, _ in first) - steady_cpu * len(first)),
-                max(0.0, sum(w for _, w in first) - steady_wall * len(first)))
+    per_cpu, per_wall, warm = _per_item(call, inputs, visits, cpu + children, wall, measured,
+                                        children)
     return BatchMeasurement(batch_size=size, items=max(distinct, 1), wall_s=per_wall,
                             cpu_s=per_cpu, queued_s=queued / measured,
                             accel_s=accel / measured if accel else None,
@@ -197,6 +189,25 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
                             warmup_cpu_s=None if warm is None else round(warm[0], 6),
                             warmup_wall_s=None if warm is None else round(warm[1], 6),
                             **call_spread(calls)), produced, failures, source if accel else None
+
+
+def _per_item(call: Callable[[list[Any]], tuple[list[Any], int]], inputs: list[Any],
+              visits: list[tuple[bool, float, float]], cpu: float, wall: float, measured: int,
+              children: float) -> tuple[float, float, tuple[float, float] | None]:
+    """CPU and wall seconds per item of a pass (``cpu`` and ``wall`` over ``measured`` items,
+    ``children`` of that CPU its tools'), and the warm-up a replica pays once (CPU, wall;
+    ``None`` where it shows none): where the calls warm up (`warm_up`), the calls once warm
+    are the rate and the first calls' excess is the warm-up."""
+    if late_quicker(visits) and sum(not new for new, _, _ in visits) < WARM_CALLS:
+        visits = visits + _again(call, inputs[:2 * WARM_CALLS])  # enough seen-before calls
+    warm = warm_up(visits)
+    if warm is None:
+        return cpu / measured, wall / measured, None
+    steady_cpu, steady_wall = warm
+    first = [(c, w) for new, c, w in visits if new]
+    return steady_cpu + children / measured, steady_wall, (
+        max(0.0, sum(c for c, _ in first) - steady_cpu * len(first)),
+        max(0.0, sum(w for _, w in first) - steady_wall * len(first)))
 
 
 def warm_up(visits: list[tuple[bool, float, float]]) -> tuple[float, float] | None:
