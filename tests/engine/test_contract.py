@@ -259,3 +259,13 @@ def test_replica_counts_change_mid_run_under_kill_9(engine: str) -> None:
     assert squares[0] == 1 and max(squares) == 3 and squares[-1] == 1, squares
     assert max(record.replicas.counts["slow_identity"]) == 2
     assert record.worker_restarts >= 1 and record.items_completed == 600
+
+
+def test_a_missing_extra_is_named_with_its_install_line() -> None:
+    """An engine or call that needs a package missing here says which extra installs it."""
+    from fitwork.engine.registry import needs_extra
+
+    assert needs_extra("engine 'x'", "json") is None  # installed: nothing to say
+    said = needs_extra("release_warm", "no_such_package_zz")
+    assert said == ("release_warm needs No_Such_Package_Zz: install the extra with "
+                    "pip install 'fitwork[no_such_package_zz]'")

@@ -19,14 +19,22 @@ ENGINES: dict[str, tuple[str, str, str | None]] = {
 }
 
 
+def needs_extra(what: str, extra: str) -> str | None:
+    """The one line saying ``what`` needs the package ``extra`` and how to install it, or
+    ``None`` where it is installed."""
+    if importlib.util.find_spec(extra) is not None:
+        return None
+    return f"{what} needs {extra.title()}: install the extra with pip install 'fitwork[{extra}]'"
+
+
 def get_engine(name: str) -> Engine:
     """The engine registered as ``name``; says which extra to install when one is missing."""
     if name not in ENGINES:
         raise UnitDefinitionError(f"engine {name!r} is unknown; the engines are: "
                                   f"{', '.join(ENGINES)}")
     module, cls, extra = ENGINES[name]
-    if extra is not None and importlib.util.find_spec(extra) is None:
-        raise UnitDefinitionError(f"engine {name!r} needs {extra.title()}: install the extra "
-                                  f"with pip install 'fitwork[{extra}]'")
+    missing = None if extra is None else needs_extra(f"engine {name!r}", extra)
+    if missing is not None:
+        raise UnitDefinitionError(missing)
     engine: Engine = getattr(importlib.import_module(module), cls)()
     return engine

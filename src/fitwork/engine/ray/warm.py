@@ -229,12 +229,11 @@ def release_warm(timeout: float = CLAIM_WAIT_S) -> int:
     right after a pool was killed outright started cold (``bench/ray_nodes.py``'s warm
     cells, tasks after the kept-warm contender: 662 items/s, against 7,487 after Ray
     Data).  Not connected, it raises `EngineError`."""
-    import importlib.util
-
+    from fitwork.engine.registry import needs_extra
     from fitwork.errors import EngineError
-    if importlib.util.find_spec("ray") is None:
-        raise EngineError("release_warm needs Ray: install the extra with "
-                          "pip install 'fitwork[ray]'")
+    missing = needs_extra("release_warm", "ray")
+    if missing is not None:
+        raise EngineError(missing)
     import ray
 
     from fitwork.engine.ray.refill import REFILL_WAIT_S, refill
