@@ -154,3 +154,41 @@ def test_the_byte_charges_follow_this_host_s_cpu_per_byte() -> None:
     assert wire_scale(reference * SPREAD * 0.99) == wire_scale(reference / SPREAD * 1.01) == 1.0
     assert wire_scale(reference * 2) == 2.0 and wire_scale(reference * 0.5) == 0.5
     assert wire_scale(reference * 100) == high and wire_scale(reference / 100) == low
+
+
+@unit
+def counts_of(seed: int) -> dict[str, int]:
+    """Word counts of a document: a dictionary of 400 short keys (about 8 KB pickled)."""
+    return {f"w{seed % 7}-{k}": (seed * k) % 97 for k in range(400)}
+
+
+@unit
+def top(counts: dict[str, int]) -> int:
+    """The largest count: light work on an item of many small objects."""
+    return max(counts.values())
+
+
+def test_a_split_plan_charges_what_moving_many_small_objects_costs() -> None:
+    """An item of many small objects costs its objects to cross, not its bytes: the profile
+    times pickling and unpickling each unit's items, and the plan charges that where it is
+    more than the bytes' charge, so a split's CPU per item is the run's."""
+    pipeline = Pipeline(counts_of, top, name="word_counts")
+    planned: list[float] = []
+    run: list[float] = []
+    for _ in range(5):
+        with on_two_cores():
+            profile = fitwork.profile_pipeline(pipeline, range(24), samples=24)
+            into = profile.units[1]
+            assert into.wire_in_s is not None
+            bytes_only = byte_seconds(into.bytes_in, profile.wire_scale)
+            assert into.wire_in_s > 5 * bytes_only, (into.wire_in_s, bytes_only)
+            plan = plan_for(profile, TWO_CORES, fuse=False)
+            planned.append(planned_cpu(plan))
+            run.append(run_cpu_per_item(pipeline, plan))
+        ratio = statistics.median(planned) / statistics.median(run)
+        print(f"planned {planned[-1] * 1e6:.0f} us of CPU per item, run {run[-1] * 1e6:.0f} "
+              f"(crossing into top: {into.wire_in_s * 1e6:.0f} us measured, "
+              f"{bytes_only * 1e6:.1f} by bytes)")
+        if abs(ratio - 1) <= 0.2:
+            break
+    assert abs(ratio - 1) <= 0.2, (planned, run)

@@ -17,6 +17,7 @@ from fitwork.fit.inputs import (
     byte_seconds,
     demands,
     fleet_classes,
+    moved_seconds,
     spill_seconds,
 )
 from fitwork.hardware.catalog import catalog
@@ -66,17 +67,20 @@ def test_crossings_between_units_pay_the_file_once_per_frame() -> None:
                                        range(8), samples=8)
     assert profile.units[1].bytes_in > INLINE_MAX
     charged = _charges(profile)
-    # The same profile with items small enough to cross inline: the difference is the file
-    # (per frame of one item) and the bytes.
+    # The same profile with items small enough to cross inline (and no pickling measured:
+    # bytes alone): the difference is the file (per frame of one item) and what moving the
+    # items costs, their bytes or their pickling, whichever is more.
     small = profile.model_copy(update={"units": [
         u.model_copy(update={"bytes_in": 1000.0 if i else u.bytes_in,
-                             "bytes_out": 1000.0 if i < 2 else u.bytes_out})
+                             "bytes_out": 1000.0 if i < 2 else u.bytes_out,
+                             "wire_in_s": None if i else u.wire_in_s,
+                             "wire_out_s": None if i < 2 else u.wire_out_s})
         for i, u in enumerate(profile.units)]})
     inline = _charges(small)
     for name, u in zip(("slow", "first_value"), profile.units[1:], strict=True):
         extra = charged[name] - inline[name]
         assert extra == pytest.approx(
-            SPILL_FRAME_SECONDS + byte_seconds(u.bytes_in, profile.wire_scale)
+            SPILL_FRAME_SECONDS + moved_seconds(u.bytes_in, u.wire_in_s, profile.wire_scale)
             - byte_seconds(1000.0, profile.wire_scale), rel=1e-6)
     # The first unit's crossing in (from the driver) is one a fused layout makes too.
     assert charged["block"] == pytest.approx(inline["block"], rel=1e-9)

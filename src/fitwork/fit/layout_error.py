@@ -66,9 +66,10 @@ def layout_spread(exclude: str | None = None, busy: bool | None = None) -> float
 
     In log space, two spreads added in quadrature: the p80 of each row's distance from its
     own pipeline's median (its runs, each from a profile and plan of its own since stop 53,
-    so the scatter holds how far profiles of one pipeline move, not only runs), and the p80 of the pipelines' medians'
-    distance from no miss (a pipeline's own bias: the range is centred on the prediction,
-    so a model that misses most pipelines one way is wide that much).  Quantiles, not a
+    so the scatter holds how far profiles of one pipeline move, not only runs), and the p80
+    of the pipelines' medians' distance from no miss (a pipeline's own bias: the range is
+    centred on the prediction, so a model that misses most pipelines one way is wide that
+    much).  Quantiles, not a
     t-interval over the medians' deviation: one pipeline missed 2x (warmup) made that
     interval hold 89-92% of the rows it left out, past the 70-90% aimed at; these
     quantiles held 73-77% (114 rows of 19 trained pipelines, quiet and one core kept busy,

@@ -171,7 +171,10 @@ class UnitProfile(BaseModel):
     measured it (``declared``, ``torch-cuda``, ``onnxruntime``: see
     `fitwork.profiling.timers`).
 
-    ``bytes_in`` and ``bytes_out`` are what crosses between units (pickled item sizes).
+    ``bytes_in`` and ``bytes_out`` are what crosses between units (pickled item sizes), and
+    ``wire_in_s`` and ``wire_out_s`` the CPU seconds per input item to pickle and unpickle
+    them (``None``: not measured): for items of many small objects that, not their bytes, is
+    what a crossing costs.
     ``device_bytes`` is different: the bytes one item moves through device memory (weights
     read, activations, KV cache; at the unit's batch size), ``measured`` (by onnxruntime's
     profiler, for a unit on an accelerator) or ``declared`` on the unit; the cost model reads
@@ -236,6 +239,8 @@ class UnitProfile(BaseModel):
     flops_source: Literal["declared", "counted"] | None = None
     bytes_in: float
     bytes_out: float
+    wire_in_s: float | None = None
+    wire_out_s: float | None = None
     device_bytes: float | None = None
     device_bytes_source: Literal["measured", "declared", "counted"] | None = None
     device_memory: int | None = None
