@@ -182,6 +182,7 @@ def test_a_split_plan_charges_what_moving_many_small_objects_costs() -> None:
             assert into.wire_in_s is not None
             bytes_only = byte_seconds(into.bytes_in, profile.wire_scale)
             assert into.wire_in_s > 5 * bytes_only, (into.wire_in_s, bytes_only)
+            assert "to pickle and unpickle" in into.conditions, into.conditions
             plan = plan_for(profile, TWO_CORES, fuse=False)
             planned.append(planned_cpu(plan))
             run.append(run_cpu_per_item(pipeline, plan))

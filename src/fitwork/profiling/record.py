@@ -34,6 +34,11 @@ WAIT_THREADS = 16
 replica's threads, are of this order."""
 
 
+WIRE_SAID_S = 20e-6
+"""A unit's input crossing is said in its `UnitProfile.conditions` from this many seconds of
+pickling and unpickling an item on."""
+
+
 class BatchMeasurement(BaseModel):
     """Per-item cost at one batch size.  ``others_share`` is the share of the host's cores
     other processes used while it was timed (``None``: not measured)."""
@@ -319,6 +324,9 @@ class UnitProfile(BaseModel):
         if self.threaded_cpu is not None:
             said += (f"; {self.threaded_cpu:.2f}x the CPU per item with {WAIT_THREADS} calls "
                      "at once in threads (planned with where threads run it)")
+        if self.wire_in_s is not None and self.wire_in_s >= WIRE_SAID_S:
+            said += (f"; its input item takes {self.wire_in_s * 1e6:,.0f} us to pickle and "
+                     f"unpickle ({self.bytes_in:,.0f} bytes: charged where a split moves it)")
         if self.ratio_items is not None:
             said += (f"; {self.output_ratio:.3g} outputs per item counted over "
                      f"{self.ratio_items:,} items")
