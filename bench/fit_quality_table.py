@@ -58,8 +58,9 @@ COLUMNS: tuple[tuple[str, str, Callable[[Outcome], float | str]], ...] = (
 
 HELD_OUT_AT = "3667fd149aa8355a4751831bf1c379eb5a244650"  # the commit bench/heldout/ froze at
 TITLES = {False: "trained shapes (this file's: the model was tuned on or changed for them)",
-          True: f"HELD-OUT shapes (bench/heldout/, frozen at commit {HELD_OUT_AT[:7]}; "
-                "never used to change the model)"}
+          True: f"HELD-OUT shapes (bench/heldout/, frozen at commit {HELD_OUT_AT[:7]}, "
+                "shapes added since each in a commit of its own; never used to change the "
+                "model)"}
 
 
 def table(outcomes: Sequence[Outcome], cores: float, rounds: int) -> None:
