@@ -177,8 +177,7 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
     if not measured:
         return None, produced, failures, None
     children = children_seconds() - children0
-    per_cpu, per_wall, warm = _per_item(call, inputs, visits, cpu + children, wall, measured,
-                                        children)
+    per_cpu, per_wall, warm = _per_item(call, inputs, visits, (cpu, children, wall), measured)
     return BatchMeasurement(batch_size=size, items=max(distinct, 1), wall_s=per_wall,
                             cpu_s=per_cpu, queued_s=queued / measured,
                             accel_s=accel / measured if accel else None,
@@ -192,17 +191,18 @@ def _time_size(unit: Unit, kernel: Kernel, call: Callable[[list[Any]], tuple[lis
 
 
 def _per_item(call: Callable[[list[Any]], tuple[list[Any], int]], inputs: list[Any],
-              visits: list[tuple[bool, float, float]], cpu: float, wall: float, measured: int,
-              children: float) -> tuple[float, float, tuple[float, float] | None]:
-    """CPU and wall seconds per item of a pass (``cpu`` and ``wall`` over ``measured`` items,
-    ``children`` of that CPU its tools'), and the warm-up a replica pays once (CPU, wall;
+              visits: list[tuple[bool, float, float]], spent: tuple[float, float, float],
+              measured: int) -> tuple[float, float, tuple[float, float] | None]:
+    """CPU and wall seconds per item of a pass that ``spent`` (its calls' CPU, its tools'
+    CPU, wall) on ``measured`` items, and the warm-up a replica pays once (CPU, wall;
     ``None`` where it shows none): where the calls warm up (`warm_up`), the calls once warm
     are the rate and the first calls' excess is the warm-up."""
+    cpu, children, wall = spent
     if late_quicker(visits) and sum(not new for new, _, _ in visits) < WARM_CALLS:
         visits = visits + _again(call, inputs[:2 * WARM_CALLS])  # enough seen-before calls
     warm = warm_up(visits)
     if warm is None:
-        return cpu / measured, wall / measured, None
+        return (cpu + children) / measured, wall / measured, None
     steady_cpu, steady_wall = warm
     first = [(c, w) for new, c, w in visits if new]
     return steady_cpu + children / measured, steady_wall, (
