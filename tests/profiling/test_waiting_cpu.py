@@ -10,11 +10,7 @@ from typing import Any
 from fitwork.profiling import concurrent
 from fitwork.profiling.concurrent import WAIT_PASSES, WAIT_ROUNDS, WAIT_THREADS, _waiting_cpu
 
-
-def _spin(seconds: float) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
+from .spinning import spin
 
 
 def test_one_costly_pass_does_not_set_the_figure() -> None:
@@ -31,7 +27,7 @@ def test_one_costly_pass_does_not_set_the_figure() -> None:
             with lock:
                 n = next(made)
             time.sleep(0.001)
-            _spin(0.002 if n < per_pass else 0.0002)
+            spin(0.002 if n < per_pass else 0.0002)
 
     ns = _waiting_cpu(calls, list(range(8)), call_memory=0)
     passes = next(made) // per_pass
@@ -49,7 +45,7 @@ def test_passes_stop_at_the_budget_after_three(monkeypatch: Any) -> None:
             start.wait()
         for _ in mine:
             next(made)
-            _spin(0.0002)
+            spin(0.0002)
 
     assert _waiting_cpu(calls, list(range(8)), call_memory=0) > 0
     assert next(made) == 3 * WAIT_THREADS * WAIT_ROUNDS

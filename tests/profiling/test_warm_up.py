@@ -4,23 +4,18 @@ is not read as warming up."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from fitwork import Pipeline, unit
 from fitwork.profiling import profile_pipeline
 from fitwork.profiling.batch_timing import warm_up
 
+from .spinning import spin
+
 SHAPES = 24
 COMPILE_S = 0.02
 CALL_S = 0.002
 
-
-def _spin(seconds: float) -> None:
-    deadline = time.thread_time() + seconds
-    while time.thread_time() < deadline:
-        pass
 
 
 class Kernels:
@@ -31,9 +26,9 @@ class Kernels:
 
     def __call__(self, n: int) -> int:
         if n % SHAPES not in self.compiled:
-            _spin(COMPILE_S)
+            spin(COMPILE_S)
             self.compiled.add(n % SHAPES)
-        _spin(CALL_S)
+        spin(CALL_S)
         return n
 
 
@@ -45,7 +40,7 @@ class Answers:
 
     def __call__(self, n: int) -> int:
         if n not in self.known:
-            _spin(3 * CALL_S)
+            spin(3 * CALL_S)
             self.known[n] = n
         return self.known[n]
 
